@@ -1,0 +1,148 @@
+//! `intswitch`: the DPDK telemetry switch.
+//!
+//! `intswitch --config FILE` runs a configured switch; with no `--config` it
+//! runs the embedded demo. `intswitch gen-traffic` writes test pcaps.
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use control::config::{parse_mac, Config};
+use control::switch::{print_text, RunOptions, Switch};
+use control::traffic::{write_pcap, TrafficSpec};
+
+#[derive(Parser)]
+#[command(
+    name = "intswitch",
+    version,
+    about = "DPDK software switch with in-band network telemetry"
+)]
+struct Cli {
+    /// Configuration file (TOML). Without it the embedded demo runs.
+    #[arg(long, short)]
+    config: Option<String>,
+    /// Print live per-port rates every N seconds (0: off).
+    #[arg(long, default_value_t = 1)]
+    stats_interval: u64,
+    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Print the final counters as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    check: bool,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write a pcap of UDP test traffic (for net_pcap replay and benchmarks).
+    GenTraffic {
+        #[arg(long)]
+        out: String,
+        #[arg(long, default_value_t = 1024)]
+        count: usize,
+        #[arg(long, default_value_t = 1)]
+        flows: usize,
+        /// Frame length without FCS (60 = a 64-byte frame on the wire).
+        #[arg(long, default_value_t = 60)]
+        size: usize,
+        #[arg(long, default_value = "02:00:00:00:00:01")]
+        src_mac: String,
+        #[arg(long, default_value = "02:00:00:00:00:02")]
+        dst_mac: String,
+        #[arg(long, default_value = "10.0.1.10")]
+        src: IpAddr,
+        #[arg(long, default_value = "10.0.2.10")]
+        dst: IpAddr,
+        /// Vary the destination address per flow too.
+        #[arg(long)]
+        vary_dst: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("intswitch: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    if let Some(Cmd::GenTraffic {
+        out,
+        count,
+        flows,
+        size,
+        src_mac,
+        dst_mac,
+        src,
+        dst,
+        vary_dst,
+    }) = cli.cmd
+    {
+        let spec = TrafficSpec {
+            count,
+            flows,
+            frame_len: size,
+            src_mac: parse_mac(&src_mac).map_err(|e| format!("--src-mac: {e}"))?,
+            dst_mac: parse_mac(&dst_mac).map_err(|e| format!("--dst-mac: {e}"))?,
+            src,
+            dst,
+            vary_dst,
+        };
+        let f = std::fs::File::create(&out).map_err(|e| format!("--out {out}: {e}"))?;
+        return write_pcap(&spec, f).map_err(|e| format!("--out {out}: {e}"));
+    }
+    let demo_dir;
+    let config = match &cli.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        None => {
+            demo_dir = std::env::temp_dir().join(format!("intswitch-demo-{}", std::process::id()));
+            std::fs::create_dir_all(&demo_dir)
+                .map_err(|e| format!("{}: {e}", demo_dir.display()))?;
+            let pcap = control::demo::write_traffic(&demo_dir)
+                .map_err(|e| format!("demo traffic: {e}"))?;
+            println!("intswitch demo: routing {} through p0 (net_pcap, replayed) -> p1 (net_null); Ctrl-C stops", pcap.display());
+            Config::from_toml(&control::demo::config(&pcap)).map_err(|e| e.to_string())?
+        }
+    };
+    let plan = config.validate().map_err(|e| e.to_string())?;
+    if cli.check {
+        println!("configuration is valid");
+        return Ok(());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| format!("signal handler: {e}"))?;
+    }
+    let mut sw = Switch::start(plan)?;
+    let opts = RunOptions {
+        stats_interval_s: cli.stats_interval,
+        duration: cli.duration.map(Duration::from_secs_f64),
+        json: cli.json,
+    };
+    eprintln!(
+        "intswitch: running ({} ports); SIGINT/SIGTERM stops",
+        sw.ports().len()
+    );
+    let res = sw.run(&opts, &stop);
+    let fin = sw.stop();
+    if opts.json {
+        println!("{fin}");
+    } else {
+        print_text(&fin);
+    }
+    res
+}

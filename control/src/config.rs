@@ -1,0 +1,741 @@
+//! The TOML configuration: parsing (unknown keys rejected) and validation
+//! into typed values. Every error names the key and the reason.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use dataplane::flow_table::FlowAction;
+use dataplane::parse::FlowKey;
+use dataplane::tables::Mode;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Instance name (used for the EAL file prefix default and, later, the socket).
+    pub name: String,
+    /// "xconnect", "bridge" or "router".
+    pub mode: String,
+    #[serde(default)]
+    pub eal: EalConfig,
+    #[serde(default)]
+    pub dataplane: DataplaneConfig,
+    #[serde(default)]
+    pub flow_table: FlowTableConfig,
+    #[serde(default)]
+    pub bridge: BridgeConfig,
+    #[serde(default, rename = "port")]
+    pub ports: Vec<PortConfig>,
+    #[serde(default, rename = "worker")]
+    pub workers: Vec<WorkerConfig>,
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RouteConfig>,
+    #[serde(default, rename = "neighbour")]
+    pub neighbours: Vec<NeighbourConfig>,
+    #[serde(default, rename = "flow")]
+    pub flows: Vec<FlowConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EalConfig {
+    pub lcores: String,
+    pub memory_mb: Option<u32>,
+    pub huge: bool,
+    pub pci: bool,
+    pub file_prefix: Option<String>,
+    pub log_level: Option<String>,
+    pub extra: Vec<String>,
+}
+
+impl Default for EalConfig {
+    fn default() -> Self {
+        EalConfig {
+            lcores: "0-1".into(),
+            memory_mb: Some(512),
+            huge: false,
+            pci: false,
+            file_prefix: None,
+            log_level: Some("notice".into()),
+            extra: vec![],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataplaneConfig {
+    pub mbufs: u32,
+    pub mbuf_cache: u32,
+    pub rx_desc: u16,
+    pub tx_desc: u16,
+    pub burst: usize,
+    pub tx_drain_us: u64,
+    pub idle: bool,
+    pub idle_empty_polls: u32,
+    pub idle_sleep_us: u32,
+}
+
+impl Default for DataplaneConfig {
+    fn default() -> Self {
+        DataplaneConfig {
+            mbufs: 16383,
+            mbuf_cache: 256,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            burst: 32,
+            tx_drain_us: 100,
+            idle: false,
+            idle_empty_polls: 256,
+            idle_sleep_us: 100,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FlowTableConfig {
+    pub capacity: usize,
+    pub idle_timeout_s: u64,
+    pub learn: bool,
+}
+
+impl Default for FlowTableConfig {
+    fn default() -> Self {
+        FlowTableConfig {
+            capacity: 65536,
+            idle_timeout_s: 60,
+            learn: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BridgeConfig {
+    pub mac_capacity: usize,
+    pub aging_s: u64,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        BridgeConfig {
+            mac_capacity: 16384,
+            aging_s: 300,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    pub name: String,
+    /// A vdev string ("net_pcap0,rx_pcap=in.pcap") or a PCI address.
+    pub device: String,
+    pub mtu: Option<u16>,
+    #[serde(default = "yes")]
+    pub promiscuous: bool,
+    #[serde(default = "yes")]
+    pub rss: bool,
+    pub mac: Option<String>,
+    #[serde(default)]
+    pub ipv4: Vec<String>,
+    #[serde(default)]
+    pub ipv6: Vec<String>,
+    /// Cross-connect peer port name.
+    pub peer: Option<String>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    pub lcore: u32,
+    /// "port:queue" entries this worker polls.
+    pub rx: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub prefix: String,
+    pub port: String,
+    pub via: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NeighbourConfig {
+    pub ip: String,
+    pub mac: String,
+    pub port: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FlowConfig {
+    pub in_port: String,
+    pub src: String,
+    pub dst: String,
+    /// "udp", "tcp", "icmp", "icmpv6" or a number.
+    pub proto: toml::Value,
+    #[serde(default)]
+    pub src_port: u16,
+    #[serde(default)]
+    pub dst_port: u16,
+    #[serde(default)]
+    pub vlan: u16,
+    /// "normal", "drop" or "forward:PORT".
+    pub action: String,
+}
+
+/// A configuration error: the key it is about and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "{}: {}", self.key, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses "aa:bb:cc:dd:ee:ff".
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!(
+            "'{s}' is not a MAC address (six hex bytes separated by ':')"
+        ));
+    }
+    let mut m = [0u8; 6];
+    for (i, p) in parts.iter().enumerate() {
+        m[i] = u8::from_str_radix(p, 16).map_err(|_| format!("'{s}' is not a MAC address"))?;
+    }
+    Ok(m)
+}
+
+pub fn format_mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Parses "addr/len" with the length checked against the family.
+pub fn parse_prefix(s: &str) -> Result<(IpAddr, u8), String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or_else(|| format!("'{s}' is not a prefix (ADDR/LEN)"))?;
+    let ip: IpAddr = a
+        .parse()
+        .map_err(|_| format!("'{a}' is not an IP address"))?;
+    let len: u8 = l
+        .parse()
+        .map_err(|_| format!("'{l}' is not a prefix length"))?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    if len > max {
+        return Err(format!("prefix length {len} exceeds {max}"));
+    }
+    Ok((ip, len))
+}
+
+pub fn parse_proto(v: &toml::Value) -> Result<u8, String> {
+    match v {
+        toml::Value::Integer(n) if (0..=255).contains(n) => Ok(*n as u8),
+        toml::Value::String(s) => parse_proto_name(s),
+        _ => Err("expected a protocol name (udp, tcp, icmp, icmpv6) or number 0-255".into()),
+    }
+}
+
+pub fn parse_proto_name(s: &str) -> Result<u8, String> {
+    match s {
+        "udp" => Ok(17),
+        "tcp" => Ok(6),
+        "icmp" => Ok(1),
+        "icmpv6" => Ok(58),
+        n => n
+            .parse()
+            .map_err(|_| format!("unknown protocol '{n}' (udp, tcp, icmp, icmpv6 or 0-255)")),
+    }
+}
+
+/// A validated port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortPlan {
+    pub name: String,
+    pub device: String,
+    pub is_pci: bool,
+    pub mtu: Option<u16>,
+    pub promiscuous: bool,
+    pub rss: bool,
+    pub mac: Option<[u8; 6]>,
+    pub ipv4: Vec<([u8; 4], u8)>,
+    pub ipv6: Vec<([u8; 16], u8)>,
+    pub peer: Option<u16>,
+    pub enabled: bool,
+}
+
+/// A validated worker: its lcore and (port index, queue) list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerPlan {
+    pub lcore: u32,
+    pub rx: Vec<(u16, u16)>,
+}
+
+/// The configuration after validation, in the types the switch uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub raw: Config,
+    pub mode: Mode,
+    pub ports: Vec<PortPlan>,
+    /// Empty: one worker on the first worker lcore polls queue 0 of every port.
+    pub workers: Vec<WorkerPlan>,
+    pub routes: Vec<dataplane::tables::RouteSpec>,
+    pub neighbours: Vec<dataplane::tables::NeighbourSpec>,
+    pub flows: Vec<(FlowKey, FlowAction)>,
+}
+
+fn is_pci(dev: &str) -> bool {
+    // dddd:bb:dd.f or bb:dd.f
+    let d = dev.split(',').next().unwrap_or("");
+    let parts: Vec<&str> = d.split(':').collect();
+    (parts.len() == 2 || parts.len() == 3)
+        && d.contains('.')
+        && d.chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+}
+
+impl Config {
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| cerr("", e.to_string().trim_end().to_string()))
+    }
+
+    pub fn load(path: &str) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| cerr("", format!("cannot read config {path}: {e}")))?;
+        Config::from_toml(&text).map_err(|e| cerr(e.key, format!("{path}: {}", e.reason)))
+    }
+
+    /// Checks everything that can be checked before DPDK starts.
+    pub fn validate(&self) -> Result<Plan, ConfigError> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(cerr(
+                "name",
+                "must be non-empty letters, digits, '-' or '_'",
+            ));
+        }
+        let mode = match self.mode.as_str() {
+            "xconnect" => Mode::CrossConnect,
+            "bridge" => Mode::Bridge,
+            "router" => Mode::Router,
+            m => {
+                return Err(cerr(
+                    "mode",
+                    format!("'{m}' is not one of xconnect, bridge, router"),
+                ))
+            }
+        };
+        let d = &self.dataplane;
+        if d.burst == 0 || d.burst > dataplane::dpdk::MAX_BURST {
+            return Err(cerr(
+                "dataplane.burst",
+                format!("must be 1..={}", dataplane::dpdk::MAX_BURST),
+            ));
+        }
+        if d.mbufs < 1024 {
+            return Err(cerr("dataplane.mbufs", "must be at least 1024"));
+        }
+        if self.flow_table.capacity == 0 {
+            return Err(cerr("flow_table.capacity", "must be at least 1"));
+        }
+        if self.ports.is_empty() {
+            return Err(cerr("port", "at least one [[port]] is required"));
+        }
+        if self.ports.len() > dataplane::counters::MAX_PORTS {
+            return Err(cerr(
+                "port",
+                format!("at most {} ports", dataplane::counters::MAX_PORTS),
+            ));
+        }
+        let mut names = HashSet::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            if !names.insert(p.name.as_str()) {
+                return Err(cerr(
+                    format!("port[{i}].name"),
+                    format!("'{}' is used twice", p.name),
+                ));
+            }
+        }
+        let port_index = |key: &str, name: &str| -> Result<u16, ConfigError> {
+            self.ports
+                .iter()
+                .position(|p| p.name == name)
+                .map(|i| i as u16)
+                .ok_or_else(|| cerr(key, format!("no port named '{name}'")))
+        };
+        let mut ports = Vec::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            let k = |f: &str| format!("port[{i}].{f}");
+            if p.device.is_empty() {
+                return Err(cerr(k("device"), "must name a vdev or PCI address"));
+            }
+            let mac = p
+                .mac
+                .as_deref()
+                .map(parse_mac)
+                .transpose()
+                .map_err(|e| cerr(k("mac"), e))?;
+            let mut ipv4 = Vec::new();
+            let mut ipv6 = Vec::new();
+            for a in &p.ipv4 {
+                match parse_prefix(a).map_err(|e| cerr(k("ipv4"), e))? {
+                    (IpAddr::V4(v), l) => ipv4.push((v.octets(), l)),
+                    _ => return Err(cerr(k("ipv4"), format!("'{a}' is not IPv4"))),
+                }
+            }
+            for a in &p.ipv6 {
+                match parse_prefix(a).map_err(|e| cerr(k("ipv6"), e))? {
+                    (IpAddr::V6(v), l) => ipv6.push((v.octets(), l)),
+                    _ => return Err(cerr(k("ipv6"), format!("'{a}' is not IPv6"))),
+                }
+            }
+            let peer = p
+                .peer
+                .as_deref()
+                .map(|n| port_index(&k("peer"), n))
+                .transpose()?;
+            if mode == Mode::CrossConnect && peer.is_none() {
+                return Err(cerr(k("peer"), "xconnect mode needs a peer for every port"));
+            }
+            if mode != Mode::CrossConnect && peer.is_some() {
+                return Err(cerr(k("peer"), "only valid in xconnect mode"));
+            }
+            if mode == Mode::Router && ipv4.is_empty() && ipv6.is_empty() {
+                return Err(cerr(
+                    k("ipv4"),
+                    "router mode needs at least one ipv4 or ipv6 address per port",
+                ));
+            }
+            if let Some(m) = p.mtu {
+                if !(68..=9600).contains(&m) {
+                    return Err(cerr(k("mtu"), "must be 68..=9600"));
+                }
+            }
+            ports.push(PortPlan {
+                name: p.name.clone(),
+                device: p.device.clone(),
+                is_pci: is_pci(&p.device),
+                mtu: p.mtu,
+                promiscuous: p.promiscuous,
+                rss: p.rss,
+                mac,
+                ipv4,
+                ipv6,
+                peer,
+                enabled: p.enabled,
+            });
+        }
+        let mut workers = Vec::new();
+        let mut seen_q = HashSet::new();
+        let mut seen_l = HashSet::new();
+        for (i, w) in self.workers.iter().enumerate() {
+            if !seen_l.insert(w.lcore) {
+                return Err(cerr(
+                    format!("worker[{i}].lcore"),
+                    format!("lcore {} used twice", w.lcore),
+                ));
+            }
+            let mut rx = Vec::new();
+            for q in &w.rx {
+                let (pn, qn) = q.split_once(':').unwrap_or((q.as_str(), "0"));
+                let pi = port_index(&format!("worker[{i}].rx"), pn)?;
+                let qi: u16 = qn.parse().map_err(|_| {
+                    cerr(
+                        format!("worker[{i}].rx"),
+                        format!("'{q}': queue must be a number"),
+                    )
+                })?;
+                if !seen_q.insert((pi, qi)) {
+                    return Err(cerr(
+                        format!("worker[{i}].rx"),
+                        format!("'{q}' is polled by two workers"),
+                    ));
+                }
+                rx.push((pi, qi));
+            }
+            workers.push(WorkerPlan { lcore: w.lcore, rx });
+        }
+        if !workers.is_empty() {
+            for (pi, p) in ports.iter().enumerate() {
+                if !seen_q.contains(&(pi as u16, 0)) {
+                    return Err(cerr(
+                        "worker",
+                        format!("queue 0 of port '{}' is polled by no worker", p.name),
+                    ));
+                }
+            }
+        }
+        let mut routes = Vec::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            let k = |f: &str| format!("route[{i}].{f}");
+            let (prefix, len) = parse_prefix(&r.prefix).map_err(|e| cerr(k("prefix"), e))?;
+            let port = port_index(&k("port"), &r.port)?;
+            let gateway = r
+                .via
+                .as_deref()
+                .map(|v| {
+                    v.parse::<IpAddr>()
+                        .map_err(|_| cerr(k("via"), format!("'{v}' is not an IP address")))
+                })
+                .transpose()?;
+            if let Some(g) = gateway {
+                if g.is_ipv4() != prefix.is_ipv4() {
+                    return Err(cerr(
+                        k("via"),
+                        "gateway and prefix are of different IP versions",
+                    ));
+                }
+            }
+            routes.push(dataplane::tables::RouteSpec {
+                prefix,
+                len,
+                port,
+                gateway,
+            });
+        }
+        let mut neighbours = Vec::new();
+        for (i, n) in self.neighbours.iter().enumerate() {
+            let k = |f: &str| format!("neighbour[{i}].{f}");
+            let ip: IpAddr =
+                n.ip.parse()
+                    .map_err(|_| cerr(k("ip"), format!("'{}' is not an IP address", n.ip)))?;
+            let mac = parse_mac(&n.mac).map_err(|e| cerr(k("mac"), e))?;
+            let port = port_index(&k("port"), &n.port)?;
+            neighbours.push(dataplane::tables::NeighbourSpec {
+                ip,
+                mac,
+                port,
+                permanent: true,
+            });
+        }
+        let mut flows = Vec::new();
+        for (i, f) in self.flows.iter().enumerate() {
+            let k = |x: &str| format!("flow[{i}].{x}");
+            let in_port = port_index(&k("in_port"), &f.in_port)?;
+            let src: IpAddr = f
+                .src
+                .parse()
+                .map_err(|_| cerr(k("src"), format!("'{}' is not an IP address", f.src)))?;
+            let dst: IpAddr = f
+                .dst
+                .parse()
+                .map_err(|_| cerr(k("dst"), format!("'{}' is not an IP address", f.dst)))?;
+            let proto = parse_proto(&f.proto).map_err(|e| cerr(k("proto"), e))?;
+            let mut key = match (src, dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    FlowKey::v4(s.octets(), d.octets(), proto, f.src_port, f.dst_port)
+                }
+                (IpAddr::V6(s), IpAddr::V6(d)) => {
+                    FlowKey::v6(s.octets(), d.octets(), proto, f.src_port, f.dst_port)
+                }
+                _ => return Err(cerr(k("dst"), "src and dst are of different IP versions")),
+            };
+            key.in_port = in_port;
+            key.vlan = f.vlan;
+            let action =
+                parse_action(&f.action, |n| port_index(&k("action"), n)).map_err(|e| match e {
+                    ActionError::Port(c) => c,
+                    ActionError::Bad(m) => cerr(k("action"), m),
+                })?;
+            flows.push((key, action));
+        }
+        Ok(Plan {
+            raw: self.clone(),
+            mode,
+            ports,
+            workers,
+            routes,
+            neighbours,
+            flows,
+        })
+    }
+}
+
+pub enum ActionError {
+    Port(ConfigError),
+    Bad(String),
+}
+
+/// Parses "normal", "drop" or "forward:PORT".
+pub fn parse_action(
+    s: &str,
+    port: impl Fn(&str) -> Result<u16, ConfigError>,
+) -> Result<FlowAction, ActionError> {
+    match s {
+        "normal" => Ok(FlowAction::Normal),
+        "drop" => Ok(FlowAction::Drop),
+        _ => match s.strip_prefix("forward:") {
+            Some(p) => port(p).map(FlowAction::Forward).map_err(ActionError::Port),
+            None => Err(ActionError::Bad(format!(
+                "'{s}' is not one of normal, drop, forward:PORT"
+            ))),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+name = "t"
+mode = "router"
+[[port]]
+name = "p0"
+device = "net_ring0"
+ipv4 = ["10.0.1.1/24"]
+[[port]]
+name = "p1"
+device = "net_ring1"
+ipv4 = ["10.0.2.1/24"]
+ipv6 = ["2001:db8:2::1/64"]
+[[route]]
+prefix = "172.16.0.0/12"
+port = "p1"
+via = "10.0.2.254"
+[[neighbour]]
+ip = "10.0.2.254"
+mac = "02:00:00:00:00:fe"
+port = "p1"
+[[flow]]
+in_port = "p0"
+src = "10.0.1.2"
+dst = "10.0.2.2"
+proto = "udp"
+dst_port = 53
+action = "drop"
+"#;
+
+    fn err_of(text: &str) -> String {
+        match Config::from_toml(text).and_then(|c| c.validate()) {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn valid_config() {
+        let p = Config::from_toml(BASE).unwrap().validate().unwrap();
+        assert_eq!(p.mode, Mode::Router);
+        assert_eq!(p.ports[1].ipv6.len(), 1);
+        assert_eq!(p.routes[0].len, 12);
+        assert_eq!(p.flows[0].1, FlowAction::Drop);
+        assert_eq!(p.flows[0].0.dst_port, 53);
+        assert!(!p.ports[0].is_pci);
+        assert!(is_pci("0000:01:00.0"));
+        assert!(is_pci("01:00.1"));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = err_of(&BASE.replace("mode = \"router\"", "mode = \"router\"\nspeed = 3"));
+        assert!(e.contains("unknown field `speed`"), "{e}");
+        let e = err_of(&BASE.replace(
+            "device = \"net_ring0\"",
+            "device = \"net_ring0\"\ncolour = 1",
+        ));
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_name_the_key() {
+        for (from, to, want) in [
+            ("mode = \"router\"", "mode = \"hub\"", "mode: 'hub'"),
+            (
+                "ipv4 = [\"10.0.1.1/24\"]",
+                "ipv4 = [\"10.0.1.1/33\"]",
+                "port[0].ipv4: prefix length 33",
+            ),
+            (
+                "port = \"p1\"\nvia",
+                "port = \"p9\"\nvia",
+                "route[0].port: no port named 'p9'",
+            ),
+            (
+                "mac = \"02:00:00:00:00:fe\"",
+                "mac = \"02:00\"",
+                "neighbour[0].mac",
+            ),
+            (
+                "proto = \"udp\"",
+                "proto = \"sctpx\"",
+                "flow[0].proto: unknown protocol",
+            ),
+            (
+                "action = \"drop\"",
+                "action = \"forward:p7\"",
+                "flow[0].action: no port named 'p7'",
+            ),
+            (
+                "via = \"10.0.2.254\"",
+                "via = \"2001:db8::1\"",
+                "route[0].via: gateway and prefix",
+            ),
+        ] {
+            let e = err_of(&BASE.replacen(from, to, 1));
+            assert!(e.contains(want), "{e} !~ {want}");
+        }
+    }
+
+    #[test]
+    fn mode_specific_rules() {
+        let e = err_of(&BASE.replace("mode = \"router\"", "mode = \"xconnect\""));
+        assert!(e.contains("port[0].peer"), "{e}");
+        let x = BASE
+            .replace("mode = \"router\"", "mode = \"xconnect\"")
+            .replace(
+                "device = \"net_ring0\"",
+                "device = \"net_ring0\"\npeer = \"p1\"",
+            )
+            .replace(
+                "device = \"net_ring1\"",
+                "device = \"net_ring1\"\npeer = \"p0\"",
+            );
+        let p = Config::from_toml(&x).unwrap().validate().unwrap();
+        assert_eq!(p.ports[0].peer, Some(1));
+    }
+
+    #[test]
+    fn workers_must_cover_queue_zero() {
+        let w = format!("{BASE}\n[[worker]]\nlcore = 1\nrx = [\"p0:0\"]\n");
+        assert!(err_of(&w).contains("queue 0 of port 'p1'"));
+        let w = format!("{BASE}\n[[worker]]\nlcore = 1\nrx = [\"p0:0\", \"p1:0\"]\n[[worker]]\nlcore = 2\nrx = [\"p0:0\"]\n");
+        assert!(err_of(&w).contains("polled by two workers"));
+    }
+}

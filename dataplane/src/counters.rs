@@ -1,0 +1,243 @@
+//! Per-worker counters. Each worker owns one cache-padded block: it counts
+//! into plain integers during a burst and publishes them with relaxed stores
+//! once per burst, so readers never contend with the data path.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::DropReason;
+
+/// Ports a switch can have (counter arrays are sized by it).
+pub const MAX_PORTS: usize = 16;
+
+/// Things a worker does that are not drops but are worth counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Event {
+    FlowLearned,
+    FlowLearnFailedFull,
+    FlowAged,
+    MacLearned,
+    MacMoved,
+    MacTableFull,
+    MacAged,
+    Flooded,
+    ArpReplied,
+    IcmpEchoReplied,
+    NdReplied,
+    NeighbourSeen,
+    ResolveRequested,
+    ControlQueueFull,
+    Injected,
+    TablesSwapped,
+}
+
+impl Event {
+    pub const COUNT: usize = Event::TablesSwapped as usize + 1;
+    pub const ALL: [Event; Event::COUNT] = [
+        Event::FlowLearned,
+        Event::FlowLearnFailedFull,
+        Event::FlowAged,
+        Event::MacLearned,
+        Event::MacMoved,
+        Event::MacTableFull,
+        Event::MacAged,
+        Event::Flooded,
+        Event::ArpReplied,
+        Event::IcmpEchoReplied,
+        Event::NdReplied,
+        Event::NeighbourSeen,
+        Event::ResolveRequested,
+        Event::ControlQueueFull,
+        Event::Injected,
+        Event::TablesSwapped,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::FlowLearned => "flow_learned",
+            Event::FlowLearnFailedFull => "flow_learn_failed_full",
+            Event::FlowAged => "flow_aged",
+            Event::MacLearned => "mac_learned",
+            Event::MacMoved => "mac_moved",
+            Event::MacTableFull => "mac_table_full",
+            Event::MacAged => "mac_aged",
+            Event::Flooded => "flooded",
+            Event::ArpReplied => "arp_replied",
+            Event::IcmpEchoReplied => "icmp_echo_replied",
+            Event::NdReplied => "nd_replied",
+            Event::NeighbourSeen => "neighbour_seen",
+            Event::ResolveRequested => "resolve_requested",
+            Event::ControlQueueFull => "control_queue_full",
+            Event::Injected => "injected",
+            Event::TablesSwapped => "tables_swapped",
+        }
+    }
+}
+
+/// A worker's counters as plain numbers (its private copy, and snapshots).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterValues {
+    pub rx_packets: [u64; MAX_PORTS],
+    pub rx_bytes: [u64; MAX_PORTS],
+    pub tx_packets: [u64; MAX_PORTS],
+    pub tx_bytes: [u64; MAX_PORTS],
+    pub drops: [u64; DropReason::COUNT],
+    pub events: [u64; Event::COUNT],
+    /// Polls that found work / all polls (for busy %).
+    pub busy_polls: u64,
+    pub polls: u64,
+}
+
+impl Default for CounterValues {
+    fn default() -> Self {
+        CounterValues {
+            rx_packets: [0; MAX_PORTS],
+            rx_bytes: [0; MAX_PORTS],
+            tx_packets: [0; MAX_PORTS],
+            tx_bytes: [0; MAX_PORTS],
+            drops: [0; DropReason::COUNT],
+            events: [0; Event::COUNT],
+            busy_polls: 0,
+            polls: 0,
+        }
+    }
+}
+
+impl CounterValues {
+    #[inline(always)]
+    pub fn drop(&mut self, r: DropReason) {
+        self.drops[r as usize] += 1;
+    }
+
+    #[inline(always)]
+    pub fn event(&mut self, e: Event) {
+        self.events[e as usize] += 1;
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Adds `o` into `self` (summing workers).
+    pub fn add(&mut self, o: &CounterValues) {
+        fn add_arr<const N: usize>(a: &mut [u64; N], b: &[u64; N]) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += *y;
+            }
+        }
+        add_arr(&mut self.rx_packets, &o.rx_packets);
+        add_arr(&mut self.rx_bytes, &o.rx_bytes);
+        add_arr(&mut self.tx_packets, &o.tx_packets);
+        add_arr(&mut self.tx_bytes, &o.tx_bytes);
+        add_arr(&mut self.drops, &o.drops);
+        add_arr(&mut self.events, &o.events);
+        self.busy_polls += o.busy_polls;
+        self.polls += o.polls;
+    }
+
+    /// `self - base`, saturating (for "clear counters" baselines and rates).
+    pub fn since(&self, base: &CounterValues) -> CounterValues {
+        fn sub<const N: usize>(a: &[u64; N], b: &[u64; N]) -> [u64; N] {
+            std::array::from_fn(|i| a[i].saturating_sub(b[i]))
+        }
+        CounterValues {
+            rx_packets: sub(&self.rx_packets, &base.rx_packets),
+            rx_bytes: sub(&self.rx_bytes, &base.rx_bytes),
+            tx_packets: sub(&self.tx_packets, &base.tx_packets),
+            tx_bytes: sub(&self.tx_bytes, &base.tx_bytes),
+            drops: sub(&self.drops, &base.drops),
+            events: sub(&self.events, &base.events),
+            busy_polls: self.busy_polls.saturating_sub(base.busy_polls),
+            polls: self.polls.saturating_sub(base.polls),
+        }
+    }
+}
+
+/// The shared, cache-line-aligned block a worker publishes into.
+#[repr(align(128))]
+pub struct SharedCounters {
+    rx_packets: [AtomicU64; MAX_PORTS],
+    rx_bytes: [AtomicU64; MAX_PORTS],
+    tx_packets: [AtomicU64; MAX_PORTS],
+    tx_bytes: [AtomicU64; MAX_PORTS],
+    drops: [AtomicU64; DropReason::COUNT],
+    events: [AtomicU64; Event::COUNT],
+    busy_polls: AtomicU64,
+    polls: AtomicU64,
+}
+
+impl Default for SharedCounters {
+    fn default() -> Self {
+        SharedCounters {
+            rx_packets: Default::default(),
+            rx_bytes: Default::default(),
+            tx_packets: Default::default(),
+            tx_bytes: Default::default(),
+            drops: std::array::from_fn(|_| AtomicU64::new(0)),
+            events: std::array::from_fn(|_| AtomicU64::new(0)),
+            busy_polls: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
+        }
+    }
+}
+
+impl SharedCounters {
+    /// Publishes the owner's values (single writer: plain relaxed stores).
+    pub fn publish(&self, v: &CounterValues) {
+        fn st<const N: usize>(a: &[AtomicU64; N], b: &[u64; N]) {
+            for (x, y) in a.iter().zip(b) {
+                x.store(*y, Relaxed);
+            }
+        }
+        st(&self.rx_packets, &v.rx_packets);
+        st(&self.rx_bytes, &v.rx_bytes);
+        st(&self.tx_packets, &v.tx_packets);
+        st(&self.tx_bytes, &v.tx_bytes);
+        st(&self.drops, &v.drops);
+        st(&self.events, &v.events);
+        self.busy_polls.store(v.busy_polls, Relaxed);
+        self.polls.store(v.polls, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> CounterValues {
+        fn ld<const N: usize>(a: &[AtomicU64; N]) -> [u64; N] {
+            std::array::from_fn(|i| a[i].load(Relaxed))
+        }
+        CounterValues {
+            rx_packets: ld(&self.rx_packets),
+            rx_bytes: ld(&self.rx_bytes),
+            tx_packets: ld(&self.tx_packets),
+            tx_bytes: ld(&self.tx_bytes),
+            drops: ld(&self.drops),
+            events: ld(&self.events),
+            busy_polls: self.busy_polls.load(Relaxed),
+            polls: self.polls.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_snapshot_sum_since() {
+        let s = SharedCounters::default();
+        let mut v = CounterValues::default();
+        v.rx_packets[1] = 10;
+        v.drop(DropReason::NoRoute);
+        v.event(Event::FlowLearned);
+        s.publish(&v);
+        let snap = s.snapshot();
+        assert_eq!(snap, v);
+        let mut sum = snap.clone();
+        sum.add(&v);
+        assert_eq!(sum.rx_packets[1], 20);
+        assert_eq!(sum.since(&v), v);
+        assert_eq!(sum.total_drops(), 2);
+        assert!(std::mem::align_of::<SharedCounters>() >= 64);
+        for (i, e) in Event::ALL.iter().enumerate() {
+            assert_eq!(*e as usize, i);
+        }
+    }
+}

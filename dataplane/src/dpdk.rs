@@ -1,0 +1,952 @@
+//! Safe wrapper over DPDK: EAL, mempools, mbufs, ethdev ports, lcores.
+//!
+//! This is the only module of the crate that uses `unsafe`; every other module
+//! sees owned `Mbuf`s, byte slices and typed errors.
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dpdk_ffi as ffi;
+
+use crate::counters::MAX_PORTS;
+
+/// Largest burst the wrapper moves in one call.
+pub const MAX_BURST: usize = 64;
+
+/// A failed DPDK call: which operation and DPDK's own reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpdkError {
+    pub op: String,
+    pub code: i32,
+    pub reason: String,
+}
+
+impl fmt::Display for DpdkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} (code {})", self.op, self.reason, self.code)
+    }
+}
+
+impl std::error::Error for DpdkError {}
+
+fn strerror(code: i32) -> String {
+    // SAFETY: rte_strerror returns a pointer to a static or thread-local NUL-terminated string.
+    unsafe { CStr::from_ptr(ffi::rte_strerror(code.abs())) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn err(op: impl Into<String>, code: i32) -> DpdkError {
+    DpdkError {
+        op: op.into(),
+        code,
+        reason: strerror(code),
+    }
+}
+
+fn last_err(op: impl Into<String>) -> DpdkError {
+    // SAFETY: reads the calling thread's rte_errno.
+    err(op, unsafe { ffi::shim_errno() })
+}
+
+/// EAL command line, typed. `to_argv` renders it in DPDK's syntax.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EalArgs {
+    pub program: String,
+    /// `-l` list, e.g. "0-1".
+    pub lcores: String,
+    /// `-m`: memory in MiB (needed with `--no-huge`).
+    pub memory_mb: Option<u32>,
+    pub no_huge: bool,
+    pub no_pci: bool,
+    pub file_prefix: Option<String>,
+    /// `--vdev` strings (net_pcap0,rx_pcap=...).
+    pub vdevs: Vec<String>,
+    /// `-a` PCI addresses.
+    pub allow: Vec<String>,
+    pub log_level: Option<String>,
+    pub extra: Vec<String>,
+}
+
+impl EalArgs {
+    pub fn to_argv(&self) -> Vec<String> {
+        let mut v = vec![self.program.clone(), "-l".into(), self.lcores.clone()];
+        if let Some(m) = self.memory_mb {
+            v.extend(["-m".into(), m.to_string()]);
+        }
+        if self.no_huge {
+            v.push("--no-huge".into());
+        }
+        if self.no_pci {
+            v.push("--no-pci".into());
+        }
+        if let Some(p) = &self.file_prefix {
+            v.push(format!("--file-prefix={p}"));
+        }
+        for d in &self.vdevs {
+            v.push(format!("--vdev={d}"));
+        }
+        for a in &self.allow {
+            v.extend(["-a".into(), a.clone()]);
+        }
+        if let Some(l) = &self.log_level {
+            v.push(format!("--log-level={l}"));
+        }
+        v.extend(self.extra.iter().cloned());
+        v
+    }
+}
+
+static EAL_INITIALISED: AtomicBool = AtomicBool::new(false);
+
+struct EalInner;
+
+impl Drop for EalInner {
+    fn drop(&mut self) {
+        // SAFETY: last handle gone: no port, pool or lcore function uses EAL any more.
+        unsafe { ffi::rte_eal_cleanup() };
+    }
+}
+
+/// The initialised EAL. Clones share it; `rte_eal_cleanup` runs when the last
+/// clone (including those held by ports and pools) is dropped.
+#[derive(Clone)]
+pub struct Eal(#[allow(dead_code)] Arc<EalInner>); // held for its Drop
+
+impl Eal {
+    /// Initialises the EAL once per process.
+    pub fn init(args: &EalArgs) -> Result<Eal, DpdkError> {
+        if EAL_INITIALISED.swap(true, Ordering::SeqCst) {
+            return Err(DpdkError {
+                op: "rte_eal_init".into(),
+                code: -1,
+                reason: "EAL is already initialised in this process".into(),
+            });
+        }
+        let argv = args.to_argv();
+        let cstrs: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_str()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| DpdkError {
+                op: "rte_eal_init".into(),
+                code: -22,
+                reason: "argument contains a NUL byte".into(),
+            })?;
+        // rte_eal_init may permute argv; hand it a leaked copy it can keep.
+        let ptrs: Vec<*mut c_char> = cstrs.into_iter().map(|c| c.into_raw()).collect();
+        let ptrs = Box::leak(ptrs.into_boxed_slice());
+        // SAFETY: argc/argv describe valid NUL-terminated strings that live for the process.
+        let rc = unsafe { ffi::rte_eal_init(ptrs.len() as c_int, ptrs.as_mut_ptr()) };
+        if rc < 0 {
+            EAL_INITIALISED.store(false, Ordering::SeqCst);
+            return Err(last_err(format!("rte_eal_init({})", argv.join(" "))));
+        }
+        Ok(Eal(Arc::new(EalInner)))
+    }
+
+    /// Lcore the calling (main) thread runs on.
+    pub fn main_lcore(&self) -> u32 {
+        // SAFETY: plain getter, valid after init.
+        unsafe { ffi::rte_get_main_lcore() }
+    }
+
+    /// Worker lcores enabled by `-l`, main excluded, ascending.
+    pub fn worker_lcores(&self) -> Vec<u32> {
+        let mut v = Vec::new();
+        let mut l = u32::MAX;
+        loop {
+            // SAFETY: iterates the EAL's lcore table; skip_main=1, wrap=0.
+            l = unsafe { ffi::rte_get_next_lcore(l, 1, 0) };
+            if l >= ffi::RTE_MAX_LCORE {
+                return v;
+            }
+            v.push(l);
+        }
+    }
+
+    /// Runs `f` on worker lcore `lcore`. Fails if the lcore is unknown or busy.
+    pub fn launch<F>(&self, lcore: u32, f: F) -> Result<(), DpdkError>
+    where
+        F: FnOnce() -> i32 + Send + 'static,
+    {
+        type Job = Box<dyn FnOnce() -> i32 + Send>;
+        extern "C" fn trampoline(arg: *mut c_void) -> c_int {
+            // SAFETY: `arg` is the Box<Job> leaked below, handed over exactly once.
+            let job: Box<Job> = unsafe { Box::from_raw(arg as *mut Job) };
+            job()
+        }
+        let job: Box<Job> = Box::new(Box::new(f));
+        let raw = Box::into_raw(job) as *mut c_void;
+        // SAFETY: trampoline has the lcore_function_t signature; raw is a valid Box pointer.
+        let rc = unsafe { ffi::rte_eal_remote_launch(Some(trampoline), raw, lcore) };
+        if rc != 0 {
+            // SAFETY: launch failed, so the trampoline never ran: reclaim the box.
+            drop(unsafe { Box::from_raw(raw as *mut Job) });
+            return Err(err(format!("rte_eal_remote_launch(lcore {lcore})"), rc));
+        }
+        Ok(())
+    }
+
+    /// Waits for the function running on `lcore` and returns its value.
+    pub fn wait(&self, lcore: u32) -> i32 {
+        // SAFETY: blocks until the lcore is back in WAIT state.
+        unsafe { ffi::rte_eal_wait_lcore(lcore) }
+    }
+
+    pub fn socket_id(&self) -> i32 {
+        // SAFETY: plain getter for the calling thread.
+        unsafe { ffi::rte_socket_id() as i32 }
+    }
+}
+
+/// Current time-stamp counter.
+#[inline(always)]
+pub fn tsc() -> u64 {
+    // SAFETY: reads the CPU's TSC; no memory effects.
+    unsafe { ffi::shim_rdtsc() }
+}
+
+/// TSC ticks per second, as measured by the EAL.
+pub fn tsc_hz() -> u64 {
+    // SAFETY: plain getter, valid after EAL init.
+    unsafe { ffi::shim_get_tsc_hz() }
+}
+
+/// Id of the calling lcore (u32::MAX for non-EAL threads).
+pub fn lcore_id() -> u32 {
+    // SAFETY: reads a per-thread variable.
+    unsafe { ffi::shim_lcore_id() }
+}
+
+/// A packet-buffer pool (`rte_pktmbuf_pool_create`). Cheap to clone; pools
+/// live until EAL cleanup.
+#[derive(Clone)]
+pub struct Mempool {
+    ptr: NonNull<ffi::rte_mempool>,
+    size: u32,
+    _eal: Eal,
+}
+
+// SAFETY: DPDK mempools are multi-producer/multi-consumer safe.
+unsafe impl Send for Mempool {}
+// SAFETY: as above; all operations through &self are thread-safe in DPDK.
+unsafe impl Sync for Mempool {}
+
+impl Mempool {
+    pub fn new(
+        eal: &Eal,
+        name: &str,
+        size: u32,
+        cache: u32,
+        data_room: u16,
+    ) -> Result<Mempool, DpdkError> {
+        let cname = CString::new(name).map_err(|_| err("rte_pktmbuf_pool_create", -22))?;
+        // SAFETY: cname is a valid C string; other arguments are plain values.
+        let p = unsafe {
+            ffi::rte_pktmbuf_pool_create(cname.as_ptr(), size, cache, 0, data_room, eal.socket_id())
+        };
+        NonNull::new(p)
+            .map(|ptr| Mempool {
+                ptr,
+                size,
+                _eal: eal.clone(),
+            })
+            .ok_or_else(|| last_err(format!("rte_pktmbuf_pool_create({name}, {size} mbufs)")))
+    }
+
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: self.ptr is a live pktmbuf pool.
+        NonNull::new(unsafe { ffi::shim_pktmbuf_alloc(self.ptr.as_ptr()) }).map(Mbuf)
+    }
+
+    /// Mbufs free in the pool (the per-lcore caches count as free).
+    pub fn available(&self) -> u32 {
+        // SAFETY: read-only query on a live pool.
+        unsafe { ffi::rte_mempool_avail_count(self.ptr.as_ptr()) }
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.size
+    }
+
+    pub fn in_use(&self) -> u32 {
+        // SAFETY: read-only query on a live pool.
+        unsafe { ffi::rte_mempool_in_use_count(self.ptr.as_ptr()) }
+    }
+}
+
+/// One owned packet buffer; freed back to its pool on drop.
+///
+/// A handle is never aliased: flooding shares the buffer only inside
+/// `TxBuffer::push_flood`, after which no handle exists any more.
+pub struct Mbuf(NonNull<ffi::rte_mbuf>);
+
+// SAFETY: an mbuf may be handed between lcores; ownership is unique.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    #[inline(always)]
+    fn raw(&self) -> *mut ffi::rte_mbuf {
+        self.0.as_ptr()
+    }
+
+    /// Bytes of the first segment.
+    #[inline(always)]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: data pointer and data_len describe the initialised part of the first
+        // segment, owned by this handle for its lifetime.
+        unsafe {
+            std::slice::from_raw_parts(
+                ffi::shim_mbuf_data(self.raw()),
+                ffi::shim_mbuf_data_len(self.raw()) as usize,
+            )
+        }
+    }
+
+    #[inline(always)]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `data`; &mut self guarantees exclusive access to the buffer.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                ffi::shim_mbuf_data(self.raw()),
+                ffi::shim_mbuf_data_len(self.raw()) as usize,
+            )
+        }
+    }
+
+    #[inline(always)]
+    pub fn data_len(&self) -> usize {
+        // SAFETY: field read on an owned mbuf.
+        unsafe { ffi::shim_mbuf_data_len(self.raw()) as usize }
+    }
+
+    #[inline(always)]
+    pub fn pkt_len(&self) -> usize {
+        // SAFETY: field read on an owned mbuf.
+        unsafe { ffi::shim_mbuf_pkt_len(self.raw()) as usize }
+    }
+
+    #[inline(always)]
+    pub fn segments(&self) -> u16 {
+        // SAFETY: field read on an owned mbuf.
+        unsafe { ffi::shim_mbuf_nb_segs(self.raw()) }
+    }
+
+    /// Port the packet was received on.
+    #[inline(always)]
+    pub fn port(&self) -> u16 {
+        // SAFETY: field read on an owned mbuf.
+        unsafe { ffi::shim_mbuf_port(self.raw()) }
+    }
+
+    /// RSS hash computed by the NIC, when it gave one.
+    #[inline(always)]
+    pub fn rss_hash(&self) -> Option<u32> {
+        // SAFETY: field reads on an owned mbuf.
+        unsafe {
+            if ffi::shim_mbuf_has_rss_hash(self.raw()) != 0 {
+                Some(ffi::shim_mbuf_rss_hash(self.raw()))
+            } else {
+                None
+            }
+        }
+    }
+
+    pub fn headroom(&self) -> usize {
+        // SAFETY: field read on an owned mbuf.
+        unsafe { ffi::shim_mbuf_headroom(self.raw()) as usize }
+    }
+
+    pub fn tailroom(&self) -> usize {
+        // SAFETY: field read on an owned mbuf.
+        unsafe { ffi::shim_mbuf_tailroom(self.raw()) as usize }
+    }
+
+    /// Grows the packet at the front by `len` bytes; None if the headroom is short.
+    pub fn prepend(&mut self, len: u16) -> Option<&mut [u8]> {
+        // SAFETY: DPDK returns NULL when headroom is insufficient; otherwise the new
+        // `len` bytes at the returned pointer belong to this mbuf.
+        unsafe {
+            let p = ffi::shim_pktmbuf_prepend(self.raw(), len);
+            (!p.is_null()).then(|| std::slice::from_raw_parts_mut(p as *mut u8, len as usize))
+        }
+    }
+
+    /// Removes `len` bytes from the front; false if the packet is shorter.
+    pub fn adj(&mut self, len: u16) -> bool {
+        // SAFETY: DPDK checks the length against data_len.
+        unsafe { !ffi::shim_pktmbuf_adj(self.raw(), len).is_null() }
+    }
+
+    /// Grows the packet at the end by `len` bytes; None if the tailroom is short.
+    pub fn append(&mut self, len: u16) -> Option<&mut [u8]> {
+        // SAFETY: DPDK returns NULL when tailroom is insufficient; otherwise the new
+        // `len` bytes at the returned pointer belong to this mbuf.
+        unsafe {
+            let p = ffi::shim_pktmbuf_append(self.raw(), len);
+            (!p.is_null()).then(|| std::slice::from_raw_parts_mut(p as *mut u8, len as usize))
+        }
+    }
+
+    /// Removes `len` bytes from the end; false if the packet is shorter.
+    pub fn trim(&mut self, len: u16) -> bool {
+        // SAFETY: DPDK checks the length against the last segment.
+        unsafe { ffi::shim_pktmbuf_trim(self.raw(), len) == 0 }
+    }
+
+    /// Sets the packet length, trimming or appending as needed.
+    pub fn set_len(&mut self, len: usize) -> bool {
+        let cur = self.data_len();
+        if len <= cur {
+            self.trim((cur - len) as u16)
+        } else {
+            self.append((len - cur) as u16).is_some()
+        }
+    }
+
+    /// An indirect clone that shares the data (read-only use, e.g. capture).
+    pub fn clone_into(&self, pool: &Mempool) -> Option<Mbuf> {
+        // SAFETY: both pointers are live; DPDK bumps the refcount of the direct buffer.
+        NonNull::new(unsafe { ffi::shim_pktmbuf_clone(self.raw(), pool.ptr.as_ptr()) }).map(Mbuf)
+    }
+
+    #[inline(always)]
+    fn into_raw(self) -> *mut ffi::rte_mbuf {
+        let p = self.raw();
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: this handle owns the mbuf (one reference of its refcount).
+        unsafe { ffi::shim_pktmbuf_free(self.raw()) }
+    }
+}
+
+/// Link state of a port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStatus {
+    pub up: bool,
+    pub speed_mbps: u32,
+    pub full_duplex: bool,
+}
+
+/// Basic ethdev counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    pub rx_nombuf: u64,
+}
+
+/// How to bring a port up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSetup {
+    pub rx_queues: u16,
+    pub tx_queues: u16,
+    pub rx_desc: u16,
+    pub tx_desc: u16,
+    pub mtu: Option<u16>,
+    pub promiscuous: bool,
+    /// Spread flows over RX queues by the 5-tuple where the device can.
+    pub rss: bool,
+    /// MAC address to set instead of the device's own.
+    pub mac: Option<[u8; 6]>,
+}
+
+/// What the device reported about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortInfo {
+    pub driver: String,
+    pub max_rx_queues: u16,
+    pub max_tx_queues: u16,
+    pub rss_offloads: u64,
+    pub min_mtu: u16,
+    pub max_mtu: u16,
+}
+
+/// A started ethdev port. Stopped and closed on drop.
+pub struct Port {
+    id: u16,
+    name: String,
+    mac: [u8; 6],
+    info: PortInfo,
+    rss_active: bool,
+    _eal: Eal,
+}
+
+impl Port {
+    /// Finds the ethdev DPDK created for `device` (the vdev name before the first
+    /// comma, or a PCI address) and configures and starts it.
+    pub fn open(
+        eal: &Eal,
+        device: &str,
+        setup: &PortSetup,
+        pool: &Mempool,
+    ) -> Result<Port, DpdkError> {
+        let name = device.split(',').next().unwrap_or(device);
+        let cname = CString::new(name).map_err(|_| err("port name", -22))?;
+        let mut id: u16 = 0;
+        // SAFETY: cname is a valid C string and id a valid out-pointer.
+        let rc = unsafe { ffi::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+        if rc != 0 {
+            return Err(DpdkError {
+                op: format!("find port {name}"),
+                code: rc,
+                reason: "no such ethdev (is the vdev or PCI device given to the EAL?)".into(),
+            });
+        }
+        let info = Self::query_info(id)?;
+        if setup.rx_queues > info.max_rx_queues || setup.tx_queues > info.max_tx_queues {
+            return Err(DpdkError {
+                op: format!("configure port {name}"),
+                code: -22,
+                reason: format!(
+                    "needs {} rx / {} tx queues, device {} supports {} / {}",
+                    setup.rx_queues,
+                    setup.tx_queues,
+                    info.driver,
+                    info.max_rx_queues,
+                    info.max_tx_queues
+                ),
+            });
+        }
+        let mut conf = ffi::rte_eth_conf::default();
+        let want_hf = unsafe_rss_hf() & info.rss_offloads;
+        let rss_active = setup.rss && setup.rx_queues > 1 && want_hf != 0;
+        if rss_active {
+            conf.rxmode.mq_mode = ffi::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = want_hf;
+        }
+        // SAFETY: id is a valid port; conf is a fully initialised struct.
+        let rc = unsafe { ffi::rte_eth_dev_configure(id, setup.rx_queues, setup.tx_queues, &conf) };
+        if rc != 0 {
+            return Err(err(format!("rte_eth_dev_configure({name})"), rc));
+        }
+        let (mut rxd, mut txd) = (setup.rx_desc, setup.tx_desc);
+        // SAFETY: valid port id and out-pointers.
+        let rc = unsafe { ffi::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd) };
+        if rc != 0 {
+            return Err(err(format!("rte_eth_dev_adjust_nb_rx_tx_desc({name})"), rc));
+        }
+        // SAFETY: plain query.
+        let socket = unsafe { ffi::rte_eth_dev_socket_id(id) };
+        let socket = if socket < 0 {
+            ffi::SOCKET_ID_ANY
+        } else {
+            socket
+        };
+        for q in 0..setup.rx_queues {
+            // SAFETY: configured port, queue index in range, live pool; NULL conf = defaults.
+            let rc = unsafe {
+                ffi::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    rxd,
+                    socket as u32,
+                    std::ptr::null(),
+                    pool.ptr.as_ptr(),
+                )
+            };
+            if rc != 0 {
+                return Err(err(format!("rte_eth_rx_queue_setup({name}, {q})"), rc));
+            }
+        }
+        for q in 0..setup.tx_queues {
+            // SAFETY: configured port, queue index in range; NULL conf = defaults.
+            let rc =
+                unsafe { ffi::rte_eth_tx_queue_setup(id, q, txd, socket as u32, std::ptr::null()) };
+            if rc != 0 {
+                return Err(err(format!("rte_eth_tx_queue_setup({name}, {q})"), rc));
+            }
+        }
+        if let Some(mtu) = setup.mtu {
+            // SAFETY: valid port id.
+            let rc = unsafe { ffi::rte_eth_dev_set_mtu(id, mtu) };
+            // Some vdevs cannot change MTU (-ENOTSUP); that is not fatal for them.
+            if rc != 0 && rc != -(libc_enotsup()) {
+                return Err(err(format!("rte_eth_dev_set_mtu({name}, {mtu})"), rc));
+            }
+        }
+        // SAFETY: valid, configured port.
+        let rc = unsafe { ffi::rte_eth_dev_start(id) };
+        if rc != 0 {
+            return Err(err(format!("rte_eth_dev_start({name})"), rc));
+        }
+        if setup.promiscuous {
+            // SAFETY: valid, started port. Failure (-ENOTSUP on some vdevs) is harmless.
+            unsafe { ffi::rte_eth_promiscuous_enable(id) };
+        }
+        let mut mac = [0u8; 6];
+        // SAFETY: rte_ether_addr is 6 bytes; mac is a 6-byte writable buffer.
+        unsafe { ffi::rte_eth_macaddr_get(id, mac.as_mut_ptr() as *mut ffi::rte_ether_addr) };
+        if let Some(mut m) = setup.mac {
+            // SAFETY: rte_ether_addr is 6 bytes; m is a 6-byte buffer.
+            let rc = unsafe {
+                ffi::rte_eth_dev_default_mac_addr_set(
+                    id,
+                    m.as_mut_ptr() as *mut ffi::rte_ether_addr,
+                )
+            };
+            // A device that cannot change its MAC (net_pcap) still receives
+            // every frame in promiscuous mode; the switch then uses the
+            // configured MAC in software.
+            if rc != 0 && !(rc == -libc_enotsup() && setup.promiscuous) {
+                return Err(err(format!("set MAC address of {name}"), rc));
+            }
+            mac = m;
+        }
+        Ok(Port {
+            id,
+            name: name.to_string(),
+            mac,
+            info,
+            rss_active,
+            _eal: eal.clone(),
+        })
+    }
+
+    fn query_info(id: u16) -> Result<PortInfo, DpdkError> {
+        let mut di = ffi::rte_eth_dev_info::default();
+        // SAFETY: valid port id and out-pointer.
+        let rc = unsafe { ffi::rte_eth_dev_info_get(id, &mut di) };
+        if rc != 0 {
+            return Err(err("rte_eth_dev_info_get", rc));
+        }
+        let driver = if di.driver_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: driver_name is a static NUL-terminated string owned by the driver.
+            unsafe { CStr::from_ptr(di.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Ok(PortInfo {
+            driver,
+            max_rx_queues: di.max_rx_queues,
+            max_tx_queues: di.max_tx_queues,
+            rss_offloads: di.flow_type_rss_offloads,
+            min_mtu: di.min_mtu,
+            max_mtu: di.max_mtu,
+        })
+    }
+
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    pub fn info(&self) -> &PortInfo {
+        &self.info
+    }
+
+    pub fn rss_active(&self) -> bool {
+        self.rss_active
+    }
+
+    pub fn link(&self) -> LinkStatus {
+        let mut l = ffi::rte_eth_link::default();
+        // SAFETY: valid port id and out-pointer.
+        let rc = unsafe { ffi::rte_eth_link_get_nowait(self.id, &mut l) };
+        if rc != 0 {
+            return LinkStatus::default();
+        }
+        LinkStatus {
+            up: l.link_status() != 0,
+            speed_mbps: l.link_speed,
+            full_duplex: l.link_duplex() != 0,
+        }
+    }
+
+    /// Administratively brings the link up or down (where the device supports it).
+    pub fn set_link(&self, up: bool) -> Result<(), DpdkError> {
+        // SAFETY: valid port id.
+        let rc = unsafe {
+            if up {
+                ffi::rte_eth_dev_set_link_up(self.id)
+            } else {
+                ffi::rte_eth_dev_set_link_down(self.id)
+            }
+        };
+        if rc != 0 {
+            return Err(err(
+                format!(
+                    "set link {} on {}",
+                    if up { "up" } else { "down" },
+                    self.name
+                ),
+                rc,
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> PortStats {
+        let mut s = ffi::rte_eth_stats::default();
+        // SAFETY: valid port id and out-pointer.
+        unsafe { ffi::rte_eth_stats_get(self.id, &mut s) };
+        PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        }
+    }
+
+    /// Driver-specific extended counters, by name.
+    pub fn xstats(&self) -> Vec<(String, u64)> {
+        // SAFETY: NULL/0 asks for the count only.
+        let n = unsafe { ffi::rte_eth_xstats_get_names(self.id, std::ptr::null_mut(), 0) };
+        if n <= 0 {
+            return Vec::new();
+        }
+        let mut names = vec![ffi::rte_eth_xstat_name::default(); n as usize];
+        let mut vals = vec![ffi::rte_eth_xstat::default(); n as usize];
+        // SAFETY: both buffers hold n entries.
+        let got_n = unsafe { ffi::rte_eth_xstats_get_names(self.id, names.as_mut_ptr(), n as u32) };
+        // SAFETY: as above.
+        let got_v = unsafe { ffi::rte_eth_xstats_get(self.id, vals.as_mut_ptr(), n as u32) };
+        let k = got_n.min(got_v).max(0) as usize;
+        (0..k)
+            .map(|i| {
+                // SAFETY: DPDK NUL-terminates names within their 64-byte array.
+                let name = unsafe { CStr::from_ptr(names[i].name.as_ptr()) }
+                    .to_string_lossy()
+                    .into_owned();
+                (name, vals[i].value)
+            })
+            .collect()
+    }
+
+    /// An RX queue handle for one worker.
+    pub fn rx_queue(&self, queue: u16) -> RxQueue {
+        RxQueue {
+            port: self.id,
+            queue,
+            burst: [std::ptr::null_mut(); MAX_BURST],
+        }
+    }
+
+    /// A buffered TX queue handle for one worker.
+    pub fn tx_buffer(&self, queue: u16) -> TxBuffer {
+        TxBuffer {
+            port: self.id,
+            queue,
+            len: 0,
+            pkts: [std::ptr::null_mut(); MAX_BURST],
+        }
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        // SAFETY: workers using this port's queues have been joined before the Port drops.
+        unsafe {
+            ffi::rte_eth_dev_stop(self.id);
+            ffi::rte_eth_dev_close(self.id);
+        }
+    }
+}
+
+fn unsafe_rss_hf() -> u64 {
+    // SAFETY: returns a constant.
+    unsafe { ffi::shim_rss_hf_5tuple() }
+}
+
+const fn libc_enotsup() -> i32 {
+    95 // ENOTSUP on Linux
+}
+
+/// One worker's view of one RX queue. Not shared between lcores.
+pub struct RxQueue {
+    port: u16,
+    queue: u16,
+    burst: [*mut ffi::rte_mbuf; MAX_BURST],
+}
+
+// SAFETY: an RxQueue is moved to exactly one worker lcore and used only there.
+unsafe impl Send for RxQueue {}
+
+impl RxQueue {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Receives up to `max` packets and hands each one to `f` in order.
+    #[inline]
+    pub fn rx_burst(&mut self, max: usize, mut f: impl FnMut(Mbuf)) -> usize {
+        let max = max.min(MAX_BURST);
+        // SAFETY: burst has room for `max` pointers; this queue is polled by one lcore only.
+        let n = unsafe {
+            ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16)
+        } as usize;
+        for i in 0..n {
+            // SAFETY: DPDK returned n valid, owned mbufs.
+            f(Mbuf(unsafe { NonNull::new_unchecked(self.burst[i]) }));
+        }
+        n
+    }
+}
+
+/// Per-worker TX buffer for one (port, queue): batches packets into bursts.
+pub struct TxBuffer {
+    port: u16,
+    queue: u16,
+    len: usize,
+    pkts: [*mut ffi::rte_mbuf; MAX_BURST],
+}
+
+// SAFETY: a TxBuffer is moved to exactly one worker lcore and used only there.
+unsafe impl Send for TxBuffer {}
+
+impl TxBuffer {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pending(&self) -> usize {
+        self.len
+    }
+
+    /// Queues `m`; sends a full burst when the buffer fills. Returns the
+    /// packets and bytes the device refused (freed, to be counted as drops).
+    #[inline]
+    pub fn push(&mut self, m: Mbuf) -> (usize, u64) {
+        self.pkts[self.len] = m.into_raw();
+        self.len += 1;
+        if self.len == MAX_BURST {
+            self.flush()
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// Sends the same buffer out of every TX buffer named by `targets`
+    /// (refcount bumped once per extra copy). Returns what each buffer refused.
+    pub fn push_flood(
+        m: Mbuf,
+        bufs: &mut [TxBuffer],
+        targets: &[usize],
+    ) -> [(usize, u64); MAX_PORTS] {
+        let mut refused = [(0, 0); MAX_PORTS];
+        if targets.is_empty() {
+            return refused; // dropping `m` frees it
+        }
+        let extra = targets.len() - 1;
+        if extra > 0 {
+            // SAFETY: we own one reference; adding `extra` makes one per target.
+            unsafe { ffi::shim_mbuf_refcnt_update(m.raw(), extra as i16) };
+        }
+        let raw = m.into_raw();
+        for &t in targets {
+            // SAFETY: each push consumes one of the references created above.
+            refused[t] = bufs[t].push(Mbuf(unsafe { NonNull::new_unchecked(raw) }));
+        }
+        refused
+    }
+
+    /// Sends what is queued; retries a few times, then frees what the device
+    /// still refuses. Returns the packets and bytes freed that way.
+    #[inline]
+    pub fn flush(&mut self) -> (usize, u64) {
+        let mut sent = 0;
+        let mut tries = 0;
+        while sent < self.len && tries < 4 {
+            // SAFETY: pkts[sent..len] are owned mbufs; this queue is used by one lcore only.
+            sent += unsafe {
+                ffi::shim_eth_tx_burst(
+                    self.port,
+                    self.queue,
+                    self.pkts.as_mut_ptr().add(sent),
+                    (self.len - sent) as u16,
+                )
+            } as usize;
+            tries += 1;
+        }
+        let refused = self.len - sent;
+        let mut bytes = 0u64;
+        if refused > 0 {
+            for &p in &self.pkts[sent..self.len] {
+                // SAFETY: still owned by us; read the length before freeing.
+                bytes += unsafe { ffi::shim_mbuf_pkt_len(p) } as u64;
+            }
+            // SAFETY: the device did not take these; we still own them.
+            unsafe {
+                ffi::shim_pktmbuf_free_bulk(self.pkts.as_mut_ptr().add(sent), refused as u32)
+            };
+        }
+        self.len = 0;
+        (refused, bytes)
+    }
+}
+
+impl Drop for TxBuffer {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: pending mbufs are owned by the buffer.
+            unsafe { ffi::shim_pktmbuf_free_bulk(self.pkts.as_mut_ptr(), self.len as u32) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eal_args_render() {
+        let a = EalArgs {
+            program: "intswitch".into(),
+            lcores: "0-1".into(),
+            memory_mb: Some(512),
+            no_huge: true,
+            no_pci: true,
+            file_prefix: Some("t1".into()),
+            vdevs: vec!["net_null0".into()],
+            allow: vec![],
+            log_level: Some("notice".into()),
+            extra: vec![],
+        };
+        assert_eq!(
+            a.to_argv(),
+            [
+                "intswitch",
+                "-l",
+                "0-1",
+                "-m",
+                "512",
+                "--no-huge",
+                "--no-pci",
+                "--file-prefix=t1",
+                "--vdev=net_null0",
+                "--log-level=notice"
+            ]
+        );
+    }
+}

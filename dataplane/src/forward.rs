@@ -1,0 +1,748 @@
+//! Per-packet forwarding decision for the three modes. Pure functions over a
+//! byte slice and the worker's tables, so every path is unit-tested without
+//! an EAL. The worker turns the `Verdict` into TX, flood or a counted drop.
+
+use std::net::IpAddr;
+
+use crate::counters::{CounterValues, Event};
+use crate::flow_table::{FlowAction, FlowTable};
+use crate::mac_table::{Learned, MacTable};
+use crate::parse::{self, L3Kind, PacketMeta, PROTO_ICMP, PROTO_ICMPV6};
+use crate::tables::{v4_key, v6_key, Mode, Tables};
+use crate::wire::arp::{self, ArpPacket, ArpRepr};
+use crate::wire::ethernet::{self, EthernetFrame, BROADCAST};
+use crate::wire::icmp;
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::DropReason;
+
+/// What to do with the frame after processing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send out this port index.
+    Tx(u16),
+    /// Set the frame length, then send out this port index (replies).
+    TxLen(u16, usize),
+    /// Send out every up port except the input one.
+    Flood,
+    /// Handled by the switch itself (ARP reply, NA): freed, not a drop.
+    Consumed,
+    Drop(DropReason),
+}
+
+/// Requests a worker sends to the control core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlEvent {
+    /// A neighbour's MAC seen in ARP or ND.
+    Neighbour { ip: IpAddr, mac: [u8; 6], port: u16 },
+    /// Traffic waits for this next hop's MAC.
+    Resolve { ip: IpAddr, port: u16 },
+}
+
+/// Where a worker sends control events; false when the queue is full.
+pub trait ControlSink {
+    fn send(&mut self, ev: ControlEvent) -> bool;
+}
+
+/// Everything a forwarding decision may read or update.
+pub struct Ctx<'a> {
+    pub tables: &'a Tables,
+    pub flows: &'a mut FlowTable,
+    pub macs: &'a mut MacTable,
+    pub counters: &'a mut CounterValues,
+    pub control: &'a mut dyn ControlSink,
+    pub now: u64,
+    /// Learn a flow entry on a miss.
+    pub learn_flows: bool,
+}
+
+impl Ctx<'_> {
+    fn notify(&mut self, ev: ControlEvent) {
+        if !self.control.send(ev) {
+            self.counters.event(Event::ControlQueueFull);
+        }
+    }
+}
+
+/// Decides what to do with `frame` received on port index `in_port`.
+#[inline]
+pub fn process(ctx: &mut Ctx, frame: &mut [u8], in_port: u16) -> Verdict {
+    let meta = match parse::parse(frame, in_port) {
+        Ok(m) => m,
+        Err(r) => return Verdict::Drop(r),
+    };
+    let flow_action = flow_lookup(ctx, &meta, frame.len());
+    if flow_action == FlowAction::Drop {
+        return Verdict::Drop(DropReason::FlowDrop);
+    }
+    match ctx.tables.mode {
+        Mode::CrossConnect => {
+            let out = match flow_action {
+                FlowAction::Forward(p) => Some(p),
+                _ => ctx.tables.xconnect.get(in_port as usize).copied().flatten(),
+            };
+            match out {
+                Some(p) => tx_if_up(ctx.tables, p),
+                None => Verdict::Drop(DropReason::NoPeer),
+            }
+        }
+        Mode::Bridge => bridge(ctx, frame, in_port, flow_action, meta.key.vlan),
+        Mode::Router => route(ctx, frame, in_port, &meta, flow_action),
+    }
+}
+
+fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
+    if let Some(e) = ctx.flows.hit(&meta.key, len, ctx.now) {
+        return e.action;
+    }
+    if ctx.learn_flows && meta.key.ip_version != 0 {
+        match ctx.flows.learn(meta.key, len, ctx.now) {
+            Ok(_) => ctx.counters.event(Event::FlowLearned),
+            Err(_) => ctx.counters.event(Event::FlowLearnFailedFull),
+        }
+    }
+    FlowAction::Normal
+}
+
+fn tx_if_up(t: &Tables, port: u16) -> Verdict {
+    match t.ports.get(port as usize) {
+        Some(p) if p.up => Verdict::Tx(port),
+        _ => Verdict::Drop(DropReason::PortDown),
+    }
+}
+
+fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u16) -> Verdict {
+    let eth = EthernetFrame::new_checked(frame).expect("parsed");
+    let (src, dst) = (eth.src(), eth.dst());
+    if !ethernet::is_multicast(&src) {
+        match ctx.macs.learn(vlan, &src, in_port, ctx.now) {
+            Learned::New => ctx.counters.event(Event::MacLearned),
+            Learned::Moved => ctx.counters.event(Event::MacMoved),
+            Learned::Full => ctx.counters.event(Event::MacTableFull),
+            Learned::Refreshed => {}
+        }
+    }
+    if let FlowAction::Forward(p) = action {
+        return tx_if_up(ctx.tables, p);
+    }
+    if ethernet::is_multicast(&dst) {
+        return Verdict::Flood;
+    }
+    match ctx.macs.lookup(vlan, &dst) {
+        Some(p) if p == in_port => Verdict::Drop(DropReason::L2SameSegment),
+        Some(p) => tx_if_up(ctx.tables, p),
+        None => Verdict::Flood,
+    }
+}
+
+fn route(
+    ctx: &mut Ctx,
+    frame: &mut [u8],
+    in_port: u16,
+    meta: &PacketMeta,
+    action: FlowAction,
+) -> Verdict {
+    let t = ctx.tables;
+    let Some(port) = t.ports.get(in_port as usize) else {
+        return Verdict::Drop(DropReason::PortDown);
+    };
+    let our_mac = port.mac;
+    let dst_mac: [u8; 6] = frame[0..6].try_into().unwrap();
+    if dst_mac != our_mac && !ethernet::is_multicast(&dst_mac) {
+        return Verdict::Drop(DropReason::NotOurMac);
+    }
+    match meta.l3 {
+        L3Kind::Arp => arp_input(ctx, frame, in_port, meta, our_mac),
+        L3Kind::Ipv4 => route_v4(ctx, frame, in_port, meta, action, our_mac),
+        L3Kind::Ipv6 => route_v6(ctx, frame, in_port, meta, action, our_mac),
+        L3Kind::Other => Verdict::Drop(DropReason::UnsupportedEthertype),
+    }
+}
+
+fn arp_input(
+    ctx: &mut Ctx,
+    frame: &mut [u8],
+    in_port: u16,
+    meta: &PacketMeta,
+    our_mac: [u8; 6],
+) -> Verdict {
+    let l3 = meta.l3_offset;
+    let a = match ArpPacket::new_checked(&frame[l3..]) {
+        Ok(a) => a,
+        Err(r) => return Verdict::Drop(r),
+    };
+    let (op, smac, sip, tip) = (a.operation(), a.sender_mac(), a.sender_ip(), a.target_ip());
+    if ctx.tables.local4.get(&v4_key(tip)).is_none() {
+        return Verdict::Drop(DropReason::ArpNotForUs);
+    }
+    if sip != [0; 4] {
+        ctx.counters.event(Event::NeighbourSeen);
+        ctx.notify(ControlEvent::Neighbour {
+            ip: IpAddr::from(sip),
+            mac: smac,
+            port: in_port,
+        });
+    }
+    if op == arp::OP_REPLY {
+        return Verdict::Consumed;
+    }
+    if op != arp::OP_REQUEST {
+        return Verdict::Drop(DropReason::LocalUnhandled);
+    }
+    ArpRepr {
+        operation: arp::OP_REPLY,
+        sender_mac: our_mac,
+        sender_ip: tip,
+        target_mac: smac,
+        target_ip: sip,
+    }
+    .emit(&mut frame[l3..l3 + arp::LEN]);
+    let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
+    eth.set_dst(smac);
+    eth.set_src(our_mac);
+    ctx.counters.event(Event::ArpReplied);
+    Verdict::TxLen(in_port, (l3 + arp::LEN).max(60))
+}
+
+fn swap_macs(frame: &mut [u8], our_mac: [u8; 6]) {
+    let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
+    let src = eth.src();
+    eth.set_dst(src);
+    eth.set_src(our_mac);
+}
+
+fn route_v4(
+    ctx: &mut Ctx,
+    frame: &mut [u8],
+    in_port: u16,
+    meta: &PacketMeta,
+    action: FlowAction,
+    our_mac: [u8; 6],
+) -> Verdict {
+    let t = ctx.tables;
+    let l3 = meta.l3_offset;
+    let eth_multicast = frame[0] & 1 != 0;
+    let mut ip = Ipv4Packet::new_checked(&mut frame[l3..meta.l3_end]).expect("parsed");
+    if !ip.verify_checksum() {
+        return Verdict::Drop(DropReason::Ipv4BadChecksum);
+    }
+    let dst = ip.dst();
+    if t.local4.get(&v4_key(dst)).is_some() {
+        if ip.protocol() != PROTO_ICMP || ip.frag_offset() != 0 || ip.more_fragments() {
+            return Verdict::Drop(DropReason::LocalUnhandled);
+        }
+        if let Err(r) = icmp::v4_echo_to_reply(ip.payload_mut()) {
+            return Verdict::Drop(r);
+        }
+        let src = ip.src();
+        ip.set_src(dst);
+        ip.set_dst(src);
+        ip.set_ttl(64);
+        ip.fill_checksum();
+        swap_macs(frame, our_mac);
+        ctx.counters.event(Event::IcmpEchoReplied);
+        return Verdict::TxLen(in_port, meta.l3_end.max(60));
+    }
+    if dst[0] >= 224 || eth_multicast {
+        return Verdict::Drop(DropReason::L3Multicast);
+    }
+    if ip.ttl() <= 1 {
+        return Verdict::Drop(DropReason::TtlExceeded);
+    }
+    let Some(nh_idx) = t.lpm4.lookup(&dst) else {
+        return Verdict::Drop(DropReason::NoRoute);
+    };
+    let nh = t.nexthops[nh_idx as usize];
+    let out = match action {
+        FlowAction::Forward(p) => p,
+        _ => nh.port,
+    };
+    let hop = match nh.gateway {
+        Some(IpAddr::V4(g)) if out == nh.port => g.octets(),
+        _ => dst,
+    };
+    let Some(n) = t.neigh4.get(&v4_key(hop)) else {
+        ctx.counters.event(Event::ResolveRequested);
+        ctx.notify(ControlEvent::Resolve {
+            ip: IpAddr::from(hop),
+            port: out,
+        });
+        return Verdict::Drop(DropReason::NeighbourUnresolved);
+    };
+    let Some(p) = t.ports.get(out as usize).filter(|p| p.up) else {
+        return Verdict::Drop(DropReason::PortDown);
+    };
+    ip.decrement_ttl();
+    let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
+    eth.set_dst(n.mac);
+    eth.set_src(p.mac);
+    Verdict::Tx(out)
+}
+
+fn route_v6(
+    ctx: &mut Ctx,
+    frame: &mut [u8],
+    in_port: u16,
+    meta: &PacketMeta,
+    action: FlowAction,
+    our_mac: [u8; 6],
+) -> Verdict {
+    let t = ctx.tables;
+    let l3 = meta.l3_offset;
+    let (src, dst, hop_limit) = {
+        let ip = Ipv6Packet::new_checked(&frame[l3..meta.l3_end]).expect("parsed");
+        (ip.src(), ip.dst(), ip.hop_limit())
+    };
+    let direct_icmp = meta.key.proto == PROTO_ICMPV6 && meta.l4_offset == l3 + ipv6::HDR_LEN;
+    if direct_icmp {
+        let msg_type = frame.get(meta.l4_offset).copied().unwrap_or(0);
+        if msg_type == icmp::V6_NEIGHBOR_SOLICIT || msg_type == icmp::V6_NEIGHBOR_ADVERT {
+            return nd_input(ctx, frame, in_port, meta, our_mac, src, dst, hop_limit);
+        }
+    }
+    if t.local6.get(&v6_key(dst)).is_some() {
+        if !direct_icmp {
+            return Verdict::Drop(DropReason::LocalUnhandled);
+        }
+        if let Err(r) = icmp::v6_echo_to_reply(&src, &dst, &mut frame[meta.l4_offset..meta.l3_end])
+        {
+            return Verdict::Drop(if frame[meta.l4_offset] == icmp::V6_ECHO_REQUEST {
+                r
+            } else {
+                DropReason::LocalUnhandled
+            });
+        }
+        let mut ip = Ipv6Packet::new_checked(&mut frame[l3..meta.l3_end]).expect("parsed");
+        ip.set_src(dst);
+        ip.set_dst(src);
+        ip.set_hop_limit(64);
+        swap_macs(frame, our_mac);
+        ctx.counters.event(Event::IcmpEchoReplied);
+        return Verdict::TxLen(in_port, meta.l3_end.max(60));
+    }
+    if dst[0] == 0xff {
+        return Verdict::Drop(DropReason::L3Multicast);
+    }
+    if hop_limit <= 1 {
+        return Verdict::Drop(DropReason::HopLimitExceeded);
+    }
+    let Some(nh_idx) = t.lpm6.lookup(&dst) else {
+        return Verdict::Drop(DropReason::NoRoute);
+    };
+    let nh = t.nexthops[nh_idx as usize];
+    let out = match action {
+        FlowAction::Forward(p) => p,
+        _ => nh.port,
+    };
+    let hop = match nh.gateway {
+        Some(IpAddr::V6(g)) if out == nh.port => g.octets(),
+        _ => dst,
+    };
+    let Some(n) = t.neigh6.get(&v6_key(hop)) else {
+        ctx.counters.event(Event::ResolveRequested);
+        ctx.notify(ControlEvent::Resolve {
+            ip: IpAddr::from(hop),
+            port: out,
+        });
+        return Verdict::Drop(DropReason::NeighbourUnresolved);
+    };
+    let Some(p) = t.ports.get(out as usize).filter(|p| p.up) else {
+        return Verdict::Drop(DropReason::PortDown);
+    };
+    let mut ip = Ipv6Packet::new_checked(&mut frame[l3..meta.l3_end]).expect("parsed");
+    ip.set_hop_limit(hop_limit - 1);
+    let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
+    eth.set_dst(n.mac);
+    eth.set_src(p.mac);
+    Verdict::Tx(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn nd_input(
+    ctx: &mut Ctx,
+    frame: &mut [u8],
+    in_port: u16,
+    meta: &PacketMeta,
+    our_mac: [u8; 6],
+    src: [u8; 16],
+    dst: [u8; 16],
+    hop_limit: u8,
+) -> Verdict {
+    // RFC 4861 §7.1: ND messages arrive with hop limit 255.
+    if hop_limit != 255 {
+        return Verdict::Drop(DropReason::IcmpMalformed);
+    }
+    let nd = match icmp::parse_nd(&src, &dst, &frame[meta.l4_offset..meta.l3_end]) {
+        Ok(nd) => nd,
+        Err(r) => return Verdict::Drop(r),
+    };
+    let eth_src: [u8; 6] = frame[6..12].try_into().unwrap();
+    if nd.kind == icmp::V6_NEIGHBOR_ADVERT {
+        ctx.counters.event(Event::NeighbourSeen);
+        let mac = nd.lla.unwrap_or(eth_src);
+        ctx.notify(ControlEvent::Neighbour {
+            ip: IpAddr::from(nd.target),
+            mac,
+            port: in_port,
+        });
+        return Verdict::Consumed;
+    }
+    if ctx.tables.local6.get(&v6_key(nd.target)).is_none() {
+        return Verdict::Drop(DropReason::LocalUnhandled);
+    }
+    if src == [0; 16] {
+        return Verdict::Drop(DropReason::LocalUnhandled); // duplicate address detection probe
+    }
+    let reply_mac = nd.lla.unwrap_or(eth_src);
+    ctx.counters.event(Event::NeighbourSeen);
+    ctx.notify(ControlEvent::Neighbour {
+        ip: IpAddr::from(src),
+        mac: reply_mac,
+        port: in_port,
+    });
+    let l3 = meta.l3_offset;
+    let end = l3 + ipv6::HDR_LEN + icmp::NA_LEN;
+    if frame.len() < end {
+        return Verdict::Drop(DropReason::IcmpMalformed);
+    }
+    {
+        let mut ip = Ipv6Packet::new_checked(&mut frame[l3..]).expect("parsed");
+        ip.set_src(nd.target);
+        ip.set_dst(src);
+        ip.set_hop_limit(255);
+        ip.set_payload_len(icmp::NA_LEN as u16);
+    }
+    icmp::emit_na(
+        &mut frame[l3 + ipv6::HDR_LEN..end],
+        &nd.target,
+        our_mac,
+        true,
+        &nd.target,
+        &src,
+    );
+    let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
+    eth.set_dst(reply_mac);
+    eth.set_src(our_mac);
+    ctx.counters.event(Event::NdReplied);
+    Verdict::TxLen(in_port, end.max(60))
+}
+
+/// Builds an ARP request for `target` from `our_ip`/`our_mac` into `buf`
+/// (at least 60 bytes); returns the frame length.
+pub fn build_arp_request(
+    buf: &mut [u8],
+    our_mac: [u8; 6],
+    our_ip: [u8; 4],
+    target: [u8; 4],
+) -> usize {
+    buf[..60].fill(0);
+    buf[0..6].copy_from_slice(&BROADCAST);
+    buf[6..12].copy_from_slice(&our_mac);
+    buf[12..14].copy_from_slice(&ethernet::ETHERTYPE_ARP.to_be_bytes());
+    ArpRepr {
+        operation: arp::OP_REQUEST,
+        sender_mac: our_mac,
+        sender_ip: our_ip,
+        target_mac: [0; 6],
+        target_ip: target,
+    }
+    .emit(&mut buf[14..42]);
+    60
+}
+
+/// Builds a neighbour solicitation for `target` into `buf` (at least 86
+/// bytes); returns the frame length.
+pub fn build_ns(buf: &mut [u8], our_mac: [u8; 6], our_ip: [u8; 16], target: [u8; 16]) -> usize {
+    let snm = icmp::solicited_node(&target);
+    buf[0..6].copy_from_slice(&icmp::ipv6_multicast_mac(&snm));
+    buf[6..12].copy_from_slice(&our_mac);
+    buf[12..14].copy_from_slice(&ethernet::ETHERTYPE_IPV6.to_be_bytes());
+    ipv6::Ipv6Repr {
+        src: our_ip,
+        dst: snm,
+        next_header: PROTO_ICMPV6,
+        payload_len: icmp::NA_LEN,
+        hop_limit: 255,
+    }
+    .emit(&mut buf[14..54]);
+    icmp::emit_ns(&mut buf[54..86], &target, our_mac, &our_ip, &snm);
+    86
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::tests::{udp4, udp6};
+    use crate::tables::tests::two_port_router;
+    use crate::tables::{Mode, Tables};
+    use crate::wire::checksum;
+
+    #[derive(Default)]
+    struct Sink(Vec<ControlEvent>, bool);
+    impl ControlSink for Sink {
+        fn send(&mut self, ev: ControlEvent) -> bool {
+            if self.1 {
+                return false;
+            }
+            self.0.push(ev);
+            true
+        }
+    }
+
+    struct Env {
+        t: Tables,
+        flows: FlowTable,
+        macs: MacTable,
+        c: CounterValues,
+        sink: Sink,
+        learn: bool,
+    }
+
+    impl Env {
+        fn new(mode: Mode) -> Env {
+            let mut s = two_port_router();
+            s.mode = mode;
+            Env {
+                t: Tables::build(&s, 1).unwrap(),
+                flows: FlowTable::new(64, 0),
+                macs: MacTable::new(64, 0),
+                c: CounterValues::default(),
+                sink: Sink::default(),
+                learn: false,
+            }
+        }
+        fn run(&mut self, f: &mut [u8], port: u16) -> Verdict {
+            let mut ctx = Ctx {
+                tables: &self.t,
+                flows: &mut self.flows,
+                macs: &mut self.macs,
+                counters: &mut self.c,
+                control: &mut self.sink,
+                now: 10,
+                learn_flows: self.learn,
+            };
+            process(&mut ctx, f, port)
+        }
+    }
+
+    const P0: [u8; 6] = [2, 0, 0, 0, 0, 0xa0];
+    const P1: [u8; 6] = [2, 0, 0, 0, 0, 0xa1];
+    const H1: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+    fn to(mut f: Vec<u8>, dst: [u8; 6]) -> Vec<u8> {
+        f[0..6].copy_from_slice(&dst);
+        f
+    }
+
+    #[test]
+    fn xconnect_and_flow_overrides() {
+        let mut e = Env::new(Mode::CrossConnect);
+        let mut f = udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x");
+        let orig = f.clone();
+        assert_eq!(e.run(&mut f, 0), Verdict::Tx(1));
+        assert_eq!(f, orig, "cross-connect leaves bytes alone");
+        assert_eq!(e.run(&mut f, 1), Verdict::Tx(0));
+        let mut k = parse::parse(&f, 0).unwrap().key;
+        e.flows.install(k, FlowAction::Drop, 0).unwrap();
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::FlowDrop));
+        k.in_port = 1;
+        e.flows.install(k, FlowAction::Forward(1), 0).unwrap();
+        assert_eq!(e.run(&mut f, 1), Verdict::Tx(1));
+        e.t.ports[1].up = false;
+        assert_eq!(e.run(&mut f, 1), Verdict::Drop(DropReason::PortDown));
+    }
+
+    #[test]
+    fn flows_are_learned_on_miss() {
+        let mut e = Env::new(Mode::CrossConnect);
+        e.learn = true;
+        let mut f = udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x");
+        e.run(&mut f, 0);
+        e.run(&mut f, 0);
+        assert_eq!(e.flows.len(), 1);
+        assert_eq!(e.c.events[Event::FlowLearned as usize], 1);
+        let k = parse::parse(&f, 0).unwrap().key;
+        assert_eq!(e.flows.get(&k).unwrap().packets, 2);
+    }
+
+    #[test]
+    fn bridge_learns_floods_and_filters() {
+        let mut e = Env::new(Mode::Bridge);
+        let h2 = [2, 0, 0, 0, 0, 2];
+        let mut f = to(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), h2);
+        assert_eq!(e.run(&mut f, 0), Verdict::Flood, "unknown unicast floods");
+        assert_eq!(e.macs.lookup(0, &H1), Some(0));
+        // h2 answers from port 1: now known both ways.
+        let mut g = udp4([2, 2, 2, 2], [1, 1, 1, 1], 2, 1, b"y");
+        g[0..6].copy_from_slice(&H1);
+        g[6..12].copy_from_slice(&h2);
+        assert_eq!(e.run(&mut g, 1), Verdict::Tx(0));
+        assert_eq!(e.run(&mut f, 0), Verdict::Tx(1));
+        // Destination on the input segment.
+        assert_eq!(e.run(&mut g, 0), Verdict::Drop(DropReason::L2SameSegment));
+        let mut b = to(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), BROADCAST);
+        assert_eq!(e.run(&mut b, 0), Verdict::Flood);
+    }
+
+    #[test]
+    fn router_forwards_with_rewrite_and_ttl() {
+        let mut e = Env::new(Mode::Router);
+        let mut f = to(udp4([10, 0, 1, 2], [172, 16, 5, 5], 1, 2, b"data"), P0);
+        assert_eq!(e.run(&mut f, 0), Verdict::Tx(1));
+        assert_eq!(&f[0..6], &[2, 0, 0, 0, 0, 0xfe]);
+        assert_eq!(&f[6..12], &P1);
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        assert_eq!(ip.ttl(), 63);
+        assert!(ip.verify_checksum());
+    }
+
+    #[test]
+    fn router_drops_with_reasons() {
+        let mut e = Env::new(Mode::Router);
+        let mut f = to(udp4([10, 0, 1, 2], [8, 8, 8, 8], 1, 2, b"x"), P0);
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::NoRoute));
+        let mut f = udp4([10, 0, 1, 2], [172, 16, 5, 5], 1, 2, b"x");
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::NotOurMac));
+        // TTL 1 and TTL 0.
+        for ttl in [0u8, 1] {
+            let mut f = to(udp4([10, 0, 1, 2], [172, 16, 5, 5], 1, 2, b"x"), P0);
+            let mut ip = Ipv4Packet::new_checked(&mut f[14..]).unwrap();
+            ip.set_ttl(ttl);
+            ip.fill_checksum();
+            assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::TtlExceeded));
+        }
+        let mut f = to(udp4([10, 0, 1, 2], [172, 16, 5, 5], 1, 2, b"x"), P0);
+        f[24] ^= 0xff;
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::Ipv4BadChecksum));
+        // Directly connected host without a known MAC: resolution requested.
+        let mut f = to(udp4([10, 0, 1, 2], [10, 0, 2, 9], 1, 2, b"x"), P0);
+        assert_eq!(
+            e.run(&mut f, 0),
+            Verdict::Drop(DropReason::NeighbourUnresolved)
+        );
+        assert_eq!(
+            e.sink.0,
+            vec![ControlEvent::Resolve {
+                ip: "10.0.2.9".parse().unwrap(),
+                port: 1
+            }]
+        );
+        e.sink.1 = true;
+        e.run(&mut f, 0);
+        assert_eq!(e.c.events[Event::ControlQueueFull as usize], 1);
+        let mut f = to(udp4([10, 0, 1, 2], [224, 0, 0, 5], 1, 2, b"x"), P0);
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::L3Multicast));
+    }
+
+    #[test]
+    fn router_answers_arp_and_learns() {
+        let mut e = Env::new(Mode::Router);
+        let mut f = vec![0u8; 60];
+        build_arp_request(&mut f, H1, [10, 0, 1, 2], [10, 0, 1, 1]);
+        assert_eq!(e.run(&mut f, 0), Verdict::TxLen(0, 60));
+        let a = ArpPacket::new_checked(&f[14..]).unwrap();
+        assert_eq!(a.operation(), arp::OP_REPLY);
+        assert_eq!((a.sender_mac(), a.sender_ip()), (P0, [10, 0, 1, 1]));
+        assert_eq!((a.target_mac(), a.target_ip()), (H1, [10, 0, 1, 2]));
+        assert_eq!(&f[0..12], &[H1, P0].concat()[..]);
+        assert_eq!(
+            e.sink.0,
+            vec![ControlEvent::Neighbour {
+                ip: "10.0.1.2".parse().unwrap(),
+                mac: H1,
+                port: 0
+            }]
+        );
+        // A request for someone else's address.
+        let mut f = vec![0u8; 60];
+        build_arp_request(&mut f, H1, [10, 0, 1, 2], [10, 0, 1, 3]);
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::ArpNotForUs));
+        // Truncated ARP.
+        let mut f = vec![0u8; 60];
+        build_arp_request(&mut f, H1, [10, 0, 1, 2], [10, 0, 1, 1]);
+        assert_eq!(
+            e.run(&mut f[..30], 0),
+            Verdict::Drop(DropReason::ArpMalformed)
+        );
+    }
+
+    #[test]
+    fn router_answers_ping_v4() {
+        let mut e = Env::new(Mode::Router);
+        let mut f = to(udp4([10, 0, 1, 2], [10, 0, 2, 1], 0, 0, &[0; 8]), P0);
+        // Make it ICMP echo: protocol 1, then an echo header in place of UDP.
+        {
+            let mut ip = Ipv4Packet::new_checked(&mut f[14..]).unwrap();
+            ip.set_ttl(9);
+            let p = ip.payload_mut();
+            p.fill(0);
+            p[0] = 8;
+            p[5] = 1;
+            let c = checksum::checksum(p);
+            p[2..4].copy_from_slice(&c.to_be_bytes());
+        }
+        f[23] = PROTO_ICMP;
+        Ipv4Packet::new_checked(&mut f[14..])
+            .unwrap()
+            .fill_checksum();
+        assert_eq!(e.run(&mut f, 0), Verdict::TxLen(0, 60));
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        assert_eq!(
+            (ip.src(), ip.dst(), ip.ttl()),
+            ([10, 0, 2, 1], [10, 0, 1, 2], 64)
+        );
+        assert!(ip.verify_checksum());
+        assert_eq!(ip.payload()[0], 0);
+        assert_eq!(checksum::fold(checksum::sum(0, ip.payload())), 0xffff);
+        // UDP to the router itself is not answered.
+        let mut f = to(udp4([10, 0, 1, 2], [10, 0, 1, 1], 5, 6, b"x"), P0);
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::LocalUnhandled));
+    }
+
+    #[test]
+    fn router_answers_ns_and_ping_v6() {
+        let mut e = Env::new(Mode::Router);
+        let host: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+        let gw: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        let mut f = vec![0u8; 86];
+        build_ns(&mut f, H1, host, gw);
+        assert_eq!(e.run(&mut f, 0), Verdict::TxLen(0, 86));
+        let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
+        assert_eq!((ip.src(), ip.dst(), ip.hop_limit()), (gw, host, 255));
+        let nd = icmp::parse_nd(&gw, &host, &f[54..86]).unwrap();
+        assert_eq!(
+            (nd.kind, nd.target, nd.lla),
+            (icmp::V6_NEIGHBOR_ADVERT, gw, Some(P0))
+        );
+        assert_eq!(&f[0..6], &H1);
+        assert_eq!(
+            e.sink.0[0],
+            ControlEvent::Neighbour {
+                ip: IpAddr::from(host),
+                mac: H1,
+                port: 0
+            }
+        );
+        // Echo request to the router.
+        let mut f = to(udp6(host, gw, 0, 0, &[0; 8]), P0);
+        f[20] = PROTO_ICMPV6;
+        f[54..70].fill(0);
+        f[54] = icmp::V6_ECHO_REQUEST;
+        icmp::v6_fill_checksum(&host, &gw, &mut f[54..70]);
+        assert_eq!(e.run(&mut f, 0), Verdict::TxLen(0, 70));
+        assert_eq!(f[54], icmp::V6_ECHO_REPLY);
+        assert!(icmp::v6_checksum_ok(&gw, &host, &f[54..70]));
+        // Forwarded v6 needs a neighbour; hop limit 1 is dropped.
+        let far: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+        let mut f = to(udp6(host, far, 1, 2, b"x"), P0);
+        assert_eq!(
+            e.run(&mut f, 0),
+            Verdict::Drop(DropReason::NeighbourUnresolved)
+        );
+        f[21] = 1;
+        assert_eq!(
+            e.run(&mut f, 0),
+            Verdict::Drop(DropReason::HopLimitExceeded)
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! One pass over a frame that yields the metadata every later stage uses:
+//! header offsets and the 5-tuple flow key. Malformed headers become a drop
+//! with a named reason.
+
+use crate::wire::ethernet::{self, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6;
+use crate::wire::tcp::TcpPacket;
+use crate::wire::udp::UdpPacket;
+use crate::DropReason;
+
+pub const PROTO_ICMP: u8 = 1;
+pub const PROTO_TCP: u8 = 6;
+pub const PROTO_UDP: u8 = 17;
+pub const PROTO_ICMPV6: u8 = 58;
+
+/// Exact-match key of a flow: 5-tuple plus input port and VLAN.
+/// IPv4 addresses occupy the first 4 bytes of `src`/`dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct FlowKey {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub proto: u8,
+    /// 4, 6, or 0 for non-IP frames.
+    pub ip_version: u8,
+    pub in_port: u16,
+    pub vlan: u16,
+}
+
+impl FlowKey {
+    pub fn v4(src: [u8; 4], dst: [u8; 4], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
+        let mut k = FlowKey {
+            proto,
+            src_port,
+            dst_port,
+            ip_version: 4,
+            ..Default::default()
+        };
+        k.src[..4].copy_from_slice(&src);
+        k.dst[..4].copy_from_slice(&dst);
+        k
+    }
+
+    pub fn v6(src: [u8; 16], dst: [u8; 16], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
+        FlowKey {
+            src,
+            dst,
+            proto,
+            src_port,
+            dst_port,
+            ip_version: 6,
+            ..Default::default()
+        }
+    }
+
+    /// Fast 64-bit hash (multiply-xorshift over the key's words); good spread
+    /// for open addressing, no per-call state.
+    #[inline]
+    pub fn hash64(&self) -> u64 {
+        let w = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap());
+        let tail = (self.src_port as u64)
+            | (self.dst_port as u64) << 16
+            | (self.proto as u64) << 32
+            | (self.ip_version as u64) << 40
+            | (self.vlan as u64) << 48;
+        let mut h = (self.in_port as u64) ^ 0x9e37_79b9_7f4a_7c15;
+        for x in [
+            w(&self.src[..8]),
+            w(&self.src[8..]),
+            w(&self.dst[..8]),
+            w(&self.dst[8..]),
+            tail,
+        ] {
+            h = (h ^ x).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            h ^= h >> 31;
+        }
+        h
+    }
+}
+
+/// What the network layer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L3Kind {
+    Ipv4,
+    Ipv6,
+    Arp,
+    Other,
+}
+
+/// Parsed view of a frame's headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketMeta {
+    pub l3: L3Kind,
+    pub ethertype: u16,
+    pub l3_offset: usize,
+    /// Start of the TCP/UDP/ICMP header (0 when there is none in this packet).
+    pub l4_offset: usize,
+    /// End of the IP packet within the frame (Ethernet padding excluded).
+    pub l3_end: usize,
+    /// TTL or hop limit.
+    pub ttl: u8,
+    pub key: FlowKey,
+}
+
+/// Parses `frame` received on `in_port`.
+pub fn parse(frame: &[u8], in_port: u16) -> Result<PacketMeta, DropReason> {
+    let l2 = ethernet::parse_l2(frame)?;
+    let mut meta = PacketMeta {
+        l3: L3Kind::Other,
+        ethertype: l2.ethertype,
+        l3_offset: l2.l3_offset,
+        l4_offset: 0,
+        l3_end: frame.len(),
+        ttl: 0,
+        key: FlowKey {
+            in_port,
+            vlan: l2.vlan,
+            ..Default::default()
+        },
+    };
+    let l3 = &frame[l2.l3_offset..];
+    match l2.ethertype {
+        ETHERTYPE_IPV4 => {
+            let ip = Ipv4Packet::new_checked(l3)?;
+            meta.l3 = L3Kind::Ipv4;
+            meta.ttl = ip.ttl();
+            meta.l3_end = l2.l3_offset + ip.total_len();
+            meta.key.ip_version = 4;
+            meta.key.proto = ip.protocol();
+            meta.key.src[..4].copy_from_slice(&ip.src());
+            meta.key.dst[..4].copy_from_slice(&ip.dst());
+            if ip.frag_offset() == 0 {
+                meta.l4_offset = l2.l3_offset + ip.header_len();
+                parse_l4(ip.payload(), &mut meta)?;
+            }
+        }
+        ETHERTYPE_IPV6 => {
+            let ip = ipv6::Ipv6Packet::new_checked(l3)?;
+            let up = ipv6::walk_extensions(l3)?;
+            meta.l3 = L3Kind::Ipv6;
+            meta.ttl = ip.hop_limit();
+            meta.l3_end = l2.l3_offset + ipv6::HDR_LEN + ip.payload_len();
+            meta.key.ip_version = 6;
+            meta.key.proto = up.protocol;
+            meta.key.src = ip.src();
+            meta.key.dst = ip.dst();
+            if !up.later_fragment {
+                meta.l4_offset = l2.l3_offset + up.offset;
+                parse_l4(&frame[meta.l4_offset..meta.l3_end], &mut meta)?;
+            }
+        }
+        ETHERTYPE_ARP => meta.l3 = L3Kind::Arp,
+        _ => {}
+    }
+    Ok(meta)
+}
+
+fn parse_l4(l4: &[u8], meta: &mut PacketMeta) -> Result<(), DropReason> {
+    match meta.key.proto {
+        PROTO_UDP => {
+            let u = UdpPacket::new_checked(l4)?;
+            meta.key.src_port = u.src_port();
+            meta.key.dst_port = u.dst_port();
+        }
+        PROTO_TCP => {
+            let t = TcpPacket::new_checked(l4)?;
+            meta.key.src_port = t.src_port();
+            meta.key.dst_port = t.dst_port();
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::wire::checksum;
+    use crate::wire::ipv4::Ipv4Repr;
+    use crate::wire::ipv6::Ipv6Repr;
+    use crate::wire::udp::UdpRepr;
+
+    /// Ethernet + IPv4 + UDP frame, for tests across the crate.
+    pub fn udp4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8 + payload.len()];
+        f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xfe]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        Ipv4Repr {
+            src,
+            dst,
+            protocol: PROTO_UDP,
+            payload_len: 8 + payload.len(),
+            ttl: 64,
+            tos: 0,
+        }
+        .emit(&mut f[14..]);
+        f[42..].copy_from_slice(payload);
+        let ps = checksum::pseudo_v4(src, dst, PROTO_UDP, (8 + payload.len()) as u16);
+        UdpRepr {
+            src_port: sport,
+            dst_port: dport,
+            payload_len: payload.len(),
+        }
+        .emit(&mut f[34..], ps);
+        f
+    }
+
+    pub fn udp6(src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 40 + 8 + payload.len()];
+        f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xfe]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+        Ipv6Repr {
+            src,
+            dst,
+            next_header: PROTO_UDP,
+            payload_len: 8 + payload.len(),
+            hop_limit: 64,
+        }
+        .emit(&mut f[14..]);
+        f[62..].copy_from_slice(payload);
+        let ps = checksum::pseudo_v6(&src, &dst, PROTO_UDP, (8 + payload.len()) as u32);
+        UdpRepr {
+            src_port: sport,
+            dst_port: dport,
+            payload_len: payload.len(),
+        }
+        .emit(&mut f[54..], ps);
+        f
+    }
+
+    #[test]
+    fn ipv4_udp_key() {
+        let f = udp4([10, 0, 0, 1], [10, 0, 1, 2], 1234, 80, b"abcd");
+        let m = parse(&f, 3).unwrap();
+        assert_eq!(m.l3, L3Kind::Ipv4);
+        assert_eq!(
+            (m.l3_offset, m.l4_offset, m.l3_end, m.ttl),
+            (14, 34, f.len(), 64)
+        );
+        let mut want = FlowKey::v4([10, 0, 0, 1], [10, 0, 1, 2], 17, 1234, 80);
+        want.in_port = 3;
+        assert_eq!(m.key, want);
+    }
+
+    #[test]
+    fn ethernet_padding_is_not_ip() {
+        let mut f = udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"");
+        f.resize(60, 0); // minimum frame
+        let m = parse(&f, 0).unwrap();
+        assert_eq!(m.l3_end, 14 + 28);
+    }
+
+    #[test]
+    fn ipv6_udp_key() {
+        let f = udp6([1; 16], [2; 16], 5, 6, b"x");
+        let m = parse(&f, 0).unwrap();
+        assert_eq!(m.key, FlowKey::v6([1; 16], [2; 16], 17, 5, 6));
+        assert_eq!(m.l4_offset, 54);
+    }
+
+    #[test]
+    fn malformed_become_named_drops() {
+        let f = udp4([10, 0, 0, 1], [10, 0, 1, 2], 1234, 80, b"abcd");
+        assert_eq!(parse(&f[..10], 0), Err(DropReason::EthTruncated));
+        assert_eq!(parse(&f[..30], 0), Err(DropReason::Ipv4Truncated));
+        let mut g = f.clone();
+        g[14] = 0x43;
+        assert_eq!(parse(&g, 0), Err(DropReason::Ipv4BadIhl));
+        let mut g = f.clone();
+        g[16..18].copy_from_slice(&500u16.to_be_bytes());
+        assert_eq!(parse(&g, 0), Err(DropReason::Ipv4BadTotalLength));
+        // IP total length cuts the UDP header.
+        let mut g = f.clone();
+        g[16..18].copy_from_slice(&24u16.to_be_bytes());
+        assert_eq!(parse(&g, 0), Err(DropReason::UdpBadLength));
+        // TCP with data offset 2.
+        let mut g = f.clone();
+        g[23] = PROTO_TCP;
+        assert_eq!(parse(&g, 0), Err(DropReason::TcpBadHeader));
+        let f6 = udp6([1; 16], [2; 16], 5, 6, b"x");
+        assert_eq!(parse(&f6[..50], 0), Err(DropReason::Ipv6Truncated));
+        let mut g = f6.clone();
+        g[20] = ipv6::NH_HOP_BY_HOP; // 8 bytes of "HbH" would be the UDP header, claims 8*(1+len)
+        g[54 + 1] = 200;
+        assert_eq!(parse(&g, 0), Err(DropReason::Ipv6ExtTruncated));
+    }
+
+    #[test]
+    fn later_fragments_have_no_ports() {
+        let mut f = udp4([10, 0, 0, 1], [10, 0, 1, 2], 1234, 80, b"abcd");
+        f[20] = 0;
+        f[21] = 3; // offset 3*8
+        let m = parse(&f, 0).unwrap();
+        assert_eq!((m.key.src_port, m.key.dst_port, m.l4_offset), (0, 0, 0));
+    }
+
+    #[test]
+    fn arp_and_unknown() {
+        let mut f = vec![0xffu8; 14 + 28];
+        f[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());
+        assert_eq!(parse(&f, 0).unwrap().l3, L3Kind::Arp);
+        f[12..14].copy_from_slice(&0x88ccu16.to_be_bytes());
+        assert_eq!(parse(&f, 0).unwrap().l3, L3Kind::Other);
+    }
+
+    #[test]
+    fn hash_spreads() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..10_000u32 {
+            let k = FlowKey::v4(
+                [10, 0, (i >> 8) as u8, i as u8],
+                [10, 1, 0, 1],
+                17,
+                1000,
+                2000,
+            );
+            seen.insert(k.hash64() & 0xffff);
+        }
+        // 10k keys into 64k buckets: a good hash leaves few collisions.
+        assert!(seen.len() > 9_000, "{}", seen.len());
+    }
+}

@@ -1,0 +1,322 @@
+//! Forwarding state that the control core builds and publishes as one
+//! immutable generation: port addresses, cross-connect peers, routes, next
+//! hops and neighbours. Workers read it without locks; the control core
+//! builds the next one from its canonical `TableSpec`.
+
+use std::net::IpAddr;
+
+use crate::counters::MAX_PORTS;
+use crate::fixed_map::FixedMap;
+use crate::lpm::{Lpm, Prefix};
+
+/// How the switch forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Bump in the wire: each port sends to its configured peer.
+    CrossConnect,
+    /// L2 learning bridge.
+    Bridge,
+    /// IPv4/IPv6 router.
+    Router,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::CrossConnect => "xconnect",
+            Mode::Bridge => "bridge",
+            Mode::Router => "router",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortState {
+    pub name: String,
+    pub mac: [u8; 6],
+    pub up: bool,
+    pub ipv4: Vec<([u8; 4], u8)>,
+    pub ipv6: Vec<([u8; 16], u8)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteSpec {
+    pub prefix: IpAddr,
+    pub len: u8,
+    pub port: u16,
+    /// None: the destination is on the port's link.
+    pub gateway: Option<IpAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighbourSpec {
+    pub ip: IpAddr,
+    pub mac: [u8; 6],
+    pub port: u16,
+    /// Configured (never replaced by learning) or learned.
+    pub permanent: bool,
+}
+
+/// The control core's canonical description of the forwarding state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    pub mode: Mode,
+    pub ports: Vec<PortState>,
+    /// Cross-connect peer of each port.
+    pub xconnect: Vec<Option<u16>>,
+    pub routes: Vec<RouteSpec>,
+    pub neighbours: Vec<NeighbourSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextHop {
+    pub port: u16,
+    pub gateway: Option<IpAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neighbour {
+    pub mac: [u8; 6],
+    pub port: u16,
+}
+
+/// One published generation of forwarding state.
+pub struct Tables {
+    pub generation: u64,
+    pub mode: Mode,
+    pub ports: Vec<PortState>,
+    pub xconnect: [Option<u16>; MAX_PORTS],
+    pub lpm4: Lpm<4>,
+    pub lpm6: Lpm<16>,
+    pub nexthops: Vec<NextHop>,
+    pub neigh4: FixedMap<u64, Neighbour>,
+    pub neigh6: FixedMap<u128, Neighbour>,
+    /// The switch's own addresses -> port.
+    pub local4: FixedMap<u64, u16>,
+    pub local6: FixedMap<u128, u16>,
+}
+
+pub fn v4_key(a: [u8; 4]) -> u64 {
+    u32::from_be_bytes(a) as u64
+}
+
+pub fn v6_key(a: [u8; 16]) -> u128 {
+    u128::from_be_bytes(a)
+}
+
+impl Tables {
+    /// Builds a generation. Connected routes come from the port addresses.
+    pub fn build(spec: &TableSpec, generation: u64) -> Result<Tables, String> {
+        if spec.ports.len() > MAX_PORTS {
+            return Err(format!(
+                "{} ports configured, at most {MAX_PORTS} supported",
+                spec.ports.len()
+            ));
+        }
+        let nports = spec.ports.len() as u16;
+        let mut xconnect = [None; MAX_PORTS];
+        for (i, p) in spec.xconnect.iter().enumerate().take(MAX_PORTS) {
+            xconnect[i] = *p;
+        }
+        let mut routes = spec.routes.clone();
+        for (i, p) in spec.ports.iter().enumerate() {
+            for (a, l) in &p.ipv4 {
+                routes.insert(
+                    0,
+                    RouteSpec {
+                        prefix: IpAddr::from(*a),
+                        len: *l,
+                        port: i as u16,
+                        gateway: None,
+                    },
+                );
+            }
+            for (a, l) in &p.ipv6 {
+                routes.insert(
+                    0,
+                    RouteSpec {
+                        prefix: IpAddr::from(*a),
+                        len: *l,
+                        port: i as u16,
+                        gateway: None,
+                    },
+                );
+            }
+        }
+        let mut nexthops: Vec<NextHop> = Vec::new();
+        let mut p4 = Vec::new();
+        let mut p6 = Vec::new();
+        for r in &routes {
+            if r.port >= nports {
+                return Err(format!(
+                    "route {}/{} uses port index {} of {}",
+                    r.prefix, r.len, r.port, nports
+                ));
+            }
+            let nh = NextHop {
+                port: r.port,
+                gateway: r.gateway,
+            };
+            let idx = match nexthops.iter().position(|n| *n == nh) {
+                Some(i) => i,
+                None => {
+                    nexthops.push(nh);
+                    nexthops.len() - 1
+                }
+            } as u32;
+            match r.prefix {
+                IpAddr::V4(a) => p4.push(Prefix {
+                    addr: a.octets(),
+                    len: r.len,
+                    value: idx,
+                }),
+                IpAddr::V6(a) => p6.push(Prefix {
+                    addr: a.octets(),
+                    len: r.len,
+                    value: idx,
+                }),
+            }
+        }
+        let lpm4 = Lpm::build(&p4).map_err(|e| format!("IPv4 routes: {e}"))?;
+        let lpm6 = Lpm::build(&p6).map_err(|e| format!("IPv6 routes: {e}"))?;
+        let mut neigh4 = FixedMap::with_capacity(spec.neighbours.len().max(16));
+        let mut neigh6 = FixedMap::with_capacity(spec.neighbours.len().max(16));
+        for n in &spec.neighbours {
+            let v = Neighbour {
+                mac: n.mac,
+                port: n.port,
+            };
+            match n.ip {
+                IpAddr::V4(a) => neigh4
+                    .insert(v4_key(a.octets()), v)
+                    .map(|_| ())
+                    .map_err(|_| ()),
+                IpAddr::V6(a) => neigh6
+                    .insert(v6_key(a.octets()), v)
+                    .map(|_| ())
+                    .map_err(|_| ()),
+            }
+            .map_err(|_| format!("neighbour table full at {}", n.ip))?;
+        }
+        let mut local4 = FixedMap::with_capacity(16);
+        let mut local6 = FixedMap::with_capacity(16);
+        for (i, p) in spec.ports.iter().enumerate() {
+            for (a, _) in &p.ipv4 {
+                local4
+                    .insert(v4_key(*a), i as u16)
+                    .map_err(|_| "too many local IPv4 addresses".to_string())?;
+            }
+            for (a, _) in &p.ipv6 {
+                local6
+                    .insert(v6_key(*a), i as u16)
+                    .map_err(|_| "too many local IPv6 addresses".to_string())?;
+            }
+        }
+        Ok(Tables {
+            generation,
+            mode: spec.mode,
+            ports: spec.ports.clone(),
+            xconnect,
+            lpm4,
+            lpm6,
+            nexthops,
+            neigh4,
+            neigh6,
+            local4,
+            local6,
+        })
+    }
+
+    /// Port (index) whose configured IPv4 subnet contains `ip`, with our address there.
+    pub fn v4_source_for(&self, ip: [u8; 4]) -> Option<(u16, [u8; 4])> {
+        self.ports.iter().enumerate().find_map(|(i, p)| {
+            p.ipv4
+                .iter()
+                .find(|(a, l)| crate::lpm::mask(*a, *l) == crate::lpm::mask(ip, *l))
+                .map(|(a, _)| (i as u16, *a))
+        })
+    }
+
+    pub fn v6_source_for(&self, ip: [u8; 16]) -> Option<(u16, [u8; 16])> {
+        self.ports.iter().enumerate().find_map(|(i, p)| {
+            p.ipv6
+                .iter()
+                .find(|(a, l)| crate::lpm::mask(*a, *l) == crate::lpm::mask(ip, *l))
+                .map(|(a, _)| (i as u16, *a))
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn two_port_router() -> TableSpec {
+        TableSpec {
+            mode: Mode::Router,
+            ports: vec![
+                PortState {
+                    name: "p0".into(),
+                    mac: [2, 0, 0, 0, 0, 0xa0],
+                    up: true,
+                    ipv4: vec![([10, 0, 1, 1], 24)],
+                    ipv6: vec![([0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 64)],
+                },
+                PortState {
+                    name: "p1".into(),
+                    mac: [2, 0, 0, 0, 0, 0xa1],
+                    up: true,
+                    ipv4: vec![([10, 0, 2, 1], 24)],
+                    ipv6: vec![([0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 64)],
+                },
+            ],
+            xconnect: vec![Some(1), Some(0)],
+            routes: vec![RouteSpec {
+                prefix: "172.16.0.0".parse().unwrap(),
+                len: 12,
+                port: 1,
+                gateway: Some("10.0.2.254".parse().unwrap()),
+            }],
+            neighbours: vec![NeighbourSpec {
+                ip: "10.0.2.254".parse().unwrap(),
+                mac: [2, 0, 0, 0, 0, 0xfe],
+                port: 1,
+                permanent: true,
+            }],
+        }
+    }
+
+    #[test]
+    fn builds_connected_and_static_routes() {
+        let t = Tables::build(&two_port_router(), 7).unwrap();
+        assert_eq!(t.generation, 7);
+        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 9]).unwrap() as usize];
+        assert_eq!(
+            nh,
+            NextHop {
+                port: 1,
+                gateway: None
+            }
+        );
+        let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
+        assert_eq!(nh.gateway, Some("10.0.2.254".parse().unwrap()));
+        assert!(t.lpm4.lookup(&[8, 8, 8, 8]).is_none());
+        assert_eq!(t.local4.get(&v4_key([10, 0, 1, 1])), Some(&0));
+        assert_eq!(
+            t.neigh4.get(&v4_key([10, 0, 2, 254])).unwrap().mac,
+            [2, 0, 0, 0, 0, 0xfe]
+        );
+        assert_eq!(t.v4_source_for([10, 0, 2, 77]), Some((1, [10, 0, 2, 1])));
+        assert!(t
+            .lpm6
+            .lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9])
+            .is_some());
+    }
+
+    #[test]
+    fn rejects_route_to_missing_port() {
+        let mut s = two_port_router();
+        s.routes[0].port = 5;
+        assert!(Tables::build(&s, 1).err().unwrap().contains("port index 5"));
+    }
+}

@@ -1,0 +1,10 @@
+//! Zero-copy, bounds-checked views of the headers the switch parses, and
+//! `Repr` builders for the packets it originates (replies, tests).
+pub mod arp;
+pub mod checksum;
+pub mod ethernet;
+pub mod icmp;
+pub mod ipv4;
+pub mod ipv6;
+pub mod tcp;
+pub mod udp;

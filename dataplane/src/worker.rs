@@ -1,0 +1,324 @@
+//! The run-to-completion worker loop (one per lcore) and the state it shares
+//! with the control core.
+//!
+//! One loop, as in DPDK's l3fwd: pick up a new table generation if one was
+//! published, apply queued flow commands, RX a burst per owned queue,
+//! process, buffer TX; drain TX buffers on a timer or when idle; publish
+//! counters once per burst; age tables a little; sleep when idle (if asked).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use crossbeam_queue::ArrayQueue;
+
+use crate::counters::{CounterValues, Event, SharedCounters, MAX_PORTS};
+use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
+use crate::flow_table::{FlowAction, FlowTable};
+use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
+use crate::mac_table::MacTable;
+use crate::parse::FlowKey;
+use crate::tables::Tables;
+use crate::DropReason;
+
+/// A flow-table change for one worker, tagged with the generation the
+/// worker acknowledges once it has applied it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowCommand {
+    Install {
+        key: FlowKey,
+        action: FlowAction,
+        generation: u64,
+    },
+    Remove {
+        key: FlowKey,
+        generation: u64,
+    },
+    Clear {
+        generation: u64,
+    },
+}
+
+impl FlowCommand {
+    fn generation(&self) -> u64 {
+        match self {
+            FlowCommand::Install { generation, .. }
+            | FlowCommand::Remove { generation, .. }
+            | FlowCommand::Clear { generation } => *generation,
+        }
+    }
+}
+
+/// Idle back-off: after `empty_polls` polls with nothing received, sleep
+/// `sleep_us` per poll so several switches can share few cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleConfig {
+    pub enabled: bool,
+    pub empty_polls: u32,
+    pub sleep_us: u32,
+}
+
+/// Everything a worker needs, built by the control core before launch.
+pub struct WorkerSetup {
+    pub id: usize,
+    /// (port index, queue) pairs this worker polls.
+    pub rx: Vec<(u16, RxQueue)>,
+    /// One TX buffer per port index (this worker's own TX queue on each port).
+    pub tx: Vec<TxBuffer>,
+    pub burst: usize,
+    pub flow_capacity: usize,
+    pub flow_idle_timeout_s: u64,
+    pub learn_flows: bool,
+    pub mac_capacity: usize,
+    pub mac_aging_s: u64,
+    pub tx_drain_us: u64,
+    pub idle: IdleConfig,
+}
+
+/// State a worker shares with the control core.
+pub struct WorkerShared {
+    pub counters: SharedCounters,
+    /// Highest table/flow generation this worker has applied.
+    pub acked_generation: AtomicU64,
+    pub flow_commands: ArrayQueue<FlowCommand>,
+    /// Packets the control core wants sent (ARP requests, NS): (port, mbuf).
+    pub inject: ArrayQueue<(u16, Mbuf)>,
+    /// Events for the control core (neighbours seen, resolution requests).
+    pub events: ArrayQueue<ControlEvent>,
+    pub flows_in_use: AtomicU64,
+    pub macs_in_use: AtomicU64,
+    pub lcore: AtomicU64,
+}
+
+impl WorkerShared {
+    pub fn new() -> WorkerShared {
+        WorkerShared {
+            counters: SharedCounters::default(),
+            acked_generation: AtomicU64::new(0),
+            flow_commands: ArrayQueue::new(4096),
+            inject: ArrayQueue::new(256),
+            events: ArrayQueue::new(1024),
+            flows_in_use: AtomicU64::new(0),
+            macs_in_use: AtomicU64::new(0),
+            lcore: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl Default for WorkerShared {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// State shared by all workers and the control core.
+pub struct Shared {
+    pub running: AtomicBool,
+    pub tables: ArcSwap<Tables>,
+    /// Generation of `tables`; bumped after each store.
+    pub table_generation: AtomicU64,
+    pub workers: Vec<Arc<WorkerShared>>,
+}
+
+impl Shared {
+    pub fn new(tables: Tables, workers: usize) -> Shared {
+        let g = tables.generation;
+        Shared {
+            running: AtomicBool::new(true),
+            tables: ArcSwap::from_pointee(tables),
+            table_generation: AtomicU64::new(g),
+            workers: (0..workers)
+                .map(|_| Arc::new(WorkerShared::new()))
+                .collect(),
+        }
+    }
+}
+
+struct QueueSink<'a>(&'a ArrayQueue<ControlEvent>);
+
+impl ControlSink for QueueSink<'_> {
+    #[inline]
+    fn send(&mut self, ev: ControlEvent) -> bool {
+        self.0.push(ev).is_ok()
+    }
+}
+
+/// Runs the worker until `shared.running` goes false. Returns 0.
+pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
+    let me = shared.workers[setup.id].clone();
+    me.lcore.store(dpdk::lcore_id() as u64, Ordering::Relaxed);
+    let hz = dpdk::tsc_hz().max(1);
+    let mut flows = FlowTable::new(setup.flow_capacity, setup.flow_idle_timeout_s * hz);
+    let mut macs = MacTable::new(setup.mac_capacity, setup.mac_aging_s * hz);
+    let mut tables = shared.tables.load_full();
+    let mut my_gen = tables.generation;
+    me.acked_generation.store(my_gen, Ordering::Release);
+    let mut c = CounterValues::default();
+    let drain_tsc = setup.tx_drain_us * hz / 1_000_000;
+    let mut last_drain = dpdk::tsc();
+    let mut empty_polls: u32 = 0;
+    let mut flood_targets = [0usize; MAX_PORTS];
+    let burst = setup.burst;
+    let nports = setup.tx.len();
+    let mut poll_no: u64 = 0;
+
+    while shared.running.load(Ordering::Relaxed) {
+        poll_no += 1;
+        // New table generation: swap our reference, acknowledge. The control
+        // core keeps the old one alive until every worker has acknowledged.
+        let g = shared.table_generation.load(Ordering::Acquire);
+        if g != my_gen {
+            tables = shared.tables.load_full();
+            my_gen = tables.generation;
+            c.event(Event::TablesSwapped);
+            me.acked_generation.fetch_max(my_gen, Ordering::AcqRel);
+        }
+        while let Some(cmd) = me.flow_commands.pop() {
+            let now = dpdk::tsc();
+            match cmd {
+                FlowCommand::Install { key, action, .. } => {
+                    if flows.install(key, action, now).is_err() {
+                        c.event(Event::FlowLearnFailedFull);
+                    }
+                }
+                FlowCommand::Remove { key, .. } => {
+                    flows.remove(&key);
+                }
+                FlowCommand::Clear { .. } => flows.clear(),
+            }
+            me.acked_generation
+                .fetch_max(cmd.generation(), Ordering::AcqRel);
+        }
+        while let Some((port, m)) = me.inject.pop() {
+            if let Some(tx) = setup.tx.get_mut(port as usize) {
+                let len = m.data_len() as u64;
+                c.tx_packets[port as usize] += 1;
+                c.tx_bytes[port as usize] += len;
+                c.event(Event::Injected);
+                let (n, b) = tx.push(m);
+                account_refused(&mut c, port as usize, n, b);
+            }
+        }
+
+        let now = dpdk::tsc();
+        let mut got = 0usize;
+        let mut sink = QueueSink(&me.events);
+        for (in_port, rxq) in setup.rx.iter_mut() {
+            let in_port = *in_port;
+            let tx = &mut setup.tx;
+            let t: &Tables = &tables;
+            let mut ctx = Ctx {
+                tables: t,
+                flows: &mut flows,
+                macs: &mut macs,
+                counters: &mut c,
+                control: &mut sink,
+                now,
+                learn_flows: setup.learn_flows,
+            };
+            got += rxq.rx_burst(burst, |mut m| {
+                let ip = in_port as usize;
+                ctx.counters.rx_packets[ip] += 1;
+                ctx.counters.rx_bytes[ip] += m.pkt_len() as u64;
+                if m.segments() != 1 {
+                    ctx.counters.drop(DropReason::MultiSegment);
+                    return;
+                }
+                let v = forward::process(&mut ctx, m.data_mut(), in_port);
+                let out = match v {
+                    Verdict::Tx(p) => p,
+                    Verdict::TxLen(p, len) => {
+                        if !m.set_len(len) {
+                            ctx.counters.drop(DropReason::LocalUnhandled);
+                            return;
+                        }
+                        p
+                    }
+                    Verdict::Flood => {
+                        let mut n = 0;
+                        for (i, ps) in t.ports.iter().enumerate().take(nports) {
+                            if i != ip && ps.up {
+                                flood_targets[n] = i;
+                                n += 1;
+                            }
+                        }
+                        ctx.counters.event(Event::Flooded);
+                        let len = m.pkt_len() as u64;
+                        for &p in &flood_targets[..n] {
+                            ctx.counters.tx_packets[p] += 1;
+                            ctx.counters.tx_bytes[p] += len;
+                        }
+                        let refused = TxBuffer::push_flood(m, tx, &flood_targets[..n]);
+                        for (p, (rn, rb)) in refused.iter().enumerate().take(nports) {
+                            account_refused(ctx.counters, p, *rn, *rb);
+                        }
+                        return;
+                    }
+                    Verdict::Consumed => return,
+                    Verdict::Drop(r) => {
+                        ctx.counters.drop(r);
+                        return;
+                    }
+                };
+                let p = out as usize;
+                if p >= nports {
+                    ctx.counters.drop(DropReason::PortDown);
+                    return;
+                }
+                ctx.counters.tx_packets[p] += 1;
+                ctx.counters.tx_bytes[p] += m.pkt_len() as u64;
+                let (n, b) = tx[p].push(m);
+                account_refused(ctx.counters, p, n, b);
+            });
+        }
+
+        c.polls += 1;
+        if got > 0 {
+            c.busy_polls += 1;
+            empty_polls = 0;
+        } else {
+            empty_polls = empty_polls.saturating_add(1);
+        }
+        let now = dpdk::tsc();
+        if got == 0 || now.wrapping_sub(last_drain) >= drain_tsc {
+            for (p, tx) in setup.tx.iter_mut().enumerate() {
+                if tx.pending() > 0 {
+                    let (n, b) = tx.flush();
+                    account_refused(&mut c, p, n, b);
+                }
+            }
+            last_drain = now;
+        }
+        // Age a slice of the tables every 64 polls: bounded work per poll.
+        if poll_no % 64 == 0 {
+            let fa = flows.age(now, 256);
+            let ma = macs.age(now, 256);
+            c.events[Event::FlowAged as usize] += fa as u64;
+            c.events[Event::MacAged as usize] += ma as u64;
+        }
+        if got > 0 || poll_no % 1024 == 0 {
+            me.counters.publish(&c);
+            me.flows_in_use.store(flows.len() as u64, Ordering::Relaxed);
+            me.macs_in_use.store(macs.len() as u64, Ordering::Relaxed);
+        }
+        if setup.idle.enabled && empty_polls >= setup.idle.empty_polls {
+            std::thread::sleep(Duration::from_micros(setup.idle.sleep_us as u64));
+        }
+    }
+    for (p, tx) in setup.tx.iter_mut().enumerate() {
+        let (n, b) = tx.flush();
+        account_refused(&mut c, p, n, b);
+    }
+    me.counters.publish(&c);
+    0
+}
+
+#[inline]
+fn account_refused(c: &mut CounterValues, port: usize, n: usize, bytes: u64) {
+    if n > 0 {
+        c.tx_packets[port] -= n as u64;
+        c.tx_bytes[port] -= bytes;
+        c.drops[DropReason::TxFull as usize] += n as u64;
+    }
+}

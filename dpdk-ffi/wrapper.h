@@ -1,0 +1,13 @@
+/* Headers whose declarations bindgen turns into Rust. */
+#include <rte_config.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_launch.h>
+#include <rte_cycles.h>
+#include <rte_mempool.h>
+#include <rte_mbuf.h>
+#include <rte_ethdev.h>
+#include <rte_ring.h>
+#include <rte_dev.h>
+#include "shim.h"
