@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what intswitch needs to build, run and test on Debian 12:
+# DPDK 22.11 (headers, libraries, drivers, dpdk-testpmd), clang for bindgen,
+# and the tools the tests drive (iproute2, ethtool, ping, tshark, python3).
+# Idempotent: skips apt when everything is already there.
+set -euo pipefail
+
+pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev build-essential
+      iproute2 iputils-ping ethtool tshark python3 procps)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  # tshark asks whether non-root users may capture; answer no, non-interactively.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+pkg-config --atleast-version=22.11 libdpdk || { echo "setup: libdpdk >= 22.11 not found by pkg-config" >&2; exit 1; }
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
+echo "setup: ok (DPDK $(pkg-config --modversion libdpdk))"

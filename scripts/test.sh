@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit tests (no EAL), then integration and
+# end-to-end tests that start intswitch on vdevs and in network namespaces
+# (the latter need root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cargo build --release --bin intswitch
+# Integration tests start several switch processes; keep them from
+# starving each other on small machines.
+cargo test --release --workspace -- --test-threads="${TEST_THREADS:-2}"

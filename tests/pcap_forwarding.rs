@@ -1,0 +1,262 @@
+//! End-to-end on vdevs: frames in from net_pcap files, the expected bytes out
+//! on the expected port (net_pcap tx files), counters equal. Expected output
+//! is built here byte by byte, not with the switch's own encoders.
+
+use intswitch_tests::{inet_checksum, read_pcap, run_for, write_pcap, Scratch};
+
+const P0_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xa0, 0];
+const P1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xa1, 0];
+const H1: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+const H2: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+
+/// Ethernet + IPv4 (+ UDP with payload), checksums computed here.
+fn ipv4_udp(dst_mac: [u8; 6], src_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8, payload: &[u8]) -> Vec<u8> {
+    let udp_len = 8 + payload.len();
+    let mut f = Vec::new();
+    f.extend(dst_mac);
+    f.extend(src_mac);
+    f.extend([0x08, 0x00]);
+    let mut ip = vec![0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, ttl, 17, 0, 0];
+    ip[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    ip.extend(src);
+    ip.extend(dst);
+    let c = inet_checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend(&ip);
+    f.extend([0x30, 0x39, 0x13, 0x89]);
+    f.extend((udp_len as u16).to_be_bytes());
+    f.extend([0, 0]); // UDP checksum 0: not used over IPv4
+    f.extend(payload);
+    f
+}
+
+fn ipv6_udp(dst_mac: [u8; 6], src_mac: [u8; 6], src: [u8; 16], dst: [u8; 16], hop: u8, payload: &[u8]) -> Vec<u8> {
+    let udp_len = 8 + payload.len();
+    let mut f = Vec::new();
+    f.extend(dst_mac);
+    f.extend(src_mac);
+    f.extend([0x86, 0xdd, 0x60, 0, 0, 0]);
+    f.extend((udp_len as u16).to_be_bytes());
+    f.extend([17, hop]);
+    f.extend(src);
+    f.extend(dst);
+    let mut pseudo = Vec::new();
+    pseudo.extend(src);
+    pseudo.extend(dst);
+    pseudo.extend((udp_len as u32).to_be_bytes());
+    pseudo.extend([0, 0, 0, 17]);
+    let mut udp = vec![0x30, 0x39, 0x13, 0x89];
+    udp.extend((udp_len as u16).to_be_bytes());
+    udp.extend([0, 0]);
+    udp.extend(payload);
+    pseudo.extend(&udp);
+    let c = inet_checksum(&pseudo);
+    udp[6..8].copy_from_slice(&c.to_be_bytes());
+    f.extend(udp);
+    f
+}
+
+fn v6(last: u8, net: u8) -> [u8; 16] {
+    [0x20, 0x01, 0x0d, 0xb8, 0, net, 0, 0, 0, 0, 0, 0, 0, 0, 0, last]
+}
+
+fn pad60(mut f: Vec<u8>) -> Vec<u8> {
+    if f.len() < 60 {
+        f.resize(60, 0);
+    }
+    f
+}
+
+fn port_cfg(name: &str, idx: usize, dir: &Scratch, extra: &str) -> String {
+    format!(
+        "[[port]]\nname = \"{name}\"\ndevice = \"net_pcap{idx},rx_pcap={},tx_pcap={}\"\n{extra}\n",
+        dir.path(&format!("in{idx}.pcap")).display(),
+        dir.path(&format!("out{idx}.pcap")).display()
+    )
+}
+
+fn header(name: &str, mode: &str) -> String {
+    format!(
+        "name = \"{name}\"\nmode = \"{mode}\"\n[eal]\nfile_prefix = \"{name}-{}\"\n[dataplane]\nidle = true\nmbufs = 4095\n",
+        std::process::id()
+    )
+}
+
+#[test]
+fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
+    let d = Scratch::new("xc");
+    let good = ipv4_udp(H2, H1, [10, 0, 0, 1], [10, 0, 0, 2], 64, b"hello");
+    let v6f = ipv6_udp(H2, H1, v6(1, 1), v6(2, 1), 64, b"six");
+    let mut arp = vec![0xff; 6];
+    arp.extend(H1);
+    arp.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend(H1);
+    arp.extend([10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2]);
+    let mut vlan = good[..12].to_vec();
+    vlan.extend([0x81, 0x00, 0x00, 0x64]);
+    vlan.extend(&good[12..]);
+    let mut bad_len = good.clone();
+    bad_len[16..18].copy_from_slice(&1500u16.to_be_bytes());
+    let truncated = good[..20].to_vec();
+    let dropped_by_flow = ipv4_udp(H2, H1, [10, 0, 0, 9], [10, 0, 0, 2], 64, b"x");
+    write_pcap(&d.path("in0.pcap"), &[good.clone(), bad_len, v6f.clone(), truncated, arp.clone(), vlan.clone(), dropped_by_flow]);
+    write_pcap(&d.path("in1.pcap"), &[v6f.clone()]);
+    let cfg = format!(
+        "{}{}{}[[flow]]\nin_port = \"p0\"\nsrc = \"10.0.0.9\"\ndst = \"10.0.0.2\"\nproto = \"udp\"\nsrc_port = 12345\ndst_port = 5001\naction = \"drop\"\n",
+        header("xc", "xconnect"),
+        port_cfg("p0", 0, &d, "peer = \"p1\""),
+        port_cfg("p1", 1, &d, "peer = \"p0\"")
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 2.0);
+    assert_eq!(read_pcap(&d.path("out1.pcap")), vec![good, v6f.clone(), arp, vlan]);
+    assert_eq!(read_pcap(&d.path("out0.pcap")), vec![v6f]);
+    assert_eq!(out["ports"][0]["rx_packets"], 7);
+    assert_eq!(out["ports"][1]["tx_packets"], 4);
+    assert_eq!(out["ports"][0]["tx_packets"], 1);
+    assert_eq!(out["drops"]["ipv4_bad_total_length"], 1);
+    assert_eq!(out["drops"]["eth_truncated"].as_u64().unwrap() + out["drops"]["ipv4_truncated"].as_u64().unwrap(), 1);
+    assert_eq!(out["drops"]["flow_drop"], 1);
+    assert_eq!(out["total_drops"], 3);
+    // ethdev's own counters agree with ours.
+    assert_eq!(out["ports"][1]["ethdev"]["opackets"], 4);
+}
+
+#[test]
+fn bridge_floods_unknown_then_forwards_learned() {
+    let d = Scratch::new("br");
+    let a_to_b = ipv4_udp(H2, H1, [10, 0, 0, 1], [10, 0, 0, 2], 64, b"ab");
+    let bcast = ipv4_udp([0xff; 6], H1, [10, 0, 0, 1], [10, 0, 0, 255], 64, b"bc");
+    let b_to_a = ipv4_udp(H1, H2, [10, 0, 0, 2], [10, 0, 0, 1], 64, b"ba");
+    // p0's burst is processed before p1's in the same poll: H1 is learned first.
+    write_pcap(&d.path("in0.pcap"), &[a_to_b.clone(), bcast.clone()]);
+    write_pcap(&d.path("in1.pcap"), &[b_to_a.clone()]);
+    write_pcap(&d.path("in2.pcap"), &[]);
+    let cfg = format!(
+        "{}{}{}{}",
+        header("br", "bridge"),
+        port_cfg("p0", 0, &d, ""),
+        port_cfg("p1", 1, &d, ""),
+        port_cfg("p2", 2, &d, "")
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 2.0);
+    assert_eq!(read_pcap(&d.path("out0.pcap")), vec![b_to_a]);
+    assert_eq!(read_pcap(&d.path("out1.pcap")), vec![a_to_b.clone(), bcast.clone()]);
+    assert_eq!(read_pcap(&d.path("out2.pcap")), vec![a_to_b, bcast]);
+    assert_eq!(out["events"]["flooded"], 2);
+    assert_eq!(out["events"]["mac_learned"], 2);
+    assert_eq!(out["macs_in_use"], 2);
+    assert_eq!(out["total_drops"], 0);
+}
+
+#[test]
+fn router_rewrites_answers_and_drops_with_reasons() {
+    let d = Scratch::new("rt");
+    let fwd = ipv4_udp(P0_MAC, H1, [10, 0, 1, 2], [10, 0, 2, 2], 64, b"routed");
+    let ttl1 = ipv4_udp(P0_MAC, H1, [10, 0, 1, 2], [10, 0, 2, 2], 1, b"t");
+    let noroute = ipv4_udp(P0_MAC, H1, [10, 0, 1, 2], [8, 8, 8, 8], 64, b"n");
+    let unresolved = ipv4_udp(P0_MAC, H1, [10, 0, 1, 2], [10, 0, 2, 3], 64, b"u");
+    let mut badsum = fwd.clone();
+    badsum[24] ^= 0x55;
+    let fwd6 = ipv6_udp(P0_MAC, H1, v6(2, 1), v6(2, 2), 64, b"routed6");
+    // ARP request for the router's p0 address.
+    let mut arp = vec![0xff; 6];
+    arp.extend(H1);
+    arp.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend(H1);
+    arp.extend([10, 0, 1, 2, 0, 0, 0, 0, 0, 0, 10, 0, 1, 1]);
+    let arp = pad60(arp);
+    // ICMP echo request to the router.
+    let mut ping = Vec::new();
+    ping.extend(P0_MAC);
+    ping.extend(H1);
+    ping.extend([0x08, 0x00]);
+    let mut ip = vec![0x45, 0, 0, 36, 0, 1, 0, 0, 64, 1, 0, 0, 10, 0, 1, 2, 10, 0, 1, 1];
+    let c = inet_checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut icmp = vec![8, 0, 0, 0, 0x11, 0x22, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8];
+    let c = inet_checksum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    ping.extend(&ip);
+    ping.extend(&icmp);
+    let ping = pad60(ping);
+    write_pcap(&d.path("in0.pcap"), &[fwd.clone(), ttl1, noroute, unresolved, badsum, fwd6.clone(), arp, ping]);
+    write_pcap(&d.path("in1.pcap"), &[]);
+    let cfg = format!(
+        "{}{}{}[[neighbour]]\nip = \"10.0.2.2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n[[neighbour]]\nip = \"2001:db8:2::2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n",
+        header("rt", "router"),
+        port_cfg("p0", 0, &d, "mac = \"02:00:00:00:a0:00\"\nipv4 = [\"10.0.1.1/24\"]\nipv6 = [\"2001:db8:1::1/64\"]"),
+        port_cfg("p1", 1, &d, "mac = \"02:00:00:00:a1:00\"\nipv4 = [\"10.0.2.1/24\"]\nipv6 = [\"2001:db8:2::1/64\"]")
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 2.5);
+
+    // Expected routed IPv4: MACs rewritten, TTL 63, header checksum recomputed here.
+    let mut want = fwd.clone();
+    want[0..6].copy_from_slice(&H2);
+    want[6..12].copy_from_slice(&P1_MAC);
+    want[22] = 63;
+    want[24..26].copy_from_slice(&[0, 0]);
+    let c = inet_checksum(&want[14..34]);
+    want[24..26].copy_from_slice(&c.to_be_bytes());
+    let mut want6 = fwd6.clone();
+    want6[0..6].copy_from_slice(&H2);
+    want6[6..12].copy_from_slice(&P1_MAC);
+    want6[21] = 63;
+    // ARP request the router sent to resolve 10.0.2.3, from p1.
+    let mut arpq = vec![0xff; 6];
+    arpq.extend(P1_MAC);
+    arpq.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arpq.extend(P1_MAC);
+    arpq.extend([10, 0, 2, 1, 0, 0, 0, 0, 0, 0, 10, 0, 2, 3]);
+    let arpq = pad60(arpq);
+    let out1 = read_pcap(&d.path("out1.pcap"));
+    assert_eq!(out1, vec![want, want6, arpq]);
+
+    let out0 = read_pcap(&d.path("out0.pcap"));
+    assert_eq!(out0.len(), 2, "ARP reply and echo reply");
+    let mut arp_reply = H1.to_vec();
+    arp_reply.extend(P0_MAC);
+    arp_reply.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 2]);
+    arp_reply.extend(P0_MAC);
+    arp_reply.extend([10, 0, 1, 1]);
+    arp_reply.extend(H1);
+    arp_reply.extend([10, 0, 1, 2]);
+    assert_eq!(&out0[0][..42], &arp_reply[..]);
+    let echo = &out0[1];
+    assert_eq!(&echo[0..12], &[H1, P0_MAC].concat()[..]);
+    assert_eq!(&echo[26..34], &[10, 0, 1, 1, 10, 0, 1, 2]);
+    assert_eq!(inet_checksum(&echo[14..34]), 0, "IPv4 header checksum");
+    assert_eq!(echo[34], 0, "echo reply");
+    assert_eq!(inet_checksum(&echo[34..50]), 0, "ICMP checksum");
+    assert_eq!(&echo[38..50], &icmp[4..]);
+
+    assert_eq!(out["drops"]["ttl_exceeded"], 1);
+    assert_eq!(out["drops"]["no_route"], 1);
+    assert_eq!(out["drops"]["neighbour_unresolved"], 1);
+    assert_eq!(out["drops"]["ipv4_bad_checksum"], 1);
+    assert_eq!(out["total_drops"], 4);
+    assert_eq!(out["events"]["arp_replied"], 1);
+    assert_eq!(out["events"]["icmp_echo_replied"], 1);
+    assert_eq!(out["ports"][0]["rx_packets"], 8);
+    assert_eq!(out["ports"][1]["tx_packets"], 3);
+    assert_eq!(out["ports"][0]["tx_packets"], 2);
+    // The ARP request taught the router H1's address.
+    let n = out["neighbours"].as_array().unwrap();
+    assert!(n.iter().any(|x| x["ip"] == "10.0.1.2" && x["mac"] == "02:00:00:00:00:01" && x["permanent"] == false), "{n:?}");
+}
+
+#[test]
+fn broken_config_is_refused_with_the_key() {
+    let d = Scratch::new("badcfg");
+    std::fs::write(d.path("c.toml"), "name = \"x\"\nmode = \"router\"\nturbo = true\n").unwrap();
+    let out = std::process::Command::new(intswitch_tests::intswitch_bin())
+        .arg("--config")
+        .arg(d.path("c.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("turbo"), "{e}");
+}
