@@ -739,3 +739,17 @@ action = "drop"
         assert!(err_of(&w).contains("polled by two workers"));
     }
 }
+
+#[cfg(test)]
+mod shipped_configs {
+    use super::*;
+
+    #[test]
+    fn reference_and_demo_configs_validate() {
+        for f in ["reference.toml", "demo.toml"] {
+            let path = format!("{}/../configs/{f}", env!("CARGO_MANIFEST_DIR"));
+            let c = Config::load(&path).unwrap_or_else(|e| panic!("{f}: {e}"));
+            c.validate().unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
+    }
+}

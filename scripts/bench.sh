@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): each forwarding mode on one worker core with
+# 64-byte frames, next to dpdk-testpmd --forward-mode=macswap on the same
+# vdevs with the same traffic, in the same run. Source: net_pcap replaying
+# a generated pcap (infinite_rx=1); sink: net_null.
+# Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>
+#
+# BENCH_SECONDS (default 8) sets each run's length; BENCH_HUGEPAGES=0 skips
+# reserving 2 MiB hugepages (reserved for the run and released at exit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${BENCH_SECONDS:-8}
+work=$(mktemp -d /tmp/intswitch-bench.XXXXXX)
+hp_file=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+hp_before=""
+cleanup() {
+  [[ -n "$hp_before" ]] && echo "$hp_before" > "$hp_file" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cargo build --release -q --bin intswitch
+bin=target/release/intswitch
+
+mem_args='memory_mb = 2048'
+tp_mem=(--no-huge -m 2048)
+if [[ "${BENCH_HUGEPAGES:-1}" != 0 && -w "$hp_file" ]]; then
+  hp_before=$(cat "$hp_file")
+  echo 1200 > "$hp_file" || true
+  if (( $(cat "$hp_file") >= 1100 )); then
+    mem_args=$'memory_mb = 2048\nhuge = true'
+    tp_mem=(-m 2048)
+    mkdir -p /dev/hugepages; mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
+  fi
+fi
+
+DUT_MAC=02:00:00:00:be:00
+# Average of the per-second samples, skipping the first two (warm-up).
+avg() { awk 'NR>2 {s+=$1; n++} END { if (n) printf "%.2f", s/n; else print "0.00" }'; }
+
+testpmd_mpps() { # pcap
+  timeout $((secs + 20)) dpdk-testpmd -l 0-1 "${tp_mem[@]}" --no-pci --file-prefix "bench-tp-$$" \
+    --vdev "net_pcap0,rx_pcap=$1,infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
+    --forward-mode=macswap --stats-period 1 --total-num-mbufs=200000 --no-lsc-interrupt \
+    >"$work/tp.log" 2>&1 </dev/null &
+  local pid=$!
+  sleep $((secs + 2)); kill -INT $pid 2>/dev/null || true; wait $pid 2>/dev/null || true
+  # Port 1 (net_null) is the TX side; its Tx-pps lines are every second block's second entry.
+  grep -E "Tx-pps:" "$work/tp.log" | awk 'NR%2==0 {print $2/1e6}' | avg
+}
+
+intswitch_mpps() { # config
+  timeout $((secs + 30)) "$bin" --config "$1" --duration "$secs" --stats-interval 1 >"$work/is.log" 2>&1 </dev/null || true
+  grep -E "^p0:" "$work/is.log" | sed -E 's/.*p1: rx [0-9.]+ Mpps [0-9.]+ Gbps tx ([0-9.]+) Mpps.*/\1/' | avg
+}
+
+config() { # mode pcap extra-port0 extra-port1 tail
+  cat <<EOF2
+name = "bench"
+mode = "$1"
+[eal]
+lcores = "0-1"
+$mem_args
+file_prefix = "bench-is-$$"
+log_level = "error"
+[dataplane]
+mbufs = 200000
+[flow_table]
+capacity = 131072
+learn = ${6:-false}
+[[port]]
+name = "p0"
+device = "net_pcap0,rx_pcap=$2,infinite_rx=1"
+mac = "$DUT_MAC"
+$3
+[[port]]
+name = "p1"
+device = "net_null0,no-rx=1"
+$4
+$5
+EOF2
+}
+
+run_case() { # name pcap config
+  local ours theirs
+  theirs=$(testpmd_mpps "$2")
+  ours=$(intswitch_mpps "$3")
+  awk -v n="$1" -v a="$ours" -v b="$theirs" 'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f\n", n, a, (b > 0 ? a / b : 0), b }'
+}
+
+# Cross-connect and L2: one flow of 64-byte frames.
+$bin gen-traffic --out "$work/l2.pcap" --count 4096 --flows 64 --size 60 --dst-mac 02:00:00:00:00:02
+config xconnect "$work/l2.pcap" 'peer = "p1"' 'peer = "p0"' "" >"$work/xc.toml"
+run_case xconnect "$work/l2.pcap" "$work/xc.toml"
+config bridge "$work/l2.pcap" "" "" "" >"$work/br.toml"
+run_case l2-bridge "$work/l2.pcap" "$work/br.toml"
+
+# L3: 10k /24 routes via a gateway, 100k flows learned into the flow table.
+$bin gen-traffic --out "$work/l3.pcap" --count 100000 --flows 100000 --size 60 \
+  --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 --vary-dst
+{
+  config router "$work/l3.pcap" 'ipv4 = ["10.0.1.1/24"]' 'ipv4 = ["10.0.2.1/24"]' "" true
+  printf '[[neighbour]]\nip = "10.0.2.254"\nmac = "02:00:00:00:02:fe"\nport = "p1"\n'
+  for i in $(seq 0 9999); do
+    printf '[[route]]\nprefix = "20.%d.%d.0/24"\nport = "p1"\nvia = "10.0.2.254"\n' $((i / 256)) $((i % 256))
+  done
+} >"$work/l3.toml"
+run_case l3-10k-routes-100k-flows "$work/l3.pcap" "$work/l3.toml"
