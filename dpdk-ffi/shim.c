@@ -6,6 +6,7 @@
 #include <rte_lcore.h>
 #include <rte_errno.h>
 #include <rte_pause.h>
+#include <stddef.h>
 #include "shim.h"
 
 uint16_t shim_eth_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
@@ -51,3 +52,13 @@ unsigned shim_ring_count(const struct rte_ring *r) { return rte_ring_count(r); }
 
 /* RTE_ETH_RSS_* are function-like macros (RTE_BIT64) that bindgen cannot evaluate. */
 uint64_t shim_rss_hf_5tuple(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP; }
+
+/* Layout facts the Rust side relies on when it reads mbuf fields directly. */
+void shim_mbuf_layout(uint32_t out[5])
+{
+	out[0] = offsetof(struct rte_mbuf, data_off);
+	out[1] = offsetof(struct rte_mbuf, nb_segs);
+	out[2] = offsetof(struct rte_mbuf, pkt_len);
+	out[3] = offsetof(struct rte_mbuf, data_len);
+	out[4] = sizeof(struct rte_mbuf);
+}

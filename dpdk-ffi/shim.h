@@ -45,4 +45,5 @@ unsigned shim_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsigned
 unsigned shim_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n);
 unsigned shim_ring_count(const struct rte_ring *r);
 uint64_t shim_rss_hf_5tuple(void);
+void shim_mbuf_layout(uint32_t out[5]);
 #endif

@@ -128,8 +128,8 @@ mod tests {
         let a = frame(&spec, 1);
         assert_eq!(a.len(), 60);
         let m = parse::parse(&a, 0).unwrap();
-        assert_eq!(&m.key.src[..4], &[10, 0, 1, 11]);
-        assert_eq!(&m.key.dst[..4], &[10, 0, 2, 11]);
+        assert_eq!(m.key.src_ip(), "10.0.1.11".parse::<IpAddr>().unwrap());
+        assert_eq!(m.key.dst_ip(), "10.0.2.11".parse::<IpAddr>().unwrap());
         assert_eq!(parse::parse(&frame(&spec, 5), 0).unwrap().key, m.key);
         let v6 = TrafficSpec {
             src: "2001:db8:1::10".parse().unwrap(),

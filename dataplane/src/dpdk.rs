@@ -297,12 +297,15 @@ impl Mbuf {
     /// Bytes of the first segment.
     #[inline(always)]
     pub fn data(&self) -> &[u8] {
-        // SAFETY: data pointer and data_len describe the initialised part of the first
-        // segment, owned by this handle for its lifetime.
+        // SAFETY: buf_addr + data_off and data_len describe the initialised part of the
+        // first segment, owned by this handle for its lifetime. Fields are read
+        // directly (layout checked against C by dpdk-ffi's tests) to avoid a call
+        // per access on the hot path.
         unsafe {
+            let m = &*self.raw();
             std::slice::from_raw_parts(
-                ffi::shim_mbuf_data(self.raw()),
-                ffi::shim_mbuf_data_len(self.raw()) as usize,
+                (m.buf_addr as *const u8).add(m.data_off as usize),
+                m.data_len as usize,
             )
         }
     }
@@ -311,9 +314,10 @@ impl Mbuf {
     pub fn data_mut(&mut self) -> &mut [u8] {
         // SAFETY: as `data`; &mut self guarantees exclusive access to the buffer.
         unsafe {
+            let m = &*self.raw();
             std::slice::from_raw_parts_mut(
-                ffi::shim_mbuf_data(self.raw()),
-                ffi::shim_mbuf_data_len(self.raw()) as usize,
+                (m.buf_addr as *mut u8).add(m.data_off as usize),
+                m.data_len as usize,
             )
         }
     }
@@ -321,19 +325,19 @@ impl Mbuf {
     #[inline(always)]
     pub fn data_len(&self) -> usize {
         // SAFETY: field read on an owned mbuf.
-        unsafe { ffi::shim_mbuf_data_len(self.raw()) as usize }
+        unsafe { (*self.raw()).data_len as usize }
     }
 
     #[inline(always)]
     pub fn pkt_len(&self) -> usize {
         // SAFETY: field read on an owned mbuf.
-        unsafe { ffi::shim_mbuf_pkt_len(self.raw()) as usize }
+        unsafe { (*self.raw()).pkt_len as usize }
     }
 
     #[inline(always)]
     pub fn segments(&self) -> u16 {
         // SAFETY: field read on an owned mbuf.
-        unsafe { ffi::shim_mbuf_nb_segs(self.raw()) }
+        unsafe { (*self.raw()).nb_segs }
     }
 
     /// Port the packet was received on.
@@ -894,7 +898,7 @@ impl TxBuffer {
         if refused > 0 {
             for &p in &self.pkts[sent..self.len] {
                 // SAFETY: still owned by us; read the length before freeing.
-                bytes += unsafe { ffi::shim_mbuf_pkt_len(p) } as u64;
+                bytes += unsafe { (*p).pkt_len } as u64;
             }
             // SAFETY: the device did not take these; we still own them.
             unsafe {

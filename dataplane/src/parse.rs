@@ -15,11 +15,12 @@ pub const PROTO_UDP: u8 = 17;
 pub const PROTO_ICMPV6: u8 = 58;
 
 /// Exact-match key of a flow: 5-tuple plus input port and VLAN.
-/// IPv4 addresses occupy the first 4 bytes of `src`/`dst`.
+/// Addresses are big-endian integers (IPv4 in the low 32 bits): built and
+/// hashed in registers, never through partial byte stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct FlowKey {
-    pub src: [u8; 16],
-    pub dst: [u8; 16],
+    pub src: u128,
+    pub dst: u128,
     pub src_port: u16,
     pub dst_port: u16,
     pub proto: u8,
@@ -31,22 +32,21 @@ pub struct FlowKey {
 
 impl FlowKey {
     pub fn v4(src: [u8; 4], dst: [u8; 4], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
-        let mut k = FlowKey {
+        FlowKey {
+            src: u32::from_be_bytes(src) as u128,
+            dst: u32::from_be_bytes(dst) as u128,
             proto,
             src_port,
             dst_port,
             ip_version: 4,
             ..Default::default()
-        };
-        k.src[..4].copy_from_slice(&src);
-        k.dst[..4].copy_from_slice(&dst);
-        k
+        }
     }
 
     pub fn v6(src: [u8; 16], dst: [u8; 16], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
         FlowKey {
-            src,
-            dst,
+            src: u128::from_be_bytes(src),
+            dst: u128::from_be_bytes(dst),
             proto,
             src_port,
             dst_port,
@@ -55,11 +55,26 @@ impl FlowKey {
         }
     }
 
+    fn addr(&self, a: u128) -> std::net::IpAddr {
+        if self.ip_version == 6 {
+            std::net::Ipv6Addr::from(a).into()
+        } else {
+            std::net::Ipv4Addr::from(a as u32).into()
+        }
+    }
+
+    pub fn src_ip(&self) -> std::net::IpAddr {
+        self.addr(self.src)
+    }
+
+    pub fn dst_ip(&self) -> std::net::IpAddr {
+        self.addr(self.dst)
+    }
+
     /// Fast 64-bit hash (multiply-xorshift over the key's words); good spread
     /// for open addressing, no per-call state.
     #[inline]
     pub fn hash64(&self) -> u64 {
-        let w = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap());
         let tail = (self.src_port as u64)
             | (self.dst_port as u64) << 16
             | (self.proto as u64) << 32
@@ -67,10 +82,10 @@ impl FlowKey {
             | (self.vlan as u64) << 48;
         let mut h = (self.in_port as u64) ^ 0x9e37_79b9_7f4a_7c15;
         for x in [
-            w(&self.src[..8]),
-            w(&self.src[8..]),
-            w(&self.dst[..8]),
-            w(&self.dst[8..]),
+            self.src as u64,
+            (self.src >> 64) as u64,
+            self.dst as u64,
+            (self.dst >> 64) as u64,
             tail,
         ] {
             h = (h ^ x).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -129,8 +144,8 @@ pub fn parse(frame: &[u8], in_port: u16) -> Result<PacketMeta, DropReason> {
             meta.l3_end = l2.l3_offset + ip.total_len();
             meta.key.ip_version = 4;
             meta.key.proto = ip.protocol();
-            meta.key.src[..4].copy_from_slice(&ip.src());
-            meta.key.dst[..4].copy_from_slice(&ip.dst());
+            meta.key.src = u32::from_be_bytes(ip.src()) as u128;
+            meta.key.dst = u32::from_be_bytes(ip.dst()) as u128;
             if ip.frag_offset() == 0 {
                 meta.l4_offset = l2.l3_offset + ip.header_len();
                 parse_l4(ip.payload(), &mut meta)?;
@@ -144,8 +159,8 @@ pub fn parse(frame: &[u8], in_port: u16) -> Result<PacketMeta, DropReason> {
             meta.l3_end = l2.l3_offset + ipv6::HDR_LEN + ip.payload_len();
             meta.key.ip_version = 6;
             meta.key.proto = up.protocol;
-            meta.key.src = ip.src();
-            meta.key.dst = ip.dst();
+            meta.key.src = u128::from_be_bytes(ip.src());
+            meta.key.dst = u128::from_be_bytes(ip.dst());
             if !up.later_fragment {
                 meta.l4_offset = l2.l3_offset + up.offset;
                 parse_l4(&frame[meta.l4_offset..meta.l3_end], &mut meta)?;

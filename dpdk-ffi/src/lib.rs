@@ -11,3 +11,25 @@
 #![allow(clippy::all)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bindgen's layout of the mbuf fields the data path reads directly must
+    /// match the C compiler's.
+    #[test]
+    fn mbuf_layout_matches_c() {
+        let mut c = [0u32; 5];
+        // SAFETY: writes five u32 into the array.
+        unsafe { shim_mbuf_layout(c.as_mut_ptr()) };
+        let rust = [
+            std::mem::offset_of!(rte_mbuf, data_off) as u32,
+            std::mem::offset_of!(rte_mbuf, nb_segs) as u32,
+            std::mem::offset_of!(rte_mbuf, pkt_len) as u32,
+            std::mem::offset_of!(rte_mbuf, data_len) as u32,
+            std::mem::size_of::<rte_mbuf>() as u32,
+        ];
+        assert_eq!(rust, c);
+    }
+}
