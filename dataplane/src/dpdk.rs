@@ -203,6 +203,53 @@ impl Eal {
     }
 }
 
+/// Hints the CPU to pull `r`'s cache line in (DPDK's rte_prefetch0), so a
+/// burst's table lookups overlap their memory latency.
+#[inline(always)]
+pub fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect; `r` is a valid reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            r as *const T as *const i8,
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
+
+/// Prefetches every cache line `r` covers (a table slot may straddle two).
+#[inline(always)]
+pub fn prefetch_all<T>(r: &T) {
+    let start = r as *const T as usize;
+    let end = start + std::mem::size_of::<T>().max(1) - 1;
+    let mut line = start & !63;
+    while line <= end {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch never faults and has no architectural effect, even for an
+        // address outside any mapping; every line here lies within `r` anyway.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line as *const i8)
+        };
+        line += 64;
+    }
+}
+
+/// Asks the kernel to back `mem` with transparent huge pages (fewer TLB
+/// misses on large, randomly probed tables). Call before the memory is
+/// first touched; harmless where THP is off.
+pub fn advise_hugepages<T>(mem: &mut [T]) {
+    let start = mem.as_mut_ptr() as usize;
+    let end = start + std::mem::size_of_val(mem);
+    let page = 4096;
+    let (a, b) = ((start + page - 1) & !(page - 1), end & !(page - 1));
+    if b > a {
+        // SAFETY: [a, b) lies inside `mem`, which we borrow mutably; MADV_HUGEPAGE
+        // changes only how the range is backed, never its contents.
+        unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
+    }
+}
+
 /// Current time-stamp counter.
 #[inline(always)]
 pub fn tsc() -> u64 {
@@ -800,6 +847,21 @@ impl RxQueue {
 
     pub fn queue(&self) -> u16 {
         self.queue
+    }
+
+    /// Receives up to `max` packets into `out[..n]` and returns n.
+    #[inline]
+    pub fn rx_burst_into(&mut self, max: usize, out: &mut [Option<Mbuf>; MAX_BURST]) -> usize {
+        let max = max.min(MAX_BURST);
+        // SAFETY: burst has room for `max` pointers; this queue is polled by one lcore only.
+        let n = unsafe {
+            ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16)
+        } as usize;
+        for i in 0..n {
+            // SAFETY: DPDK returned n valid mbufs whose ownership passes to us.
+            out[i] = Some(Mbuf(unsafe { NonNull::new_unchecked(self.burst[i]) }));
+        }
+        n
     }
 
     /// Receives up to `max` packets and hands each one to `f` in order.

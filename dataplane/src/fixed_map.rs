@@ -35,8 +35,11 @@ impl<K: MapKey, V> FixedMap<K, V> {
     /// twice that, so probes stay short).
     pub fn with_capacity(capacity: usize) -> Self {
         let slots = (capacity.max(1) * 2).next_power_of_two();
+        let mut v: Vec<Option<(K, V)>> = Vec::with_capacity(slots);
+        crate::dpdk::advise_hugepages(v.spare_capacity_mut());
+        v.resize_with(slots, || None);
         FixedMap {
-            slots: (0..slots).map(|_| None).collect(),
+            slots: v.into_boxed_slice(),
             mask: slots - 1,
             len: 0,
             max_len: capacity.max(1),
@@ -65,6 +68,12 @@ impl<K: MapKey, V> FixedMap<K, V> {
                 None => return Err(i),
             }
         }
+    }
+
+    /// Starts loading the home slot of `k` into the cache.
+    #[inline]
+    pub fn prefetch(&self, k: &K) {
+        crate::dpdk::prefetch_all(&self.slots[k.hash64() as usize & self.mask]);
     }
 
     #[inline]

@@ -84,6 +84,12 @@ impl FlowTable {
         self.map.capacity()
     }
 
+    /// Starts loading the flow's slot (first pass over a burst).
+    #[inline]
+    pub fn prefetch(&self, key: &FlowKey) {
+        self.map.prefetch(key);
+    }
+
     /// Looks up a flow and accounts one packet of `bytes` to it.
     #[inline]
     pub fn hit(&mut self, key: &FlowKey, bytes: usize, now: u64) -> Option<&mut FlowEntry> {

@@ -67,7 +67,20 @@ impl Ctx<'_> {
 /// Decides what to do with `frame` received on port index `in_port`.
 #[inline]
 pub fn process(ctx: &mut Ctx, frame: &mut [u8], in_port: u16) -> Verdict {
-    let meta = match parse::parse(frame, in_port) {
+    let meta = parse::parse(frame, in_port);
+    process_parsed(ctx, frame, in_port, meta)
+}
+
+/// As `process`, for a frame the caller has already parsed (the worker
+/// parses a whole burst first to prefetch flow-table slots).
+#[inline]
+pub fn process_parsed(
+    ctx: &mut Ctx,
+    frame: &mut [u8],
+    in_port: u16,
+    meta: Result<PacketMeta, DropReason>,
+) -> Verdict {
+    let meta = match meta {
         Ok(m) => m,
         Err(r) => return Verdict::Drop(r),
     };

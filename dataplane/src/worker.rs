@@ -18,9 +18,12 @@ use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
 use crate::mac_table::MacTable;
-use crate::parse::FlowKey;
+use crate::parse::{FlowKey, PacketMeta};
 use crate::tables::Tables;
 use crate::DropReason;
+
+/// Flow-table size from which a burst is parsed and prefetched first.
+const PREFETCH_MIN_FLOWS: usize = 4096;
 
 /// A flow-table change for one worker, tagged with the generation the
 /// worker acknowledges once it has applied it.
@@ -160,8 +163,10 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let mut empty_polls: u32 = 0;
     let mut flood_targets = [0usize; MAX_PORTS];
     let burst = setup.burst;
-    let nports = setup.tx.len();
     let mut poll_no: u64 = 0;
+    let mut pkts: [Option<Mbuf>; dpdk::MAX_BURST] = std::array::from_fn(|_| None);
+    let mut metas: [Result<PacketMeta, DropReason>; dpdk::MAX_BURST] =
+        [Err(DropReason::EthTruncated); dpdk::MAX_BURST];
 
     while shared.running.load(Ordering::Relaxed) {
         poll_no += 1;
@@ -206,10 +211,30 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
         let mut sink = QueueSink(&me.events);
         for (in_port, rxq) in setup.rx.iter_mut() {
             let in_port = *in_port;
-            let tx = &mut setup.tx;
-            let t: &Tables = &tables;
+            let n = rxq.rx_burst_into(burst, &mut pkts);
+            if n == 0 {
+                continue;
+            }
+            got += n;
+            // With a table larger than the caches, pass 1 parses the burst and
+            // prefetches each flow's slot so pass 2's lookups overlap their
+            // misses; with a small table one pass is cheaper.
+            let two_pass = flows.len() >= PREFETCH_MIN_FLOWS;
+            if two_pass {
+                for i in 0..n {
+                    let m = pkts[i].as_ref().expect("received");
+                    metas[i] = if m.segments() != 1 {
+                        Err(DropReason::MultiSegment)
+                    } else {
+                        crate::parse::parse(m.data(), in_port)
+                    };
+                    if let Ok(meta) = &metas[i] {
+                        flows.prefetch(&meta.key);
+                    }
+                }
+            }
             let mut ctx = Ctx {
-                tables: t,
+                tables: &tables,
                 flows: &mut flows,
                 macs: &mut macs,
                 counters: &mut c,
@@ -217,60 +242,28 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 now,
                 learn_flows: setup.learn_flows,
             };
-            got += rxq.rx_burst(burst, |mut m| {
+            for i in 0..n {
+                let mut m = pkts[i].take().expect("received");
                 let ip = in_port as usize;
                 ctx.counters.rx_packets[ip] += 1;
                 ctx.counters.rx_bytes[ip] += m.pkt_len() as u64;
-                if m.segments() != 1 {
-                    ctx.counters.drop(DropReason::MultiSegment);
-                    return;
-                }
-                let v = forward::process(&mut ctx, m.data_mut(), in_port);
-                let out = match v {
-                    Verdict::Tx(p) => p,
-                    Verdict::TxLen(p, len) => {
-                        if !m.set_len(len) {
-                            ctx.counters.drop(DropReason::LocalUnhandled);
-                            return;
-                        }
-                        p
-                    }
-                    Verdict::Flood => {
-                        let mut n = 0;
-                        for (i, ps) in t.ports.iter().enumerate().take(nports) {
-                            if i != ip && ps.up {
-                                flood_targets[n] = i;
-                                n += 1;
-                            }
-                        }
-                        ctx.counters.event(Event::Flooded);
-                        let len = m.pkt_len() as u64;
-                        for &p in &flood_targets[..n] {
-                            ctx.counters.tx_packets[p] += 1;
-                            ctx.counters.tx_bytes[p] += len;
-                        }
-                        let refused = TxBuffer::push_flood(m, tx, &flood_targets[..n]);
-                        for (p, (rn, rb)) in refused.iter().enumerate().take(nports) {
-                            account_refused(ctx.counters, p, *rn, *rb);
-                        }
-                        return;
-                    }
-                    Verdict::Consumed => return,
-                    Verdict::Drop(r) => {
-                        ctx.counters.drop(r);
-                        return;
-                    }
+                let v = if two_pass {
+                    forward::process_parsed(&mut ctx, m.data_mut(), in_port, metas[i])
+                } else if m.segments() != 1 {
+                    Verdict::Drop(DropReason::MultiSegment)
+                } else {
+                    forward::process(&mut ctx, m.data_mut(), in_port)
                 };
-                let p = out as usize;
-                if p >= nports {
-                    ctx.counters.drop(DropReason::PortDown);
-                    return;
-                }
-                ctx.counters.tx_packets[p] += 1;
-                ctx.counters.tx_bytes[p] += m.pkt_len() as u64;
-                let (n, b) = tx[p].push(m);
-                account_refused(ctx.counters, p, n, b);
-            });
+                deliver(
+                    m,
+                    v,
+                    ip,
+                    ctx.tables,
+                    &mut setup.tx,
+                    ctx.counters,
+                    &mut flood_targets,
+                );
+            }
         }
 
         c.polls += 1;
@@ -312,6 +305,63 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     }
     me.counters.publish(&c);
     0
+}
+
+/// Sends, floods or drops one packet according to its verdict.
+#[inline]
+fn deliver(
+    mut m: Mbuf,
+    v: Verdict,
+    in_port: usize,
+    t: &Tables,
+    tx: &mut [TxBuffer],
+    c: &mut CounterValues,
+    flood_targets: &mut [usize; MAX_PORTS],
+) {
+    let nports = tx.len();
+    let out = match v {
+        Verdict::Tx(p) => p as usize,
+        Verdict::TxLen(p, len) => {
+            if !m.set_len(len) {
+                c.drop(DropReason::LocalUnhandled);
+                return;
+            }
+            p as usize
+        }
+        Verdict::Flood => {
+            let mut n = 0;
+            for (i, ps) in t.ports.iter().enumerate().take(nports) {
+                if i != in_port && ps.up {
+                    flood_targets[n] = i;
+                    n += 1;
+                }
+            }
+            c.event(Event::Flooded);
+            let len = m.pkt_len() as u64;
+            for &p in &flood_targets[..n] {
+                c.tx_packets[p] += 1;
+                c.tx_bytes[p] += len;
+            }
+            let refused = TxBuffer::push_flood(m, tx, &flood_targets[..n]);
+            for (p, (rn, rb)) in refused.iter().enumerate().take(nports) {
+                account_refused(c, p, *rn, *rb);
+            }
+            return;
+        }
+        Verdict::Consumed => return,
+        Verdict::Drop(r) => {
+            c.drop(r);
+            return;
+        }
+    };
+    if out >= nports {
+        c.drop(DropReason::PortDown);
+        return;
+    }
+    c.tx_packets[out] += 1;
+    c.tx_bytes[out] += m.pkt_len() as u64;
+    let (n, b) = tx[out].push(m);
+    account_refused(c, out, n, b);
 }
 
 #[inline]
