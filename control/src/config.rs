@@ -566,8 +566,7 @@ impl Config {
                 }
                 _ => return Err(cerr(k("dst"), "src and dst are of different IP versions")),
             };
-            key.in_port = in_port;
-            key.vlan = f.vlan;
+            key = key.with_scope(in_port, f.vlan);
             let action =
                 parse_action(&f.action, |n| port_index(&k("action"), n)).map_err(|e| match e {
                     ActionError::Port(c) => c,
@@ -656,7 +655,7 @@ action = "drop"
         assert_eq!(p.ports[1].ipv6.len(), 1);
         assert_eq!(p.routes[0].len, 12);
         assert_eq!(p.flows[0].1, FlowAction::Drop);
-        assert_eq!(p.flows[0].0.dst_port, 53);
+        assert_eq!(p.flows[0].0.dst_port(), 53);
         assert!(!p.ports[0].is_pci);
         assert!(is_pci("0000:01:00.0"));
         assert!(is_pci("01:00.1"));

@@ -138,6 +138,6 @@ mod tests {
         };
         let b = frame(&v6, 2);
         assert_eq!(b.len(), 62);
-        assert_eq!(parse::parse(&b, 0).unwrap().key.ip_version, 6);
+        assert_eq!(parse::parse(&b, 0).unwrap().key.ip_version(), 6);
     }
 }

@@ -203,10 +203,9 @@ mod tests {
         let mut t = FlowTable::new(16, 0);
         let mut a = key(1);
         t.install(a, FlowAction::Drop, 0).unwrap();
-        a.in_port = 1;
+        a = a.with_scope(1, 0);
         assert!(t.get(&a).is_none());
-        a.in_port = 0;
-        a.vlan = 7;
+        a = a.with_scope(0, 7);
         assert!(t.get(&a).is_none());
     }
 

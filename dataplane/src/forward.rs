@@ -99,7 +99,7 @@ pub fn process_parsed(
                 None => Verdict::Drop(DropReason::NoPeer),
             }
         }
-        Mode::Bridge => bridge(ctx, frame, in_port, flow_action, meta.key.vlan),
+        Mode::Bridge => bridge(ctx, frame, in_port, flow_action, meta.key.vlan()),
         Mode::Router => route(ctx, frame, in_port, &meta, flow_action),
     }
 }
@@ -108,7 +108,7 @@ fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
     if let Some(e) = ctx.flows.hit(&meta.key, len, ctx.now) {
         return e.action;
     }
-    if ctx.learn_flows && meta.key.ip_version != 0 {
+    if ctx.learn_flows && meta.key.ip_version() != 0 {
         match ctx.flows.learn(meta.key, len, ctx.now) {
             Ok(_) => ctx.counters.event(Event::FlowLearned),
             Err(_) => ctx.counters.event(Event::FlowLearnFailedFull),
@@ -306,7 +306,7 @@ fn route_v6(
         let ip = Ipv6Packet::new_checked(&frame[l3..meta.l3_end]).expect("parsed");
         (ip.src(), ip.dst(), ip.hop_limit())
     };
-    let direct_icmp = meta.key.proto == PROTO_ICMPV6 && meta.l4_offset == l3 + ipv6::HDR_LEN;
+    let direct_icmp = meta.key.proto() == PROTO_ICMPV6 && meta.l4_offset == l3 + ipv6::HDR_LEN;
     if direct_icmp {
         let msg_type = frame.get(meta.l4_offset).copied().unwrap_or(0);
         if msg_type == icmp::V6_NEIGHBOR_SOLICIT || msg_type == icmp::V6_NEIGHBOR_ADVERT {
@@ -558,7 +558,7 @@ mod tests {
         let mut k = parse::parse(&f, 0).unwrap().key;
         e.flows.install(k, FlowAction::Drop, 0).unwrap();
         assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::FlowDrop));
-        k.in_port = 1;
+        k = k.with_scope(1, 0);
         e.flows.install(k, FlowAction::Forward(1), 0).unwrap();
         assert_eq!(e.run(&mut f, 1), Verdict::Tx(1));
         e.t.ports[1].up = false;

@@ -15,48 +15,111 @@ pub const PROTO_UDP: u8 = 17;
 pub const PROTO_ICMPV6: u8 = 58;
 
 /// Exact-match key of a flow: 5-tuple plus input port and VLAN.
-/// Addresses are big-endian integers (IPv4 in the low 32 bits): built and
-/// hashed in registers, never through partial byte stores.
+///
+/// Stored as whole words built in registers (addresses as big-endian
+/// integers, IPv4 in the low 32 bits; ports, protocol and IP version packed
+/// in `tuple`; input port and VLAN in `scope`): the hash and the compare
+/// then read exactly what was written, with no store-forwarding stalls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct FlowKey {
     pub src: u128,
     pub dst: u128,
-    pub src_port: u16,
-    pub dst_port: u16,
-    pub proto: u8,
-    /// 4, 6, or 0 for non-IP frames.
-    pub ip_version: u8,
-    pub in_port: u16,
-    pub vlan: u16,
+    tuple: u64,
+    scope: u32,
 }
 
 impl FlowKey {
-    pub fn v4(src: [u8; 4], dst: [u8; 4], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn new(
+        src: u128,
+        dst: u128,
+        proto: u8,
+        src_port: u16,
+        dst_port: u16,
+        ip_version: u8,
+        in_port: u16,
+        vlan: u16,
+    ) -> FlowKey {
         FlowKey {
-            src: u32::from_be_bytes(src) as u128,
-            dst: u32::from_be_bytes(dst) as u128,
-            proto,
-            src_port,
-            dst_port,
-            ip_version: 4,
-            ..Default::default()
+            src,
+            dst,
+            tuple: src_port as u64
+                | (dst_port as u64) << 16
+                | (proto as u64) << 32
+                | (ip_version as u64) << 40,
+            scope: in_port as u32 | (vlan as u32) << 16,
         }
+    }
+
+    pub fn v4(src: [u8; 4], dst: [u8; 4], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
+        let (s, d) = (
+            u32::from_be_bytes(src) as u128,
+            u32::from_be_bytes(dst) as u128,
+        );
+        FlowKey::new(s, d, proto, src_port, dst_port, 4, 0, 0)
     }
 
     pub fn v6(src: [u8; 16], dst: [u8; 16], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
-        FlowKey {
-            src: u128::from_be_bytes(src),
-            dst: u128::from_be_bytes(dst),
+        FlowKey::new(
+            u128::from_be_bytes(src),
+            u128::from_be_bytes(dst),
             proto,
             src_port,
             dst_port,
-            ip_version: 6,
-            ..Default::default()
-        }
+            6,
+            0,
+            0,
+        )
+    }
+
+    pub fn src_port(&self) -> u16 {
+        self.tuple as u16
+    }
+
+    pub fn dst_port(&self) -> u16 {
+        (self.tuple >> 16) as u16
+    }
+
+    pub fn proto(&self) -> u8 {
+        (self.tuple >> 32) as u8
+    }
+
+    /// 4, 6, or 0 for non-IP frames.
+    pub fn ip_version(&self) -> u8 {
+        (self.tuple >> 40) as u8
+    }
+
+    pub fn in_port(&self) -> u16 {
+        self.scope as u16
+    }
+
+    pub fn vlan(&self) -> u16 {
+        (self.scope >> 16) as u16
+    }
+
+    pub fn with_scope(mut self, in_port: u16, vlan: u16) -> FlowKey {
+        self.scope = in_port as u32 | (vlan as u32) << 16;
+        self
+    }
+
+    /// Fast 64-bit hash for open addressing: three independent multiplies
+    /// (short dependency chain) and a final fold so the low index bits depend
+    /// on every input bit.
+    #[inline(always)]
+    pub fn hash64(&self) -> u64 {
+        const K1: u64 = 0x9e37_79b9_7f4a_7c15;
+        const K2: u64 = 0xbf58_476d_1ce4_e5b9;
+        const K3: u64 = 0x94d0_49bb_1331_11eb;
+        let x = (self.src as u64 ^ ((self.dst >> 64) as u64).rotate_left(23)).wrapping_mul(K1);
+        let y = (self.dst as u64 ^ ((self.src >> 64) as u64).rotate_left(41)).wrapping_mul(K2);
+        let z = (self.tuple ^ (self.scope as u64).rotate_left(48)).wrapping_mul(K3);
+        let h = x ^ y.rotate_left(21) ^ z.rotate_left(43);
+        h ^ (h >> 32) ^ (h >> 47)
     }
 
     fn addr(&self, a: u128) -> std::net::IpAddr {
-        if self.ip_version == 6 {
+        if self.ip_version() == 6 {
             std::net::Ipv6Addr::from(a).into()
         } else {
             std::net::Ipv4Addr::from(a as u32).into()
@@ -69,26 +132,6 @@ impl FlowKey {
 
     pub fn dst_ip(&self) -> std::net::IpAddr {
         self.addr(self.dst)
-    }
-
-    /// Fast 64-bit hash for open addressing: three independent multiplies
-    /// (short dependency chain) and a final fold so the low index bits depend
-    /// on every input bit.
-    #[inline]
-    pub fn hash64(&self) -> u64 {
-        const K1: u64 = 0x9e37_79b9_7f4a_7c15;
-        const K2: u64 = 0xbf58_476d_1ce4_e5b9;
-        const K3: u64 = 0x94d0_49bb_1331_11eb;
-        let tail = (self.src_port as u64)
-            | (self.dst_port as u64) << 16
-            | (self.proto as u64) << 32
-            | (self.ip_version as u64) << 40
-            | (self.vlan as u64) << 48;
-        let x = (self.src as u64 ^ ((self.dst >> 64) as u64).rotate_left(23)).wrapping_mul(K1);
-        let y = (self.dst as u64 ^ ((self.src >> 64) as u64).rotate_left(41)).wrapping_mul(K2);
-        let z = (tail ^ (self.in_port as u64).rotate_left(56)).wrapping_mul(K3);
-        let h = x ^ y.rotate_left(21) ^ z.rotate_left(43);
-        h ^ (h >> 32) ^ (h >> 47)
     }
 }
 
@@ -117,6 +160,7 @@ pub struct PacketMeta {
 }
 
 /// Parses `frame` received on `in_port`.
+#[inline(always)]
 pub fn parse(frame: &[u8], in_port: u16) -> Result<PacketMeta, DropReason> {
     let l2 = ethernet::parse_l2(frame)?;
     let l3 = &frame[l2.l3_offset..];
@@ -182,16 +226,9 @@ pub fn parse(frame: &[u8], in_port: u16) -> Result<PacketMeta, DropReason> {
         l4_offset,
         l3_end,
         ttl,
-        key: FlowKey {
-            src,
-            dst,
-            src_port,
-            dst_port,
-            proto,
-            ip_version,
-            in_port,
-            vlan: l2.vlan,
-        },
+        key: FlowKey::new(
+            src, dst, proto, src_port, dst_port, ip_version, in_port, l2.vlan,
+        ),
     })
 }
 
@@ -277,8 +314,7 @@ pub(crate) mod tests {
             (m.l3_offset, m.l4_offset, m.l3_end, m.ttl),
             (14, 34, f.len(), 64)
         );
-        let mut want = FlowKey::v4([10, 0, 0, 1], [10, 0, 1, 2], 17, 1234, 80);
-        want.in_port = 3;
+        let want = FlowKey::v4([10, 0, 0, 1], [10, 0, 1, 2], 17, 1234, 80).with_scope(3, 0);
         assert_eq!(m.key, want);
     }
 
@@ -331,7 +367,7 @@ pub(crate) mod tests {
         f[20] = 0;
         f[21] = 3; // offset 3*8
         let m = parse(&f, 0).unwrap();
-        assert_eq!((m.key.src_port, m.key.dst_port, m.l4_offset), (0, 0, 0));
+        assert_eq!((m.key.src_port(), m.key.dst_port(), m.l4_offset), (0, 0, 0));
     }
 
     #[test]

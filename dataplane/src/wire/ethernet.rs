@@ -70,6 +70,7 @@ pub struct L2Header {
 }
 
 /// Walks the Ethernet header and up to two VLAN tags.
+#[inline(always)]
 pub fn parse_l2(frame: &[u8]) -> Result<L2Header, DropReason> {
     let eth = EthernetFrame::new_checked(frame)?;
     let mut ethertype = eth.ethertype();
