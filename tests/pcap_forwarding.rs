@@ -320,3 +320,31 @@ fn broken_config_is_refused_with_the_key() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("turbo"), "{e}");
 }
+
+#[test]
+fn net_ring_port_loops_back_through_the_switch() {
+    // p1 is a net_ring vdev whose TX ring feeds its own RX: frames from
+    // in0.pcap cross p0 -> p1, come back on p1 and are cross-connected to p0.
+    let d = Scratch::new("ring");
+    let frames: Vec<Vec<u8>> = (0..50u8)
+        .map(|i| ipv4_udp(H2, H1, [10, 0, 0, 1], [10, 0, 0, 2], 64, &[i; 20]))
+        .collect();
+    write_pcap(&d.path("in0.pcap"), &frames);
+    let cfg = format!(
+        "{}{}[[port]]\nname = \"p1\"\ndevice = \"net_ring0\"\npeer = \"p0\"\n",
+        header("ring", "xconnect"),
+        port_cfg("p0", 0, &d, "peer = \"p1\"")
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 2.0);
+    assert_eq!(read_pcap(&d.path("out0.pcap")), frames);
+    for (port, field) in [
+        (0, "rx_packets"),
+        (1, "tx_packets"),
+        (1, "rx_packets"),
+        (0, "tx_packets"),
+    ] {
+        assert_eq!(out["ports"][port][field], 50, "port {port} {field}: {out}");
+    }
+    assert_eq!(out["total_drops"], 0);
+}

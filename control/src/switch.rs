@@ -408,7 +408,14 @@ impl Switch {
             .enumerate()
             .map(|(i, p)| {
                 let e = &ethdev[i];
+                let xstats: serde_json::Map<String, serde_json::Value> =
+                    self.ports[i].xstats().into_iter().map(|(k, v)| (k, v.into())).collect();
+                let link = self.ports[i].link();
                 serde_json::json!({
+                    "driver": self.ports[i].info().driver,
+                    "link": {"up": link.up, "speed_mbps": link.speed_mbps, "full_duplex": link.full_duplex},
+                    "rss": self.ports[i].rss_active(),
+                    "xstats": xstats,
                     "name": p.name,
                     "mac": format_mac(&p.mac),
                     "rx_packets": c.rx_packets[i], "rx_bytes": c.rx_bytes[i],
