@@ -12,9 +12,7 @@ fn main() {
     let lib = pkg_config::Config::new()
         .atleast_version("22.11")
         .probe("libdpdk")
-        .unwrap_or_else(|e| {
-            panic!("pkg-config could not find libdpdk >= 22.11 ({e}); run scripts/setup.sh")
-        });
+        .unwrap_or_else(|e| panic!("pkg-config could not find libdpdk >= 22.11 ({e}); run scripts/setup.sh"));
 
     // pkg-config --cflags also carries `-include rte_config.h` and the -march
     // DPDK was built for; pass them through untouched.
@@ -22,10 +20,8 @@ fn main() {
         .args(["--cflags", "libdpdk"])
         .output()
         .expect("pkg-config --cflags libdpdk");
-    let cflags: Vec<String> = String::from_utf8_lossy(&cflags_out.stdout)
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+    let cflags: Vec<String> =
+        String::from_utf8_lossy(&cflags_out.stdout).split_whitespace().map(str::to_owned).collect();
     // `-include X` comes as two words; keep pairs together.
     let mut args: Vec<String> = Vec::new();
     let mut it = cflags.into_iter();

@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 /// `target/<profile>/intswitch`, next to the test binary's `deps/`.
 pub fn intswitch_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
     let p = dir.join("intswitch");
     assert!(
         p.exists(),
@@ -46,8 +43,7 @@ impl Drop for Scratch {
 }
 
 pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let mut w =
-        dataplane::pcap::PcapWriter::new(std::fs::File::create(path).unwrap(), 65535).unwrap();
+    let mut w = dataplane::pcap::PcapWriter::new(std::fs::File::create(path).unwrap(), 65535).unwrap();
     for (i, f) in frames.iter().enumerate() {
         w.write(i as u64 * 1000, f).unwrap();
     }
@@ -55,11 +51,7 @@ pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
 
 pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    dataplane::pcap::read_all(f)
-        .unwrap()
-        .into_iter()
-        .map(|(_, b)| b)
-        .collect()
+    dataplane::pcap::read_all(f).unwrap().into_iter().map(|(_, b)| b).collect()
 }
 
 /// A background intswitch; SIGTERM and final counters on `stop`.
@@ -82,18 +74,8 @@ impl SwitchProcess {
             }
             None => Command::new(&bin),
         };
-        cmd.arg("--config").arg(config).args([
-            "--json",
-            "--stats-interval",
-            "0",
-            "--duration",
-            "600",
-        ]);
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn intswitch");
+        cmd.arg("--config").arg(config).args(["--json", "--stats-interval", "0", "--duration", "600"]);
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn intswitch");
         let (otx, orx) = mpsc::channel();
         let (etx, erx) = mpsc::channel();
         let out = child.stdout.take().unwrap();
@@ -108,11 +90,7 @@ impl SwitchProcess {
                 let _ = etx.send(l);
             }
         });
-        let mut p = SwitchProcess {
-            child: Some(child),
-            stdout: orx,
-            stderr_log: erx,
-        };
+        let mut p = SwitchProcess { child: Some(child), stdout: orx, stderr_log: erx };
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut seen = Vec::new();
         loop {
@@ -125,10 +103,7 @@ impl SwitchProcess {
                 }
                 Err(_) => {
                     if let Some(st) = p.child.as_mut().unwrap().try_wait().unwrap() {
-                        panic!(
-                            "intswitch exited ({st}) before running:\n{}",
-                            seen.join("\n")
-                        );
+                        panic!("intswitch exited ({st}) before running:\n{}", seen.join("\n"));
                     }
                     if Instant::now() > deadline {
                         panic!("intswitch did not start in 30 s:\n{}", seen.join("\n"));
@@ -141,9 +116,7 @@ impl SwitchProcess {
     /// SIGTERM, wait (bounded), and return the final counters.
     pub fn stop(mut self) -> serde_json::Value {
         let mut child = self.child.take().unwrap();
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if child.try_wait().unwrap().is_some() {
@@ -182,36 +155,18 @@ pub fn run_for(config: &Path, secs: f64) -> serde_json::Value {
     let out = Command::new(intswitch_bin())
         .arg("--config")
         .arg(config)
-        .args([
-            "--json",
-            "--stats-interval",
-            "0",
-            "--duration",
-            &secs.to_string(),
-        ])
+        .args(["--json", "--stats-interval", "0", "--duration", &secs.to_string()])
         .output()
         .expect("run intswitch");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "intswitch failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        stdout
-    );
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .expect("final counters line");
+    assert!(out.status.success(), "intswitch failed: {}\n{}", String::from_utf8_lossy(&out.stderr), stdout);
+    let line = stdout.lines().rev().find(|l| l.starts_with('{')).expect("final counters line");
     serde_json::from_str(line).unwrap()
 }
 
 /// Runs a command; panics with its output if it fails.
 pub fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
     assert!(
         out.status.success(),
         "{args:?} failed: {}{}",
@@ -223,11 +178,7 @@ pub fn sh(args: &[&str]) -> String {
 
 /// Runs a command inside a namespace; returns (success, stdout+stderr).
 pub fn ns_try(ns: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(args)
-        .output()
-        .expect("ip netns exec");
+    let out = Command::new("ip").args(["netns", "exec", ns]).args(args).output().expect("ip netns exec");
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
     s.push_str(&String::from_utf8_lossy(&out.stderr));
     (out.status.success(), s)
@@ -256,18 +207,11 @@ impl Namespaces {
     /// A veth pair between two namespaces, up, with offloads off so frames
     /// that cross the af_packet switch carry complete checksums.
     pub fn veth(&self, a_ns: &str, a: &str, b_ns: &str, b: &str) {
-        sh(&[
-            "ip", "link", "add", a, "netns", a_ns, "type", "veth", "peer", "name", b, "netns", b_ns,
-        ]);
+        sh(&["ip", "link", "add", a, "netns", a_ns, "type", "veth", "peer", "name", b, "netns", b_ns]);
         for (n, i) in [(a_ns, a), (b_ns, b)] {
             ns(n, &["ip", "link", "set", i, "up"]);
-            let _ = ns_try(
-                n,
-                &[
-                    "ethtool", "-K", i, "tx", "off", "rx", "off", "tso", "off", "gso", "off",
-                    "gro", "off",
-                ],
-            );
+            let _ =
+                ns_try(n, &["ethtool", "-K", i, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]);
         }
     }
 }

@@ -16,8 +16,7 @@ fn tcp_transfer(h1: &str, h2: &str, dst: &str) {
         "import socket,hashlib,time,os\ndata=bytes((i*7)%251 for i in range({TRANSFER_BYTES}))\nfor i in range(50):\n  try:\n    c=socket.create_connection(('{dst}',5201),timeout=5); break\n  except OSError: time.sleep(0.2)\nc.settimeout(60)\nc.sendall(data)\nc.close()\nprint({TRANSFER_BYTES},hashlib.sha256(data).hexdigest())\n"
     );
     let h2n = h2.to_string();
-    let srv =
-        std::thread::spawn(move || ns_try(&h2n, &["timeout", "90", "python3", "-c", &server]));
+    let srv = std::thread::spawn(move || ns_try(&h2n, &["timeout", "90", "python3", "-c", &server]));
     std::thread::sleep(std::time::Duration::from_millis(500));
     let (ok, sent) = ns_try(h1, &["timeout", "90", "python3", "-c", &client]);
     let (sok, got) = srv.join().unwrap();
@@ -37,11 +36,7 @@ fn af_packet_port(name: &str, idx: usize, iface: &str, extra: &str) -> String {
 
 fn names(tag: &str) -> (String, String, String) {
     let id = std::process::id() % 100_000;
-    (
-        format!("ist{tag}h1-{id}"),
-        format!("ist{tag}h2-{id}"),
-        format!("ist{tag}sw-{id}"),
-    )
+    (format!("ist{tag}h1-{id}"), format!("ist{tag}h2-{id}"), format!("ist{tag}sw-{id}"))
 }
 
 #[test]
@@ -77,53 +72,10 @@ fn hosts_talk_through_l3_router() {
     nss.veth(&h1, "eth0", &sw, "sw-h1");
     nss.veth(&h2, "eth0", &sw, "sw-h2");
     for (h, n) in [(&h1, 1), (&h2, 2)] {
-        ns(
-            h,
-            &[
-                "ip",
-                "addr",
-                "add",
-                &format!("10.78.{n}.2/24"),
-                "dev",
-                "eth0",
-            ],
-        );
-        ns(
-            h,
-            &[
-                "ip",
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("10.78.{n}.1"),
-            ],
-        );
-        ns(
-            h,
-            &[
-                "ip",
-                "-6",
-                "addr",
-                "add",
-                &format!("2001:db8:78:{n}::2/64"),
-                "dev",
-                "eth0",
-                "nodad",
-            ],
-        );
-        ns(
-            h,
-            &[
-                "ip",
-                "-6",
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("2001:db8:78:{n}::1"),
-            ],
-        );
+        ns(h, &["ip", "addr", "add", &format!("10.78.{n}.2/24"), "dev", "eth0"]);
+        ns(h, &["ip", "route", "add", "default", "via", &format!("10.78.{n}.1")]);
+        ns(h, &["ip", "-6", "addr", "add", &format!("2001:db8:78:{n}::2/64"), "dev", "eth0", "nodad"]);
+        ns(h, &["ip", "-6", "route", "add", "default", "via", &format!("2001:db8:78:{n}::1")]);
     }
     let d = Scratch::new("nsrt");
     let cfg = format!(
@@ -144,15 +96,9 @@ fn hosts_talk_through_l3_router() {
     let out = s.stop();
     assert!(out["events"]["arp_replied"].as_u64().unwrap() >= 1, "{out}");
     assert!(out["events"]["nd_replied"].as_u64().unwrap() >= 1, "{out}");
-    assert!(
-        out["events"]["icmp_echo_replied"].as_u64().unwrap() >= 3,
-        "{out}"
-    );
+    assert!(out["events"]["icmp_echo_replied"].as_u64().unwrap() >= 3, "{out}");
     let neigh = out["neighbours"].as_array().unwrap();
-    assert!(
-        neigh.len() >= 4,
-        "both hosts learned over ARP and ND: {neigh:?}"
-    );
+    assert!(neigh.len() >= 4, "both hosts learned over ARP and ND: {neigh:?}");
     assert_eq!(out["drops"]["ttl_exceeded"], 0);
     assert_eq!(out["drops"]["tx_full"], 0);
 }

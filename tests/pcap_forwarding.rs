@@ -10,14 +10,7 @@ const H1: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
 const H2: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 
 /// Ethernet + IPv4 (+ UDP with payload), checksums computed here.
-fn ipv4_udp(
-    dst_mac: [u8; 6],
-    src_mac: [u8; 6],
-    src: [u8; 4],
-    dst: [u8; 4],
-    ttl: u8,
-    payload: &[u8],
-) -> Vec<u8> {
+fn ipv4_udp(dst_mac: [u8; 6], src_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8, payload: &[u8]) -> Vec<u8> {
     let udp_len = 8 + payload.len();
     let mut f = Vec::new();
     f.extend(dst_mac);
@@ -37,14 +30,7 @@ fn ipv4_udp(
     f
 }
 
-fn ipv6_udp(
-    dst_mac: [u8; 6],
-    src_mac: [u8; 6],
-    src: [u8; 16],
-    dst: [u8; 16],
-    hop: u8,
-    payload: &[u8],
-) -> Vec<u8> {
+fn ipv6_udp(dst_mac: [u8; 6], src_mac: [u8; 6], src: [u8; 16], dst: [u8; 16], hop: u8, payload: &[u8]) -> Vec<u8> {
     let udp_len = 8 + payload.len();
     let mut f = Vec::new();
     f.extend(dst_mac);
@@ -71,9 +57,7 @@ fn ipv6_udp(
 }
 
 fn v6(last: u8, net: u8) -> [u8; 16] {
-    [
-        0x20, 0x01, 0x0d, 0xb8, 0, net, 0, 0, 0, 0, 0, 0, 0, 0, 0, last,
-    ]
+    [0x20, 0x01, 0x0d, 0xb8, 0, net, 0, 0, 0, 0, 0, 0, 0, 0, 0, last]
 }
 
 fn pad60(mut f: Vec<u8>) -> Vec<u8> {
@@ -117,15 +101,7 @@ fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
     let dropped_by_flow = ipv4_udp(H2, H1, [10, 0, 0, 9], [10, 0, 0, 2], 64, b"x");
     write_pcap(
         &d.path("in0.pcap"),
-        &[
-            good.clone(),
-            bad_len,
-            v6f.clone(),
-            truncated,
-            arp.clone(),
-            vlan.clone(),
-            dropped_by_flow,
-        ],
+        &[good.clone(), bad_len, v6f.clone(), truncated, arp.clone(), vlan.clone(), dropped_by_flow],
     );
     write_pcap(&d.path("in1.pcap"), &[v6f.clone()]);
     let cfg = format!(
@@ -136,20 +112,13 @@ fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
     );
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let out = run_for(&d.path("c.toml"), 2.0);
-    assert_eq!(
-        read_pcap(&d.path("out1.pcap")),
-        vec![good, v6f.clone(), arp, vlan]
-    );
+    assert_eq!(read_pcap(&d.path("out1.pcap")), vec![good, v6f.clone(), arp, vlan]);
     assert_eq!(read_pcap(&d.path("out0.pcap")), vec![v6f]);
     assert_eq!(out["ports"][0]["rx_packets"], 7);
     assert_eq!(out["ports"][1]["tx_packets"], 4);
     assert_eq!(out["ports"][0]["tx_packets"], 1);
     assert_eq!(out["drops"]["ipv4_bad_total_length"], 1);
-    assert_eq!(
-        out["drops"]["eth_truncated"].as_u64().unwrap()
-            + out["drops"]["ipv4_truncated"].as_u64().unwrap(),
-        1
-    );
+    assert_eq!(out["drops"]["eth_truncated"].as_u64().unwrap() + out["drops"]["ipv4_truncated"].as_u64().unwrap(), 1);
     assert_eq!(out["drops"]["flow_drop"], 1);
     assert_eq!(out["total_drops"], 3);
     // ethdev's own counters agree with ours.
@@ -176,10 +145,7 @@ fn bridge_floods_unknown_then_forwards_learned() {
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let out = run_for(&d.path("c.toml"), 2.0);
     assert_eq!(read_pcap(&d.path("out0.pcap")), vec![b_to_a]);
-    assert_eq!(
-        read_pcap(&d.path("out1.pcap")),
-        vec![a_to_b.clone(), bcast.clone()]
-    );
+    assert_eq!(read_pcap(&d.path("out1.pcap")), vec![a_to_b.clone(), bcast.clone()]);
     assert_eq!(read_pcap(&d.path("out2.pcap")), vec![a_to_b, bcast]);
     assert_eq!(out["events"]["flooded"], 2);
     assert_eq!(out["events"]["mac_learned"], 2);
@@ -209,9 +175,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     ping.extend(P0_MAC);
     ping.extend(H1);
     ping.extend([0x08, 0x00]);
-    let mut ip = vec![
-        0x45, 0, 0, 36, 0, 1, 0, 0, 64, 1, 0, 0, 10, 0, 1, 2, 10, 0, 1, 1,
-    ];
+    let mut ip = vec![0x45, 0, 0, 36, 0, 1, 0, 0, 64, 1, 0, 0, 10, 0, 1, 2, 10, 0, 1, 1];
     let c = inet_checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let mut icmp = vec![8, 0, 0, 0, 0x11, 0x22, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8];
@@ -220,19 +184,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     ping.extend(&ip);
     ping.extend(&icmp);
     let ping = pad60(ping);
-    write_pcap(
-        &d.path("in0.pcap"),
-        &[
-            fwd.clone(),
-            ttl1,
-            noroute,
-            unresolved,
-            badsum,
-            fwd6.clone(),
-            arp,
-            ping,
-        ],
-    );
+    write_pcap(&d.path("in0.pcap"), &[fwd.clone(), ttl1, noroute, unresolved, badsum, fwd6.clone(), arp, ping]);
     write_pcap(&d.path("in1.pcap"), &[]);
     let cfg = format!(
         "{}{}{}[[neighbour]]\nip = \"10.0.2.2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n[[neighbour]]\nip = \"2001:db8:2::2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n",
@@ -296,9 +248,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     // The ARP request taught the router H1's address.
     let n = out["neighbours"].as_array().unwrap();
     assert!(
-        n.iter().any(|x| x["ip"] == "10.0.1.2"
-            && x["mac"] == "02:00:00:00:00:01"
-            && x["permanent"] == false),
+        n.iter().any(|x| x["ip"] == "10.0.1.2" && x["mac"] == "02:00:00:00:00:01" && x["permanent"] == false),
         "{n:?}"
     );
 }
@@ -306,11 +256,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
 #[test]
 fn broken_config_is_refused_with_the_key() {
     let d = Scratch::new("badcfg");
-    std::fs::write(
-        d.path("c.toml"),
-        "name = \"x\"\nmode = \"router\"\nturbo = true\n",
-    )
-    .unwrap();
+    std::fs::write(d.path("c.toml"), "name = \"x\"\nmode = \"router\"\nturbo = true\n").unwrap();
     let out = std::process::Command::new(intswitch_tests::intswitch_bin())
         .arg("--config")
         .arg(d.path("c.toml"))
@@ -326,9 +272,8 @@ fn net_ring_port_loops_back_through_the_switch() {
     // p1 is a net_ring vdev whose TX ring feeds its own RX: frames from
     // in0.pcap cross p0 -> p1, come back on p1 and are cross-connected to p0.
     let d = Scratch::new("ring");
-    let frames: Vec<Vec<u8>> = (0..50u8)
-        .map(|i| ipv4_udp(H2, H1, [10, 0, 0, 1], [10, 0, 0, 2], 64, &[i; 20]))
-        .collect();
+    let frames: Vec<Vec<u8>> =
+        (0..50u8).map(|i| ipv4_udp(H2, H1, [10, 0, 0, 1], [10, 0, 0, 2], 64, &[i; 20])).collect();
     write_pcap(&d.path("in0.pcap"), &frames);
     let cfg = format!(
         "{}{}[[port]]\nname = \"p1\"\ndevice = \"net_ring0\"\npeer = \"p0\"\n",
@@ -338,12 +283,7 @@ fn net_ring_port_loops_back_through_the_switch() {
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let out = run_for(&d.path("c.toml"), 2.0);
     assert_eq!(read_pcap(&d.path("out0.pcap")), frames);
-    for (port, field) in [
-        (0, "rx_packets"),
-        (1, "tx_packets"),
-        (1, "rx_packets"),
-        (0, "tx_packets"),
-    ] {
+    for (port, field) in [(0, "rx_packets"), (1, "tx_packets"), (1, "rx_packets"), (0, "tx_packets")] {
         assert_eq!(out["ports"][port][field], 50, "port {port} {field}: {out}");
     }
     assert_eq!(out["total_drops"], 0);

@@ -102,11 +102,7 @@ pub struct FlowTableConfig {
 
 impl Default for FlowTableConfig {
     fn default() -> Self {
-        FlowTableConfig {
-            capacity: 65536,
-            idle_timeout_s: 60,
-            learn: false,
-        }
+        FlowTableConfig { capacity: 65536, idle_timeout_s: 60, learn: false }
     }
 }
 
@@ -119,10 +115,7 @@ pub struct BridgeConfig {
 
 impl Default for BridgeConfig {
     fn default() -> Self {
-        BridgeConfig {
-            mac_capacity: 16384,
-            aging_s: 300,
-        }
+        BridgeConfig { mac_capacity: 16384, aging_s: 300 }
     }
 }
 
@@ -214,19 +207,14 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        reason: reason.into(),
-    }
+    ConfigError { key: key.into(), reason: reason.into() }
 }
 
 /// Parses "aa:bb:cc:dd:ee:ff".
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let parts: Vec<&str> = s.split(':').collect();
     if parts.len() != 6 {
-        return Err(format!(
-            "'{s}' is not a MAC address (six hex bytes separated by ':')"
-        ));
+        return Err(format!("'{s}' is not a MAC address (six hex bytes separated by ':')"));
     }
     let mut m = [0u8; 6];
     for (i, p) in parts.iter().enumerate() {
@@ -236,23 +224,14 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 }
 
 pub fn format_mac(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 /// Parses "addr/len" with the length checked against the family.
 pub fn parse_prefix(s: &str) -> Result<(IpAddr, u8), String> {
-    let (a, l) = s
-        .split_once('/')
-        .ok_or_else(|| format!("'{s}' is not a prefix (ADDR/LEN)"))?;
-    let ip: IpAddr = a
-        .parse()
-        .map_err(|_| format!("'{a}' is not an IP address"))?;
-    let len: u8 = l
-        .parse()
-        .map_err(|_| format!("'{l}' is not a prefix length"))?;
+    let (a, l) = s.split_once('/').ok_or_else(|| format!("'{s}' is not a prefix (ADDR/LEN)"))?;
+    let ip: IpAddr = a.parse().map_err(|_| format!("'{a}' is not an IP address"))?;
+    let len: u8 = l.parse().map_err(|_| format!("'{l}' is not a prefix length"))?;
     let max = if ip.is_ipv4() { 32 } else { 128 };
     if len > max {
         return Err(format!("prefix length {len} exceeds {max}"));
@@ -274,9 +253,7 @@ pub fn parse_proto_name(s: &str) -> Result<u8, String> {
         "tcp" => Ok(6),
         "icmp" => Ok(1),
         "icmpv6" => Ok(58),
-        n => n
-            .parse()
-            .map_err(|_| format!("unknown protocol '{n}' (udp, tcp, icmp, icmpv6 or 0-255)")),
+        n => n.parse().map_err(|_| format!("unknown protocol '{n}' (udp, tcp, icmp, icmpv6 or 0-255)")),
     }
 }
 
@@ -322,8 +299,7 @@ fn is_pci(dev: &str) -> bool {
     let parts: Vec<&str> = d.split(':').collect();
     (parts.len() == 2 || parts.len() == 3)
         && d.contains('.')
-        && d.chars()
-            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        && d.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
 }
 
 impl Config {
@@ -332,41 +308,24 @@ impl Config {
     }
 
     pub fn load(path: &str) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| cerr("", format!("cannot read config {path}: {e}")))?;
+        let text = std::fs::read_to_string(path).map_err(|e| cerr("", format!("cannot read config {path}: {e}")))?;
         Config::from_toml(&text).map_err(|e| cerr(e.key, format!("{path}: {}", e.reason)))
     }
 
     /// Checks everything that can be checked before DPDK starts.
     pub fn validate(&self) -> Result<Plan, ConfigError> {
-        if self.name.is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(cerr(
-                "name",
-                "must be non-empty letters, digits, '-' or '_'",
-            ));
+        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(cerr("name", "must be non-empty letters, digits, '-' or '_'"));
         }
         let mode = match self.mode.as_str() {
             "xconnect" => Mode::CrossConnect,
             "bridge" => Mode::Bridge,
             "router" => Mode::Router,
-            m => {
-                return Err(cerr(
-                    "mode",
-                    format!("'{m}' is not one of xconnect, bridge, router"),
-                ))
-            }
+            m => return Err(cerr("mode", format!("'{m}' is not one of xconnect, bridge, router"))),
         };
         let d = &self.dataplane;
         if d.burst == 0 || d.burst > dataplane::dpdk::MAX_BURST {
-            return Err(cerr(
-                "dataplane.burst",
-                format!("must be 1..={}", dataplane::dpdk::MAX_BURST),
-            ));
+            return Err(cerr("dataplane.burst", format!("must be 1..={}", dataplane::dpdk::MAX_BURST)));
         }
         if d.mbufs < 1024 {
             return Err(cerr("dataplane.mbufs", "must be at least 1024"));
@@ -378,18 +337,12 @@ impl Config {
             return Err(cerr("port", "at least one [[port]] is required"));
         }
         if self.ports.len() > dataplane::counters::MAX_PORTS {
-            return Err(cerr(
-                "port",
-                format!("at most {} ports", dataplane::counters::MAX_PORTS),
-            ));
+            return Err(cerr("port", format!("at most {} ports", dataplane::counters::MAX_PORTS)));
         }
         let mut names = HashSet::new();
         for (i, p) in self.ports.iter().enumerate() {
             if !names.insert(p.name.as_str()) {
-                return Err(cerr(
-                    format!("port[{i}].name"),
-                    format!("'{}' is used twice", p.name),
-                ));
+                return Err(cerr(format!("port[{i}].name"), format!("'{}' is used twice", p.name)));
             }
         }
         let port_index = |key: &str, name: &str| -> Result<u16, ConfigError> {
@@ -405,12 +358,7 @@ impl Config {
             if p.device.is_empty() {
                 return Err(cerr(k("device"), "must name a vdev or PCI address"));
             }
-            let mac = p
-                .mac
-                .as_deref()
-                .map(parse_mac)
-                .transpose()
-                .map_err(|e| cerr(k("mac"), e))?;
+            let mac = p.mac.as_deref().map(parse_mac).transpose().map_err(|e| cerr(k("mac"), e))?;
             let mut ipv4 = Vec::new();
             let mut ipv6 = Vec::new();
             for a in &p.ipv4 {
@@ -425,11 +373,7 @@ impl Config {
                     _ => return Err(cerr(k("ipv6"), format!("'{a}' is not IPv6"))),
                 }
             }
-            let peer = p
-                .peer
-                .as_deref()
-                .map(|n| port_index(&k("peer"), n))
-                .transpose()?;
+            let peer = p.peer.as_deref().map(|n| port_index(&k("peer"), n)).transpose()?;
             if mode == Mode::CrossConnect && peer.is_none() {
                 return Err(cerr(k("peer"), "xconnect mode needs a peer for every port"));
             }
@@ -437,10 +381,7 @@ impl Config {
                 return Err(cerr(k("peer"), "only valid in xconnect mode"));
             }
             if mode == Mode::Router && ipv4.is_empty() && ipv6.is_empty() {
-                return Err(cerr(
-                    k("ipv4"),
-                    "router mode needs at least one ipv4 or ipv6 address per port",
-                ));
+                return Err(cerr(k("ipv4"), "router mode needs at least one ipv4 or ipv6 address per port"));
             }
             if let Some(m) = p.mtu {
                 if !(68..=9600).contains(&m) {
@@ -466,26 +407,17 @@ impl Config {
         let mut seen_l = HashSet::new();
         for (i, w) in self.workers.iter().enumerate() {
             if !seen_l.insert(w.lcore) {
-                return Err(cerr(
-                    format!("worker[{i}].lcore"),
-                    format!("lcore {} used twice", w.lcore),
-                ));
+                return Err(cerr(format!("worker[{i}].lcore"), format!("lcore {} used twice", w.lcore)));
             }
             let mut rx = Vec::new();
             for q in &w.rx {
                 let (pn, qn) = q.split_once(':').unwrap_or((q.as_str(), "0"));
                 let pi = port_index(&format!("worker[{i}].rx"), pn)?;
-                let qi: u16 = qn.parse().map_err(|_| {
-                    cerr(
-                        format!("worker[{i}].rx"),
-                        format!("'{q}': queue must be a number"),
-                    )
-                })?;
+                let qi: u16 = qn
+                    .parse()
+                    .map_err(|_| cerr(format!("worker[{i}].rx"), format!("'{q}': queue must be a number")))?;
                 if !seen_q.insert((pi, qi)) {
-                    return Err(cerr(
-                        format!("worker[{i}].rx"),
-                        format!("'{q}' is polled by two workers"),
-                    ));
+                    return Err(cerr(format!("worker[{i}].rx"), format!("'{q}' is polled by two workers")));
                 }
                 rx.push((pi, qi));
             }
@@ -494,10 +426,7 @@ impl Config {
         if !workers.is_empty() {
             for (pi, p) in ports.iter().enumerate() {
                 if !seen_q.contains(&(pi as u16, 0)) {
-                    return Err(cerr(
-                        "worker",
-                        format!("queue 0 of port '{}' is polled by no worker", p.name),
-                    ));
+                    return Err(cerr("worker", format!("queue 0 of port '{}' is polled by no worker", p.name)));
                 }
             }
         }
@@ -509,80 +438,43 @@ impl Config {
             let gateway = r
                 .via
                 .as_deref()
-                .map(|v| {
-                    v.parse::<IpAddr>()
-                        .map_err(|_| cerr(k("via"), format!("'{v}' is not an IP address")))
-                })
+                .map(|v| v.parse::<IpAddr>().map_err(|_| cerr(k("via"), format!("'{v}' is not an IP address"))))
                 .transpose()?;
             if let Some(g) = gateway {
                 if g.is_ipv4() != prefix.is_ipv4() {
-                    return Err(cerr(
-                        k("via"),
-                        "gateway and prefix are of different IP versions",
-                    ));
+                    return Err(cerr(k("via"), "gateway and prefix are of different IP versions"));
                 }
             }
-            routes.push(dataplane::tables::RouteSpec {
-                prefix,
-                len,
-                port,
-                gateway,
-            });
+            routes.push(dataplane::tables::RouteSpec { prefix, len, port, gateway });
         }
         let mut neighbours = Vec::new();
         for (i, n) in self.neighbours.iter().enumerate() {
             let k = |f: &str| format!("neighbour[{i}].{f}");
-            let ip: IpAddr =
-                n.ip.parse()
-                    .map_err(|_| cerr(k("ip"), format!("'{}' is not an IP address", n.ip)))?;
+            let ip: IpAddr = n.ip.parse().map_err(|_| cerr(k("ip"), format!("'{}' is not an IP address", n.ip)))?;
             let mac = parse_mac(&n.mac).map_err(|e| cerr(k("mac"), e))?;
             let port = port_index(&k("port"), &n.port)?;
-            neighbours.push(dataplane::tables::NeighbourSpec {
-                ip,
-                mac,
-                port,
-                permanent: true,
-            });
+            neighbours.push(dataplane::tables::NeighbourSpec { ip, mac, port, permanent: true });
         }
         let mut flows = Vec::new();
         for (i, f) in self.flows.iter().enumerate() {
             let k = |x: &str| format!("flow[{i}].{x}");
             let in_port = port_index(&k("in_port"), &f.in_port)?;
-            let src: IpAddr = f
-                .src
-                .parse()
-                .map_err(|_| cerr(k("src"), format!("'{}' is not an IP address", f.src)))?;
-            let dst: IpAddr = f
-                .dst
-                .parse()
-                .map_err(|_| cerr(k("dst"), format!("'{}' is not an IP address", f.dst)))?;
+            let src: IpAddr = f.src.parse().map_err(|_| cerr(k("src"), format!("'{}' is not an IP address", f.src)))?;
+            let dst: IpAddr = f.dst.parse().map_err(|_| cerr(k("dst"), format!("'{}' is not an IP address", f.dst)))?;
             let proto = parse_proto(&f.proto).map_err(|e| cerr(k("proto"), e))?;
             let mut key = match (src, dst) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    FlowKey::v4(s.octets(), d.octets(), proto, f.src_port, f.dst_port)
-                }
-                (IpAddr::V6(s), IpAddr::V6(d)) => {
-                    FlowKey::v6(s.octets(), d.octets(), proto, f.src_port, f.dst_port)
-                }
+                (IpAddr::V4(s), IpAddr::V4(d)) => FlowKey::v4(s.octets(), d.octets(), proto, f.src_port, f.dst_port),
+                (IpAddr::V6(s), IpAddr::V6(d)) => FlowKey::v6(s.octets(), d.octets(), proto, f.src_port, f.dst_port),
                 _ => return Err(cerr(k("dst"), "src and dst are of different IP versions")),
             };
             key = key.with_scope(in_port, f.vlan);
-            let action =
-                parse_action(&f.action, |n| port_index(&k("action"), n)).map_err(|e| match e {
-                    ActionError::Port(c) => c,
-                    ActionError::Bad(m) => cerr(k("action"), m),
-                })?;
+            let action = parse_action(&f.action, |n| port_index(&k("action"), n)).map_err(|e| match e {
+                ActionError::Port(c) => c,
+                ActionError::Bad(m) => cerr(k("action"), m),
+            })?;
             flows.push((key, action));
         }
-        Ok(Plan {
-            raw: self.clone(),
-            mode,
-            ports,
-            workers,
-            routes,
-            neighbours,
-            flows,
-        })
+        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, flows })
     }
 }
 
@@ -592,18 +484,13 @@ pub enum ActionError {
 }
 
 /// Parses "normal", "drop" or "forward:PORT".
-pub fn parse_action(
-    s: &str,
-    port: impl Fn(&str) -> Result<u16, ConfigError>,
-) -> Result<FlowAction, ActionError> {
+pub fn parse_action(s: &str, port: impl Fn(&str) -> Result<u16, ConfigError>) -> Result<FlowAction, ActionError> {
     match s {
         "normal" => Ok(FlowAction::Normal),
         "drop" => Ok(FlowAction::Drop),
         _ => match s.strip_prefix("forward:") {
             Some(p) => port(p).map(FlowAction::Forward).map_err(ActionError::Port),
-            None => Err(ActionError::Bad(format!(
-                "'{s}' is not one of normal, drop, forward:PORT"
-            ))),
+            None => Err(ActionError::Bad(format!("'{s}' is not one of normal, drop, forward:PORT"))),
         },
     }
 }
@@ -665,10 +552,7 @@ action = "drop"
     fn unknown_key_is_named() {
         let e = err_of(&BASE.replace("mode = \"router\"", "mode = \"router\"\nspeed = 3"));
         assert!(e.contains("unknown field `speed`"), "{e}");
-        let e = err_of(&BASE.replace(
-            "device = \"net_ring0\"",
-            "device = \"net_ring0\"\ncolour = 1",
-        ));
+        let e = err_of(&BASE.replace("device = \"net_ring0\"", "device = \"net_ring0\"\ncolour = 1"));
         assert!(e.contains("colour"), "{e}");
     }
 
@@ -676,36 +560,12 @@ action = "drop"
     fn semantic_errors_name_the_key() {
         for (from, to, want) in [
             ("mode = \"router\"", "mode = \"hub\"", "mode: 'hub'"),
-            (
-                "ipv4 = [\"10.0.1.1/24\"]",
-                "ipv4 = [\"10.0.1.1/33\"]",
-                "port[0].ipv4: prefix length 33",
-            ),
-            (
-                "port = \"p1\"\nvia",
-                "port = \"p9\"\nvia",
-                "route[0].port: no port named 'p9'",
-            ),
-            (
-                "mac = \"02:00:00:00:00:fe\"",
-                "mac = \"02:00\"",
-                "neighbour[0].mac",
-            ),
-            (
-                "proto = \"udp\"",
-                "proto = \"sctpx\"",
-                "flow[0].proto: unknown protocol",
-            ),
-            (
-                "action = \"drop\"",
-                "action = \"forward:p7\"",
-                "flow[0].action: no port named 'p7'",
-            ),
-            (
-                "via = \"10.0.2.254\"",
-                "via = \"2001:db8::1\"",
-                "route[0].via: gateway and prefix",
-            ),
+            ("ipv4 = [\"10.0.1.1/24\"]", "ipv4 = [\"10.0.1.1/33\"]", "port[0].ipv4: prefix length 33"),
+            ("port = \"p1\"\nvia", "port = \"p9\"\nvia", "route[0].port: no port named 'p9'"),
+            ("mac = \"02:00:00:00:00:fe\"", "mac = \"02:00\"", "neighbour[0].mac"),
+            ("proto = \"udp\"", "proto = \"sctpx\"", "flow[0].proto: unknown protocol"),
+            ("action = \"drop\"", "action = \"forward:p7\"", "flow[0].action: no port named 'p7'"),
+            ("via = \"10.0.2.254\"", "via = \"2001:db8::1\"", "route[0].via: gateway and prefix"),
         ] {
             let e = err_of(&BASE.replacen(from, to, 1));
             assert!(e.contains(want), "{e} !~ {want}");
@@ -718,14 +578,8 @@ action = "drop"
         assert!(e.contains("port[0].peer"), "{e}");
         let x = BASE
             .replace("mode = \"router\"", "mode = \"xconnect\"")
-            .replace(
-                "device = \"net_ring0\"",
-                "device = \"net_ring0\"\npeer = \"p1\"",
-            )
-            .replace(
-                "device = \"net_ring1\"",
-                "device = \"net_ring1\"\npeer = \"p0\"",
-            );
+            .replace("device = \"net_ring0\"", "device = \"net_ring0\"\npeer = \"p1\"")
+            .replace("device = \"net_ring1\"", "device = \"net_ring1\"\npeer = \"p0\"");
         let p = Config::from_toml(&x).unwrap().validate().unwrap();
         assert_eq!(p.ports[0].peer, Some(1));
     }
@@ -734,7 +588,9 @@ action = "drop"
     fn workers_must_cover_queue_zero() {
         let w = format!("{BASE}\n[[worker]]\nlcore = 1\nrx = [\"p0:0\"]\n");
         assert!(err_of(&w).contains("queue 0 of port 'p1'"));
-        let w = format!("{BASE}\n[[worker]]\nlcore = 1\nrx = [\"p0:0\", \"p1:0\"]\n[[worker]]\nlcore = 2\nrx = [\"p0:0\"]\n");
+        let w = format!(
+            "{BASE}\n[[worker]]\nlcore = 1\nrx = [\"p0:0\", \"p1:0\"]\n[[worker]]\nlcore = 2\nrx = [\"p0:0\"]\n"
+        );
         assert!(err_of(&w).contains("polled by two workers"));
     }
 }

@@ -88,10 +88,7 @@ pub fn write_traffic(dir: &Path) -> std::io::Result<PathBuf> {
         frame_len: 124,
         ..v4.clone()
     };
-    let mut w = dataplane::pcap::PcapWriter::new(
-        std::io::BufWriter::new(std::fs::File::create(&path)?),
-        65535,
-    )?;
+    let mut w = dataplane::pcap::PcapWriter::new(std::io::BufWriter::new(std::fs::File::create(&path)?), 65535)?;
     for i in 0..64 {
         w.write(i * 2000, &traffic::frame(&v4, i as usize))?;
         w.write(i * 2000 + 1000, &traffic::frame(&v6, i as usize))?;

@@ -53,23 +53,9 @@ fn eal_args(plan: &Plan) -> EalArgs {
         memory_mb: e.memory_mb,
         no_huge: !e.huge,
         no_pci: !e.pci && !plan.ports.iter().any(|p| p.is_pci),
-        file_prefix: Some(
-            e.file_prefix
-                .clone()
-                .unwrap_or_else(|| format!("intswitch-{}", plan.raw.name)),
-        ),
-        vdevs: plan
-            .ports
-            .iter()
-            .filter(|p| !p.is_pci)
-            .map(|p| p.device.clone())
-            .collect(),
-        allow: plan
-            .ports
-            .iter()
-            .filter(|p| p.is_pci)
-            .map(|p| p.device.clone())
-            .collect(),
+        file_prefix: Some(e.file_prefix.clone().unwrap_or_else(|| format!("intswitch-{}", plan.raw.name))),
+        vdevs: plan.ports.iter().filter(|p| !p.is_pci).map(|p| p.device.clone()).collect(),
+        allow: plan.ports.iter().filter(|p| p.is_pci).map(|p| p.device.clone()).collect(),
         log_level: e.log_level.clone(),
         extra: e.extra.clone(),
     }
@@ -81,13 +67,8 @@ impl Switch {
         let eal = Eal::init(&eal_args(&plan)).map_err(|e| e.to_string())?;
         let available = eal.worker_lcores();
         let workers = if plan.workers.is_empty() {
-            let l = *available
-                .first()
-                .ok_or("eal.lcores: needs at least two lcores (main + one worker)")?;
-            vec![crate::config::WorkerPlan {
-                lcore: l,
-                rx: (0..plan.ports.len() as u16).map(|p| (p, 0)).collect(),
-            }]
+            let l = *available.first().ok_or("eal.lcores: needs at least two lcores (main + one worker)")?;
+            vec![crate::config::WorkerPlan { lcore: l, rx: (0..plan.ports.len() as u16).map(|p| (p, 0)).collect() }]
         } else {
             plan.workers.clone()
         };
@@ -100,8 +81,8 @@ impl Switch {
             }
         }
         let d = &plan.raw.dataplane;
-        let pool = Mempool::new(&eal, "intswitch_pool", d.mbufs, d.mbuf_cache, 2048 + 128)
-            .map_err(|e| e.to_string())?;
+        let pool =
+            Mempool::new(&eal, "intswitch_pool", d.mbufs, d.mbuf_cache, 2048 + 128).map_err(|e| e.to_string())?;
         let mut ports = Vec::new();
         for (pi, p) in plan.ports.iter().enumerate() {
             let rxq = workers
@@ -121,10 +102,8 @@ impl Switch {
                 rss: p.rss,
                 mac: p.mac,
             };
-            ports.push(
-                Port::open(&eal, &p.device, &setup, &pool)
-                    .map_err(|e| format!("port[{pi}] '{}': {e}", p.name))?,
-            );
+            ports
+                .push(Port::open(&eal, &p.device, &setup, &pool).map_err(|e| format!("port[{pi}] '{}': {e}", p.name))?);
         }
         let spec = TableSpec {
             mode: plan.mode,
@@ -150,25 +129,15 @@ impl Switch {
         for w in &shared.workers {
             for (key, action) in &plan.flows {
                 w.flow_commands
-                    .push(FlowCommand::Install {
-                        key: *key,
-                        action: *action,
-                        generation: 1,
-                    })
-                    .map_err(|_| {
-                        "flow: more startup flows than the command queue holds (4096)".to_string()
-                    })?;
+                    .push(FlowCommand::Install { key: *key, action: *action, generation: 1 })
+                    .map_err(|_| "flow: more startup flows than the command queue holds (4096)".to_string())?;
             }
         }
         let mut lcores = Vec::new();
         for (wi, w) in workers.iter().enumerate() {
             let setup = WorkerSetup {
                 id: wi,
-                rx: w
-                    .rx
-                    .iter()
-                    .map(|(p, q)| (*p, ports[*p as usize].rx_queue(*q)))
-                    .collect(),
+                rx: w.rx.iter().map(|(p, q)| (*p, ports[*p as usize].rx_queue(*q))).collect(),
                 tx: ports.iter().map(|p| p.tx_buffer(wi as u16)).collect(),
                 burst: d.burst,
                 flow_capacity: plan.raw.flow_table.capacity,
@@ -177,15 +146,10 @@ impl Switch {
                 mac_capacity: plan.raw.bridge.mac_capacity,
                 mac_aging_s: plan.raw.bridge.aging_s,
                 tx_drain_us: d.tx_drain_us,
-                idle: IdleConfig {
-                    enabled: d.idle,
-                    empty_polls: d.idle_empty_polls,
-                    sleep_us: d.idle_sleep_us,
-                },
+                idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
             };
             let sh = shared.clone();
-            eal.launch(w.lcore, move || worker::run(setup, sh))
-                .map_err(|e| e.to_string())?;
+            eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
             lcores.push(w.lcore);
         }
         Ok(Switch {
@@ -219,12 +183,7 @@ impl Switch {
     }
 
     fn min_acked(&self) -> u64 {
-        self.shared
-            .workers
-            .iter()
-            .map(|w| w.acked_generation.load(Ordering::Acquire))
-            .min()
-            .unwrap_or(u64::MAX)
+        self.shared.workers.iter().map(|w| w.acked_generation.load(Ordering::Acquire)).min().unwrap_or(u64::MAX)
     }
 
     fn reap_retired(&mut self) {
@@ -240,9 +199,7 @@ impl Switch {
             for _ in 0..1024 {
                 let Some(ev) = w.events.pop() else { break };
                 match ev {
-                    ControlEvent::Neighbour { ip, mac, port } => {
-                        changed |= self.learn_neighbour(ip, mac, port)
-                    }
+                    ControlEvent::Neighbour { ip, mac, port } => changed |= self.learn_neighbour(ip, mac, port),
                     ControlEvent::Resolve { ip, port } => resolve.push((ip, port)),
                 }
             }
@@ -262,15 +219,14 @@ impl Switch {
         let Some(ps) = self.spec.ports.get(port as usize) else {
             return false;
         };
-        let on_link =
-            match ip {
-                IpAddr::V4(a) => ps.ipv4.iter().any(|(p, l)| {
-                    dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l)
-                }),
-                IpAddr::V6(a) => ps.ipv6.iter().any(|(p, l)| {
-                    dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l)
-                }),
-            };
+        let on_link = match ip {
+            IpAddr::V4(a) => {
+                ps.ipv4.iter().any(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l))
+            }
+            IpAddr::V6(a) => {
+                ps.ipv6.iter().any(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l))
+            }
+        };
         if !on_link {
             return false;
         }
@@ -283,12 +239,7 @@ impl Switch {
                 true
             }
             None => {
-                self.spec.neighbours.push(NeighbourSpec {
-                    ip,
-                    mac,
-                    port,
-                    permanent: false,
-                });
+                self.spec.neighbours.push(NeighbourSpec { ip, mac, port, permanent: false });
                 true
             }
         }
@@ -297,11 +248,7 @@ impl Switch {
     /// Sends an ARP request or neighbour solicitation through worker 0.
     fn resolve(&mut self, ip: IpAddr, port: u16) {
         let now = Instant::now();
-        if self
-            .resolving
-            .get(&ip)
-            .is_some_and(|t| now.duration_since(*t) < RESOLVE_INTERVAL)
-        {
+        if self.resolving.get(&ip).is_some_and(|t| now.duration_since(*t) < RESOLVE_INTERVAL) {
             return;
         }
         let Some(ps) = self.spec.ports.get(port as usize) else {
@@ -312,9 +259,8 @@ impl Switch {
         };
         let len = match ip {
             IpAddr::V4(a) => {
-                let on_link = ps.ipv4.iter().find(|(p, l)| {
-                    dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l)
-                });
+                let on_link =
+                    ps.ipv4.iter().find(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l));
                 let Some((src, _)) = on_link.or(ps.ipv4.first()) else {
                     return;
                 };
@@ -322,9 +268,8 @@ impl Switch {
                 forward::build_arp_request(buf, ps.mac, *src, a.octets())
             }
             IpAddr::V6(a) => {
-                let on_link = ps.ipv6.iter().find(|(p, l)| {
-                    dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l)
-                });
+                let on_link =
+                    ps.ipv6.iter().find(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l));
                 let Some((src, _)) = on_link.or(ps.ipv6.first()) else {
                     return;
                 };
@@ -358,9 +303,7 @@ impl Switch {
             }
             self.drain_events()?;
             self.reap_retired();
-            if opts.stats_interval_s > 0
-                && last_print.elapsed() >= Duration::from_secs(opts.stats_interval_s)
-            {
+            if opts.stats_interval_s > 0 && last_print.elapsed() >= Duration::from_secs(opts.stats_interval_s) {
                 let now = self.counters();
                 let dt = last_print.elapsed().as_secs_f64();
                 self.print_rates(&last, &now, dt);
@@ -385,10 +328,7 @@ impl Switch {
                 d.tx_bytes[i] as f64 * 8.0 / dt / 1e9,
             ));
         }
-        line.push_str(&format!(
-            "drops {:.3} Mpps",
-            d.total_drops() as f64 / dt / 1e6
-        ));
+        line.push_str(&format!("drops {:.3} Mpps", d.total_drops() as f64 / dt / 1e6));
         println!("{line}");
     }
 
@@ -427,32 +367,18 @@ impl Switch {
                 })
             })
             .collect();
-        let drops: serde_json::Map<String, serde_json::Value> = DropReason::ALL
-            .iter()
-            .map(|r| (r.name().to_string(), c.drops[*r as usize].into()))
-            .collect();
-        let events: serde_json::Map<String, serde_json::Value> = Event::ALL
-            .iter()
-            .map(|e| (e.name().to_string(), c.events[*e as usize].into()))
-            .collect();
+        let drops: serde_json::Map<String, serde_json::Value> =
+            DropReason::ALL.iter().map(|r| (r.name().to_string(), c.drops[*r as usize].into())).collect();
+        let events: serde_json::Map<String, serde_json::Value> =
+            Event::ALL.iter().map(|e| (e.name().to_string(), c.events[*e as usize].into())).collect();
         let neighbours: Vec<serde_json::Value> = self
             .spec
             .neighbours
             .iter()
             .map(|n| serde_json::json!({"ip": n.ip.to_string(), "mac": format_mac(&n.mac), "port": self.spec.ports[n.port as usize].name, "permanent": n.permanent}))
             .collect();
-        let flows: u64 = self
-            .shared
-            .workers
-            .iter()
-            .map(|w| w.flows_in_use.load(Ordering::Relaxed))
-            .sum();
-        let macs: u64 = self
-            .shared
-            .workers
-            .iter()
-            .map(|w| w.macs_in_use.load(Ordering::Relaxed))
-            .sum();
+        let flows: u64 = self.shared.workers.iter().map(|w| w.flows_in_use.load(Ordering::Relaxed)).sum();
+        let macs: u64 = self.shared.workers.iter().map(|w| w.macs_in_use.load(Ordering::Relaxed)).sum();
         let out = serde_json::json!({
             "name": self.plan.raw.name,
             "mode": self.plan.mode.name(),
@@ -475,11 +401,7 @@ impl Switch {
 
 /// Prints the final counters as text.
 pub fn print_text(v: &serde_json::Value) {
-    println!(
-        "== intswitch {} ({}) final counters",
-        v["name"].as_str().unwrap_or(""),
-        v["mode"].as_str().unwrap_or("")
-    );
+    println!("== intswitch {} ({}) final counters", v["name"].as_str().unwrap_or(""), v["mode"].as_str().unwrap_or(""));
     for p in v["ports"].as_array().into_iter().flatten() {
         println!(
             "port {:<8} rx {:>12} pkts {:>14} bytes   tx {:>12} pkts {:>14} bytes",

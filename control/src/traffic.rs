@@ -29,9 +29,7 @@ pub struct TrafficSpec {
 fn add(ip: IpAddr, n: u32) -> IpAddr {
     match ip {
         IpAddr::V4(a) => IpAddr::from(std::net::Ipv4Addr::from(u32::from(a).wrapping_add(n))),
-        IpAddr::V6(a) => IpAddr::from(std::net::Ipv6Addr::from(
-            u128::from(a).wrapping_add(n as u128),
-        )),
+        IpAddr::V6(a) => IpAddr::from(std::net::Ipv6Addr::from(u128::from(a).wrapping_add(n as u128))),
     }
 }
 
@@ -39,11 +37,7 @@ fn add(ip: IpAddr, n: u32) -> IpAddr {
 pub fn frame(spec: &TrafficSpec, i: usize) -> Vec<u8> {
     let flow = (i % spec.flows.max(1)) as u32;
     let src = add(spec.src, flow);
-    let dst = if spec.vary_dst {
-        add(spec.dst, flow)
-    } else {
-        spec.dst
-    };
+    let dst = if spec.vary_dst { add(spec.dst, flow) } else { spec.dst };
     let (sport, dport) = (1024 + (flow % 50000) as u16, 5001u16);
     let l3_hdr = if src.is_ipv4() { 20 } else { 40 };
     let min = 14 + l3_hdr + 8;
@@ -55,36 +49,19 @@ pub fn frame(spec: &TrafficSpec, i: usize) -> Vec<u8> {
     for (k, b) in f[min..].iter_mut().enumerate() {
         *b = (k as u8).wrapping_add(i as u8);
     }
-    let udp = UdpRepr {
-        src_port: sport,
-        dst_port: dport,
-        payload_len,
-    };
+    let udp = UdpRepr { src_port: sport, dst_port: dport, payload_len };
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-            Ipv4Repr {
-                src: s.octets(),
-                dst: d.octets(),
-                protocol: 17,
-                payload_len: 8 + payload_len,
-                ttl: 64,
-                tos: 0,
-            }
-            .emit(&mut f[14..34]);
+            Ipv4Repr { src: s.octets(), dst: d.octets(), protocol: 17, payload_len: 8 + payload_len, ttl: 64, tos: 0 }
+                .emit(&mut f[14..34]);
             let ps = checksum::pseudo_v4(s.octets(), d.octets(), 17, (8 + payload_len) as u16);
             udp.emit(&mut f[34..], ps);
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-            Ipv6Repr {
-                src: s.octets(),
-                dst: d.octets(),
-                next_header: 17,
-                payload_len: 8 + payload_len,
-                hop_limit: 64,
-            }
-            .emit(&mut f[14..54]);
+            Ipv6Repr { src: s.octets(), dst: d.octets(), next_header: 17, payload_len: 8 + payload_len, hop_limit: 64 }
+                .emit(&mut f[14..54]);
             let ps = checksum::pseudo_v6(&s.octets(), &d.octets(), 17, (8 + payload_len) as u32);
             udp.emit(&mut f[54..], ps);
         }
@@ -131,11 +108,7 @@ mod tests {
         assert_eq!(m.key.src_ip(), "10.0.1.11".parse::<IpAddr>().unwrap());
         assert_eq!(m.key.dst_ip(), "10.0.2.11".parse::<IpAddr>().unwrap());
         assert_eq!(parse::parse(&frame(&spec, 5), 0).unwrap().key, m.key);
-        let v6 = TrafficSpec {
-            src: "2001:db8:1::10".parse().unwrap(),
-            dst: "2001:db8:2::10".parse().unwrap(),
-            ..spec
-        };
+        let v6 = TrafficSpec { src: "2001:db8:1::10".parse().unwrap(), dst: "2001:db8:2::10".parse().unwrap(), ..spec };
         let b = frame(&v6, 2);
         assert_eq!(b.len(), 62);
         assert_eq!(parse::parse(&b, 0).unwrap().key.ip_version(), 6);

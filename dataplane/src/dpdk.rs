@@ -34,17 +34,11 @@ impl std::error::Error for DpdkError {}
 
 fn strerror(code: i32) -> String {
     // SAFETY: rte_strerror returns a pointer to a static or thread-local NUL-terminated string.
-    unsafe { CStr::from_ptr(ffi::rte_strerror(code.abs())) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { CStr::from_ptr(ffi::rte_strerror(code.abs())) }.to_string_lossy().into_owned()
 }
 
 fn err(op: impl Into<String>, code: i32) -> DpdkError {
-    DpdkError {
-        op: op.into(),
-        code,
-        reason: strerror(code),
-    }
+    DpdkError { op: op.into(), code, reason: strerror(code) }
 }
 
 fn last_err(op: impl Into<String>) -> DpdkError {
@@ -127,11 +121,8 @@ impl Eal {
             });
         }
         let argv = args.to_argv();
-        let cstrs: Vec<CString> = argv
-            .iter()
-            .map(|a| CString::new(a.as_str()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| DpdkError {
+        let cstrs: Vec<CString> =
+            argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>().map_err(|_| DpdkError {
                 op: "rte_eal_init".into(),
                 code: -22,
                 reason: "argument contains a NUL byte".into(),
@@ -210,9 +201,7 @@ pub fn prefetch<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch has no architectural effect; `r` is a valid reference.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            r as *const T as *const i8,
-        )
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(r as *const T as *const i8)
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = r;
@@ -284,24 +273,12 @@ unsafe impl Send for Mempool {}
 unsafe impl Sync for Mempool {}
 
 impl Mempool {
-    pub fn new(
-        eal: &Eal,
-        name: &str,
-        size: u32,
-        cache: u32,
-        data_room: u16,
-    ) -> Result<Mempool, DpdkError> {
+    pub fn new(eal: &Eal, name: &str, size: u32, cache: u32, data_room: u16) -> Result<Mempool, DpdkError> {
         let cname = CString::new(name).map_err(|_| err("rte_pktmbuf_pool_create", -22))?;
         // SAFETY: cname is a valid C string; other arguments are plain values.
-        let p = unsafe {
-            ffi::rte_pktmbuf_pool_create(cname.as_ptr(), size, cache, 0, data_room, eal.socket_id())
-        };
+        let p = unsafe { ffi::rte_pktmbuf_pool_create(cname.as_ptr(), size, cache, 0, data_room, eal.socket_id()) };
         NonNull::new(p)
-            .map(|ptr| Mempool {
-                ptr,
-                size,
-                _eal: eal.clone(),
-            })
+            .map(|ptr| Mempool { ptr, size, _eal: eal.clone() })
             .ok_or_else(|| last_err(format!("rte_pktmbuf_pool_create({name}, {size} mbufs)")))
     }
 
@@ -350,10 +327,7 @@ impl Mbuf {
         // per access on the hot path.
         unsafe {
             let m = &*self.raw();
-            std::slice::from_raw_parts(
-                (m.buf_addr as *const u8).add(m.data_off as usize),
-                m.data_len as usize,
-            )
+            std::slice::from_raw_parts((m.buf_addr as *const u8).add(m.data_off as usize), m.data_len as usize)
         }
     }
 
@@ -362,10 +336,7 @@ impl Mbuf {
         // SAFETY: as `data`; &mut self guarantees exclusive access to the buffer.
         unsafe {
             let m = &*self.raw();
-            std::slice::from_raw_parts_mut(
-                (m.buf_addr as *mut u8).add(m.data_off as usize),
-                m.data_len as usize,
-            )
+            std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(m.data_off as usize), m.data_len as usize)
         }
     }
 
@@ -540,12 +511,7 @@ pub struct Port {
 impl Port {
     /// Finds the ethdev DPDK created for `device` (the vdev name before the first
     /// comma, or a PCI address) and configures and starts it.
-    pub fn open(
-        eal: &Eal,
-        device: &str,
-        setup: &PortSetup,
-        pool: &Mempool,
-    ) -> Result<Port, DpdkError> {
+    pub fn open(eal: &Eal, device: &str, setup: &PortSetup, pool: &Mempool) -> Result<Port, DpdkError> {
         let name = device.split(',').next().unwrap_or(device);
         let cname = CString::new(name).map_err(|_| err("port name", -22))?;
         let mut id: u16 = 0;
@@ -565,11 +531,7 @@ impl Port {
                 code: -22,
                 reason: format!(
                     "needs {} rx / {} tx queues, device {} supports {} / {}",
-                    setup.rx_queues,
-                    setup.tx_queues,
-                    info.driver,
-                    info.max_rx_queues,
-                    info.max_tx_queues
+                    setup.rx_queues, setup.tx_queues, info.driver, info.max_rx_queues, info.max_tx_queues
                 ),
             });
         }
@@ -593,31 +555,18 @@ impl Port {
         }
         // SAFETY: plain query.
         let socket = unsafe { ffi::rte_eth_dev_socket_id(id) };
-        let socket = if socket < 0 {
-            ffi::SOCKET_ID_ANY
-        } else {
-            socket
-        };
+        let socket = if socket < 0 { ffi::SOCKET_ID_ANY } else { socket };
         for q in 0..setup.rx_queues {
             // SAFETY: configured port, queue index in range, live pool; NULL conf = defaults.
-            let rc = unsafe {
-                ffi::rte_eth_rx_queue_setup(
-                    id,
-                    q,
-                    rxd,
-                    socket as u32,
-                    std::ptr::null(),
-                    pool.ptr.as_ptr(),
-                )
-            };
+            let rc =
+                unsafe { ffi::rte_eth_rx_queue_setup(id, q, rxd, socket as u32, std::ptr::null(), pool.ptr.as_ptr()) };
             if rc != 0 {
                 return Err(err(format!("rte_eth_rx_queue_setup({name}, {q})"), rc));
             }
         }
         for q in 0..setup.tx_queues {
             // SAFETY: configured port, queue index in range; NULL conf = defaults.
-            let rc =
-                unsafe { ffi::rte_eth_tx_queue_setup(id, q, txd, socket as u32, std::ptr::null()) };
+            let rc = unsafe { ffi::rte_eth_tx_queue_setup(id, q, txd, socket as u32, std::ptr::null()) };
             if rc != 0 {
                 return Err(err(format!("rte_eth_tx_queue_setup({name}, {q})"), rc));
             }
@@ -644,12 +593,7 @@ impl Port {
         unsafe { ffi::rte_eth_macaddr_get(id, mac.as_mut_ptr() as *mut ffi::rte_ether_addr) };
         if let Some(mut m) = setup.mac {
             // SAFETY: rte_ether_addr is 6 bytes; m is a 6-byte buffer.
-            let rc = unsafe {
-                ffi::rte_eth_dev_default_mac_addr_set(
-                    id,
-                    m.as_mut_ptr() as *mut ffi::rte_ether_addr,
-                )
-            };
+            let rc = unsafe { ffi::rte_eth_dev_default_mac_addr_set(id, m.as_mut_ptr() as *mut ffi::rte_ether_addr) };
             // A device that cannot change its MAC (net_pcap) still receives
             // every frame in promiscuous mode; the switch then uses the
             // configured MAC in software.
@@ -658,14 +602,7 @@ impl Port {
             }
             mac = m;
         }
-        Ok(Port {
-            id,
-            name: name.to_string(),
-            mac,
-            info,
-            rss_active,
-            _eal: eal.clone(),
-        })
+        Ok(Port { id, name: name.to_string(), mac, info, rss_active, _eal: eal.clone() })
     }
 
     fn query_info(id: u16) -> Result<PortInfo, DpdkError> {
@@ -679,9 +616,7 @@ impl Port {
             String::new()
         } else {
             // SAFETY: driver_name is a static NUL-terminated string owned by the driver.
-            unsafe { CStr::from_ptr(di.driver_name) }
-                .to_string_lossy()
-                .into_owned()
+            unsafe { CStr::from_ptr(di.driver_name) }.to_string_lossy().into_owned()
         };
         Ok(PortInfo {
             driver,
@@ -720,11 +655,7 @@ impl Port {
         if rc != 0 {
             return LinkStatus::default();
         }
-        LinkStatus {
-            up: l.link_status() != 0,
-            speed_mbps: l.link_speed,
-            full_duplex: l.link_duplex() != 0,
-        }
+        LinkStatus { up: l.link_status() != 0, speed_mbps: l.link_speed, full_duplex: l.link_duplex() != 0 }
     }
 
     /// Administratively brings the link up or down (where the device supports it).
@@ -738,14 +669,7 @@ impl Port {
             }
         };
         if rc != 0 {
-            return Err(err(
-                format!(
-                    "set link {} on {}",
-                    if up { "up" } else { "down" },
-                    self.name
-                ),
-                rc,
-            ));
+            return Err(err(format!("set link {} on {}", if up { "up" } else { "down" }, self.name), rc));
         }
         Ok(())
     }
@@ -783,9 +707,7 @@ impl Port {
         (0..k)
             .map(|i| {
                 // SAFETY: DPDK NUL-terminates names within their 64-byte array.
-                let name = unsafe { CStr::from_ptr(names[i].name.as_ptr()) }
-                    .to_string_lossy()
-                    .into_owned();
+                let name = unsafe { CStr::from_ptr(names[i].name.as_ptr()) }.to_string_lossy().into_owned();
                 (name, vals[i].value)
             })
             .collect()
@@ -793,21 +715,12 @@ impl Port {
 
     /// An RX queue handle for one worker.
     pub fn rx_queue(&self, queue: u16) -> RxQueue {
-        RxQueue {
-            port: self.id,
-            queue,
-            burst: [std::ptr::null_mut(); MAX_BURST],
-        }
+        RxQueue { port: self.id, queue, burst: [std::ptr::null_mut(); MAX_BURST] }
     }
 
     /// A buffered TX queue handle for one worker.
     pub fn tx_buffer(&self, queue: u16) -> TxBuffer {
-        TxBuffer {
-            port: self.id,
-            queue,
-            len: 0,
-            pkts: [std::ptr::null_mut(); MAX_BURST],
-        }
+        TxBuffer { port: self.id, queue, len: 0, pkts: [std::ptr::null_mut(); MAX_BURST] }
     }
 }
 
@@ -854,9 +767,7 @@ impl RxQueue {
     pub fn rx_burst_into(&mut self, max: usize, out: &mut [Option<Mbuf>; MAX_BURST]) -> usize {
         let max = max.min(MAX_BURST);
         // SAFETY: burst has room for `max` pointers; this queue is polled by one lcore only.
-        let n = unsafe {
-            ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16)
-        } as usize;
+        let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16) } as usize;
         for i in 0..n {
             // SAFETY: DPDK returned n valid mbufs whose ownership passes to us.
             out[i] = Some(Mbuf(unsafe { NonNull::new_unchecked(self.burst[i]) }));
@@ -869,9 +780,7 @@ impl RxQueue {
     pub fn rx_burst(&mut self, max: usize, mut f: impl FnMut(Mbuf)) -> usize {
         let max = max.min(MAX_BURST);
         // SAFETY: burst has room for `max` pointers; this queue is polled by one lcore only.
-        let n = unsafe {
-            ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16)
-        } as usize;
+        let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16) } as usize;
         for i in 0..n {
             // SAFETY: DPDK returned n valid, owned mbufs.
             f(Mbuf(unsafe { NonNull::new_unchecked(self.burst[i]) }));
@@ -915,11 +824,7 @@ impl TxBuffer {
 
     /// Sends the same buffer out of every TX buffer named by `targets`
     /// (refcount bumped once per extra copy). Returns what each buffer refused.
-    pub fn push_flood(
-        m: Mbuf,
-        bufs: &mut [TxBuffer],
-        targets: &[usize],
-    ) -> [(usize, u64); MAX_PORTS] {
+    pub fn push_flood(m: Mbuf, bufs: &mut [TxBuffer], targets: &[usize]) -> [(usize, u64); MAX_PORTS] {
         let mut refused = [(0, 0); MAX_PORTS];
         if targets.is_empty() {
             return refused; // dropping `m` frees it
@@ -963,9 +868,7 @@ impl TxBuffer {
                 bytes += unsafe { (*p).pkt_len } as u64;
             }
             // SAFETY: the device did not take these; we still own them.
-            unsafe {
-                ffi::shim_pktmbuf_free_bulk(self.pkts.as_mut_ptr().add(sent), refused as u32)
-            };
+            unsafe { ffi::shim_pktmbuf_free_bulk(self.pkts.as_mut_ptr().add(sent), refused as u32) };
         }
         self.len = 0;
         (refused, bytes)

@@ -38,12 +38,7 @@ impl<K: MapKey, V> FixedMap<K, V> {
         let mut v: Vec<Option<(K, V)>> = Vec::with_capacity(slots);
         crate::dpdk::advise_hugepages(v.spare_capacity_mut());
         v.resize_with(slots, || None);
-        FixedMap {
-            slots: v.into_boxed_slice(),
-            mask: slots - 1,
-            len: 0,
-            max_len: capacity.max(1),
-        }
+        FixedMap { slots: v.into_boxed_slice(), mask: slots - 1, len: 0, max_len: capacity.max(1) }
     }
 
     pub fn len(&self) -> usize {
@@ -78,9 +73,7 @@ impl<K: MapKey, V> FixedMap<K, V> {
 
     #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
-        self.find(k)
-            .ok()
-            .and_then(|i| self.slots[i].as_ref().map(|(_, v)| v))
+        self.find(k).ok().and_then(|i| self.slots[i].as_ref().map(|(_, v)| v))
     }
 
     #[inline]
@@ -124,11 +117,7 @@ impl<K: MapKey, V> FixedMap<K, V> {
                 Some((k, _)) => k.hash64() as usize & self.mask,
             };
             // Move j into the hole at i unless its home lies cyclically in (i, j].
-            let in_range = if i <= j {
-                i < home && home <= j
-            } else {
-                i < home || home <= j
-            };
+            let in_range = if i <= j { i < home && home <= j } else { i < home || home <= j };
             if !in_range {
                 self.slots[i] = self.slots[j].take();
                 i = j;
@@ -138,9 +127,7 @@ impl<K: MapKey, V> FixedMap<K, V> {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.slots
-            .iter()
-            .filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
+        self.slots.iter().filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
     }
 
     pub fn clear(&mut self) {
@@ -153,12 +140,7 @@ impl<K: MapKey, V> FixedMap<K, V> {
     /// Visits up to `budget` slots from `cursor`, removing entries for which
     /// `keep` says false. Returns the next cursor and the number removed.
     /// Incremental, so a worker can age a large table a little per poll.
-    pub fn sweep(
-        &mut self,
-        cursor: usize,
-        budget: usize,
-        mut keep: impl FnMut(&K, &mut V) -> bool,
-    ) -> (usize, usize) {
+    pub fn sweep(&mut self, cursor: usize, budget: usize, mut keep: impl FnMut(&K, &mut V) -> bool) -> (usize, usize) {
         let mut i = cursor & self.mask;
         let mut removed = 0;
         for _ in 0..budget.min(self.slots.len()) {
@@ -212,20 +194,11 @@ mod tests {
     fn backward_shift_keeps_probe_runs_intact() {
         let mut m: FixedMap<K, u32> = FixedMap::with_capacity(8); // 16 slots
                                                                   // Three keys with the same home, one with the next home, one wrapping.
-        for (i, k) in [K(1, 3), K(2, 3), K(3, 4), K(4, 3), K(5, 15), K(6, 15)]
-            .iter()
-            .enumerate()
-        {
+        for (i, k) in [K(1, 3), K(2, 3), K(3, 4), K(4, 3), K(5, 15), K(6, 15)].iter().enumerate() {
             m.insert(*k, i as u32).unwrap();
         }
         assert_eq!(m.remove(&K(1, 3)), Some(0));
-        for (k, v) in [
-            (K(2, 3), 1),
-            (K(3, 4), 2),
-            (K(4, 3), 3),
-            (K(5, 15), 4),
-            (K(6, 15), 5),
-        ] {
+        for (k, v) in [(K(2, 3), 1), (K(3, 4), 2), (K(4, 3), 3), (K(5, 15), 4), (K(6, 15), 5)] {
             assert_eq!(m.get(&k), Some(&v), "{k:?}");
         }
         assert_eq!(m.remove(&K(5, 15)), Some(4));

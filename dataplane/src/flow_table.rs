@@ -39,14 +39,7 @@ pub struct FlowEntry {
 
 impl FlowEntry {
     pub fn new(action: FlowAction, now: u64, installed: bool) -> FlowEntry {
-        FlowEntry {
-            action,
-            packets: 0,
-            bytes: 0,
-            last_seen: now,
-            installed,
-            state: [0; STATE_SLOTS],
-        }
+        FlowEntry { action, packets: 0, bytes: 0, last_seen: now, installed, state: [0; STATE_SLOTS] }
     }
 }
 
@@ -65,11 +58,7 @@ pub struct FlowTable {
 impl FlowTable {
     /// `idle_timeout` is in TSC ticks; 0 disables aging of learned flows.
     pub fn new(capacity: usize, idle_timeout: u64) -> FlowTable {
-        FlowTable {
-            map: FixedMap::with_capacity(capacity),
-            idle_timeout,
-            cursor: 0,
-        }
+        FlowTable { map: FixedMap::with_capacity(capacity), idle_timeout, cursor: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -105,30 +94,17 @@ impl FlowTable {
     }
 
     /// Installs (or replaces the action of) a control-plane flow.
-    pub fn install(
-        &mut self,
-        key: FlowKey,
-        action: FlowAction,
-        now: u64,
-    ) -> Result<(), FlowTableError> {
+    pub fn install(&mut self, key: FlowKey, action: FlowAction, now: u64) -> Result<(), FlowTableError> {
         if let Some(e) = self.map.get_mut(&key) {
             e.action = action;
             e.installed = true;
             return Ok(());
         }
-        self.map
-            .insert(key, FlowEntry::new(action, now, true))
-            .map(|_| ())
-            .map_err(|_| FlowTableError::Full)
+        self.map.insert(key, FlowEntry::new(action, now, true)).map(|_| ()).map_err(|_| FlowTableError::Full)
     }
 
     /// Learns a flow seen on a miss (action Normal, aged when idle).
-    pub fn learn(
-        &mut self,
-        key: FlowKey,
-        bytes: usize,
-        now: u64,
-    ) -> Result<&mut FlowEntry, FlowTableError> {
+    pub fn learn(&mut self, key: FlowKey, bytes: usize, now: u64) -> Result<&mut FlowEntry, FlowTableError> {
         let mut e = FlowEntry::new(FlowAction::Normal, now, false);
         e.packets = 1;
         e.bytes = bytes as u64;
@@ -155,9 +131,7 @@ impl FlowTable {
             return 0;
         }
         let t = self.idle_timeout;
-        let (c, n) = self.map.sweep(self.cursor, budget, |_, e| {
-            e.installed || now.saturating_sub(e.last_seen) < t
-        });
+        let (c, n) = self.map.sweep(self.cursor, budget, |_, e| e.installed || now.saturating_sub(e.last_seen) < t);
         self.cursor = c;
         n
     }
@@ -168,13 +142,7 @@ mod tests {
     use super::*;
 
     fn key(i: u32) -> FlowKey {
-        FlowKey::v4(
-            [10, 0, (i >> 8) as u8, i as u8],
-            [10, 1, 0, 1],
-            17,
-            1000,
-            2000,
-        )
+        FlowKey::v4([10, 0, (i >> 8) as u8, i as u8], [10, 1, 0, 1], 17, 1000, 2000)
     }
 
     #[test]
@@ -182,18 +150,11 @@ mod tests {
         let mut t = FlowTable::new(16, 100);
         t.install(key(1), FlowAction::Forward(2), 0).unwrap();
         let e = t.hit(&key(1), 64, 5).unwrap();
-        assert_eq!(
-            (e.action, e.packets, e.bytes, e.last_seen),
-            (FlowAction::Forward(2), 1, 64, 5)
-        );
+        assert_eq!((e.action, e.packets, e.bytes, e.last_seen), (FlowAction::Forward(2), 1, 64, 5));
         assert!(t.hit(&key(2), 64, 5).is_none());
         t.install(key(1), FlowAction::Drop, 6).unwrap();
         assert_eq!(t.get(&key(1)).unwrap().action, FlowAction::Drop);
-        assert_eq!(
-            t.get(&key(1)).unwrap().packets,
-            1,
-            "replacing the action keeps counters"
-        );
+        assert_eq!(t.get(&key(1)).unwrap().packets, 1, "replacing the action keeps counters");
         assert!(t.remove(&key(1)).is_some());
         assert!(t.is_empty());
     }
@@ -216,10 +177,7 @@ mod tests {
             t.learn(key(i), 60, 0).unwrap();
         }
         assert_eq!(t.learn(key(9), 60, 0).err(), Some(FlowTableError::Full));
-        assert_eq!(
-            t.install(key(9), FlowAction::Drop, 0).err(),
-            Some(FlowTableError::Full)
-        );
+        assert_eq!(t.install(key(9), FlowAction::Drop, 0).err(), Some(FlowTableError::Full));
     }
 
     #[test]

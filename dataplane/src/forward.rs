@@ -74,12 +74,7 @@ pub fn process(ctx: &mut Ctx, frame: &mut [u8], in_port: u16) -> Verdict {
 /// As `process`, for a frame the caller has already parsed (the worker
 /// parses a whole burst first to prefetch flow-table slots).
 #[inline]
-pub fn process_parsed(
-    ctx: &mut Ctx,
-    frame: &mut [u8],
-    in_port: u16,
-    meta: Result<PacketMeta, DropReason>,
-) -> Verdict {
+pub fn process_parsed(ctx: &mut Ctx, frame: &mut [u8], in_port: u16, meta: Result<PacketMeta, DropReason>) -> Verdict {
     let meta = match meta {
         Ok(m) => m,
         Err(r) => return Verdict::Drop(r),
@@ -148,13 +143,7 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     }
 }
 
-fn route(
-    ctx: &mut Ctx,
-    frame: &mut [u8],
-    in_port: u16,
-    meta: &PacketMeta,
-    action: FlowAction,
-) -> Verdict {
+fn route(ctx: &mut Ctx, frame: &mut [u8], in_port: u16, meta: &PacketMeta, action: FlowAction) -> Verdict {
     let t = ctx.tables;
     let Some(port) = t.ports.get(in_port as usize) else {
         return Verdict::Drop(DropReason::PortDown);
@@ -172,13 +161,7 @@ fn route(
     }
 }
 
-fn arp_input(
-    ctx: &mut Ctx,
-    frame: &mut [u8],
-    in_port: u16,
-    meta: &PacketMeta,
-    our_mac: [u8; 6],
-) -> Verdict {
+fn arp_input(ctx: &mut Ctx, frame: &mut [u8], in_port: u16, meta: &PacketMeta, our_mac: [u8; 6]) -> Verdict {
     let l3 = meta.l3_offset;
     let a = match ArpPacket::new_checked(&frame[l3..]) {
         Ok(a) => a,
@@ -190,11 +173,7 @@ fn arp_input(
     }
     if sip != [0; 4] {
         ctx.counters.event(Event::NeighbourSeen);
-        ctx.notify(ControlEvent::Neighbour {
-            ip: IpAddr::from(sip),
-            mac: smac,
-            port: in_port,
-        });
+        ctx.notify(ControlEvent::Neighbour { ip: IpAddr::from(sip), mac: smac, port: in_port });
     }
     if op == arp::OP_REPLY {
         return Verdict::Consumed;
@@ -202,14 +181,8 @@ fn arp_input(
     if op != arp::OP_REQUEST {
         return Verdict::Drop(DropReason::LocalUnhandled);
     }
-    ArpRepr {
-        operation: arp::OP_REPLY,
-        sender_mac: our_mac,
-        sender_ip: tip,
-        target_mac: smac,
-        target_ip: sip,
-    }
-    .emit(&mut frame[l3..l3 + arp::LEN]);
+    ArpRepr { operation: arp::OP_REPLY, sender_mac: our_mac, sender_ip: tip, target_mac: smac, target_ip: sip }
+        .emit(&mut frame[l3..l3 + arp::LEN]);
     let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
     eth.set_dst(smac);
     eth.set_src(our_mac);
@@ -276,10 +249,7 @@ fn route_v4(
     };
     let Some(n) = t.neigh4.get(&v4_key(hop)) else {
         ctx.counters.event(Event::ResolveRequested);
-        ctx.notify(ControlEvent::Resolve {
-            ip: IpAddr::from(hop),
-            port: out,
-        });
+        ctx.notify(ControlEvent::Resolve { ip: IpAddr::from(hop), port: out });
         return Verdict::Drop(DropReason::NeighbourUnresolved);
     };
     let Some(p) = t.ports.get(out as usize).filter(|p| p.up) else {
@@ -317,8 +287,7 @@ fn route_v6(
         if !direct_icmp {
             return Verdict::Drop(DropReason::LocalUnhandled);
         }
-        if let Err(r) = icmp::v6_echo_to_reply(&src, &dst, &mut frame[meta.l4_offset..meta.l3_end])
-        {
+        if let Err(r) = icmp::v6_echo_to_reply(&src, &dst, &mut frame[meta.l4_offset..meta.l3_end]) {
             return Verdict::Drop(if frame[meta.l4_offset] == icmp::V6_ECHO_REQUEST {
                 r
             } else {
@@ -353,10 +322,7 @@ fn route_v6(
     };
     let Some(n) = t.neigh6.get(&v6_key(hop)) else {
         ctx.counters.event(Event::ResolveRequested);
-        ctx.notify(ControlEvent::Resolve {
-            ip: IpAddr::from(hop),
-            port: out,
-        });
+        ctx.notify(ControlEvent::Resolve { ip: IpAddr::from(hop), port: out });
         return Verdict::Drop(DropReason::NeighbourUnresolved);
     };
     let Some(p) = t.ports.get(out as usize).filter(|p| p.up) else {
@@ -393,11 +359,7 @@ fn nd_input(
     if nd.kind == icmp::V6_NEIGHBOR_ADVERT {
         ctx.counters.event(Event::NeighbourSeen);
         let mac = nd.lla.unwrap_or(eth_src);
-        ctx.notify(ControlEvent::Neighbour {
-            ip: IpAddr::from(nd.target),
-            mac,
-            port: in_port,
-        });
+        ctx.notify(ControlEvent::Neighbour { ip: IpAddr::from(nd.target), mac, port: in_port });
         return Verdict::Consumed;
     }
     if ctx.tables.local6.get(&v6_key(nd.target)).is_none() {
@@ -408,11 +370,7 @@ fn nd_input(
     }
     let reply_mac = nd.lla.unwrap_or(eth_src);
     ctx.counters.event(Event::NeighbourSeen);
-    ctx.notify(ControlEvent::Neighbour {
-        ip: IpAddr::from(src),
-        mac: reply_mac,
-        port: in_port,
-    });
+    ctx.notify(ControlEvent::Neighbour { ip: IpAddr::from(src), mac: reply_mac, port: in_port });
     let l3 = meta.l3_offset;
     let end = l3 + ipv6::HDR_LEN + icmp::NA_LEN;
     if frame.len() < end {
@@ -425,14 +383,7 @@ fn nd_input(
         ip.set_hop_limit(255);
         ip.set_payload_len(icmp::NA_LEN as u16);
     }
-    icmp::emit_na(
-        &mut frame[l3 + ipv6::HDR_LEN..end],
-        &nd.target,
-        our_mac,
-        true,
-        &nd.target,
-        &src,
-    );
+    icmp::emit_na(&mut frame[l3 + ipv6::HDR_LEN..end], &nd.target, our_mac, true, &nd.target, &src);
     let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
     eth.set_dst(reply_mac);
     eth.set_src(our_mac);
@@ -442,12 +393,7 @@ fn nd_input(
 
 /// Builds an ARP request for `target` from `our_ip`/`our_mac` into `buf`
 /// (at least 60 bytes); returns the frame length.
-pub fn build_arp_request(
-    buf: &mut [u8],
-    our_mac: [u8; 6],
-    our_ip: [u8; 4],
-    target: [u8; 4],
-) -> usize {
+pub fn build_arp_request(buf: &mut [u8], our_mac: [u8; 6], our_ip: [u8; 4], target: [u8; 4]) -> usize {
     buf[..60].fill(0);
     buf[0..6].copy_from_slice(&BROADCAST);
     buf[6..12].copy_from_slice(&our_mac);
@@ -470,14 +416,8 @@ pub fn build_ns(buf: &mut [u8], our_mac: [u8; 6], our_ip: [u8; 16], target: [u8;
     buf[0..6].copy_from_slice(&icmp::ipv6_multicast_mac(&snm));
     buf[6..12].copy_from_slice(&our_mac);
     buf[12..14].copy_from_slice(&ethernet::ETHERTYPE_IPV6.to_be_bytes());
-    ipv6::Ipv6Repr {
-        src: our_ip,
-        dst: snm,
-        next_header: PROTO_ICMPV6,
-        payload_len: icmp::NA_LEN,
-        hop_limit: 255,
-    }
-    .emit(&mut buf[14..54]);
+    ipv6::Ipv6Repr { src: our_ip, dst: snm, next_header: PROTO_ICMPV6, payload_len: icmp::NA_LEN, hop_limit: 255 }
+        .emit(&mut buf[14..54]);
     icmp::emit_ns(&mut buf[54..86], &target, our_mac, &our_ip, &snm);
     86
 }
@@ -629,17 +569,8 @@ mod tests {
         assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::Ipv4BadChecksum));
         // Directly connected host without a known MAC: resolution requested.
         let mut f = to(udp4([10, 0, 1, 2], [10, 0, 2, 9], 1, 2, b"x"), P0);
-        assert_eq!(
-            e.run(&mut f, 0),
-            Verdict::Drop(DropReason::NeighbourUnresolved)
-        );
-        assert_eq!(
-            e.sink.0,
-            vec![ControlEvent::Resolve {
-                ip: "10.0.2.9".parse().unwrap(),
-                port: 1
-            }]
-        );
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::NeighbourUnresolved));
+        assert_eq!(e.sink.0, vec![ControlEvent::Resolve { ip: "10.0.2.9".parse().unwrap(), port: 1 }]);
         e.sink.1 = true;
         e.run(&mut f, 0);
         assert_eq!(e.c.events[Event::ControlQueueFull as usize], 1);
@@ -658,14 +589,7 @@ mod tests {
         assert_eq!((a.sender_mac(), a.sender_ip()), (P0, [10, 0, 1, 1]));
         assert_eq!((a.target_mac(), a.target_ip()), (H1, [10, 0, 1, 2]));
         assert_eq!(&f[0..12], &[H1, P0].concat()[..]);
-        assert_eq!(
-            e.sink.0,
-            vec![ControlEvent::Neighbour {
-                ip: "10.0.1.2".parse().unwrap(),
-                mac: H1,
-                port: 0
-            }]
-        );
+        assert_eq!(e.sink.0, vec![ControlEvent::Neighbour { ip: "10.0.1.2".parse().unwrap(), mac: H1, port: 0 }]);
         // A request for someone else's address.
         let mut f = vec![0u8; 60];
         build_arp_request(&mut f, H1, [10, 0, 1, 2], [10, 0, 1, 3]);
@@ -673,10 +597,7 @@ mod tests {
         // Truncated ARP.
         let mut f = vec![0u8; 60];
         build_arp_request(&mut f, H1, [10, 0, 1, 2], [10, 0, 1, 1]);
-        assert_eq!(
-            e.run(&mut f[..30], 0),
-            Verdict::Drop(DropReason::ArpMalformed)
-        );
+        assert_eq!(e.run(&mut f[..30], 0), Verdict::Drop(DropReason::ArpMalformed));
     }
 
     #[test]
@@ -695,15 +616,10 @@ mod tests {
             p[2..4].copy_from_slice(&c.to_be_bytes());
         }
         f[23] = PROTO_ICMP;
-        Ipv4Packet::new_checked(&mut f[14..])
-            .unwrap()
-            .fill_checksum();
+        Ipv4Packet::new_checked(&mut f[14..]).unwrap().fill_checksum();
         assert_eq!(e.run(&mut f, 0), Verdict::TxLen(0, 60));
         let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
-        assert_eq!(
-            (ip.src(), ip.dst(), ip.ttl()),
-            ([10, 0, 2, 1], [10, 0, 1, 2], 64)
-        );
+        assert_eq!((ip.src(), ip.dst(), ip.ttl()), ([10, 0, 2, 1], [10, 0, 1, 2], 64));
         assert!(ip.verify_checksum());
         assert_eq!(ip.payload()[0], 0);
         assert_eq!(checksum::fold(checksum::sum(0, ip.payload())), 0xffff);
@@ -723,19 +639,9 @@ mod tests {
         let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
         assert_eq!((ip.src(), ip.dst(), ip.hop_limit()), (gw, host, 255));
         let nd = icmp::parse_nd(&gw, &host, &f[54..86]).unwrap();
-        assert_eq!(
-            (nd.kind, nd.target, nd.lla),
-            (icmp::V6_NEIGHBOR_ADVERT, gw, Some(P0))
-        );
+        assert_eq!((nd.kind, nd.target, nd.lla), (icmp::V6_NEIGHBOR_ADVERT, gw, Some(P0)));
         assert_eq!(&f[0..6], &H1);
-        assert_eq!(
-            e.sink.0[0],
-            ControlEvent::Neighbour {
-                ip: IpAddr::from(host),
-                mac: H1,
-                port: 0
-            }
-        );
+        assert_eq!(e.sink.0[0], ControlEvent::Neighbour { ip: IpAddr::from(host), mac: H1, port: 0 });
         // Echo request to the router.
         let mut f = to(udp6(host, gw, 0, 0, &[0; 8]), P0);
         f[20] = PROTO_ICMPV6;
@@ -748,14 +654,8 @@ mod tests {
         // Forwarded v6 needs a neighbour; hop limit 1 is dropped.
         let far: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
         let mut f = to(udp6(host, far, 1, 2, b"x"), P0);
-        assert_eq!(
-            e.run(&mut f, 0),
-            Verdict::Drop(DropReason::NeighbourUnresolved)
-        );
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::NeighbourUnresolved));
         f[21] = 1;
-        assert_eq!(
-            e.run(&mut f, 0),
-            Verdict::Drop(DropReason::HopLimitExceeded)
-        );
+        assert_eq!(e.run(&mut f, 0), Verdict::Drop(DropReason::HopLimitExceeded));
     }
 }

@@ -13,10 +13,7 @@ struct Slot {
     child: u32,
 }
 
-const EMPTY: Slot = Slot {
-    value: NONE,
-    child: 0,
-};
+const EMPTY: Slot = Slot { value: NONE, child: 0 };
 
 /// A prefix and the value (e.g. next-hop index) it maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,26 +60,17 @@ impl<const N: usize> Lpm<N> {
         let mut sorted: Vec<Prefix<N>> = Vec::with_capacity(prefixes.len());
         for p in prefixes {
             if p.len as usize > N * 8 {
-                return Err(LpmError::BadLength {
-                    len: p.len,
-                    max: N * 8,
-                });
+                return Err(LpmError::BadLength { len: p.len, max: N * 8 });
             }
             if p.value == NONE {
                 return Err(LpmError::ValueReserved);
             }
-            sorted.push(Prefix {
-                addr: mask(p.addr, p.len),
-                ..*p
-            });
+            sorted.push(Prefix { addr: mask(p.addr, p.len), ..*p });
         }
         // Shorter prefixes first: a longer one then overwrites the slots it
         // covers, and new child nodes inherit the covering value.
         sorted.sort_by_key(|p| p.len);
-        let mut lpm = Lpm {
-            nodes: vec![[EMPTY; 256]],
-            routes: sorted.len(),
-        };
+        let mut lpm = Lpm { nodes: vec![[EMPTY; 256]], routes: sorted.len() };
         for p in &sorted {
             lpm.insert(p);
         }
@@ -98,12 +86,7 @@ impl<const N: usize> Lpm<N> {
             let mut child = self.nodes[node][s].child as usize;
             if child == 0 {
                 let inherited = self.nodes[node][s].value;
-                self.nodes.push(
-                    [Slot {
-                        value: inherited,
-                        child: 0,
-                    }; 256],
-                );
+                self.nodes.push([Slot { value: inherited, child: 0 }; 256]);
                 child = self.nodes.len() - 1;
                 self.nodes[node][s].child = child as u32;
             }
@@ -162,11 +145,7 @@ mod tests {
     use super::*;
 
     fn p4(a: [u8; 4], len: u8, value: u32) -> Prefix<4> {
-        Prefix {
-            addr: a,
-            len,
-            value,
-        }
+        Prefix { addr: a, len, value }
     }
 
     #[test]
@@ -213,14 +192,8 @@ mod tests {
 
     #[test]
     fn rejects_bad_input() {
-        assert!(matches!(
-            Lpm::build(&[p4([0; 4], 33, 1)]),
-            Err(LpmError::BadLength { .. })
-        ));
-        assert_eq!(
-            Lpm::build(&[p4([0; 4], 1, u32::MAX)]).err(),
-            Some(LpmError::ValueReserved)
-        );
+        assert!(matches!(Lpm::build(&[p4([0; 4], 33, 1)]), Err(LpmError::BadLength { .. })));
+        assert_eq!(Lpm::build(&[p4([0; 4], 1, u32::MAX)]).err(), Some(LpmError::ValueReserved));
     }
 
     #[test]
@@ -232,19 +205,7 @@ mod tests {
         a[3] = 0xb8;
         let mut b = a;
         b[7] = 5;
-        let l = Lpm::build(&[
-            Prefix {
-                addr: a,
-                len: 32,
-                value: 1,
-            },
-            Prefix {
-                addr: b,
-                len: 64,
-                value: 2,
-            },
-        ])
-        .unwrap();
+        let l = Lpm::build(&[Prefix { addr: a, len: 32, value: 1 }, Prefix { addr: b, len: 64, value: 2 }]).unwrap();
         let mut x = b;
         x[15] = 9;
         assert_eq!(l.lookup(&x), Some(2));
@@ -262,17 +223,14 @@ mod tests {
             x ^= x << 5;
             x
         };
-        let routes: Vec<Prefix<4>> = (0..2000)
-            .map(|i| p4(next().to_be_bytes(), (next() % 33) as u8, i))
-            .collect();
+        let routes: Vec<Prefix<4>> = (0..2000).map(|i| p4(next().to_be_bytes(), (next() % 33) as u8, i)).collect();
         let l = Lpm::build(&routes).unwrap();
         for _ in 0..5000 {
             let a = next().to_be_bytes();
             // Reference: longest match, the later route winning ties.
             let mut best: Option<(u8, u32)> = None;
             for r in &routes {
-                if mask(a, r.len) == mask(r.addr, r.len) && best.map_or(true, |(bl, _)| r.len >= bl)
-                {
+                if mask(a, r.len) == mask(r.addr, r.len) && best.map_or(true, |(bl, _)| r.len >= bl) {
                     best = Some((r.len, r.value));
                 }
             }

@@ -35,11 +35,7 @@ pub enum Learned {
 impl MacTable {
     /// `aging` in TSC ticks; 0 disables aging.
     pub fn new(capacity: usize, aging: u64) -> MacTable {
-        MacTable {
-            map: FixedMap::with_capacity(capacity),
-            aging,
-            cursor: 0,
-        }
+        MacTable { map: FixedMap::with_capacity(capacity), aging, cursor: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -61,13 +57,7 @@ impl MacTable {
             }
             return Learned::Refreshed;
         }
-        match self.map.insert(
-            k,
-            MacEntry {
-                port,
-                last_seen: now,
-            },
-        ) {
+        match self.map.insert(k, MacEntry { port, last_seen: now }) {
             Ok(_) => Learned::New,
             Err(_) => Learned::Full,
         }
@@ -87,11 +77,7 @@ impl MacTable {
     pub fn entries(&self) -> impl Iterator<Item = (u16, [u8; 6], MacEntry)> + '_ {
         self.map.iter().map(|(k, e)| {
             let b = k.to_le_bytes();
-            (
-                u16::from_le_bytes([b[6], b[7]]),
-                b[..6].try_into().unwrap(),
-                *e,
-            )
+            (u16::from_le_bytes([b[6], b[7]]), b[..6].try_into().unwrap(), *e)
         })
     }
 
@@ -100,9 +86,7 @@ impl MacTable {
             return 0;
         }
         let a = self.aging;
-        let (c, n) = self.map.sweep(self.cursor, budget, |_, e| {
-            now.saturating_sub(e.last_seen) < a
-        });
+        let (c, n) = self.map.sweep(self.cursor, budget, |_, e| now.saturating_sub(e.last_seen) < a);
         self.cursor = c;
         n
     }
@@ -125,17 +109,7 @@ mod tests {
         assert_eq!(t.learn(0, &A, 2, 2), Learned::Moved);
         assert_eq!(t.lookup(0, &A), Some(2));
         let e: Vec<_> = t.entries().collect();
-        assert_eq!(
-            e,
-            vec![(
-                0,
-                A,
-                MacEntry {
-                    port: 2,
-                    last_seen: 2
-                }
-            )]
-        );
+        assert_eq!(e, vec![(0, A, MacEntry { port: 2, last_seen: 2 })]);
     }
 
     #[test]

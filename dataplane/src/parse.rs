@@ -44,33 +44,18 @@ impl FlowKey {
         FlowKey {
             src,
             dst,
-            tuple: src_port as u64
-                | (dst_port as u64) << 16
-                | (proto as u64) << 32
-                | (ip_version as u64) << 40,
+            tuple: src_port as u64 | (dst_port as u64) << 16 | (proto as u64) << 32 | (ip_version as u64) << 40,
             scope: in_port as u32 | (vlan as u32) << 16,
         }
     }
 
     pub fn v4(src: [u8; 4], dst: [u8; 4], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
-        let (s, d) = (
-            u32::from_be_bytes(src) as u128,
-            u32::from_be_bytes(dst) as u128,
-        );
+        let (s, d) = (u32::from_be_bytes(src) as u128, u32::from_be_bytes(dst) as u128);
         FlowKey::new(s, d, proto, src_port, dst_port, 4, 0, 0)
     }
 
     pub fn v6(src: [u8; 16], dst: [u8; 16], proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
-        FlowKey::new(
-            u128::from_be_bytes(src),
-            u128::from_be_bytes(dst),
-            proto,
-            src_port,
-            dst_port,
-            6,
-            0,
-            0,
-        )
+        FlowKey::new(u128::from_be_bytes(src), u128::from_be_bytes(dst), proto, src_port, dst_port, 6, 0, 0)
     }
 
     pub fn src_port(&self) -> u16 {
@@ -170,55 +155,22 @@ pub fn parse(frame: &[u8], in_port: u16) -> Result<PacketMeta, DropReason> {
     let (kind, ttl, l3_end, ip_version, proto, src, dst, l4_offset) = match l2.ethertype {
         ETHERTYPE_IPV4 => {
             let ip = Ipv4Packet::new_checked(l3)?;
-            let l4 = if ip.frag_offset() == 0 {
-                l2.l3_offset + ip.header_len()
-            } else {
-                0
-            };
-            let (src, dst) = (
-                u32::from_be_bytes(ip.src()) as u128,
-                u32::from_be_bytes(ip.dst()) as u128,
-            );
-            (
-                L3Kind::Ipv4,
-                ip.ttl(),
-                l2.l3_offset + ip.total_len(),
-                4,
-                ip.protocol(),
-                src,
-                dst,
-                l4,
-            )
+            let l4 = if ip.frag_offset() == 0 { l2.l3_offset + ip.header_len() } else { 0 };
+            let (src, dst) = (u32::from_be_bytes(ip.src()) as u128, u32::from_be_bytes(ip.dst()) as u128);
+            (L3Kind::Ipv4, ip.ttl(), l2.l3_offset + ip.total_len(), 4, ip.protocol(), src, dst, l4)
         }
         ETHERTYPE_IPV6 => {
             let ip = ipv6::Ipv6Packet::new_checked(l3)?;
             let up = ipv6::walk_extensions(l3)?;
-            let l4 = if up.later_fragment {
-                0
-            } else {
-                l2.l3_offset + up.offset
-            };
+            let l4 = if up.later_fragment { 0 } else { l2.l3_offset + up.offset };
             let (src, dst) = (u128::from_be_bytes(ip.src()), u128::from_be_bytes(ip.dst()));
             let end = l2.l3_offset + ipv6::HDR_LEN + ip.payload_len();
-            (
-                L3Kind::Ipv6,
-                ip.hop_limit(),
-                end,
-                6,
-                up.protocol,
-                src,
-                dst,
-                l4,
-            )
+            (L3Kind::Ipv6, ip.hop_limit(), end, 6, up.protocol, src, dst, l4)
         }
         ETHERTYPE_ARP => (L3Kind::Arp, 0, frame.len(), 0, 0, 0, 0, 0),
         _ => (L3Kind::Other, 0, frame.len(), 0, 0, 0, 0, 0),
     };
-    let (src_port, dst_port) = if l4_offset != 0 {
-        parse_l4(&frame[l4_offset..l3_end], proto)?
-    } else {
-        (0, 0)
-    };
+    let (src_port, dst_port) = if l4_offset != 0 { parse_l4(&frame[l4_offset..l3_end], proto)? } else { (0, 0) };
     Ok(PacketMeta {
         l3: kind,
         ethertype: l2.ethertype,
@@ -226,9 +178,7 @@ pub fn parse(frame: &[u8], in_port: u16) -> Result<PacketMeta, DropReason> {
         l4_offset,
         l3_end,
         ttl,
-        key: FlowKey::new(
-            src, dst, proto, src_port, dst_port, ip_version, in_port, l2.vlan,
-        ),
+        key: FlowKey::new(src, dst, proto, src_port, dst_port, ip_version, in_port, l2.vlan),
     })
 }
 
@@ -261,23 +211,10 @@ pub(crate) mod tests {
         f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xfe]);
         f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
         f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-        Ipv4Repr {
-            src,
-            dst,
-            protocol: PROTO_UDP,
-            payload_len: 8 + payload.len(),
-            ttl: 64,
-            tos: 0,
-        }
-        .emit(&mut f[14..]);
+        Ipv4Repr { src, dst, protocol: PROTO_UDP, payload_len: 8 + payload.len(), ttl: 64, tos: 0 }.emit(&mut f[14..]);
         f[42..].copy_from_slice(payload);
         let ps = checksum::pseudo_v4(src, dst, PROTO_UDP, (8 + payload.len()) as u16);
-        UdpRepr {
-            src_port: sport,
-            dst_port: dport,
-            payload_len: payload.len(),
-        }
-        .emit(&mut f[34..], ps);
+        UdpRepr { src_port: sport, dst_port: dport, payload_len: payload.len() }.emit(&mut f[34..], ps);
         f
     }
 
@@ -286,22 +223,10 @@ pub(crate) mod tests {
         f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xfe]);
         f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
         f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
-        Ipv6Repr {
-            src,
-            dst,
-            next_header: PROTO_UDP,
-            payload_len: 8 + payload.len(),
-            hop_limit: 64,
-        }
-        .emit(&mut f[14..]);
+        Ipv6Repr { src, dst, next_header: PROTO_UDP, payload_len: 8 + payload.len(), hop_limit: 64 }.emit(&mut f[14..]);
         f[62..].copy_from_slice(payload);
         let ps = checksum::pseudo_v6(&src, &dst, PROTO_UDP, (8 + payload.len()) as u32);
-        UdpRepr {
-            src_port: sport,
-            dst_port: dport,
-            payload_len: payload.len(),
-        }
-        .emit(&mut f[54..], ps);
+        UdpRepr { src_port: sport, dst_port: dport, payload_len: payload.len() }.emit(&mut f[54..], ps);
         f
     }
 
@@ -310,10 +235,7 @@ pub(crate) mod tests {
         let f = udp4([10, 0, 0, 1], [10, 0, 1, 2], 1234, 80, b"abcd");
         let m = parse(&f, 3).unwrap();
         assert_eq!(m.l3, L3Kind::Ipv4);
-        assert_eq!(
-            (m.l3_offset, m.l4_offset, m.l3_end, m.ttl),
-            (14, 34, f.len(), 64)
-        );
+        assert_eq!((m.l3_offset, m.l4_offset, m.l3_end, m.ttl), (14, 34, f.len(), 64));
         let want = FlowKey::v4([10, 0, 0, 1], [10, 0, 1, 2], 17, 1234, 80).with_scope(3, 0);
         assert_eq!(m.key, want);
     }
@@ -384,33 +306,9 @@ pub(crate) mod tests {
         // 10k keys into 64k buckets, varying low address bits, high address
         // bits, ports only, or an IPv6 prefix: a good hash leaves few collisions.
         let cases: [Box<dyn Fn(u32) -> FlowKey>; 4] = [
-            Box::new(|i| {
-                FlowKey::v4(
-                    [10, 0, (i >> 8) as u8, i as u8],
-                    [10, 1, 0, 1],
-                    17,
-                    1000,
-                    2000,
-                )
-            }),
-            Box::new(|i| {
-                FlowKey::v4(
-                    [(i >> 8) as u8, i as u8, 0, 1],
-                    [10, 1, 0, 1],
-                    17,
-                    1000,
-                    2000,
-                )
-            }),
-            Box::new(|i| {
-                FlowKey::v4(
-                    [10, 0, 0, 1],
-                    [10, 1, 0, 1],
-                    6,
-                    i as u16,
-                    (i >> 16) as u16 + 80,
-                )
-            }),
+            Box::new(|i| FlowKey::v4([10, 0, (i >> 8) as u8, i as u8], [10, 1, 0, 1], 17, 1000, 2000)),
+            Box::new(|i| FlowKey::v4([(i >> 8) as u8, i as u8, 0, 1], [10, 1, 0, 1], 17, 1000, 2000)),
+            Box::new(|i| FlowKey::v4([10, 0, 0, 1], [10, 1, 0, 1], 6, i as u16, (i >> 16) as u16 + 80)),
             Box::new(|i| {
                 let mut a = [0x20u8; 16];
                 a[2] = (i >> 8) as u8;
@@ -419,8 +317,7 @@ pub(crate) mod tests {
             }),
         ];
         for (n, mk) in cases.iter().enumerate() {
-            let seen: std::collections::HashSet<u64> =
-                (0..10_000u32).map(|i| mk(i).hash64() & 0xffff).collect();
+            let seen: std::collections::HashSet<u64> = (0..10_000u32).map(|i| mk(i).hash64() & 0xffff).collect();
             assert!(seen.len() > 9_000, "case {n}: {}", seen.len());
         }
     }

@@ -27,10 +27,8 @@ impl<W: Write> PcapWriter<W> {
 
     pub fn write(&mut self, ts_ns: u64, frame: &[u8]) -> io::Result<()> {
         let cap = frame.len().min(self.snaplen as usize);
-        self.out
-            .write_all(&((ts_ns / 1_000_000_000) as u32).to_le_bytes())?;
-        self.out
-            .write_all(&((ts_ns % 1_000_000_000) as u32).to_le_bytes())?;
+        self.out.write_all(&((ts_ns / 1_000_000_000) as u32).to_le_bytes())?;
+        self.out.write_all(&((ts_ns % 1_000_000_000) as u32).to_le_bytes())?;
         self.out.write_all(&(cap as u32).to_le_bytes())?;
         self.out.write_all(&(frame.len() as u32).to_le_bytes())?;
         self.out.write_all(&frame[..cap])
@@ -70,11 +68,7 @@ pub fn read_all(mut r: impl Read) -> io::Result<Vec<(u64, Vec<u8>)>> {
     let mut out = Vec::new();
     let mut off = 24;
     while off + 16 <= buf.len() {
-        let (sec, frac, caplen) = (
-            rd(&buf[off..off + 4]),
-            rd(&buf[off + 4..off + 8]),
-            rd(&buf[off + 8..off + 12]),
-        );
+        let (sec, frac, caplen) = (rd(&buf[off..off + 4]), rd(&buf[off + 4..off + 8]), rd(&buf[off + 8..off + 12]));
         off += 16;
         let end = off + caplen as usize;
         if end > buf.len() {
@@ -98,10 +92,7 @@ mod tests {
         w.write(2_000_000_000, &[9; 20]).unwrap();
         let bytes = w.into_inner();
         let pkts = read_all(&bytes[..]).unwrap();
-        assert_eq!(
-            pkts,
-            vec![(1_500_000_123, vec![1, 2, 3]), (2_000_000_000, vec![9; 8])]
-        );
+        assert_eq!(pkts, vec![(1_500_000_123, vec![1, 2, 3]), (2_000_000_000, vec![9; 8])]);
         assert!(read_all(&bytes[..bytes.len() - 1]).is_err());
         assert!(read_all(&[0u8; 24][..]).is_err());
     }

@@ -108,10 +108,7 @@ impl Tables {
     /// Builds a generation. Connected routes come from the port addresses.
     pub fn build(spec: &TableSpec, generation: u64) -> Result<Tables, String> {
         if spec.ports.len() > MAX_PORTS {
-            return Err(format!(
-                "{} ports configured, at most {MAX_PORTS} supported",
-                spec.ports.len()
-            ));
+            return Err(format!("{} ports configured, at most {MAX_PORTS} supported", spec.ports.len()));
         }
         let nports = spec.ports.len() as u16;
         let mut xconnect = [None; MAX_PORTS];
@@ -121,26 +118,10 @@ impl Tables {
         let mut routes = spec.routes.clone();
         for (i, p) in spec.ports.iter().enumerate() {
             for (a, l) in &p.ipv4 {
-                routes.insert(
-                    0,
-                    RouteSpec {
-                        prefix: IpAddr::from(*a),
-                        len: *l,
-                        port: i as u16,
-                        gateway: None,
-                    },
-                );
+                routes.insert(0, RouteSpec { prefix: IpAddr::from(*a), len: *l, port: i as u16, gateway: None });
             }
             for (a, l) in &p.ipv6 {
-                routes.insert(
-                    0,
-                    RouteSpec {
-                        prefix: IpAddr::from(*a),
-                        len: *l,
-                        port: i as u16,
-                        gateway: None,
-                    },
-                );
+                routes.insert(0, RouteSpec { prefix: IpAddr::from(*a), len: *l, port: i as u16, gateway: None });
             }
         }
         let mut nexthops: Vec<NextHop> = Vec::new();
@@ -148,15 +129,9 @@ impl Tables {
         let mut p6 = Vec::new();
         for r in &routes {
             if r.port >= nports {
-                return Err(format!(
-                    "route {}/{} uses port index {} of {}",
-                    r.prefix, r.len, r.port, nports
-                ));
+                return Err(format!("route {}/{} uses port index {} of {}", r.prefix, r.len, r.port, nports));
             }
-            let nh = NextHop {
-                port: r.port,
-                gateway: r.gateway,
-            };
+            let nh = NextHop { port: r.port, gateway: r.gateway };
             let idx = match nexthops.iter().position(|n| *n == nh) {
                 Some(i) => i,
                 None => {
@@ -165,16 +140,8 @@ impl Tables {
                 }
             } as u32;
             match r.prefix {
-                IpAddr::V4(a) => p4.push(Prefix {
-                    addr: a.octets(),
-                    len: r.len,
-                    value: idx,
-                }),
-                IpAddr::V6(a) => p6.push(Prefix {
-                    addr: a.octets(),
-                    len: r.len,
-                    value: idx,
-                }),
+                IpAddr::V4(a) => p4.push(Prefix { addr: a.octets(), len: r.len, value: idx }),
+                IpAddr::V6(a) => p6.push(Prefix { addr: a.octets(), len: r.len, value: idx }),
             }
         }
         let lpm4 = Lpm::build(&p4).map_err(|e| format!("IPv4 routes: {e}"))?;
@@ -182,19 +149,10 @@ impl Tables {
         let mut neigh4 = FixedMap::with_capacity(spec.neighbours.len().max(16));
         let mut neigh6 = FixedMap::with_capacity(spec.neighbours.len().max(16));
         for n in &spec.neighbours {
-            let v = Neighbour {
-                mac: n.mac,
-                port: n.port,
-            };
+            let v = Neighbour { mac: n.mac, port: n.port };
             match n.ip {
-                IpAddr::V4(a) => neigh4
-                    .insert(v4_key(a.octets()), v)
-                    .map(|_| ())
-                    .map_err(|_| ()),
-                IpAddr::V6(a) => neigh6
-                    .insert(v6_key(a.octets()), v)
-                    .map(|_| ())
-                    .map_err(|_| ()),
+                IpAddr::V4(a) => neigh4.insert(v4_key(a.octets()), v).map(|_| ()).map_err(|_| ()),
+                IpAddr::V6(a) => neigh6.insert(v6_key(a.octets()), v).map(|_| ()).map_err(|_| ()),
             }
             .map_err(|_| format!("neighbour table full at {}", n.ip))?;
         }
@@ -202,14 +160,10 @@ impl Tables {
         let mut local6 = FixedMap::with_capacity(16);
         for (i, p) in spec.ports.iter().enumerate() {
             for (a, _) in &p.ipv4 {
-                local4
-                    .insert(v4_key(*a), i as u16)
-                    .map_err(|_| "too many local IPv4 addresses".to_string())?;
+                local4.insert(v4_key(*a), i as u16).map_err(|_| "too many local IPv4 addresses".to_string())?;
             }
             for (a, _) in &p.ipv6 {
-                local6
-                    .insert(v6_key(*a), i as u16)
-                    .map_err(|_| "too many local IPv6 addresses".to_string())?;
+                local6.insert(v6_key(*a), i as u16).map_err(|_| "too many local IPv6 addresses".to_string())?;
             }
         }
         Ok(Tables {
@@ -291,26 +245,14 @@ pub(crate) mod tests {
         let t = Tables::build(&two_port_router(), 7).unwrap();
         assert_eq!(t.generation, 7);
         let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 9]).unwrap() as usize];
-        assert_eq!(
-            nh,
-            NextHop {
-                port: 1,
-                gateway: None
-            }
-        );
+        assert_eq!(nh, NextHop { port: 1, gateway: None });
         let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
         assert_eq!(nh.gateway, Some("10.0.2.254".parse().unwrap()));
         assert!(t.lpm4.lookup(&[8, 8, 8, 8]).is_none());
         assert_eq!(t.local4.get(&v4_key([10, 0, 1, 1])), Some(&0));
-        assert_eq!(
-            t.neigh4.get(&v4_key([10, 0, 2, 254])).unwrap().mac,
-            [2, 0, 0, 0, 0, 0xfe]
-        );
+        assert_eq!(t.neigh4.get(&v4_key([10, 0, 2, 254])).unwrap().mac, [2, 0, 0, 0, 0, 0xfe]);
         assert_eq!(t.v4_source_for([10, 0, 2, 77]), Some((1, [10, 0, 2, 1])));
-        assert!(t
-            .lpm6
-            .lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9])
-            .is_some());
+        assert!(t.lpm6.lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_some());
     }
 
     #[test]

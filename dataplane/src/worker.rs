@@ -29,18 +29,9 @@ const PREFETCH_MIN_FLOWS: usize = 4096;
 /// worker acknowledges once it has applied it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlowCommand {
-    Install {
-        key: FlowKey,
-        action: FlowAction,
-        generation: u64,
-    },
-    Remove {
-        key: FlowKey,
-        generation: u64,
-    },
-    Clear {
-        generation: u64,
-    },
+    Install { key: FlowKey, action: FlowAction, generation: u64 },
+    Remove { key: FlowKey, generation: u64 },
+    Clear { generation: u64 },
 }
 
 impl FlowCommand {
@@ -131,9 +122,7 @@ impl Shared {
             running: AtomicBool::new(true),
             tables: ArcSwap::from_pointee(tables),
             table_generation: AtomicU64::new(g),
-            workers: (0..workers)
-                .map(|_| Arc::new(WorkerShared::new()))
-                .collect(),
+            workers: (0..workers).map(|_| Arc::new(WorkerShared::new())).collect(),
         }
     }
 }
@@ -165,8 +154,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let burst = setup.burst;
     let mut poll_no: u64 = 0;
     let mut pkts: [Option<Mbuf>; dpdk::MAX_BURST] = std::array::from_fn(|_| None);
-    let mut metas: [Result<PacketMeta, DropReason>; dpdk::MAX_BURST] =
-        [Err(DropReason::EthTruncated); dpdk::MAX_BURST];
+    let mut metas: [Result<PacketMeta, DropReason>; dpdk::MAX_BURST] = [Err(DropReason::EthTruncated); dpdk::MAX_BURST];
 
     while shared.running.load(Ordering::Relaxed) {
         poll_no += 1;
@@ -192,8 +180,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
                 FlowCommand::Clear { .. } => flows.clear(),
             }
-            me.acked_generation
-                .fetch_max(cmd.generation(), Ordering::AcqRel);
+            me.acked_generation.fetch_max(cmd.generation(), Ordering::AcqRel);
         }
         while let Some((port, m)) = me.inject.pop() {
             if let Some(tx) = setup.tx.get_mut(port as usize) {
@@ -254,15 +241,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 } else {
                     forward::process(&mut ctx, m.data_mut(), in_port)
                 };
-                deliver(
-                    m,
-                    v,
-                    ip,
-                    ctx.tables,
-                    &mut setup.tx,
-                    ctx.counters,
-                    &mut flood_targets,
-                );
+                deliver(m, v, ip, ctx.tables, &mut setup.tx, ctx.counters, &mut flood_targets);
             }
         }
 

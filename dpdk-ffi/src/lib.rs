@@ -2,12 +2,7 @@
 //! static-inline functions (rx/tx burst, mbuf alloc/free, rdtsc, ...).
 //!
 //! This crate has no logic: the safe wrapper is `dataplane::dpdk`.
-#![allow(
-    non_upper_case_globals,
-    non_camel_case_types,
-    non_snake_case,
-    dead_code
-)]
+#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
 #![allow(clippy::all)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

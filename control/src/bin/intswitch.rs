@@ -15,11 +15,7 @@ use control::switch::{print_text, RunOptions, Switch};
 use control::traffic::{write_pcap, TrafficSpec};
 
 #[derive(Parser)]
-#[command(
-    name = "intswitch",
-    version,
-    about = "DPDK software switch with in-band network telemetry"
-)]
+#[command(name = "intswitch", version, about = "DPDK software switch with in-band network telemetry")]
 struct Cli {
     /// Configuration file (TOML). Without it the embedded demo runs.
     #[arg(long, short)]
@@ -79,18 +75,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), String> {
-    if let Some(Cmd::GenTraffic {
-        out,
-        count,
-        flows,
-        size,
-        src_mac,
-        dst_mac,
-        src,
-        dst,
-        vary_dst,
-    }) = cli.cmd
-    {
+    if let Some(Cmd::GenTraffic { out, count, flows, size, src_mac, dst_mac, src, dst, vary_dst }) = cli.cmd {
         let spec = TrafficSpec {
             count,
             flows,
@@ -109,11 +94,12 @@ fn run(cli: Cli) -> Result<(), String> {
         Some(path) => Config::load(path).map_err(|e| e.to_string())?,
         None => {
             demo_dir = std::env::temp_dir().join(format!("intswitch-demo-{}", std::process::id()));
-            std::fs::create_dir_all(&demo_dir)
-                .map_err(|e| format!("{}: {e}", demo_dir.display()))?;
-            let pcap = control::demo::write_traffic(&demo_dir)
-                .map_err(|e| format!("demo traffic: {e}"))?;
-            println!("intswitch demo: routing {} through p0 (net_pcap, replayed) -> p1 (net_null); Ctrl-C stops", pcap.display());
+            std::fs::create_dir_all(&demo_dir).map_err(|e| format!("{}: {e}", demo_dir.display()))?;
+            let pcap = control::demo::write_traffic(&demo_dir).map_err(|e| format!("demo traffic: {e}"))?;
+            println!(
+                "intswitch demo: routing {} through p0 (net_pcap, replayed) -> p1 (net_null); Ctrl-C stops",
+                pcap.display()
+            );
             Config::from_toml(&control::demo::config(&pcap)).map_err(|e| e.to_string())?
         }
     };
@@ -124,8 +110,7 @@ fn run(cli: Cli) -> Result<(), String> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| format!("signal handler: {e}"))?;
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }
     let mut sw = Switch::start(plan)?;
     let opts = RunOptions {
@@ -133,10 +118,7 @@ fn run(cli: Cli) -> Result<(), String> {
         duration: cli.duration.map(Duration::from_secs_f64),
         json: cli.json,
     };
-    eprintln!(
-        "intswitch: running ({} ports); SIGINT/SIGTERM stops",
-        sw.ports().len()
-    );
+    eprintln!("intswitch: running ({} ports); SIGINT/SIGTERM stops", sw.ports().len());
     let res = sw.run(&opts, &stop);
     let fin = sw.stop();
     if opts.json {

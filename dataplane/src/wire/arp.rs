@@ -87,14 +87,8 @@ mod tests {
         assert_eq!(p.sender_ip(), [10, 0, 0, 1]);
         assert_eq!(p.target_ip(), [10, 0, 0, 254]);
         assert_eq!(p.sender_mac(), [2, 0, 0, 0, 0, 1]);
-        assert_eq!(
-            ArpPacket::new_checked(&b[..27]).err(),
-            Some(DropReason::ArpMalformed)
-        );
+        assert_eq!(ArpPacket::new_checked(&b[..27]).err(), Some(DropReason::ArpMalformed));
         b[1] = 6; // htype IEEE 802
-        assert_eq!(
-            ArpPacket::new_checked(&b[..]).err(),
-            Some(DropReason::ArpMalformed)
-        );
+        assert_eq!(ArpPacket::new_checked(&b[..]).err(), Some(DropReason::ArpMalformed));
     }
 }

@@ -71,9 +71,7 @@ mod tests {
 
     #[test]
     fn incremental_matches_full_recompute() {
-        let mut hdr = [
-            0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 64, 1, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ];
+        let mut hdr = [0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 64, 1, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
         let c = checksum(&hdr);
         hdr[10..12].copy_from_slice(&c.to_be_bytes());
         let old = u16::from_be_bytes([hdr[8], hdr[9]]);

@@ -81,9 +81,7 @@ pub fn parse_l2(frame: &[u8]) -> Result<L2Header, DropReason> {
         if tags == 2 {
             return Err(DropReason::VlanTooDeep);
         }
-        let tag = frame
-            .get(off..off + VLAN_TAG_LEN)
-            .ok_or(DropReason::EthTruncated)?;
+        let tag = frame.get(off..off + VLAN_TAG_LEN).ok_or(DropReason::EthTruncated)?;
         if tags == 0 {
             vlan = u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
         }
@@ -91,11 +89,7 @@ pub fn parse_l2(frame: &[u8]) -> Result<L2Header, DropReason> {
         off += VLAN_TAG_LEN;
         tags += 1;
     }
-    Ok(L2Header {
-        l3_offset: off,
-        ethertype,
-        vlan,
-    })
+    Ok(L2Header { l3_offset: off, ethertype, vlan })
 }
 
 #[cfg(test)]
@@ -116,14 +110,7 @@ mod tests {
         let e = EthernetFrame::new_checked(&f[..]).unwrap();
         assert_eq!(e.dst(), BROADCAST);
         assert_eq!(e.src(), [2, 0, 0, 0, 0, 1]);
-        assert_eq!(
-            parse_l2(&f).unwrap(),
-            L2Header {
-                l3_offset: 14,
-                ethertype: ETHERTYPE_IPV4,
-                vlan: 0
-            }
-        );
+        assert_eq!(parse_l2(&f).unwrap(), L2Header { l3_offset: 14, ethertype: ETHERTYPE_IPV4, vlan: 0 });
     }
 
     #[test]
@@ -137,26 +124,9 @@ mod tests {
     #[test]
     fn one_and_two_tags() {
         let f = frame(ETHERTYPE_VLAN, &[0x20, 0x64, 0x86, 0xdd]);
-        assert_eq!(
-            parse_l2(&f).unwrap(),
-            L2Header {
-                l3_offset: 18,
-                ethertype: ETHERTYPE_IPV6,
-                vlan: 100
-            }
-        );
-        let f = frame(
-            ETHERTYPE_QINQ,
-            &[0x00, 0x0a, 0x81, 0x00, 0x00, 0x14, 0x08, 0x00],
-        );
-        assert_eq!(
-            parse_l2(&f).unwrap(),
-            L2Header {
-                l3_offset: 22,
-                ethertype: ETHERTYPE_IPV4,
-                vlan: 10
-            }
-        );
+        assert_eq!(parse_l2(&f).unwrap(), L2Header { l3_offset: 18, ethertype: ETHERTYPE_IPV6, vlan: 100 });
+        let f = frame(ETHERTYPE_QINQ, &[0x00, 0x0a, 0x81, 0x00, 0x00, 0x14, 0x08, 0x00]);
+        assert_eq!(parse_l2(&f).unwrap(), L2Header { l3_offset: 22, ethertype: ETHERTYPE_IPV4, vlan: 10 });
         let f = frame(ETHERTYPE_QINQ, &[0, 1, 0x81, 0, 0, 2, 0x81, 0, 0, 3, 8, 0]);
         assert_eq!(parse_l2(&f), Err(DropReason::VlanTooDeep));
     }

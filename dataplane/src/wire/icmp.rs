@@ -19,19 +19,12 @@ const OPT_TARGET_LLA: u8 = 2;
 
 /// Turns a verified ICMPv4 echo request into the reply, in place.
 pub fn v4_echo_to_reply(icmp: &mut [u8]) -> Result<(), DropReason> {
-    if icmp.len() < 8
-        || icmp[0] != V4_ECHO_REQUEST
-        || checksum::fold(checksum::sum(0, icmp)) != 0xffff
-    {
+    if icmp.len() < 8 || icmp[0] != V4_ECHO_REQUEST || checksum::fold(checksum::sum(0, icmp)) != 0xffff {
         return Err(DropReason::IcmpMalformed);
     }
     let old = u16::from_be_bytes([icmp[0], icmp[1]]);
     icmp[0] = V4_ECHO_REPLY;
-    let c = checksum::update16(
-        u16::from_be_bytes([icmp[2], icmp[3]]),
-        old,
-        u16::from_be_bytes([icmp[0], icmp[1]]),
-    );
+    let c = checksum::update16(u16::from_be_bytes([icmp[2], icmp[3]]), old, u16::from_be_bytes([icmp[0], icmp[1]]));
     icmp[2..4].copy_from_slice(&c.to_be_bytes());
     Ok(())
 }
@@ -58,11 +51,7 @@ pub fn v6_echo_to_reply(src: &[u8; 16], dst: &[u8; 16], icmp: &mut [u8]) -> Resu
     }
     let old = u16::from_be_bytes([icmp[0], icmp[1]]);
     icmp[0] = V6_ECHO_REPLY;
-    let c = checksum::update16(
-        u16::from_be_bytes([icmp[2], icmp[3]]),
-        old,
-        u16::from_be_bytes([icmp[0], icmp[1]]),
-    );
+    let c = checksum::update16(u16::from_be_bytes([icmp[2], icmp[3]]), old, u16::from_be_bytes([icmp[0], icmp[1]]));
     icmp[2..4].copy_from_slice(&c.to_be_bytes());
     Ok(())
 }
@@ -85,11 +74,7 @@ pub fn parse_nd(src: &[u8; 16], dst: &[u8; 16], msg: &[u8]) -> Result<NdMessage,
     {
         return Err(DropReason::IcmpMalformed);
     }
-    let want = if msg[0] == V6_NEIGHBOR_SOLICIT {
-        OPT_SOURCE_LLA
-    } else {
-        OPT_TARGET_LLA
-    };
+    let want = if msg[0] == V6_NEIGHBOR_SOLICIT { OPT_SOURCE_LLA } else { OPT_TARGET_LLA };
     let mut lla = None;
     let mut off = ND_BASE_LEN;
     while off + 2 <= msg.len() {
@@ -102,23 +87,12 @@ pub fn parse_nd(src: &[u8; 16], dst: &[u8; 16], msg: &[u8]) -> Result<NdMessage,
         }
         off += olen;
     }
-    Ok(NdMessage {
-        kind: msg[0],
-        target: msg[8..24].try_into().unwrap(),
-        lla,
-    })
+    Ok(NdMessage { kind: msg[0], target: msg[8..24].try_into().unwrap(), lla })
 }
 
 /// Writes a 32-byte neighbour advertisement for `target` with our MAC as the
 /// target LLA option. `src`/`dst` are the IPv6 addresses it is sent between.
-pub fn emit_na(
-    buf: &mut [u8],
-    target: &[u8; 16],
-    mac: [u8; 6],
-    solicited: bool,
-    src: &[u8; 16],
-    dst: &[u8; 16],
-) {
+pub fn emit_na(buf: &mut [u8], target: &[u8; 16], mac: [u8; 6], solicited: bool, src: &[u8; 16], dst: &[u8; 16]) {
     buf[0] = V6_NEIGHBOR_ADVERT;
     buf[1] = 0;
     // R (router) and O (override) always; S when answering a solicitation.
@@ -175,10 +149,7 @@ mod tests {
         assert_eq!(v4_echo_to_reply(&mut m), Err(DropReason::IcmpMalformed));
         let mut bad = vec![8u8, 0, 0, 1, 0, 0, 0, 0];
         assert_eq!(v4_echo_to_reply(&mut bad), Err(DropReason::IcmpMalformed));
-        assert_eq!(
-            v4_echo_to_reply(&mut [8u8, 0, 0]),
-            Err(DropReason::IcmpMalformed)
-        );
+        assert_eq!(v4_echo_to_reply(&mut [8u8, 0, 0]), Err(DropReason::IcmpMalformed));
     }
 
     #[test]
@@ -200,14 +171,7 @@ mod tests {
         let mut ns = [0u8; NA_LEN];
         emit_ns(&mut ns, &gw, [2, 0, 0, 0, 0, 2], &host, &snm);
         let p = parse_nd(&host, &snm, &ns).unwrap();
-        assert_eq!(
-            p,
-            NdMessage {
-                kind: V6_NEIGHBOR_SOLICIT,
-                target: gw,
-                lla: Some([2, 0, 0, 0, 0, 2])
-            }
-        );
+        assert_eq!(p, NdMessage { kind: V6_NEIGHBOR_SOLICIT, target: gw, lla: Some([2, 0, 0, 0, 0, 2]) });
         let mut na = [0u8; NA_LEN];
         emit_na(&mut na, &gw, [2, 0, 0, 0, 0, 1], true, &gw, &host);
         let p = parse_nd(&gw, &host, &na).unwrap();

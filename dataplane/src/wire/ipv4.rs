@@ -186,15 +186,7 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         let mut b = vec![0u8; 28];
-        Ipv4Repr {
-            src: [10, 0, 0, 1],
-            dst: [10, 0, 1, 2],
-            protocol: 17,
-            payload_len: 8,
-            ttl: 64,
-            tos: 0,
-        }
-        .emit(&mut b);
+        Ipv4Repr { src: [10, 0, 0, 1], dst: [10, 0, 1, 2], protocol: 17, payload_len: 8, ttl: 64, tos: 0 }.emit(&mut b);
         b
     }
 
@@ -216,8 +208,8 @@ mod tests {
     fn known_checksum() {
         // Header from RFC 1071-style worked examples (wikipedia IPv4 checksum example).
         let h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
-            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8,
+            0x00, 0xc7,
         ];
         let mut b = h.to_vec();
         b.resize(0x73, 0);
@@ -229,40 +221,22 @@ mod tests {
     #[test]
     fn rejects_truncated_and_bad_fields() {
         let b = sample();
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..19]).err(),
-            Some(DropReason::Ipv4Truncated)
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..19]).err(), Some(DropReason::Ipv4Truncated));
         let mut v = b.clone();
         v[0] = 0x65;
-        assert_eq!(
-            Ipv4Packet::new_checked(&v[..]).err(),
-            Some(DropReason::Ipv4BadVersion)
-        );
+        assert_eq!(Ipv4Packet::new_checked(&v[..]).err(), Some(DropReason::Ipv4BadVersion));
         let mut v = b.clone();
         v[0] = 0x44; // IHL 4
-        assert_eq!(
-            Ipv4Packet::new_checked(&v[..]).err(),
-            Some(DropReason::Ipv4BadIhl)
-        );
+        assert_eq!(Ipv4Packet::new_checked(&v[..]).err(), Some(DropReason::Ipv4BadIhl));
         let mut v = b.clone();
         v[0] = 0x4f; // IHL 15 = 60 bytes > 28
-        assert_eq!(
-            Ipv4Packet::new_checked(&v[..]).err(),
-            Some(DropReason::Ipv4BadIhl)
-        );
+        assert_eq!(Ipv4Packet::new_checked(&v[..]).err(), Some(DropReason::Ipv4BadIhl));
         let mut v = b.clone();
         v[2..4].copy_from_slice(&29u16.to_be_bytes()); // past the buffer
-        assert_eq!(
-            Ipv4Packet::new_checked(&v[..]).err(),
-            Some(DropReason::Ipv4BadTotalLength)
-        );
+        assert_eq!(Ipv4Packet::new_checked(&v[..]).err(), Some(DropReason::Ipv4BadTotalLength));
         let mut v = b.clone();
         v[2..4].copy_from_slice(&19u16.to_be_bytes()); // below the header
-        assert_eq!(
-            Ipv4Packet::new_checked(&v[..]).err(),
-            Some(DropReason::Ipv4BadTotalLength)
-        );
+        assert_eq!(Ipv4Packet::new_checked(&v[..]).err(), Some(DropReason::Ipv4BadTotalLength));
     }
 
     #[test]

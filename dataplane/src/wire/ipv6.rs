@@ -105,13 +105,7 @@ pub fn walk_extensions(pkt: &[u8]) -> Result<UpperLayer, DropReason> {
     let end = HDR_LEN + ip.payload_len();
     let mut nh = ip.next_header();
     let mut off = HDR_LEN;
-    let mut up = UpperLayer {
-        offset: 0,
-        protocol: 0,
-        later_fragment: false,
-        hop_by_hop: None,
-        dest_opts: None,
-    };
+    let mut up = UpperLayer { offset: 0, protocol: 0, later_fragment: false, hop_by_hop: None, dest_opts: None };
     for _ in 0..=MAX_EXT_HEADERS {
         match nh {
             NH_HOP_BY_HOP | NH_ROUTING | NH_DEST_OPTS => {
@@ -124,10 +118,7 @@ pub fn walk_extensions(pkt: &[u8]) -> Result<UpperLayer, DropReason> {
                 } else if nh == NH_DEST_OPTS && up.dest_opts.is_none() {
                     up.dest_opts = Some(off);
                 }
-                let h = pkt
-                    .get(off..off + 2)
-                    .filter(|_| off + 2 <= end)
-                    .ok_or(DropReason::Ipv6ExtTruncated)?;
+                let h = pkt.get(off..off + 2).filter(|_| off + 2 <= end).ok_or(DropReason::Ipv6ExtTruncated)?;
                 let len = (h[1] as usize + 1) * 8;
                 if off + len > end {
                     return Err(DropReason::Ipv6ExtTruncated);
@@ -182,14 +173,8 @@ mod tests {
 
     fn pkt(next: u8, ext: &[u8], upper_len: usize) -> Vec<u8> {
         let mut b = vec![0u8; HDR_LEN];
-        Ipv6Repr {
-            src: [1; 16],
-            dst: [2; 16],
-            next_header: next,
-            payload_len: ext.len() + upper_len,
-            hop_limit: 64,
-        }
-        .emit(&mut b);
+        Ipv6Repr { src: [1; 16], dst: [2; 16], next_header: next, payload_len: ext.len() + upper_len, hop_limit: 64 }
+            .emit(&mut b);
         b.extend_from_slice(ext);
         b.resize(b.len() + upper_len, 0);
         b
@@ -239,11 +224,7 @@ mod tests {
         let b = pkt(NH_FRAGMENT, &[17, 0, 0, 0], 0);
         assert_eq!(walk_extensions(&b), Err(DropReason::Ipv6ExtTruncated));
         // HbH not first.
-        let b = pkt(
-            NH_DEST_OPTS,
-            &[NH_HOP_BY_HOP, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0],
-            8,
-        );
+        let b = pkt(NH_DEST_OPTS, &[NH_HOP_BY_HOP, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0], 8);
         assert_eq!(walk_extensions(&b), Err(DropReason::Ipv6ExtTruncated));
     }
 
@@ -260,19 +241,10 @@ mod tests {
     #[test]
     fn header_checks() {
         let b = pkt(17, &[], 8);
-        assert_eq!(
-            Ipv6Packet::new_checked(&b[..39]).err(),
-            Some(DropReason::Ipv6Truncated)
-        );
+        assert_eq!(Ipv6Packet::new_checked(&b[..39]).err(), Some(DropReason::Ipv6Truncated));
         let mut v = b.clone();
         v[0] = 0x40;
-        assert_eq!(
-            Ipv6Packet::new_checked(&v[..]).err(),
-            Some(DropReason::Ipv6BadVersion)
-        );
-        assert_eq!(
-            Ipv6Packet::new_checked(&b[..47]).err(),
-            Some(DropReason::Ipv6BadPayloadLength)
-        );
+        assert_eq!(Ipv6Packet::new_checked(&v[..]).err(), Some(DropReason::Ipv6BadVersion));
+        assert_eq!(Ipv6Packet::new_checked(&b[..47]).err(), Some(DropReason::Ipv6BadPayloadLength));
     }
 }

@@ -60,22 +60,10 @@ mod tests {
         b[12] = 6 << 4; // 24-byte header
         b[13] = 0x12; // SYN+ACK
         let t = TcpPacket::new_checked(&b[..]).unwrap();
-        assert_eq!(
-            (t.src_port(), t.dst_port(), t.header_len(), t.flags()),
-            (443, 50000, 24, 0x12)
-        );
-        assert_eq!(
-            TcpPacket::new_checked(&b[..19]).err(),
-            Some(DropReason::TcpBadHeader)
-        );
-        assert_eq!(
-            TcpPacket::new_checked(&b[..22]).err(),
-            Some(DropReason::TcpBadHeader)
-        );
+        assert_eq!((t.src_port(), t.dst_port(), t.header_len(), t.flags()), (443, 50000, 24, 0x12));
+        assert_eq!(TcpPacket::new_checked(&b[..19]).err(), Some(DropReason::TcpBadHeader));
+        assert_eq!(TcpPacket::new_checked(&b[..22]).err(), Some(DropReason::TcpBadHeader));
         b[12] = 4 << 4;
-        assert_eq!(
-            TcpPacket::new_checked(&b[..]).err(),
-            Some(DropReason::TcpBadHeader)
-        );
+        assert_eq!(TcpPacket::new_checked(&b[..]).err(), Some(DropReason::TcpBadHeader));
     }
 }

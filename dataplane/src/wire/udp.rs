@@ -84,20 +84,11 @@ mod tests {
         let b = [0x30, 0x39, 0x00, 0x35, 0x00, 0x0a, 0, 0, 0xaa, 0xbb];
         let u = UdpPacket::new_checked(&b[..]).unwrap();
         assert_eq!((u.src_port(), u.dst_port(), u.len()), (12345, 53, 10));
-        assert_eq!(
-            UdpPacket::new_checked(&b[..7]).err(),
-            Some(DropReason::UdpBadLength)
-        );
-        assert_eq!(
-            UdpPacket::new_checked(&b[..9]).err(),
-            Some(DropReason::UdpBadLength)
-        );
+        assert_eq!(UdpPacket::new_checked(&b[..7]).err(), Some(DropReason::UdpBadLength));
+        assert_eq!(UdpPacket::new_checked(&b[..9]).err(), Some(DropReason::UdpBadLength));
         let mut short = b;
         short[5] = 7;
-        assert_eq!(
-            UdpPacket::new_checked(&short[..]).err(),
-            Some(DropReason::UdpBadLength)
-        );
+        assert_eq!(UdpPacket::new_checked(&short[..]).err(), Some(DropReason::UdpBadLength));
     }
 
     #[test]
@@ -105,12 +96,7 @@ mod tests {
         let mut b = [0u8; 12];
         b[8..].copy_from_slice(b"ping");
         let ps = checksum::pseudo_v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 12);
-        UdpRepr {
-            src_port: 1000,
-            dst_port: 2000,
-            payload_len: 4,
-        }
-        .emit(&mut b, ps);
+        UdpRepr { src_port: 1000, dst_port: 2000, payload_len: 4 }.emit(&mut b, ps);
         assert_eq!(checksum::fold(checksum::sum(ps, &b)), 0xffff);
     }
 }
