@@ -58,6 +58,8 @@ fn main() {
         .allowlist_function("rte_eal_.*")
         .allowlist_function("rte_eth_.*")
         .allowlist_function("rte_pktmbuf_pool_create")
+        .allowlist_function("rte_pktmbuf_copy")
+        .allowlist_function("rte_version")
         .allowlist_function("rte_mempool_.*")
         .allowlist_function("rte_ring_create")
         .allowlist_function("rte_ring_free")

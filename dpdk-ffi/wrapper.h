@@ -10,4 +10,5 @@
 #include <rte_ethdev.h>
 #include <rte_ring.h>
 #include <rte_dev.h>
+#include <rte_version.h>
 #include "shim.h"

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo build --release --bin intswitch
+cargo build --release --bins
 # Integration tests start several switch processes; keep them from
 # starving each other on small machines.
 cargo test --release --workspace -- --test-threads="${TEST_THREADS:-2}"

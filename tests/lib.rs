@@ -8,17 +8,28 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// `target/<profile>/intswitch`, next to the test binary's `deps/`.
-pub fn intswitch_bin() -> PathBuf {
+/// A binary of this workspace: `target/<profile>/NAME`, next to the test
+/// binary's `deps/`.
+pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-    let p = dir.join("intswitch");
-    assert!(
-        p.exists(),
-        "{} not built: run `cargo build --release --bin intswitch` (scripts/test.sh does)",
-        p.display()
-    );
+    let p = dir.join(name);
+    assert!(p.exists(), "{} not built: run `cargo build --release --bins` (scripts/test.sh does)", p.display());
     p
+}
+
+pub fn intswitch_bin() -> PathBuf {
+    workspace_bin("intswitch")
+}
+
+pub fn intctl_bin() -> PathBuf {
+    workspace_bin("intctl")
+}
+
+/// A `[control]` section with the socket in `dir` and metrics on an
+/// ephemeral port, so tests never collide on paths or ports.
+pub fn control_section(dir: &Scratch) -> String {
+    format!("[control]\nsocket = \"{}\"\nmetrics = \"127.0.0.1:0\"\n", dir.path("sw.sock").display())
 }
 
 /// A scratch directory removed on drop.
@@ -56,6 +67,8 @@ pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
 
 /// A background intswitch; SIGTERM and final counters on `stop`.
 pub struct SwitchProcess {
+    /// What the switch printed on stderr before it was running.
+    pub startup: Vec<String>,
     child: Option<Child>,
     stdout: mpsc::Receiver<String>,
     stderr_log: mpsc::Receiver<String>,
@@ -90,13 +103,14 @@ impl SwitchProcess {
                 let _ = etx.send(l);
             }
         });
-        let mut p = SwitchProcess { child: Some(child), stdout: orx, stderr_log: erx };
+        let mut p = SwitchProcess { startup: Vec::new(), child: Some(child), stdout: orx, stderr_log: erx };
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut seen = Vec::new();
         loop {
             match p.stderr_log.recv_timeout(Duration::from_millis(200)) {
                 Ok(l) => {
                     if l.contains("intswitch: running") {
+                        p.startup = seen;
                         return p;
                     }
                     seen.push(l);
@@ -111,6 +125,24 @@ impl SwitchProcess {
                 }
             }
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// The metrics address the switch announced at startup.
+    pub fn metrics_addr(&self) -> String {
+        self.startup
+            .iter()
+            .find_map(|l| l.strip_prefix("intswitch: metrics http://").and_then(|r| r.strip_suffix("/metrics")))
+            .expect("metrics address in the startup log")
+            .to_string()
+    }
+
+    /// True while the process has not exited.
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// SIGTERM, wait (bounded), and return the final counters.

@@ -2,7 +2,7 @@
 //! net_af_packet ports: ping and a TCP transfer, as an L2 bridge and as an
 //! L3 router (IPv4 and IPv6). Needs root (CI runs as root).
 
-use intswitch_tests::{ns, ns_try, Namespaces, Scratch, SwitchProcess};
+use intswitch_tests::{control_section, ns, ns_try, Namespaces, Scratch, SwitchProcess};
 
 const TRANSFER_BYTES: usize = 4 * 1024 * 1024;
 
@@ -49,8 +49,9 @@ fn hosts_talk_through_l2_bridge() {
     ns(&h2, &["ip", "addr", "add", "10.77.0.2/24", "dev", "eth0"]);
     let d = Scratch::new("nsbr");
     let cfg = format!(
-        "name = \"nsbr\"\nmode = \"bridge\"\n[eal]\nfile_prefix = \"nsbr-{}\"\n[dataplane]\nidle = true\nmbufs = 8191\n{}{}",
+        "name = \"nsbr\"\nmode = \"bridge\"\n[eal]\nfile_prefix = \"nsbr-{}\"\n[dataplane]\nidle = true\nmbufs = 8191\n{}{}{}",
         std::process::id(),
+        control_section(&d),
         af_packet_port("p0", 0, "sw-h1", ""),
         af_packet_port("p1", 1, "sw-h2", "")
     );
@@ -79,8 +80,9 @@ fn hosts_talk_through_l3_router() {
     }
     let d = Scratch::new("nsrt");
     let cfg = format!(
-        "name = \"nsrt\"\nmode = \"router\"\n[eal]\nfile_prefix = \"nsrt-{}\"\n[dataplane]\nidle = true\nmbufs = 8191\n{}{}",
+        "name = \"nsrt\"\nmode = \"router\"\n[eal]\nfile_prefix = \"nsrt-{}\"\n[dataplane]\nidle = true\nmbufs = 8191\n{}{}{}",
         std::process::id(),
+        control_section(&d),
         af_packet_port("p0", 0, "sw-h1", "ipv4 = [\"10.78.1.1/24\"]\nipv6 = [\"2001:db8:78:1::1/64\"]"),
         af_packet_port("p1", 1, "sw-h2", "ipv4 = [\"10.78.2.1/24\"]\nipv6 = [\"2001:db8:78:2::1/64\"]")
     );

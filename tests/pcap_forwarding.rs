@@ -2,7 +2,7 @@
 //! on the expected port (net_pcap tx files), counters equal. Expected output
 //! is built here byte by byte, not with the switch's own encoders.
 
-use intswitch_tests::{inet_checksum, read_pcap, run_for, write_pcap, Scratch};
+use intswitch_tests::{control_section, inet_checksum, read_pcap, run_for, write_pcap, Scratch};
 
 const P0_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xa0, 0];
 const P1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xa1, 0];
@@ -75,10 +75,11 @@ fn port_cfg(name: &str, idx: usize, dir: &Scratch, extra: &str) -> String {
     )
 }
 
-fn header(name: &str, mode: &str) -> String {
+fn header(name: &str, mode: &str, dir: &Scratch) -> String {
     format!(
-        "name = \"{name}\"\nmode = \"{mode}\"\n[eal]\nfile_prefix = \"{name}-{}\"\n[dataplane]\nidle = true\nmbufs = 4095\n",
-        std::process::id()
+        "name = \"{name}\"\nmode = \"{mode}\"\n[eal]\nfile_prefix = \"{name}-{}\"\n[dataplane]\nidle = true\nmbufs = 4095\n{}",
+        std::process::id(),
+        control_section(dir)
     )
 }
 
@@ -106,7 +107,7 @@ fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
     write_pcap(&d.path("in1.pcap"), &[v6f.clone()]);
     let cfg = format!(
         "{}{}{}[[flow]]\nin_port = \"p0\"\nsrc = \"10.0.0.9\"\ndst = \"10.0.0.2\"\nproto = \"udp\"\nsrc_port = 12345\ndst_port = 5001\naction = \"drop\"\n",
-        header("xc", "xconnect"),
+        header("xc", "xconnect", &d),
         port_cfg("p0", 0, &d, "peer = \"p1\""),
         port_cfg("p1", 1, &d, "peer = \"p0\"")
     );
@@ -137,7 +138,7 @@ fn bridge_floods_unknown_then_forwards_learned() {
     write_pcap(&d.path("in2.pcap"), &[]);
     let cfg = format!(
         "{}{}{}{}",
-        header("br", "bridge"),
+        header("br", "bridge", &d),
         port_cfg("p0", 0, &d, ""),
         port_cfg("p1", 1, &d, ""),
         port_cfg("p2", 2, &d, "")
@@ -188,7 +189,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     write_pcap(&d.path("in1.pcap"), &[]);
     let cfg = format!(
         "{}{}{}[[neighbour]]\nip = \"10.0.2.2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n[[neighbour]]\nip = \"2001:db8:2::2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n",
-        header("rt", "router"),
+        header("rt", "router", &d),
         port_cfg("p0", 0, &d, "mac = \"02:00:00:00:a0:00\"\nipv4 = [\"10.0.1.1/24\"]\nipv6 = [\"2001:db8:1::1/64\"]"),
         port_cfg("p1", 1, &d, "mac = \"02:00:00:00:a1:00\"\nipv4 = [\"10.0.2.1/24\"]\nipv6 = [\"2001:db8:2::1/64\"]")
     );
@@ -277,7 +278,7 @@ fn net_ring_port_loops_back_through_the_switch() {
     write_pcap(&d.path("in0.pcap"), &frames);
     let cfg = format!(
         "{}{}[[port]]\nname = \"p1\"\ndevice = \"net_ring0\"\npeer = \"p0\"\n",
-        header("ring", "xconnect"),
+        header("ring", "xconnect", &d),
         port_cfg("p0", 0, &d, "peer = \"p1\"")
     );
     std::fs::write(d.path("c.toml"), cfg).unwrap();

@@ -6,10 +6,10 @@ use std::net::IpAddr;
 
 use dataplane::flow_table::FlowAction;
 use dataplane::parse::FlowKey;
-use dataplane::tables::Mode;
-use serde::Deserialize;
+use dataplane::tables::{Mode, NeighbourSpec, RouteSpec};
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Instance name (used for the EAL file prefix default and, later, the socket).
@@ -24,6 +24,8 @@ pub struct Config {
     pub flow_table: FlowTableConfig,
     #[serde(default)]
     pub bridge: BridgeConfig,
+    #[serde(default)]
+    pub control: ControlConfig,
     #[serde(default, rename = "port")]
     pub ports: Vec<PortConfig>,
     #[serde(default, rename = "worker")]
@@ -36,7 +38,7 @@ pub struct Config {
     pub flows: Vec<FlowConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EalConfig {
     pub lcores: String,
@@ -62,7 +64,7 @@ impl Default for EalConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataplaneConfig {
     pub mbufs: u32,
@@ -92,7 +94,7 @@ impl Default for DataplaneConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct FlowTableConfig {
     pub capacity: usize,
@@ -106,7 +108,7 @@ impl Default for FlowTableConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BridgeConfig {
     pub mac_capacity: usize,
@@ -119,7 +121,31 @@ impl Default for BridgeConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// The control socket and the metrics endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    /// Unix socket path; default /run/intswitch/<name>.sock.
+    pub socket: Option<String>,
+    /// Prometheus endpoint "ADDR:PORT" ("" disables); default 127.0.0.1:9417.
+    pub metrics: Option<String>,
+}
+
+impl ControlConfig {
+    pub fn socket_path(&self, name: &str) -> String {
+        self.socket.clone().unwrap_or_else(|| format!("/run/intswitch/{name}.sock"))
+    }
+
+    pub fn metrics_addr(&self) -> Option<String> {
+        match self.metrics.as_deref() {
+            None => Some("127.0.0.1:9417".into()),
+            Some("") => None,
+            Some(a) => Some(a.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PortConfig {
     pub name: String,
@@ -145,7 +171,7 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerConfig {
     pub lcore: u32,
@@ -153,7 +179,7 @@ pub struct WorkerConfig {
     pub rx: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     pub prefix: String,
@@ -161,7 +187,7 @@ pub struct RouteConfig {
     pub via: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NeighbourConfig {
     pub ip: String,
@@ -169,7 +195,7 @@ pub struct NeighbourConfig {
     pub port: String,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FlowConfig {
     pub in_port: String,
@@ -288,8 +314,8 @@ pub struct Plan {
     pub ports: Vec<PortPlan>,
     /// Empty: one worker on the first worker lcore polls queue 0 of every port.
     pub workers: Vec<WorkerPlan>,
-    pub routes: Vec<dataplane::tables::RouteSpec>,
-    pub neighbours: Vec<dataplane::tables::NeighbourSpec>,
+    pub routes: Vec<RouteSpec>,
+    pub neighbours: Vec<NeighbourSpec>,
     pub flows: Vec<(FlowKey, FlowAction)>,
 }
 
@@ -430,67 +456,95 @@ impl Config {
                 }
             }
         }
-        let mut routes = Vec::new();
-        for (i, r) in self.routes.iter().enumerate() {
-            let k = |f: &str| format!("route[{i}].{f}");
-            let (prefix, len) = parse_prefix(&r.prefix).map_err(|e| cerr(k("prefix"), e))?;
-            let port = port_index(&k("port"), &r.port)?;
-            let gateway = r
-                .via
-                .as_deref()
-                .map(|v| v.parse::<IpAddr>().map_err(|_| cerr(k("via"), format!("'{v}' is not an IP address"))))
-                .transpose()?;
-            if let Some(g) = gateway {
-                if g.is_ipv4() != prefix.is_ipv4() {
-                    return Err(cerr(k("via"), "gateway and prefix are of different IP versions"));
-                }
-            }
-            routes.push(dataplane::tables::RouteSpec { prefix, len, port, gateway });
+        let names: Vec<String> = self.ports.iter().map(|p| p.name.clone()).collect();
+        fn at(what: &'static str, i: usize) -> impl Fn(ConfigError) -> ConfigError {
+            move |e| cerr(format!("{what}[{i}].{}", e.key), e.reason)
         }
-        let mut neighbours = Vec::new();
-        for (i, n) in self.neighbours.iter().enumerate() {
-            let k = |f: &str| format!("neighbour[{i}].{f}");
-            let ip: IpAddr = n.ip.parse().map_err(|_| cerr(k("ip"), format!("'{}' is not an IP address", n.ip)))?;
-            let mac = parse_mac(&n.mac).map_err(|e| cerr(k("mac"), e))?;
-            let port = port_index(&k("port"), &n.port)?;
-            neighbours.push(dataplane::tables::NeighbourSpec { ip, mac, port, permanent: true });
-        }
-        let mut flows = Vec::new();
-        for (i, f) in self.flows.iter().enumerate() {
-            let k = |x: &str| format!("flow[{i}].{x}");
-            let in_port = port_index(&k("in_port"), &f.in_port)?;
-            let src: IpAddr = f.src.parse().map_err(|_| cerr(k("src"), format!("'{}' is not an IP address", f.src)))?;
-            let dst: IpAddr = f.dst.parse().map_err(|_| cerr(k("dst"), format!("'{}' is not an IP address", f.dst)))?;
-            let proto = parse_proto(&f.proto).map_err(|e| cerr(k("proto"), e))?;
-            let mut key = match (src, dst) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => FlowKey::v4(s.octets(), d.octets(), proto, f.src_port, f.dst_port),
-                (IpAddr::V6(s), IpAddr::V6(d)) => FlowKey::v6(s.octets(), d.octets(), proto, f.src_port, f.dst_port),
-                _ => return Err(cerr(k("dst"), "src and dst are of different IP versions")),
-            };
-            key = key.with_scope(in_port, f.vlan);
-            let action = parse_action(&f.action, |n| port_index(&k("action"), n)).map_err(|e| match e {
-                ActionError::Port(c) => c,
-                ActionError::Bad(m) => cerr(k("action"), m),
-            })?;
-            flows.push((key, action));
-        }
+        let routes = self
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| r.to_spec(&names).map_err(at("route", i)))
+            .collect::<Result<_, _>>()?;
+        let neighbours = self
+            .neighbours
+            .iter()
+            .enumerate()
+            .map(|(i, n)| n.to_spec(&names).map_err(at("neighbour", i)))
+            .collect::<Result<_, _>>()?;
+        let flows = self
+            .flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| f.to_rule(&names).map_err(at("flow", i)))
+            .collect::<Result<_, _>>()?;
         Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, flows })
     }
 }
 
-pub enum ActionError {
-    Port(ConfigError),
-    Bad(String),
+/// Index of the port named `name`; the error is about `key`.
+pub fn port_by_name(names: &[String], key: &str, name: &str) -> Result<u16, ConfigError> {
+    names.iter().position(|p| p == name).map(|i| i as u16).ok_or_else(|| cerr(key, format!("no port named '{name}'")))
+}
+
+fn parse_ip(key: &str, s: &str) -> Result<IpAddr, ConfigError> {
+    s.parse().map_err(|_| cerr(key, format!("'{s}' is not an IP address")))
+}
+
+// Routes, neighbours and flows are converted by the same functions whether
+// they come from the config file or from the control socket; errors name the
+// field, and the config file adds "route[i]." in front.
+
+impl RouteConfig {
+    pub fn to_spec(&self, ports: &[String]) -> Result<RouteSpec, ConfigError> {
+        let (prefix, len) = parse_prefix(&self.prefix).map_err(|e| cerr("prefix", e))?;
+        let port = port_by_name(ports, "port", &self.port)?;
+        let gateway = self.via.as_deref().map(|v| parse_ip("via", v)).transpose()?;
+        if gateway.is_some_and(|g| g.is_ipv4() != prefix.is_ipv4()) {
+            return Err(cerr("via", "gateway and prefix are of different IP versions"));
+        }
+        Ok(RouteSpec { prefix, len, port, gateway })
+    }
+}
+
+impl NeighbourConfig {
+    pub fn to_spec(&self, ports: &[String]) -> Result<NeighbourSpec, ConfigError> {
+        let ip = parse_ip("ip", &self.ip)?;
+        let mac = parse_mac(&self.mac).map_err(|e| cerr("mac", e))?;
+        let port = port_by_name(ports, "port", &self.port)?;
+        Ok(NeighbourSpec { ip, mac, port, permanent: true })
+    }
+}
+
+impl FlowConfig {
+    /// The flow key alone (what `flow del` needs).
+    pub fn to_key(&self, ports: &[String]) -> Result<FlowKey, ConfigError> {
+        let in_port = port_by_name(ports, "in_port", &self.in_port)?;
+        let (src, dst) = (parse_ip("src", &self.src)?, parse_ip("dst", &self.dst)?);
+        let proto = parse_proto(&self.proto).map_err(|e| cerr("proto", e))?;
+        let key = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => FlowKey::v4(s.octets(), d.octets(), proto, self.src_port, self.dst_port),
+            (IpAddr::V6(s), IpAddr::V6(d)) => FlowKey::v6(s.octets(), d.octets(), proto, self.src_port, self.dst_port),
+            _ => return Err(cerr("dst", "src and dst are of different IP versions")),
+        };
+        Ok(key.with_scope(in_port, self.vlan))
+    }
+
+    pub fn to_rule(&self, ports: &[String]) -> Result<(FlowKey, FlowAction), ConfigError> {
+        let key = self.to_key(ports)?;
+        let action = parse_action(&self.action, |n| port_by_name(ports, "action", n))?;
+        Ok((key, action))
+    }
 }
 
 /// Parses "normal", "drop" or "forward:PORT".
-pub fn parse_action(s: &str, port: impl Fn(&str) -> Result<u16, ConfigError>) -> Result<FlowAction, ActionError> {
+pub fn parse_action(s: &str, port: impl Fn(&str) -> Result<u16, ConfigError>) -> Result<FlowAction, ConfigError> {
     match s {
         "normal" => Ok(FlowAction::Normal),
         "drop" => Ok(FlowAction::Drop),
         _ => match s.strip_prefix("forward:") {
-            Some(p) => port(p).map(FlowAction::Forward).map_err(ActionError::Port),
-            None => Err(ActionError::Bad(format!("'{s}' is not one of normal, drop, forward:PORT"))),
+            Some(p) => port(p).map(FlowAction::Forward),
+            None => Err(cerr("action", format!("'{s}' is not one of normal, drop, forward:PORT"))),
         },
     }
 }

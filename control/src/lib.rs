@@ -1,6 +1,12 @@
 //! intswitch control plane: configuration, the switch runtime that owns it,
-//! the embedded demo and the traffic generator.
+//! the control API and its front ends (unix socket, Prometheus endpoint,
+//! `intctl`), capture, the embedded demo and the traffic generator.
+pub mod api;
+pub mod capture;
+pub mod client;
 pub mod config;
 pub mod demo;
+pub mod metrics;
+pub mod server;
 pub mod switch;
 pub mod traffic;

@@ -1,22 +1,32 @@
 //! The running switch: brings up EAL, pools and ports from a validated
 //! `Plan`, builds each worker's state before launch, and runs the control
-//! loop on the main lcore (table generations, neighbour learning and
-//! resolution, live statistics, clean stop).
+//! loop on the main lcore: control-socket requests, table generations,
+//! neighbour learning and resolution, capture, live statistics, clean stop.
+//!
+//! The operations the control socket offers (route/neighbour/flow add and
+//! delete, port enable/disable, clear counters, views) are methods here; the
+//! startup configuration goes through the same spec mutations.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dataplane::counters::{CounterValues, Event};
-use dataplane::dpdk::{Eal, EalArgs, Mempool, Port, PortSetup, PortStats};
+use dataplane::counters::{CounterValues, Event, MAX_PORTS};
+use dataplane::dpdk::{self, Eal, EalArgs, Mempool, Port, PortSetup};
+use dataplane::flow_table::FlowAction;
 use dataplane::forward::{self, ControlEvent};
-use dataplane::tables::{NeighbourSpec, PortState, TableSpec, Tables};
-use dataplane::worker::{self, FlowCommand, IdleConfig, Shared, WorkerSetup};
+use dataplane::parse::FlowKey;
+use dataplane::tables::{NeighbourSpec, PortState, RouteSpec, TableSpec, Tables};
+use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, Shared, WorkerSetup};
 use dataplane::DropReason;
+use serde_json::{json, Value};
 
-use crate::config::{format_mac, Plan};
+use crate::api::ApiError;
+use crate::capture::CaptureJob;
+use crate::config::{format_mac, Plan, WorkerPlan};
+use crate::server::Server;
 
 /// How the switch reports while running and at exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +41,8 @@ pub struct RunOptions {
 
 /// Re-sends a resolution request for the same address at most this often.
 const RESOLVE_INTERVAL: Duration = Duration::from_millis(500);
+/// How long an operation waits for every worker to acknowledge.
+const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct Switch {
     plan: Plan,
@@ -39,10 +51,18 @@ pub struct Switch {
     ports: Vec<Port>,
     spec: TableSpec,
     shared: Arc<Shared>,
-    lcores: Vec<u32>,
+    workers: Vec<WorkerPlan>,
     generation: u64,
     retired: Vec<(u64, Arc<Tables>)>,
     resolving: HashMap<IpAddr, Instant>,
+    /// Per-worker counters at the last `clear counters`.
+    baseline: Vec<CounterValues>,
+    started: Instant,
+    /// TSC and wall clock at start, to timestamp captured packets.
+    tsc0: u64,
+    wall0_ns: u64,
+    hz: u64,
+    pub(crate) capture: Option<CaptureJob>,
 }
 
 fn eal_args(plan: &Plan) -> EalArgs {
@@ -61,6 +81,10 @@ fn eal_args(plan: &Plan) -> EalArgs {
     }
 }
 
+fn on_link<const N: usize>(addrs: &[([u8; N], u8)], ip: [u8; N]) -> bool {
+    addrs.iter().any(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(ip, *l))
+}
+
 impl Switch {
     /// Initialises DPDK and the ports, and launches the workers.
     pub fn start(plan: Plan) -> Result<Switch, String> {
@@ -68,7 +92,7 @@ impl Switch {
         let available = eal.worker_lcores();
         let workers = if plan.workers.is_empty() {
             let l = *available.first().ok_or("eal.lcores: needs at least two lcores (main + one worker)")?;
-            vec![crate::config::WorkerPlan { lcore: l, rx: (0..plan.ports.len() as u16).map(|p| (p, 0)).collect() }]
+            vec![WorkerPlan { lcore: l, rx: (0..plan.ports.len() as u16).map(|p| (p, 0)).collect() }]
         } else {
             plan.workers.clone()
         };
@@ -105,7 +129,7 @@ impl Switch {
             ports
                 .push(Port::open(&eal, &p.device, &setup, &pool).map_err(|e| format!("port[{pi}] '{}': {e}", p.name))?);
         }
-        let spec = TableSpec {
+        let mut spec = TableSpec {
             mode: plan.mode,
             ports: plan
                 .ports
@@ -120,9 +144,15 @@ impl Switch {
                 })
                 .collect(),
             xconnect: plan.ports.iter().map(|p| p.peer).collect(),
-            routes: plan.routes.clone(),
-            neighbours: plan.neighbours.clone(),
+            routes: Vec::new(),
+            neighbours: Vec::new(),
         };
+        for r in &plan.routes {
+            upsert_route(&mut spec, *r);
+        }
+        for n in &plan.neighbours {
+            upsert_neighbour(&mut spec, *n);
+        }
         let tables = Tables::build(&spec, 1)?;
         let shared = Arc::new(Shared::new(tables, workers.len()));
         // Startup flows reach every worker before traffic: RSS may put a flow on any.
@@ -133,7 +163,6 @@ impl Switch {
                     .map_err(|_| "flow: more startup flows than the command queue holds (4096)".to_string())?;
             }
         }
-        let mut lcores = Vec::new();
         for (wi, w) in workers.iter().enumerate() {
             let setup = WorkerSetup {
                 id: wi,
@@ -147,11 +176,16 @@ impl Switch {
                 mac_aging_s: plan.raw.bridge.aging_s,
                 tx_drain_us: d.tx_drain_us,
                 idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
+                pool: pool.clone(),
             };
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
-            lcores.push(w.lcore);
         }
+        let wall0_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let nworkers = workers.len();
         Ok(Switch {
             plan,
             eal,
@@ -159,10 +193,16 @@ impl Switch {
             ports,
             spec,
             shared,
-            lcores,
+            workers,
             generation: 1,
             retired: Vec::new(),
             resolving: HashMap::new(),
+            baseline: vec![CounterValues::default(); nworkers],
+            started: Instant::now(),
+            tsc0: dpdk::tsc(),
+            wall0_ns,
+            hz: dpdk::tsc_hz().max(1),
+            capture: None,
         })
     }
 
@@ -170,26 +210,363 @@ impl Switch {
         &self.ports
     }
 
-    /// Publishes the spec as a new generation. The old one is kept until every
-    /// worker has acknowledged, so no worker ever reads freed tables.
-    pub fn publish(&mut self) -> Result<u64, String> {
-        let g = self.generation + 1;
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn port_names(&self) -> Vec<String> {
+        self.spec.ports.iter().map(|p| p.name.clone()).collect()
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    pub(crate) fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    /// Wall-clock nanoseconds of a worker TSC reading.
+    pub(crate) fn tsc_to_wall_ns(&self, tsc: u64) -> u64 {
+        let d = tsc.wrapping_sub(self.tsc0) as u128;
+        self.wall0_ns + (d * 1_000_000_000 / self.hz as u128) as u64
+    }
+
+    fn next_generation(&mut self) -> u64 {
+        self.generation += 1;
+        self.generation
+    }
+
+    /// Publishes the spec as a new table generation. The old one is kept until
+    /// every worker has acknowledged, so no worker ever reads freed tables.
+    fn publish(&mut self) -> Result<u64, String> {
+        let g = self.next_generation();
         let t = Tables::build(&self.spec, g)?;
         let old = self.shared.tables.swap(Arc::new(t));
         self.shared.table_generation.store(g, Ordering::Release);
-        self.generation = g;
         self.retired.push((g, old));
         Ok(g)
     }
 
-    fn min_acked(&self) -> u64 {
-        self.shared.workers.iter().map(|w| w.acked_generation.load(Ordering::Acquire)).min().unwrap_or(u64::MAX)
+    fn min_acked(&self, pick: impl Fn(&worker::WorkerShared) -> &AtomicU64) -> u64 {
+        self.shared.workers.iter().map(|w| pick(w).load(Ordering::Acquire)).min().unwrap_or(u64::MAX)
+    }
+
+    /// Waits (bounded) until every worker has acknowledged generation `g`.
+    fn wait_acked(&self, g: u64, pick: impl Fn(&worker::WorkerShared) -> &AtomicU64) -> Result<(), ApiError> {
+        let deadline = Instant::now() + ACK_TIMEOUT;
+        while self.min_acked(&pick) < g {
+            if Instant::now() > deadline {
+                return Err(ApiError::internal(format!("workers did not acknowledge generation {g} within 2 s")));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+
+    /// Publishes the spec and waits until every worker uses it.
+    fn commit(&mut self) -> Result<u64, ApiError> {
+        let g = self.publish().map_err(ApiError::internal)?;
+        self.wait_acked(g, |w| &w.acked_tables)?;
+        self.reap_retired();
+        Ok(g)
     }
 
     fn reap_retired(&mut self) {
-        let acked = self.min_acked();
+        let acked = self.min_acked(|w| &w.acked_tables);
         self.retired.retain(|(g, _)| *g > acked);
     }
+
+    // ---- operations of the control API ----
+
+    pub fn route_add(&mut self, r: RouteSpec) -> Result<Value, ApiError> {
+        upsert_route(&mut self.spec, r);
+        let g = self.commit()?;
+        Ok(json!({ "generation": g }))
+    }
+
+    pub fn route_del(&mut self, prefix: IpAddr, len: u8) -> Result<Value, ApiError> {
+        let n = self.spec.routes.len();
+        self.spec.routes.retain(|r| !(r.prefix == prefix && r.len == len));
+        if self.spec.routes.len() == n {
+            return Err(ApiError::not_found("prefix", format!("no route {prefix}/{len}")));
+        }
+        let g = self.commit()?;
+        Ok(json!({ "generation": g }))
+    }
+
+    pub fn neighbour_add(&mut self, n: NeighbourSpec) -> Result<Value, ApiError> {
+        upsert_neighbour(&mut self.spec, n);
+        let g = self.commit()?;
+        Ok(json!({ "generation": g }))
+    }
+
+    pub fn neighbour_del(&mut self, ip: IpAddr) -> Result<Value, ApiError> {
+        let n = self.spec.neighbours.len();
+        self.spec.neighbours.retain(|x| x.ip != ip);
+        if self.spec.neighbours.len() == n {
+            return Err(ApiError::not_found("ip", format!("no neighbour {ip}")));
+        }
+        let g = self.commit()?;
+        Ok(json!({ "generation": g }))
+    }
+
+    fn flow_command(&mut self, make: impl Fn(u64) -> FlowCommand) -> Result<u64, ApiError> {
+        let g = self.next_generation();
+        for (i, w) in self.shared.workers.iter().enumerate() {
+            if w.flow_commands.push(make(g)).is_err() {
+                return Err(ApiError::busy(format!("worker {i}'s flow command queue is full; retry")));
+            }
+        }
+        self.wait_acked(g, |w| &w.acked_flows)?;
+        Ok(g)
+    }
+
+    pub fn flow_add(&mut self, key: FlowKey, action: FlowAction) -> Result<Value, ApiError> {
+        let g = self.flow_command(|generation| FlowCommand::Install { key, action, generation })?;
+        if let Some(i) = self.shared.workers.iter().position(|w| w.failed_install.load(Ordering::Acquire) == g) {
+            // Keep the tables consistent: take it out of the workers that took it.
+            let _ = self.flow_command(|generation| FlowCommand::Remove { key, generation });
+            return Err(ApiError::new("table_full", None, format!("worker {i}'s flow table is full")));
+        }
+        Ok(json!({ "generation": g }))
+    }
+
+    pub fn flow_del(&mut self, key: FlowKey) -> Result<Value, ApiError> {
+        let g = self.flow_command(|generation| FlowCommand::Remove { key, generation })?;
+        Ok(json!({ "generation": g }))
+    }
+
+    /// Every worker's flows (at most `max` per worker).
+    pub fn flows(&mut self, max: usize) -> Result<Vec<(usize, FlowRecord)>, ApiError> {
+        self.flow_command(|generation| FlowCommand::Dump { max, generation })?;
+        let mut out = Vec::new();
+        for (i, w) in self.shared.workers.iter().enumerate() {
+            let v = std::mem::take(&mut *w.dump.lock().map_err(|_| ApiError::internal("flow dump lock poisoned"))?);
+            out.extend(v.into_iter().map(|r| (i, r)));
+        }
+        Ok(out)
+    }
+
+    pub fn port_index(&self, name: &str) -> Result<u16, ApiError> {
+        self.spec
+            .ports
+            .iter()
+            .position(|p| p.name == name)
+            .map(|i| i as u16)
+            .ok_or_else(|| ApiError::bad_argument("port", format!("no port named '{name}'")))
+    }
+
+    pub fn port_set_enabled(&mut self, name: &str, up: bool) -> Result<Value, ApiError> {
+        let i = self.port_index(name)? as usize;
+        self.spec.ports[i].up = up;
+        // Where the device can, the link follows (vdevs may not support it).
+        let link = self.ports[i].set_link(up).is_ok();
+        let g = self.commit()?;
+        Ok(json!({ "generation": g, "link_changed": link }))
+    }
+
+    pub fn clear_counters(&mut self) -> Value {
+        self.baseline = self.shared.workers.iter().map(|w| w.counters.snapshot()).collect();
+        json!({ "cleared": true })
+    }
+
+    // ---- views ----
+
+    /// Per-worker counters since the last clear.
+    pub fn worker_counters(&self) -> Vec<CounterValues> {
+        self.shared.workers.iter().zip(&self.baseline).map(|(w, b)| w.counters.snapshot().since(b)).collect()
+    }
+
+    /// Per-worker counters since start (monotonic, for metrics).
+    pub fn worker_counters_raw(&self) -> Vec<CounterValues> {
+        self.shared.workers.iter().map(|w| w.counters.snapshot()).collect()
+    }
+
+    /// Sum of every worker's counters since the last clear.
+    pub fn counters(&self) -> CounterValues {
+        let mut sum = CounterValues::default();
+        for c in self.worker_counters() {
+            sum.add(&c);
+        }
+        sum
+    }
+
+    pub fn ports_json(&self) -> Value {
+        let c = self.counters();
+        let v: Vec<Value> = self
+            .spec
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let dev = &self.ports[i];
+                let e = dev.stats();
+                let link = dev.link();
+                let xstats: serde_json::Map<String, Value> =
+                    dev.xstats().into_iter().map(|(k, v)| (k, v.into())).collect();
+                json!({
+                    "name": p.name,
+                    "device": self.plan.ports[i].device,
+                    "driver": dev.info().driver,
+                    "mac": format_mac(&p.mac),
+                    "enabled": p.up,
+                    "link": {"up": link.up, "speed_mbps": link.speed_mbps, "full_duplex": link.full_duplex},
+                    "rss": dev.rss_active(),
+                    "ipv4": p.ipv4.iter().map(|(a, l)| format!("{}/{l}", IpAddr::from(*a))).collect::<Vec<_>>(),
+                    "ipv6": p.ipv6.iter().map(|(a, l)| format!("{}/{l}", IpAddr::from(*a))).collect::<Vec<_>>(),
+                    "rx_packets": c.rx_packets[i], "rx_bytes": c.rx_bytes[i],
+                    "tx_packets": c.tx_packets[i], "tx_bytes": c.tx_bytes[i],
+                    "ethdev": {
+                        "ipackets": e.ipackets, "opackets": e.opackets, "ibytes": e.ibytes, "obytes": e.obytes,
+                        "imissed": e.imissed, "ierrors": e.ierrors, "oerrors": e.oerrors, "rx_nombuf": e.rx_nombuf,
+                    },
+                    "xstats": xstats,
+                })
+            })
+            .collect();
+        Value::Array(v)
+    }
+
+    pub fn workers_json(&self) -> Value {
+        let per = self.worker_counters();
+        let v: Vec<Value> = self
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let c = &per[i];
+                let sh = &self.shared.workers[i];
+                json!({
+                    "id": i,
+                    "lcore": w.lcore,
+                    "rx_queues": w.rx.iter().map(|(p, q)| format!("{}:{q}", self.spec.ports[*p as usize].name)).collect::<Vec<_>>(),
+                    "rx_packets": c.rx_packets.iter().sum::<u64>(),
+                    "rx_bytes": c.rx_bytes.iter().sum::<u64>(),
+                    "tx_packets": c.tx_packets.iter().sum::<u64>(),
+                    "tx_bytes": c.tx_bytes.iter().sum::<u64>(),
+                    "drops": c.total_drops(),
+                    "polls": c.polls,
+                    "busy_polls": c.busy_polls,
+                    "flows": sh.flows_in_use.load(Ordering::Relaxed),
+                    "macs": sh.macs_in_use.load(Ordering::Relaxed),
+                    "table_generation": sh.acked_tables.load(Ordering::Relaxed),
+                    "flow_generation": sh.acked_flows.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        Value::Array(v)
+    }
+
+    pub fn drops_json(&self) -> Value {
+        let per = self.worker_counters();
+        let mut total = serde_json::Map::new();
+        for r in DropReason::ALL {
+            let n: u64 = per.iter().map(|c| c.drops[r as usize]).sum();
+            total.insert(r.name().into(), n.into());
+        }
+        let by_worker: Vec<Value> = per
+            .iter()
+            .map(|c| {
+                Value::Object(
+                    DropReason::ALL
+                        .iter()
+                        .filter(|r| c.drops[**r as usize] > 0)
+                        .map(|r| (r.name().to_string(), c.drops[*r as usize].into()))
+                        .collect(),
+                )
+            })
+            .collect();
+        json!({ "total": total, "workers": by_worker })
+    }
+
+    pub fn counters_json(&self) -> Value {
+        let c = self.counters();
+        let ports: Vec<Value> = self
+            .spec
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                json!({"name": p.name, "rx_packets": c.rx_packets[i], "rx_bytes": c.rx_bytes[i],
+                       "tx_packets": c.tx_packets[i], "tx_bytes": c.tx_bytes[i]})
+            })
+            .collect();
+        let drops: serde_json::Map<String, Value> =
+            DropReason::ALL.iter().map(|r| (r.name().to_string(), c.drops[*r as usize].into())).collect();
+        let events: serde_json::Map<String, Value> =
+            Event::ALL.iter().map(|e| (e.name().to_string(), c.events[*e as usize].into())).collect();
+        json!({
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "ports": ports,
+            "drops": drops,
+            "total_drops": c.total_drops(),
+            "events": events,
+            "workers": self.workers_json(),
+        })
+    }
+
+    pub fn routes_json(&self) -> Value {
+        let name = |p: u16| self.spec.ports[p as usize].name.clone();
+        let mut v: Vec<Value> = Vec::new();
+        for p in &self.spec.ports {
+            for (a, l) in &p.ipv4 {
+                let net = IpAddr::from(dataplane::lpm::mask(*a, *l));
+                v.push(json!({"prefix": format!("{net}/{l}"), "port": p.name, "via": null, "kind": "connected"}));
+            }
+            for (a, l) in &p.ipv6 {
+                let net = IpAddr::from(dataplane::lpm::mask(*a, *l));
+                v.push(json!({"prefix": format!("{net}/{l}"), "port": p.name, "via": null, "kind": "connected"}));
+            }
+        }
+        for r in &self.spec.routes {
+            v.push(json!({"prefix": format!("{}/{}", r.prefix, r.len), "port": name(r.port),
+                          "via": r.gateway.map(|g| g.to_string()), "kind": "static"}));
+        }
+        Value::Array(v)
+    }
+
+    pub fn neighbours_json(&self) -> Value {
+        Value::Array(
+            self.spec
+                .neighbours
+                .iter()
+                .map(|n| {
+                    json!({"ip": n.ip.to_string(), "mac": format_mac(&n.mac),
+                           "port": self.spec.ports[n.port as usize].name, "permanent": n.permanent})
+                })
+                .collect(),
+        )
+    }
+
+    pub fn flows_json(&mut self, max: usize) -> Result<Value, ApiError> {
+        let flows = self.flows(max)?;
+        let hz = self.hz as f64;
+        let v: Vec<Value> = flows
+            .iter()
+            .map(|(w, r)| {
+                let k = &r.key;
+                let action = match r.action {
+                    FlowAction::Normal => "normal".to_string(),
+                    FlowAction::Drop => "drop".to_string(),
+                    FlowAction::Forward(p) => format!("forward:{}", self.spec.ports[p as usize].name),
+                };
+                json!({
+                    "worker": w,
+                    "in_port": self.spec.ports.get(k.in_port() as usize).map(|p| p.name.clone()),
+                    "vlan": k.vlan(),
+                    "src": k.src_ip().to_string(), "dst": k.dst_ip().to_string(),
+                    "proto": k.proto(), "src_port": k.src_port(), "dst_port": k.dst_port(),
+                    "action": action, "installed": r.installed,
+                    "packets": r.packets, "bytes": r.bytes,
+                    "idle_s": r.idle_tsc as f64 / hz,
+                })
+            })
+            .collect();
+        Ok(Value::Array(v))
+    }
+
+    // ---- control loop ----
 
     /// Handles events the workers queued: neighbour learning and resolution.
     fn drain_events(&mut self) -> Result<(), String> {
@@ -216,18 +593,12 @@ impl Switch {
     /// Records a neighbour if it is on one of the port's subnets; returns
     /// whether the tables changed. Configured entries are never overwritten.
     fn learn_neighbour(&mut self, ip: IpAddr, mac: [u8; 6], port: u16) -> bool {
-        let Some(ps) = self.spec.ports.get(port as usize) else {
-            return false;
+        let Some(ps) = self.spec.ports.get(port as usize) else { return false };
+        let ok = match ip {
+            IpAddr::V4(a) => on_link(&ps.ipv4, a.octets()),
+            IpAddr::V6(a) => on_link(&ps.ipv6, a.octets()),
         };
-        let on_link = match ip {
-            IpAddr::V4(a) => {
-                ps.ipv4.iter().any(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l))
-            }
-            IpAddr::V6(a) => {
-                ps.ipv6.iter().any(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l))
-            }
-        };
-        if !on_link {
+        if !ok {
             return false;
         }
         self.resolving.remove(&ip);
@@ -251,28 +622,18 @@ impl Switch {
         if self.resolving.get(&ip).is_some_and(|t| now.duration_since(*t) < RESOLVE_INTERVAL) {
             return;
         }
-        let Some(ps) = self.spec.ports.get(port as usize) else {
-            return;
-        };
-        let Some(mut m) = self.pool.alloc() else {
-            return;
-        };
+        let Some(ps) = self.spec.ports.get(port as usize) else { return };
+        let Some(mut m) = self.pool.alloc() else { return };
         let len = match ip {
             IpAddr::V4(a) => {
-                let on_link =
-                    ps.ipv4.iter().find(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l));
-                let Some((src, _)) = on_link.or(ps.ipv4.first()) else {
-                    return;
-                };
+                let src = ps.ipv4.iter().find(|(p, l)| on_link(&[(*p, *l)], a.octets())).or(ps.ipv4.first());
+                let Some((src, _)) = src else { return };
                 let Some(buf) = m.append(60) else { return };
                 forward::build_arp_request(buf, ps.mac, *src, a.octets())
             }
             IpAddr::V6(a) => {
-                let on_link =
-                    ps.ipv6.iter().find(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(a.octets(), *l));
-                let Some((src, _)) = on_link.or(ps.ipv6.first()) else {
-                    return;
-                };
+                let src = ps.ipv6.iter().find(|(p, l)| on_link(&[(*p, *l)], a.octets())).or(ps.ipv6.first());
+                let Some((src, _)) = src else { return };
                 let Some(buf) = m.append(86) else { return };
                 forward::build_ns(buf, ps.mac, *src, a.octets())
             }
@@ -283,17 +644,8 @@ impl Switch {
         }
     }
 
-    /// Sum of every worker's counters.
-    pub fn counters(&self) -> CounterValues {
-        let mut sum = CounterValues::default();
-        for w in &self.shared.workers {
-            sum.add(&w.counters.snapshot());
-        }
-        sum
-    }
-
     /// Runs the control loop until a signal, `stop`, or the duration ends.
-    pub fn run(&mut self, opts: &RunOptions, stop: &AtomicBool) -> Result<(), String> {
+    pub fn run(&mut self, opts: &RunOptions, stop: &AtomicBool, server: Option<&Server>) -> Result<(), String> {
         let started = Instant::now();
         let mut last_print = Instant::now();
         let mut last = self.counters();
@@ -301,8 +653,17 @@ impl Switch {
             if opts.duration.is_some_and(|d| started.elapsed() >= d) {
                 break;
             }
+            let mut busy = false;
+            if let Some(srv) = server {
+                for _ in 0..64 {
+                    let Some(req) = srv.try_next() else { break };
+                    crate::api::handle(self, req);
+                    busy = true;
+                }
+            }
             self.drain_events()?;
             self.reap_retired();
+            crate::capture::progress(self);
             if opts.stats_interval_s > 0 && last_print.elapsed() >= Duration::from_secs(opts.stats_interval_s) {
                 let now = self.counters();
                 let dt = last_print.elapsed().as_secs_f64();
@@ -310,8 +671,11 @@ impl Switch {
                 last = now;
                 last_print = Instant::now();
             }
-            std::thread::sleep(Duration::from_millis(1));
+            if !busy {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
+        crate::capture::abort(self, "the switch is stopping");
         Ok(())
     }
 
@@ -333,71 +697,70 @@ impl Switch {
     }
 
     /// Stops the workers and returns the final counters as JSON.
-    pub fn stop(mut self) -> serde_json::Value {
+    pub fn stop(mut self) -> Value {
         self.shared.running.store(false, Ordering::SeqCst);
-        for l in &self.lcores {
-            self.eal.wait(*l);
+        for w in &self.workers {
+            self.eal.wait(w.lcore);
         }
         let _ = self.drain_events();
         let c = self.counters();
-        let ethdev: Vec<PortStats> = self.ports.iter().map(|p| p.stats()).collect();
-        let ports: Vec<serde_json::Value> = self
-            .spec
-            .ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let e = &ethdev[i];
-                let xstats: serde_json::Map<String, serde_json::Value> =
-                    self.ports[i].xstats().into_iter().map(|(k, v)| (k, v.into())).collect();
-                let link = self.ports[i].link();
-                serde_json::json!({
-                    "driver": self.ports[i].info().driver,
-                    "link": {"up": link.up, "speed_mbps": link.speed_mbps, "full_duplex": link.full_duplex},
-                    "rss": self.ports[i].rss_active(),
-                    "xstats": xstats,
-                    "name": p.name,
-                    "mac": format_mac(&p.mac),
-                    "rx_packets": c.rx_packets[i], "rx_bytes": c.rx_bytes[i],
-                    "tx_packets": c.tx_packets[i], "tx_bytes": c.tx_bytes[i],
-                    "ethdev": {
-                        "ipackets": e.ipackets, "opackets": e.opackets, "ibytes": e.ibytes, "obytes": e.obytes,
-                        "imissed": e.imissed, "ierrors": e.ierrors, "oerrors": e.oerrors, "rx_nombuf": e.rx_nombuf,
-                    }
-                })
-            })
-            .collect();
-        let drops: serde_json::Map<String, serde_json::Value> =
-            DropReason::ALL.iter().map(|r| (r.name().to_string(), c.drops[*r as usize].into())).collect();
-        let events: serde_json::Map<String, serde_json::Value> =
-            Event::ALL.iter().map(|e| (e.name().to_string(), c.events[*e as usize].into())).collect();
-        let neighbours: Vec<serde_json::Value> = self
-            .spec
-            .neighbours
-            .iter()
-            .map(|n| serde_json::json!({"ip": n.ip.to_string(), "mac": format_mac(&n.mac), "port": self.spec.ports[n.port as usize].name, "permanent": n.permanent}))
-            .collect();
         let flows: u64 = self.shared.workers.iter().map(|w| w.flows_in_use.load(Ordering::Relaxed)).sum();
         let macs: u64 = self.shared.workers.iter().map(|w| w.macs_in_use.load(Ordering::Relaxed)).sum();
-        let out = serde_json::json!({
+        let mut ports = self.ports_json();
+        if let Value::Array(a) = &mut ports {
+            for p in a.iter_mut() {
+                if let Value::Object(o) = p {
+                    o.remove("ipv4");
+                    o.remove("ipv6");
+                }
+            }
+        }
+        let drops: serde_json::Map<String, Value> =
+            DropReason::ALL.iter().map(|r| (r.name().to_string(), c.drops[*r as usize].into())).collect();
+        let events: serde_json::Map<String, Value> =
+            Event::ALL.iter().map(|e| (e.name().to_string(), c.events[*e as usize].into())).collect();
+        let out = json!({
             "name": self.plan.raw.name,
             "mode": self.plan.mode.name(),
             "ports": ports,
             "drops": drops,
             "total_drops": c.total_drops(),
             "events": events,
-            "neighbours": neighbours,
+            "neighbours": self.neighbours_json(),
             "flows_in_use": flows,
             "macs_in_use": macs,
             "table_generation": self.generation,
             "mempool_in_use": self.pool.in_use(),
         });
-        // Ports stop and close before the EAL is cleaned up (field drop order).
+        // Mbufs still queued for the control core go back to the pool, and
+        // ports stop and close, before the EAL is cleaned up.
+        for w in &self.shared.workers {
+            while w.capture.pop().is_some() {}
+            while w.inject.pop().is_some() {}
+        }
         self.retired.clear();
         drop(self.ports);
         out
     }
 }
+
+/// Adds a route or replaces the one with the same prefix.
+fn upsert_route(spec: &mut TableSpec, r: RouteSpec) {
+    match spec.routes.iter_mut().find(|x| x.prefix == r.prefix && x.len == r.len) {
+        Some(x) => *x = r,
+        None => spec.routes.push(r),
+    }
+}
+
+/// Adds a neighbour or replaces the entry for the same address.
+fn upsert_neighbour(spec: &mut TableSpec, n: NeighbourSpec) {
+    match spec.neighbours.iter_mut().find(|x| x.ip == n.ip) {
+        Some(x) => *x = n,
+        None => spec.neighbours.push(n),
+    }
+}
+
+const _: () = assert!(MAX_PORTS <= 32, "capture masks are u32");
 
 /// Prints the final counters as text.
 pub fn print_text(v: &serde_json::Value) {

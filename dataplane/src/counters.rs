@@ -29,10 +29,11 @@ pub enum Event {
     ControlQueueFull,
     Injected,
     TablesSwapped,
+    CaptureDropped,
 }
 
 impl Event {
-    pub const COUNT: usize = Event::TablesSwapped as usize + 1;
+    pub const COUNT: usize = Event::CaptureDropped as usize + 1;
     pub const ALL: [Event; Event::COUNT] = [
         Event::FlowLearned,
         Event::FlowLearnFailedFull,
@@ -50,6 +51,7 @@ impl Event {
         Event::ControlQueueFull,
         Event::Injected,
         Event::TablesSwapped,
+        Event::CaptureDropped,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +72,7 @@ impl Event {
             Event::ControlQueueFull => "control_queue_full",
             Event::Injected => "injected",
             Event::TablesSwapped => "tables_swapped",
+            Event::CaptureDropped => "capture_dropped",
         }
     }
 }

@@ -239,6 +239,12 @@ pub fn advise_hugepages<T>(mem: &mut [T]) {
     }
 }
 
+/// DPDK's version string.
+pub fn dpdk_version() -> String {
+    // SAFETY: rte_version returns a static NUL-terminated string.
+    unsafe { CStr::from_ptr(ffi::rte_version()) }.to_string_lossy().into_owned()
+}
+
 /// Current time-stamp counter.
 #[inline(always)]
 pub fn tsc() -> u64 {
@@ -430,7 +436,13 @@ impl Mbuf {
         }
     }
 
-    /// An indirect clone that shares the data (read-only use, e.g. capture).
+    /// A deep copy (all segments) into a new mbuf from `pool`.
+    pub fn copy_into(&self, pool: &Mempool) -> Option<Mbuf> {
+        // SAFETY: both pointers are live; rte_pktmbuf_copy only reads the source.
+        NonNull::new(unsafe { ffi::rte_pktmbuf_copy(self.raw(), pool.ptr.as_ptr(), 0, u32::MAX) }).map(Mbuf)
+    }
+
+    /// An indirect clone that shares the data (read-only use).
     pub fn clone_into(&self, pool: &Mempool) -> Option<Mbuf> {
         // SAFETY: both pointers are live; DPDK bumps the refcount of the direct buffer.
         NonNull::new(unsafe { ffi::shim_pktmbuf_clone(self.raw(), pool.ptr.as_ptr()) }).map(Mbuf)

@@ -6,7 +6,7 @@
 //! process, buffer TX; drain TX buffers on a timer or when idle; publish
 //! counters once per burst; age tables a little; sleep when idle (if asked).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,9 +29,43 @@ const PREFETCH_MIN_FLOWS: usize = 4096;
 /// worker acknowledges once it has applied it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlowCommand {
-    Install { key: FlowKey, action: FlowAction, generation: u64 },
-    Remove { key: FlowKey, generation: u64 },
-    Clear { generation: u64 },
+    Install {
+        key: FlowKey,
+        action: FlowAction,
+        generation: u64,
+    },
+    Remove {
+        key: FlowKey,
+        generation: u64,
+    },
+    Clear {
+        generation: u64,
+    },
+    /// Copy up to `max` entries into `WorkerShared::dump`.
+    Dump {
+        max: usize,
+        generation: u64,
+    },
+}
+
+/// One flow as reported by a dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowRecord {
+    pub key: FlowKey,
+    pub action: FlowAction,
+    pub packets: u64,
+    pub bytes: u64,
+    /// TSC ticks since the last packet.
+    pub idle_tsc: u64,
+    pub installed: bool,
+}
+
+/// A mirrored packet on its way to the control core (capture).
+pub struct Captured {
+    pub tsc: u64,
+    pub port: u16,
+    pub tx: bool,
+    pub mbuf: Mbuf,
 }
 
 impl FlowCommand {
@@ -39,7 +73,8 @@ impl FlowCommand {
         match self {
             FlowCommand::Install { generation, .. }
             | FlowCommand::Remove { generation, .. }
-            | FlowCommand::Clear { generation } => *generation,
+            | FlowCommand::Clear { generation }
+            | FlowCommand::Dump { generation, .. } => *generation,
         }
     }
 }
@@ -68,13 +103,23 @@ pub struct WorkerSetup {
     pub mac_aging_s: u64,
     pub tx_drain_us: u64,
     pub idle: IdleConfig,
+    /// Pool for capture copies.
+    pub pool: dpdk::Mempool,
 }
 
 /// State a worker shares with the control core.
 pub struct WorkerShared {
     pub counters: SharedCounters,
-    /// Highest table/flow generation this worker has applied.
-    pub acked_generation: AtomicU64,
+    /// Table generation this worker reads.
+    pub acked_tables: AtomicU64,
+    /// Highest flow-command generation this worker has applied.
+    pub acked_flows: AtomicU64,
+    /// Generation of the last flow install that failed (table full).
+    pub failed_install: AtomicU64,
+    /// Filled by a `FlowCommand::Dump`.
+    pub dump: std::sync::Mutex<Vec<FlowRecord>>,
+    /// Mirrored packets for the control core's capture.
+    pub capture: ArrayQueue<Captured>,
     pub flow_commands: ArrayQueue<FlowCommand>,
     /// Packets the control core wants sent (ARP requests, NS): (port, mbuf).
     pub inject: ArrayQueue<(u16, Mbuf)>,
@@ -89,7 +134,11 @@ impl WorkerShared {
     pub fn new() -> WorkerShared {
         WorkerShared {
             counters: SharedCounters::default(),
-            acked_generation: AtomicU64::new(0),
+            acked_tables: AtomicU64::new(0),
+            acked_flows: AtomicU64::new(0),
+            failed_install: AtomicU64::new(0),
+            dump: std::sync::Mutex::new(Vec::new()),
+            capture: ArrayQueue::new(4096),
             flow_commands: ArrayQueue::new(4096),
             inject: ArrayQueue::new(256),
             events: ArrayQueue::new(1024),
@@ -113,6 +162,9 @@ pub struct Shared {
     /// Generation of `tables`; bumped after each store.
     pub table_generation: AtomicU64,
     pub workers: Vec<Arc<WorkerShared>>,
+    /// Bit per port: mirror received / transmitted packets to `capture`.
+    pub capture_rx: AtomicU32,
+    pub capture_tx: AtomicU32,
 }
 
 impl Shared {
@@ -123,6 +175,8 @@ impl Shared {
             tables: ArcSwap::from_pointee(tables),
             table_generation: AtomicU64::new(g),
             workers: (0..workers).map(|_| Arc::new(WorkerShared::new())).collect(),
+            capture_rx: AtomicU32::new(0),
+            capture_tx: AtomicU32::new(0),
         }
     }
 }
@@ -145,7 +199,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let mut macs = MacTable::new(setup.mac_capacity, setup.mac_aging_s * hz);
     let mut tables = shared.tables.load_full();
     let mut my_gen = tables.generation;
-    me.acked_generation.store(my_gen, Ordering::Release);
+    me.acked_tables.store(my_gen, Ordering::Release);
     let mut c = CounterValues::default();
     let drain_tsc = setup.tx_drain_us * hz / 1_000_000;
     let mut last_drain = dpdk::tsc();
@@ -165,14 +219,32 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             tables = shared.tables.load_full();
             my_gen = tables.generation;
             c.event(Event::TablesSwapped);
-            me.acked_generation.fetch_max(my_gen, Ordering::AcqRel);
+            me.acked_tables.store(my_gen, Ordering::Release);
         }
         while let Some(cmd) = me.flow_commands.pop() {
             let now = dpdk::tsc();
             match cmd {
-                FlowCommand::Install { key, action, .. } => {
+                FlowCommand::Install { key, action, generation } => {
                     if flows.install(key, action, now).is_err() {
-                        c.event(Event::FlowLearnFailedFull);
+                        me.failed_install.store(generation, Ordering::Release);
+                    }
+                }
+                FlowCommand::Dump { max, .. } => {
+                    // Rare and asked for explicitly: the only allocation a worker makes.
+                    let v: Vec<FlowRecord> = flows
+                        .iter()
+                        .take(max)
+                        .map(|(k, e)| FlowRecord {
+                            key: *k,
+                            action: e.action,
+                            packets: e.packets,
+                            bytes: e.bytes,
+                            idle_tsc: now.saturating_sub(e.last_seen),
+                            installed: e.installed,
+                        })
+                        .collect();
+                    if let Ok(mut d) = me.dump.lock() {
+                        *d = v;
                     }
                 }
                 FlowCommand::Remove { key, .. } => {
@@ -180,7 +252,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
                 FlowCommand::Clear { .. } => flows.clear(),
             }
-            me.acked_generation.fetch_max(cmd.generation(), Ordering::AcqRel);
+            me.acked_flows.fetch_max(cmd.generation(), Ordering::AcqRel);
         }
         while let Some((port, m)) = me.inject.pop() {
             if let Some(tx) = setup.tx.get_mut(port as usize) {
@@ -195,6 +267,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
 
         let now = dpdk::tsc();
         let mut got = 0usize;
+        let cap_rx = shared.capture_rx.load(Ordering::Relaxed);
+        let cap_tx = shared.capture_tx.load(Ordering::Relaxed);
         let mut sink = QueueSink(&me.events);
         for (in_port, rxq) in setup.rx.iter_mut() {
             let in_port = *in_port;
@@ -203,6 +277,22 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 continue;
             }
             got += n;
+            let ip = in_port as usize;
+            if !tables.ports.get(ip).is_some_and(|p| p.up) {
+                // Administratively down: count and drop the whole burst.
+                for slot in pkts.iter_mut().take(n) {
+                    let m = slot.take().expect("received");
+                    c.rx_packets[ip] += 1;
+                    c.rx_bytes[ip] += m.pkt_len() as u64;
+                    c.drop(DropReason::PortDown);
+                }
+                continue;
+            }
+            if cap_rx & (1 << ip) != 0 {
+                for m in pkts.iter().take(n).flatten() {
+                    mirror(&me, &setup.pool, m, in_port, false, &mut c);
+                }
+            }
             // With a table larger than the caches, pass 1 parses the burst and
             // prefetches each flow's slot so pass 2's lookups overlap their
             // misses; with a small table one pass is cheaper.
@@ -231,7 +321,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             };
             for i in 0..n {
                 let mut m = pkts[i].take().expect("received");
-                let ip = in_port as usize;
                 ctx.counters.rx_packets[ip] += 1;
                 ctx.counters.rx_bytes[ip] += m.pkt_len() as u64;
                 let v = if two_pass {
@@ -241,6 +330,13 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 } else {
                     forward::process(&mut ctx, m.data_mut(), in_port)
                 };
+                if cap_tx != 0 {
+                    if let Verdict::Tx(p) | Verdict::TxLen(p, _) = v {
+                        if cap_tx & (1 << p) != 0 {
+                            mirror(&me, &setup.pool, &m, p, true, ctx.counters);
+                        }
+                    }
+                }
                 deliver(m, v, ip, ctx.tables, &mut setup.tx, ctx.counters, &mut flood_targets);
             }
         }
@@ -284,6 +380,18 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     }
     me.counters.publish(&c);
     0
+}
+
+/// Copies a packet for capture; a full capture queue or pool is counted.
+fn mirror(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, port: u16, tx: bool, c: &mut CounterValues) {
+    match m.copy_into(pool) {
+        Some(mbuf) => {
+            if me.capture.push(Captured { tsc: dpdk::tsc(), port, tx, mbuf }).is_err() {
+                c.event(Event::CaptureDropped);
+            }
+        }
+        None => c.event(Event::CaptureDropped),
+    }
 }
 
 /// Sends, floods or drops one packet according to its verdict.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use control::config::{parse_mac, Config};
+use control::server::Server;
 use control::switch::{print_text, RunOptions, Switch};
 use control::traffic::{write_pcap, TrafficSpec};
 
@@ -112,14 +113,22 @@ fn run(cli: Cli) -> Result<(), String> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }
+    // The control socket is bound first: a second switch on the same socket
+    // fails here, before it touches DPDK.
+    let c = &plan.raw.control;
+    let server = Server::bind(&c.socket_path(&plan.raw.name), c.metrics_addr().as_deref())?;
     let mut sw = Switch::start(plan)?;
     let opts = RunOptions {
         stats_interval_s: cli.stats_interval,
         duration: cli.duration.map(Duration::from_secs_f64),
         json: cli.json,
     };
+    eprintln!("intswitch: control socket {}", server.socket_path().display());
+    if let Some(a) = server.metrics_addr {
+        eprintln!("intswitch: metrics http://{a}/metrics");
+    }
     eprintln!("intswitch: running ({} ports); SIGINT/SIGTERM stops", sw.ports().len());
-    let res = sw.run(&opts, &stop);
+    let res = sw.run(&opts, &stop, Some(&server));
     let fin = sw.stop();
     if opts.json {
         println!("{fin}");

@@ -1,0 +1,227 @@
+//! Front ends of the control API: a unix socket speaking newline-delimited
+//! JSON, and a Prometheus text endpoint over HTTP. Both only read requests
+//! and hand them to the control loop (`Server::try_next`); every handler runs
+//! on the control core, never on a worker.
+//!
+//! Framing: one JSON object per line (UTF-8, '\n'-terminated, at most
+//! `MAX_REQUEST` bytes); one response line per request, in order.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest request line accepted.
+pub const MAX_REQUEST: usize = 1 << 20;
+/// Concurrent socket clients; more are told to retry and closed.
+pub const MAX_CLIENTS: usize = 256;
+/// A client idle this long is disconnected.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a request may wait for the control loop (captures included).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(330);
+
+/// Where a response goes.
+pub struct Reply(SyncSender<String>);
+
+impl Reply {
+    pub fn send(self, line: String) {
+        let _ = self.0.send(line);
+    }
+}
+
+/// One request line and where to answer it.
+pub struct Request {
+    pub line: String,
+    pub reply: Reply,
+}
+
+pub struct Server {
+    rx: Receiver<Request>,
+    socket: PathBuf,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+fn error_line(code: &str, message: &str) -> String {
+    serde_json::json!({"version": crate::api::PROTOCOL_VERSION, "id": null, "ok": false,
+                       "error": {"code": code, "argument": null, "message": message}})
+    .to_string()
+}
+
+impl Server {
+    /// Binds the socket (mode 0660; a stale file from a dead switch is
+    /// replaced, a live one is an error) and the metrics endpoint.
+    pub fn bind(socket: &str, metrics: Option<&str>) -> Result<Server, String> {
+        let path = PathBuf::from(socket);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("control.socket: cannot create {}: {e}", dir.display()))?;
+        }
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            if !meta.file_type().is_socket() {
+                return Err(format!("control.socket: {socket} exists and is not a socket"));
+            }
+            if UnixStream::connect(&path).is_ok() {
+                return Err(format!(
+                    "control.socket: {socket} is in use by a running intswitch (stop it, or set another control.socket)"
+                ));
+            }
+            std::fs::remove_file(&path).map_err(|e| format!("control.socket: cannot remove stale {socket}: {e}"))?;
+        }
+        let listener = UnixListener::bind(&path).map_err(|e| format!("control.socket: cannot bind {socket}: {e}"))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
+            .map_err(|e| format!("control.socket: chmod {socket}: {e}"))?;
+        let (tx, rx) = mpsc::sync_channel::<Request>(1024);
+        let metrics_addr = match metrics {
+            Some(addr) => {
+                let l =
+                    TcpListener::bind(addr).map_err(|e| format!("control.metrics: cannot listen on {addr}: {e}"))?;
+                let a = l.local_addr().map_err(|e| format!("control.metrics: {e}"))?;
+                let tx = tx.clone();
+                std::thread::Builder::new()
+                    .name("intswitch-metrics".into())
+                    .spawn(move || serve_metrics(l, tx))
+                    .map_err(|e| format!("metrics thread: {e}"))?;
+                Some(a)
+            }
+            None => None,
+        };
+        std::thread::Builder::new()
+            .name("intswitch-api".into())
+            .spawn(move || accept_loop(listener, tx))
+            .map_err(|e| format!("control socket thread: {e}"))?;
+        Ok(Server { rx, socket: path, metrics_addr })
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The next request waiting for the control loop, if any.
+    pub fn try_next(&self) -> Option<Request> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn accept_loop(listener: UnixListener, tx: SyncSender<Request>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        if active.load(Ordering::Acquire) >= MAX_CLIENTS {
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = writeln!(stream, "{}", error_line("busy", "too many clients; retry later"));
+            continue;
+        }
+        active.fetch_add(1, Ordering::AcqRel);
+        let (tx, active2) = (tx.clone(), active.clone());
+        let spawned = std::thread::Builder::new().name("intswitch-client".into()).spawn(move || {
+            serve_client(stream, tx);
+            active2.fetch_sub(1, Ordering::AcqRel);
+        });
+        if spawned.is_err() {
+            active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Reads request lines from one client until it closes, idles out or
+/// misbehaves; each request is answered before the next is read.
+fn serve_client(stream: UnixStream, tx: SyncSender<Request>) {
+    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+    let Ok(mut out) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(stream);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = match (&mut reader).take(MAX_REQUEST as u64 + 1).read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(_) => return, // idle timeout or reset
+        };
+        if n == 0 {
+            return; // closed
+        }
+        if buf.last() != Some(&b'\n') {
+            if buf.len() > MAX_REQUEST {
+                let _ =
+                    writeln!(out, "{}", error_line("too_large", &format!("request longer than {MAX_REQUEST} bytes")));
+            }
+            return; // too large, or the client went away mid-request
+        }
+        let line = match String::from_utf8(std::mem::take(&mut buf)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = writeln!(out, "{}", error_line("bad_request", "request is not UTF-8"));
+                continue;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let resp = ask(&tx, line);
+        if writeln!(out, "{resp}").is_err() {
+            return;
+        }
+    }
+}
+
+/// Passes a request line to the control loop and waits for its answer.
+fn ask(tx: &SyncSender<Request>, line: String) -> String {
+    let (rtx, rrx) = mpsc::sync_channel(1);
+    match tx.try_send(Request { line, reply: Reply(rtx) }) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => return error_line("busy", "control loop queue is full; retry"),
+        Err(TrySendError::Disconnected(_)) => return error_line("internal", "the switch is stopping"),
+    }
+    rrx.recv_timeout(REPLY_TIMEOUT).unwrap_or_else(|_| error_line("internal", "no answer from the control loop"))
+}
+
+fn serve_metrics(listener: TcpListener, tx: SyncSender<Request>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let _ = serve_http(stream, &tx);
+    }
+}
+
+/// Answers one HTTP request: GET /metrics, anything else 404.
+fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut head = Vec::new();
+    let mut r = BufReader::new(stream.try_clone()?).take(8192);
+    loop {
+        let mut line = Vec::new();
+        if r.read_until(b'\n', &mut line)? == 0 || line == b"\r\n" || line == b"\n" {
+            break;
+        }
+        head.extend_from_slice(&line);
+    }
+    let first = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
+    let mut parts = first.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, ctype, body) = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
+        let req = serde_json::json!({"version": crate::api::PROTOCOL_VERSION, "id": 0, "cmd": "metrics"}).to_string();
+        let resp: serde_json::Value = serde_json::from_str(&ask(tx, req)).unwrap_or_default();
+        match resp["result"]["text"].as_str() {
+            Some(t) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", t.to_string()),
+            None => ("503 Service Unavailable", "text/plain", format!("{}\n", resp["error"]["message"])),
+        }
+    } else {
+        ("404 Not Found", "text/plain", "only /metrics is served here\n".to_string())
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}

@@ -1,0 +1,426 @@
+//! The control socket, `intctl` and the metrics endpoint against a running
+//! intswitch on vdevs: every command round trip, hostile clients, socket
+//! ownership, updates under traffic, capture.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::process::Command;
+use std::time::Duration;
+
+use control::client::Client;
+use intswitch_tests::{control_section, intctl_bin, read_pcap, write_pcap, Scratch, SwitchProcess};
+use serde_json::{json, Value};
+
+const P0_MAC: &str = "02:00:00:00:a0:00";
+
+/// A router with p0 replaying `in.pcap` forever (UDP 10.0.1.10 -> 198.51.100.x)
+/// into p1 (net_null).
+fn start_router(d: &Scratch, name: &str, frames: usize) -> SwitchProcess {
+    let spec = control::traffic::TrafficSpec {
+        count: frames,
+        flows: frames,
+        frame_len: 60,
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: control::config::parse_mac(P0_MAC).unwrap(),
+        src: "10.0.1.10".parse().unwrap(),
+        dst: "198.51.100.10".parse().unwrap(),
+        vary_dst: true,
+    };
+    let frames: Vec<Vec<u8>> = (0..frames).map(|i| control::traffic::frame(&spec, i)).collect();
+    write_pcap(&d.path("in.pcap"), &frames);
+    let cfg = format!(
+        r#"name = "{name}"
+mode = "router"
+[eal]
+file_prefix = "{name}-{pid}"
+[dataplane]
+idle = true
+mbufs = 8191
+{control}
+[flow_table]
+learn = true
+[[port]]
+name = "p0"
+device = "net_pcap0,rx_pcap={pcap},infinite_rx=1"
+mac = "{P0_MAC}"
+ipv4 = ["10.0.1.1/24"]
+[[port]]
+name = "p1"
+device = "net_null0,no-rx=1"
+ipv4 = ["10.0.2.1/24"]
+[[route]]
+prefix = "198.51.100.0/24"
+port = "p1"
+via = "10.0.2.254"
+[[neighbour]]
+ip = "10.0.2.254"
+mac = "02:00:00:00:02:fe"
+port = "p1"
+[[neighbour]]
+ip = "10.0.2.253"
+mac = "02:00:00:00:02:fd"
+port = "p1"
+"#,
+        pid = std::process::id(),
+        control = control_section(d),
+        pcap = d.path("in.pcap").display()
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    SwitchProcess::start(&d.path("c.toml"), None)
+}
+
+fn intctl(d: &Scratch, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(intctl_bin()).arg("--socket").arg(d.path("sw.sock")).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn intctl_json(d: &Scratch, args: &[&str]) -> Value {
+    let mut a = vec!["--json"];
+    a.extend_from_slice(args);
+    let (ok, out, err) = intctl(d, &a);
+    assert!(ok, "intctl {args:?}: {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("intctl {args:?}: {e}: {out}"))
+}
+
+fn rx_packets(d: &Scratch) -> u64 {
+    intctl_json(d, &["show", "ports"])[0]["rx_packets"].as_u64().unwrap()
+}
+
+/// Polls `cond` until it holds, for at most 10 s.
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Waits (bounded) until p0 has received more than `than` packets.
+fn rx_beyond(d: &Scratch, than: u64) -> bool {
+    eventually(|| rx_packets(d) > than)
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+#[test]
+fn every_command_round_trips() {
+    let d = Scratch::new("api-all");
+    let sw = start_router(&d, "apiall", 64);
+    let mode = std::fs::metadata(d.path("sw.sock")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660, "socket file mode");
+
+    let v = intctl_json(&d, &["show", "version"]);
+    assert_eq!((v["protocol"].as_u64(), v["mode"].as_str()), (Some(1), Some("router")));
+    assert!(v["dpdk"].as_str().unwrap().contains("22.11"));
+    assert_eq!(intctl_json(&d, &["show", "config"])["name"], "apiall");
+    let ports = intctl_json(&d, &["show", "ports"]);
+    assert_eq!(ports[0]["name"], "p0");
+    assert_eq!(ports[0]["mac"], P0_MAC);
+    assert_eq!(intctl_json(&d, &["show", "workers"])[0]["lcore"], 1);
+    let routes = intctl_json(&d, &["show", "routes"]);
+    assert!(routes.as_array().unwrap().iter().any(|r| r["prefix"] == "198.51.100.0/24" && r["via"] == "10.0.2.254"));
+    assert_eq!(intctl_json(&d, &["show", "neighbours"]).as_array().unwrap().len(), 2);
+
+    // Traffic is flowing and learned into the flow table.
+    assert!(rx_beyond(&d, 0));
+    let flows = intctl_json(&d, &["show", "flows", "--max", "10"]);
+    assert_eq!(flows.as_array().unwrap().len(), 10);
+
+    // Mutations, each visible in the matching view.
+    for args in [
+        &["route", "add", "203.0.113.0/24", "--port", "p1", "--via", "10.0.2.253"][..],
+        &["neighbour", "add", "10.0.2.9", "02:00:00:00:02:09", "--port", "p1"],
+        &[
+            "flow",
+            "add",
+            "--in-port",
+            "p0",
+            "--src",
+            "10.0.1.10",
+            "--dst",
+            "198.51.100.10",
+            "--proto",
+            "udp",
+            "--src-port",
+            "1024",
+            "--dst-port",
+            "5001",
+            "--action",
+            "drop",
+        ],
+    ] {
+        let (ok, _, err) = intctl(&d, args);
+        assert!(ok, "{args:?}: {err}");
+    }
+    assert!(intctl_json(&d, &["show", "routes"]).to_string().contains("203.0.113.0/24"));
+    assert!(intctl_json(&d, &["show", "neighbours"]).to_string().contains("10.0.2.9"));
+    assert!(eventually(|| intctl_json(&d, &["show", "drops"])["total"]["flow_drop"].as_u64().unwrap() > 0));
+    let flows = intctl_json(&d, &["show", "flows", "--max", "100000"]);
+    assert!(flows.as_array().unwrap().iter().any(|f| f["installed"] == true && f["action"] == "drop"));
+    for args in [
+        &["route", "del", "203.0.113.0/24"][..],
+        &["neighbour", "del", "10.0.2.9"],
+        &[
+            "flow",
+            "del",
+            "--in-port",
+            "p0",
+            "--src",
+            "10.0.1.10",
+            "--dst",
+            "198.51.100.10",
+            "--proto",
+            "udp",
+            "--src-port",
+            "1024",
+            "--dst-port",
+            "5001",
+        ],
+        &["port", "disable", "p1"],
+    ] {
+        let (ok, _, err) = intctl(&d, args);
+        assert!(ok, "{args:?}: {err}");
+    }
+    assert_eq!(intctl_json(&d, &["show", "ports"])[1]["enabled"], false);
+    assert!(eventually(|| intctl_json(&d, &["show", "drops"])["total"]["port_down"].as_u64().unwrap() > 0));
+    assert!(intctl(&d, &["port", "enable", "p1"]).0);
+    assert!(intctl(&d, &["clear", "counters"]).0);
+    let c = intctl_json(&d, &["show", "counters"]);
+    assert!(c["total_drops"].as_u64().unwrap() < 1000, "cleared: {c}");
+
+    // Text output of every view works too.
+    for what in
+        ["ports", "workers", "counters", "drops", "flows", "routes", "neighbours", "config", "version", "metrics"]
+    {
+        let (ok, out, err) = intctl(&d, &["show", what]);
+        assert!(ok && !out.is_empty(), "show {what}: {err}");
+    }
+
+    // monitor: one refresh as JSON with per-port and per-worker rates.
+    let m = intctl_json(&d, &["monitor", "--iterations", "1", "--interval", "0.3"]);
+    assert!(m["ports"][0]["rx_mpps"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(m["workers"][0]["busy_pct"].is_number());
+
+    // Errors name the bad argument and exit non-zero.
+    for (args, want) in [
+        (&["route", "add", "10.9.0.0/16", "--port", "p9"][..], "port: no port named 'p9'"),
+        (&["route", "add", "10.9.0.0/33", "--port", "p1"], "prefix"),
+        (&["route", "del", "192.0.2.0/24"], "no route 192.0.2.0/24"),
+        (&["neighbour", "add", "10.0.2.7", "zz:00", "--port", "p1"], "mac"),
+        (
+            &[
+                "flow",
+                "add",
+                "--in-port",
+                "p0",
+                "--src",
+                "10.0.1.1",
+                "--dst",
+                "x",
+                "--proto",
+                "udp",
+                "--action",
+                "drop",
+            ],
+            "dst",
+        ),
+        (&["port", "disable", "p5"], "no port named 'p5'"),
+        (&["capture", "p0", "--count", "0", "--out", "/tmp/x.pcap"], "count"),
+    ] {
+        let (ok, _, err) = intctl(&d, args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+
+    // Prometheus endpoint.
+    let body = http_get(&sw.metrics_addr(), "/metrics");
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(body.contains("intswitch_port_rx_packets_total{port=\"p0\",worker=\"0\"}"));
+    assert!(body.contains("intswitch_drops_total{worker=\"0\",reason=\"port_down\"}"));
+    assert!(body.contains("intswitch_ethdev_ipackets_total{port=\"p0\"}"));
+    assert!(http_get(&sw.metrics_addr(), "/other").starts_with("HTTP/1.1 404"));
+
+    let out = sw.stop();
+    assert!(out["ports"][1]["tx_packets"].as_u64().unwrap() > 0);
+    assert!(!d.path("sw.sock").exists(), "socket removed at exit");
+}
+
+#[test]
+fn hostile_clients_get_errors_and_forwarding_goes_on() {
+    let d = Scratch::new("api-hostile");
+    let mut sw = start_router(&d, "apihostile", 16);
+    let sock = d.path("sw.sock").display().to_string();
+    let pid = sw.pid();
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let threads = || std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    // Warm up once so lazily opened descriptors exist before the baseline.
+    Client::connect(&sock).unwrap().call("show_version", json!({})).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let (fd0, th0) = (fds(), threads());
+    let rx0 = rx_packets(&d);
+
+    let mut c = Client::connect(&sock).unwrap();
+    c.send_raw(b"{not json\n").unwrap();
+    let r: Value = serde_json::from_str(&c.read_line().unwrap()).unwrap();
+    assert_eq!(r["error"]["code"], "bad_request");
+    c.send_raw(b"[1,2]\n").unwrap();
+    assert!(c.read_line().unwrap().contains("bad_request"));
+    let e = c.call("frobnicate", json!({})).unwrap_err();
+    assert_eq!((e.code.as_str(), e.argument.as_deref()), ("unknown_command", Some("cmd")));
+    let e = c.call("route_add", json!({"prefix": "10.0.0.0/8", "port": "p1", "colour": 1})).unwrap_err();
+    assert_eq!(e.argument.as_deref(), Some("colour"));
+    c.send_raw(b"{\"version\":9,\"id\":1,\"cmd\":\"show_version\"}\n").unwrap();
+    assert!(c.read_line().unwrap().contains("unsupported_version"));
+    // The same connection still works after errors.
+    assert!(c.call("show_version", json!({})).is_ok());
+
+    // 10 MB request line: refused and closed.
+    let mut big = UnixStream::connect(&sock).unwrap();
+    big.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..10 {
+        if big.write_all(&chunk).is_err() {
+            break; // the switch may close before we finish sending
+        }
+    }
+    let mut answer = String::new();
+    let _ = big.read_to_string(&mut answer);
+    assert!(answer.contains("too_large"), "{answer}");
+
+    // A client that disconnects mid-request.
+    let mut half = UnixStream::connect(&sock).unwrap();
+    half.write_all(b"{\"version\":1,\"id\":1,\"cmd\":\"show_po").unwrap();
+    drop(half);
+
+    // 100 clients at once, each asking for counters.
+    let handles: Vec<_> = (0..100)
+        .map(|_| {
+            let s = sock.clone();
+            std::thread::spawn(move || Client::connect(&s).and_then(|mut c| c.call("show_counters", json!({}))).is_ok())
+        })
+        .collect();
+    let ok = handles.into_iter().map(|h| h.join().unwrap()).filter(|x| *x).count();
+    assert_eq!(ok, 100, "every concurrent client answered");
+    drop(c);
+
+    // Still forwarding, and every descriptor and thread of the clients is gone.
+    assert!(rx_beyond(&d, rx0));
+    assert!(sw.alive());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while (fds() > fd0 || threads() > th0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(fds() <= fd0, "descriptors leaked: {} > {fd0}", fds());
+    assert!(threads() <= th0, "threads leaked: {} > {th0}", threads());
+    sw.stop();
+}
+
+#[test]
+fn second_switch_on_the_same_socket_fails_clearly() {
+    let d = Scratch::new("api-dup");
+    let sw = start_router(&d, "apidup", 4);
+    let cfg = std::fs::read_to_string(d.path("c.toml"))
+        .unwrap()
+        .replace("apidup-", "apidup2-")
+        .replace("net_pcap0", "net_pcap5");
+    std::fs::write(d.path("c2.toml"), cfg).unwrap();
+    let out = Command::new(intswitch_tests::intswitch_bin())
+        .arg("--config")
+        .arg(d.path("c2.toml"))
+        .args(["--duration", "2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is in use by a running intswitch"), "{err}");
+    // The first one is unharmed.
+    assert!(rx_beyond(&d, 0));
+    sw.stop();
+
+    // A stale socket file (no switch behind it) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(d.path("sw.sock")).unwrap());
+    assert!(d.path("sw.sock").exists());
+    let sw = start_router(&d, "apidup3", 4);
+    assert!(rx_beyond(&d, 0));
+    sw.stop();
+}
+
+#[test]
+fn updates_under_traffic_lose_no_packet() {
+    let d = Scratch::new("api-churn");
+    let sw = start_router(&d, "apichurn", 200);
+    let mut c = Client::connect(&d.path("sw.sock").display().to_string()).unwrap();
+    // 1,000 updates that keep every packet forwardable: the traffic's route
+    // flips between two resolved gateways, and one of its flows is installed
+    // (forward:p1) and removed again.
+    let flow = json!({"in_port": "p0", "src": "10.0.1.10", "dst": "198.51.100.10", "proto": "udp",
+                      "src_port": 1024, "dst_port": 5001});
+    for i in 0..250 {
+        let gw = if i % 2 == 0 { "10.0.2.253" } else { "10.0.2.254" };
+        c.call("route_add", json!({"prefix": "198.51.100.0/24", "port": "p1", "via": gw})).unwrap();
+        c.call("route_add", json!({"prefix": "192.0.2.0/24", "port": "p1", "via": gw})).unwrap();
+        let mut add = flow.clone();
+        add["action"] = "forward:p1".into();
+        c.call("flow_add", add).unwrap();
+        c.call("flow_del", flow.clone()).unwrap();
+    }
+    let workers = c.call("show_workers", json!({})).unwrap();
+    assert!(workers[0]["table_generation"].as_u64().unwrap() >= 500);
+    drop(c);
+    let out = sw.stop();
+    let rx = out["ports"][0]["rx_packets"].as_u64().unwrap();
+    let tx = out["ports"][1]["tx_packets"].as_u64().unwrap();
+    assert!(rx > 10_000, "traffic ran during the updates: {rx}");
+    assert_eq!(out["total_drops"], 0, "{out}");
+    assert_eq!(tx, rx, "every received packet left on p1");
+    assert_eq!(out["ports"][1]["ethdev"]["opackets"].as_u64().unwrap(), tx);
+}
+
+#[test]
+fn capture_writes_a_pcap_tshark_reads() {
+    let d = Scratch::new("api-cap");
+    let sw = start_router(&d, "apicap", 32);
+    let sent = read_pcap(&d.path("in.pcap"));
+    let (ok, out, err) =
+        intctl(&d, &["capture", "p0", "--rx", "--count", "40", "--out", &d.path("rx.pcap").display().to_string()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("captured 40 of 40"), "{out}");
+    let (ok, _, err) =
+        intctl(&d, &["capture", "p1", "--tx", "--count", "10", "--out", &d.path("tx.pcap").display().to_string()]);
+    assert!(ok, "{err}");
+    // Every received frame captured is one of the frames sent, byte for byte.
+    let rx = read_pcap(&d.path("rx.pcap"));
+    assert_eq!(rx.len(), 40);
+    assert!(rx.iter().all(|f| sent.contains(f)));
+    // Transmitted frames carry the rewrite (gateway MAC, TTL 63).
+    let tx = read_pcap(&d.path("tx.pcap"));
+    assert_eq!(tx.len(), 10);
+    assert!(tx.iter().all(|f| f[0..6] == [2, 0, 0, 0, 2, 0xfe] && f[22] == 63));
+    // tshark opens both and sees the UDP packets.
+    for (f, n) in [("rx.pcap", 40), ("tx.pcap", 10)] {
+        let out = Command::new("tshark")
+            .args(["-r", &d.path(f).display().to_string(), "-T", "fields", "-e", "ip.src", "-e", "udp.dstport"])
+            .output()
+            .expect("tshark installed (scripts/setup.sh)");
+        assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+        assert_eq!(lines.len(), n, "{f}");
+        assert!(lines.iter().all(|l| l == "10.0.1.10\t5001" || l.starts_with("10.0.1.")), "{lines:?}");
+    }
+    let out = sw.stop();
+    assert_eq!(out["total_drops"], 0);
+}
