@@ -39,6 +39,20 @@ pub struct RunOptions {
     pub json: bool,
 }
 
+/// A packet waiting for its next hop's MAC.
+struct Held {
+    since: Instant,
+    worker: usize,
+    in_port: u16,
+    hop: IpAddr,
+    mbuf: dataplane::dpdk::Mbuf,
+}
+
+/// How long a packet waits for its next hop's MAC before it is dropped.
+const HOLD_TIME: Duration = Duration::from_secs(1);
+/// Packets held at once, all neighbours together.
+const HOLD_MAX: usize = 1024;
+
 /// Re-sends a resolution request for the same address at most this often.
 const RESOLVE_INTERVAL: Duration = Duration::from_millis(500);
 /// How long an operation waits for every worker to acknowledge.
@@ -63,6 +77,8 @@ pub struct Switch {
     wall0_ns: u64,
     hz: u64,
     pub(crate) capture: Option<CaptureJob>,
+    /// Packets waiting for a neighbour: (since, worker, input port, packet).
+    held: std::collections::VecDeque<Held>,
 }
 
 fn eal_args(plan: &Plan) -> EalArgs {
@@ -203,6 +219,7 @@ impl Switch {
             wall0_ns,
             hz: dpdk::tsc_hz().max(1),
             capture: None,
+            held: std::collections::VecDeque::new(),
         })
     }
 
@@ -570,20 +587,47 @@ impl Switch {
 
     /// Handles events the workers queued: neighbour learning and resolution.
     fn drain_events(&mut self) -> Result<(), String> {
-        let mut changed = false;
+        let mut learned = Vec::new();
         let mut resolve = Vec::new();
         for w in self.shared.workers.clone() {
             for _ in 0..1024 {
                 let Some(ev) = w.events.pop() else { break };
                 match ev {
-                    ControlEvent::Neighbour { ip, mac, port } => changed |= self.learn_neighbour(ip, mac, port),
+                    ControlEvent::Neighbour { ip, mac, port } => {
+                        if self.learn_neighbour(ip, mac, port) {
+                            learned.push(ip);
+                        }
+                    }
                     ControlEvent::Resolve { ip, port } => resolve.push((ip, port)),
                 }
             }
         }
-        if changed {
+        let now = Instant::now();
+        for (wi, w) in self.shared.workers.iter().enumerate() {
+            while let Some((in_port, hop, mbuf)) = w.held.pop() {
+                self.held.push_back(Held { since: now, worker: wi, in_port, hop, mbuf });
+            }
+        }
+        if !learned.is_empty() {
             self.publish()?;
         }
+        // A held packet gets its second try once its next hop is learned, or
+        // after HOLD_TIME (or when more than HOLD_MAX wait); a second miss
+        // drops it in the worker, counted as neighbour_unresolved.
+        let overfull = self.held.len().saturating_sub(HOLD_MAX);
+        let mut keep = std::collections::VecDeque::with_capacity(self.held.len());
+        for (i, h) in std::mem::take(&mut self.held).into_iter().enumerate() {
+            let due = i < overfull || learned.contains(&h.hop) || now.duration_since(h.since) >= HOLD_TIME;
+            if !due {
+                keep.push_back(h);
+                continue;
+            }
+            if let Err((in_port, mbuf)) = self.shared.workers[h.worker].reinject.push((h.in_port, h.mbuf)) {
+                // The worker has not drained its queue yet: retry next round.
+                keep.push_back(Held { in_port, mbuf, ..h });
+            }
+        }
+        self.held = keep;
         for (ip, port) in resolve {
             self.resolve(ip, port);
         }
@@ -734,9 +778,12 @@ impl Switch {
         });
         // Mbufs still queued for the control core go back to the pool, and
         // ports stop and close, before the EAL is cleaned up.
+        self.held.clear();
         for w in &self.shared.workers {
             while w.capture.pop().is_some() {}
             while w.inject.pop().is_some() {}
+            while w.held.pop().is_some() {}
+            while w.reinject.pop().is_some() {}
         }
         self.retired.clear();
         drop(self.ports);

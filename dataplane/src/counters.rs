@@ -30,10 +30,11 @@ pub enum Event {
     Injected,
     TablesSwapped,
     CaptureDropped,
+    Held,
 }
 
 impl Event {
-    pub const COUNT: usize = Event::CaptureDropped as usize + 1;
+    pub const COUNT: usize = Event::Held as usize + 1;
     pub const ALL: [Event; Event::COUNT] = [
         Event::FlowLearned,
         Event::FlowLearnFailedFull,
@@ -52,6 +53,7 @@ impl Event {
         Event::Injected,
         Event::TablesSwapped,
         Event::CaptureDropped,
+        Event::Held,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +75,7 @@ impl Event {
             Event::Injected => "injected",
             Event::TablesSwapped => "tables_swapped",
             Event::CaptureDropped => "capture_dropped",
+            Event::Held => "held_for_resolution",
         }
     }
 }

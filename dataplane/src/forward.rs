@@ -54,6 +54,8 @@ pub struct Ctx<'a> {
     pub now: u64,
     /// Learn a flow entry on a miss.
     pub learn_flows: bool,
+    /// Set to the next hop a `NeighbourUnresolved` verdict waits for.
+    pub unresolved: Option<IpAddr>,
 }
 
 impl Ctx<'_> {
@@ -250,6 +252,7 @@ fn route_v4(
     let Some(n) = t.neigh4.get(&v4_key(hop)) else {
         ctx.counters.event(Event::ResolveRequested);
         ctx.notify(ControlEvent::Resolve { ip: IpAddr::from(hop), port: out });
+        ctx.unresolved = Some(IpAddr::from(hop));
         return Verdict::Drop(DropReason::NeighbourUnresolved);
     };
     let Some(p) = t.ports.get(out as usize).filter(|p| p.up) else {
@@ -323,6 +326,7 @@ fn route_v6(
     let Some(n) = t.neigh6.get(&v6_key(hop)) else {
         ctx.counters.event(Event::ResolveRequested);
         ctx.notify(ControlEvent::Resolve { ip: IpAddr::from(hop), port: out });
+        ctx.unresolved = Some(IpAddr::from(hop));
         return Verdict::Drop(DropReason::NeighbourUnresolved);
     };
     let Some(p) = t.ports.get(out as usize).filter(|p| p.up) else {
@@ -473,6 +477,7 @@ mod tests {
                 control: &mut self.sink,
                 now: 10,
                 learn_flows: self.learn,
+                unresolved: None,
             };
             process(&mut ctx, f, port)
         }

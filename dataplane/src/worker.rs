@@ -120,6 +120,11 @@ pub struct WorkerShared {
     pub dump: std::sync::Mutex<Vec<FlowRecord>>,
     /// Mirrored packets for the control core's capture.
     pub capture: ArrayQueue<Captured>,
+    /// Packets waiting for their next hop's MAC, handed to the control core:
+    /// (input port, packet).
+    pub held: ArrayQueue<(u16, std::net::IpAddr, Mbuf)>,
+    /// Held packets coming back to be forwarded once more (a second miss drops).
+    pub reinject: ArrayQueue<(u16, Mbuf)>,
     pub flow_commands: ArrayQueue<FlowCommand>,
     /// Packets the control core wants sent (ARP requests, NS): (port, mbuf).
     pub inject: ArrayQueue<(u16, Mbuf)>,
@@ -139,6 +144,8 @@ impl WorkerShared {
             failed_install: AtomicU64::new(0),
             dump: std::sync::Mutex::new(Vec::new()),
             capture: ArrayQueue::new(4096),
+            held: ArrayQueue::new(256),
+            reinject: ArrayQueue::new(1024),
             flow_commands: ArrayQueue::new(4096),
             inject: ArrayQueue::new(256),
             events: ArrayQueue::new(1024),
@@ -212,15 +219,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
 
     while shared.running.load(Ordering::Relaxed) {
         poll_no += 1;
-        // New table generation: swap our reference, acknowledge. The control
-        // core keeps the old one alive until every worker has acknowledged.
-        let g = shared.table_generation.load(Ordering::Acquire);
-        if g != my_gen {
-            tables = shared.tables.load_full();
-            my_gen = tables.generation;
-            c.event(Event::TablesSwapped);
-            me.acked_tables.store(my_gen, Ordering::Release);
-        }
+        refresh_tables(&shared, &me, &mut tables, &mut my_gen, &mut c);
         while let Some(cmd) = me.flow_commands.pop() {
             let now = dpdk::tsc();
             match cmd {
@@ -262,6 +261,27 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 c.event(Event::Injected);
                 let (n, b) = tx.push(m);
                 account_refused(&mut c, port as usize, n, b);
+            }
+        }
+
+        if !me.reinject.is_empty() {
+            // Held packets return after a neighbour was learned: make sure we
+            // read the generation that has it.
+            refresh_tables(&shared, &me, &mut tables, &mut my_gen, &mut c);
+            let mut sink = QueueSink(&me.events);
+            let mut ctx = Ctx {
+                tables: &tables,
+                flows: &mut flows,
+                macs: &mut macs,
+                counters: &mut c,
+                control: &mut sink,
+                now: dpdk::tsc(),
+                learn_flows: setup.learn_flows,
+                unresolved: None,
+            };
+            while let Some((in_port, mut m)) = me.reinject.pop() {
+                let v = forward::process(&mut ctx, m.data_mut(), in_port);
+                deliver(m, v, in_port as usize, ctx.tables, &mut setup.tx, ctx.counters, &mut flood_targets);
             }
         }
 
@@ -318,6 +338,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 control: &mut sink,
                 now,
                 learn_flows: setup.learn_flows,
+                unresolved: None,
             };
             for i in 0..n {
                 let mut m = pkts[i].take().expect("received");
@@ -330,6 +351,16 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 } else {
                     forward::process(&mut ctx, m.data_mut(), in_port)
                 };
+                if let (Verdict::Drop(DropReason::NeighbourUnresolved), Some(hop)) = (v, ctx.unresolved.take()) {
+                    // Hold it while the control core resolves the next hop.
+                    match me.held.push((in_port, hop, m)) {
+                        Ok(()) => {
+                            ctx.counters.event(Event::Held);
+                            continue;
+                        }
+                        Err((_, _, back)) => m = back,
+                    }
+                }
                 if cap_tx != 0 {
                     if let Verdict::Tx(p) | Verdict::TxLen(p, _) = v {
                         if cap_tx & (1 << p) != 0 {
@@ -380,6 +411,18 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     }
     me.counters.publish(&c);
     0
+}
+
+/// Picks up a newly published table generation and acknowledges it. The
+/// control core keeps the old one alive until every worker has acknowledged.
+#[inline]
+fn refresh_tables(shared: &Shared, me: &WorkerShared, tables: &mut Arc<Tables>, my_gen: &mut u64, c: &mut CounterValues) {
+    if shared.table_generation.load(Ordering::Acquire) != *my_gen {
+        *tables = shared.tables.load_full();
+        *my_gen = tables.generation;
+        c.event(Event::TablesSwapped);
+        me.acked_tables.store(*my_gen, Ordering::Release);
+    }
 }
 
 /// Copies a packet for capture; a full capture queue or pool is counted.
