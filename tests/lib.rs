@@ -267,3 +267,121 @@ pub fn inet_checksum(data: &[u8]) -> u16 {
     }
     !(s as u16)
 }
+
+pub const TRANSFER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Sends `bytes` from h1 to `dst` on h2 over TCP; checks the SHA-256
+/// on both ends with Python's own TCP stack.
+pub fn tcp_transfer(h1: &str, h2: &str, dst: &str, bytes: usize) {
+    let server = format!(
+        "import socket,hashlib\ns=socket.socket(socket.AF_INET6 if ':' in '{dst}' else socket.AF_INET)\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('{dst}',5201))\ns.listen(1)\ns.settimeout(60)\nc,_=s.accept()\nc.settimeout(60)\nh=hashlib.sha256()\nn=0\nwhile True:\n  b=c.recv(65536)\n  if not b: break\n  h.update(b); n+=len(b)\nprint(n,h.hexdigest())\n"
+    );
+    let client = format!(
+        "import socket,hashlib,time,os\ndata=bytes((i*7)%251 for i in range({bytes}))\nfor i in range(50):\n  try:\n    c=socket.create_connection(('{dst}',5201),timeout=5); break\n  except OSError: time.sleep(0.2)\nc.settimeout(60)\nc.sendall(data)\nc.close()\nprint({bytes},hashlib.sha256(data).hexdigest())\n"
+    );
+    let h2n = h2.to_string();
+    let srv = std::thread::spawn(move || ns_try(&h2n, &["timeout", "90", "python3", "-c", &server]));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (ok, sent) = ns_try(h1, &["timeout", "90", "python3", "-c", &client]);
+    let (sok, got) = srv.join().unwrap();
+    assert!(ok && sok, "client: {sent}\nserver: {got}");
+    assert_eq!(sent.trim(), got.trim(), "received bytes differ from sent");
+}
+
+pub fn ping(from: &str, to: &str) {
+    // One warm-up (address resolution), then three that must all come back.
+    let _ = ns_try(from, &["ping", "-c", "1", "-W", "2", to]);
+    ns(from, &["ping", "-c", "3", "-i", "0.2", "-W", "2", to]);
+}
+
+
+/// A testbed brought up by `scripts/testbed.sh` (the same code path users
+/// run), torn down on drop even when the test fails.
+pub struct Testbed {
+    pub file: PathBuf,
+    pub name: String,
+    state: PathBuf,
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
+}
+
+impl Testbed {
+    fn script(state: &Path, args: &[&str]) -> std::process::Output {
+        let bin_dir = intswitch_bin().parent().expect("bin dir").to_path_buf();
+        Command::new(repo_root().join("scripts/testbed.sh"))
+            .args(args)
+            .env("INTSWITCH_BIN_DIR", bin_dir)
+            .env("INTSWITCH_TESTBED_DIR", state)
+            .output()
+            .expect("run scripts/testbed.sh")
+    }
+
+    /// `testbed.sh up FILE`; Err carries its output when `up` fails (the
+    /// testbed is then still torn down by `down`).
+    pub fn try_up(file: &Path) -> Result<Testbed, (Testbed, String)> {
+        let name = std::fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("name = \"").and_then(|r| r.strip_suffix('"')).map(str::to_string))
+            .expect("topology name");
+        let state = std::env::temp_dir().join(format!("intswitch-testbed-{}-{name}", std::process::id()));
+        let tb = Testbed { file: file.to_path_buf(), name, state };
+        let out = Self::script(&tb.state, &["up", &file.display().to_string()]);
+        if out.status.success() {
+            Ok(tb)
+        } else {
+            let msg = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            Err((tb, msg))
+        }
+    }
+
+    pub fn up(file: &Path) -> Testbed {
+        Self::try_up(file).unwrap_or_else(|(_, e)| panic!("testbed up {}: {e}", file.display()))
+    }
+
+    /// A shipped topology from configs/testbed/.
+    pub fn shipped(name: &str) -> PathBuf {
+        repo_root().join("configs/testbed").join(format!("{name}.toml"))
+    }
+
+    /// The namespace of a host or switch.
+    pub fn ns(&self, node: &str) -> String {
+        format!("tb-{}-{node}", self.name)
+    }
+
+    pub fn socket(&self, switch: &str) -> PathBuf {
+        self.state.join(&self.name).join(format!("{switch}.sock"))
+    }
+
+    /// `intctl --json ARGS` against one of the switches.
+    pub fn intctl(&self, switch: &str, args: &[&str]) -> serde_json::Value {
+        let out = Command::new(intctl_bin())
+            .arg("--socket")
+            .arg(self.socket(switch))
+            .arg("--json")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "intctl {args:?} on {switch}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Runs a `testbed.sh` command against this testbed's state.
+    pub fn run(&self, args: &[&str]) -> (bool, String) {
+        let out = Self::script(&self.state, args);
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+
+    pub fn down(&self) -> (bool, String) {
+        self.run(&["down", &self.file.display().to_string()])
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let _ = self.down();
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}

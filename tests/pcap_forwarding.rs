@@ -216,7 +216,9 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     arpq.extend([10, 0, 2, 1, 0, 0, 0, 0, 0, 0, 10, 0, 2, 3]);
     let arpq = pad60(arpq);
     let out1 = read_pcap(&d.path("out1.pcap"));
-    assert_eq!(out1, vec![want, want6, arpq]);
+    assert_eq!(out1[..2], [want, want6]);
+    // The unresolved packet is held and retried once, so 1 or 2 requests.
+    assert!((1..=2).contains(&out1[2..].len()) && out1[2..].iter().all(|f| *f == arpq), "{out1:?}");
 
     let out0 = read_pcap(&d.path("out0.pcap"));
     assert_eq!(out0.len(), 2, "ARP reply and echo reply");
@@ -244,7 +246,8 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     assert_eq!(out["events"]["arp_replied"], 1);
     assert_eq!(out["events"]["icmp_echo_replied"], 1);
     assert_eq!(out["ports"][0]["rx_packets"], 8);
-    assert_eq!(out["ports"][1]["tx_packets"], 3);
+    assert_eq!(out["ports"][1]["tx_packets"].as_u64(), Some(out1.len() as u64));
+    assert_eq!(out["events"]["held_for_resolution"], 1);
     assert_eq!(out["ports"][0]["tx_packets"], 2);
     // The ARP request taught the router H1's address.
     let n = out["neighbours"].as_array().unwrap();
