@@ -132,7 +132,8 @@ def switch_config(topo, sw, sock):
         f'name = "{topo.name}-{sw["name"]}"',
         f'mode = {toml_value(sw.get("mode", "router"))}',
         "[eal]",
-        'lcores = "0-1"',
+        # Threads float over the CPUs: many switches share few cores.
+        'lcores = "0@(0-1),1@(0-1)"',
         "memory_mb = 256",
         f'file_prefix = "tb-{topo.name}-{sw["name"]}"',
         "[dataplane]",
@@ -151,12 +152,15 @@ def switch_config(topo, sw, sock):
         iface = topo.iface(link, sw["name"])
         if len(iface) > 15:
             raise TestbedError(f"switch {sw['name']}: interface name {iface} longer than 15")
-        # qdisc_bypass=0 so `tc netem` on the switch side shapes what the switch sends.
+        # qdisc_bypass=0 keeps the kernel's qdisc in the path of what the switch sends.
         lines += ["[[port]]", f'name = "{iface}"',
                   f'device = "net_af_packet{k},iface={iface},framecnt=16384,qdisc_bypass=0"']
         for key in ("ipv4", "ipv6", "mac", "peer", "mtu"):
             if key in p:
                 lines.append(f"{key} = {toml_value(p[key])}")
+        imp = egress_impairment(topo, sw["name"], p["link"])
+        if imp:
+            lines.append(f"impair = {toml_value(imp)}")
     return "\n".join(lines) + "\n" + sw.get("config", "") + "\n"
 
 
@@ -194,13 +198,39 @@ def ns_exec(ns, *cmd, check=True, capture=False):
     return run(["ip", "netns", "exec", ns, *cmd], check=check, capture=capture)
 
 
+def is_switch(topo, node):
+    return node in [s["name"] for s in topo.switches]
+
+
+def egress_impairment(topo, sw, port_link):
+    """The netem string for the switch port on `port_link` (its egress), if any."""
+    l = topo.link(port_link)
+    if l["a"] == sw and l.get("netem"):
+        return l["netem"]
+    if l["b"] == sw and l.get("netem_reverse"):
+        return l["netem_reverse"]
+    return None
+
+
 def set_netem(topo, link, reverse, args):
+    """Impairs one direction of a link at its sending end: the switch's own
+    link emulation when a switch sends (works on any kernel), `tc netem`
+    when a host sends (needs sch_netem in the kernel)."""
     src = link["b"] if reverse else link["a"]
     ns, dev = topo.ns(src), topo.iface(link, src)
-    if args in ("", "none"):
+    args = args.strip() or "none"
+    if is_switch(topo, src):
+        sock = os.path.join(topo.state_dir, f"{src}.sock")
+        run([bin_path("intctl"), "--socket", sock, "port", "impair", dev, *shlex.split(args)])
+        return
+    if args == "none":
         ns_exec(ns, "tc", "qdisc", "del", "dev", dev, "root", check=False)
         return
-    ns_exec(ns, "tc", "qdisc", "replace", "dev", dev, "root", "netem", *shlex.split(args))
+    try:
+        ns_exec(ns, "tc", "qdisc", "replace", "dev", dev, "root", "netem", *shlex.split(args))
+    except TestbedError as e:
+        raise TestbedError(f"impairing {link['name']} at host {src} needs tc netem: {e}; "
+                           "impair the direction a switch sends instead")
 
 
 def up(topo):
@@ -233,9 +263,10 @@ def up(topo):
             # Frames crossing an af_packet switch must carry full checksums.
             ns_exec(ns, "ethtool", "-K", dev, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
                     check=False)
-        if l.get("netem"):
+        # Switch ends are impaired through their config (see switch_config).
+        if l.get("netem") and not is_switch(topo, l["a"]):
             set_netem(topo, l, False, l["netem"])
-        if l.get("netem_reverse"):
+        if l.get("netem_reverse") and not is_switch(topo, l["b"]):
             set_netem(topo, l, True, l["netem_reverse"])
     for h in topo.hosts:
         ns = topo.ns(h["name"])

@@ -294,7 +294,6 @@ pub fn ping(from: &str, to: &str) {
     ns(from, &["ping", "-c", "3", "-i", "0.2", "-W", "2", to]);
 }
 
-
 /// A testbed brought up by `scripts/testbed.sh` (the same code path users
 /// run), torn down on drop even when the test fails.
 pub struct Testbed {
@@ -371,7 +370,10 @@ impl Testbed {
     /// Runs a `testbed.sh` command against this testbed's state.
     pub fn run(&self, args: &[&str]) -> (bool, String) {
         let out = Self::script(&self.state, args);
-        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
     }
 
     pub fn down(&self) -> (bool, String) {

@@ -88,7 +88,10 @@ fn down_after_a_failed_up_leaves_nothing() {
     let topo = std::fs::read_to_string(Testbed::shipped("chain3"))
         .unwrap()
         .replace("name = \"chain3\"", "name = \"broken3\"")
-        .replace("role = \"int-transit\"\nmode = \"router\"\nconfig = \"\"\"\n", "role = \"int-transit\"\nmode = \"router\"\nconfig = \"\"\"\nturbo = true\n");
+        .replace(
+            "role = \"int-transit\"\nmode = \"router\"\nconfig = \"\"\"\n",
+            "role = \"int-transit\"\nmode = \"router\"\nconfig = \"\"\"\nturbo = true\n",
+        );
     assert!(topo.contains("turbo"));
     std::fs::write(d.path("broken3.toml"), topo).unwrap();
     let (tb, msg) = match Testbed::try_up(&d.path("broken3.toml")) {
@@ -102,4 +105,46 @@ fn down_after_a_failed_up_leaves_nothing() {
     assert_eq!(switch_processes("tb-broken3-"), 0, "switch processes left");
     let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&links.stdout).contains("broken3"));
+}
+
+#[test]
+fn ampm_link_impairments_change_live() {
+    let _g = serial();
+    let tb = Testbed::up(&Testbed::shipped("ampm"));
+    let (h1, h2) = (tb.ns("h1"), tb.ns("h2"));
+    ping(&h1, "10.32.0.2");
+    let rtt = |count: &str| -> f64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &h1, "ping", "-c", count, "-i", "0.2", "-W", "3", "10.32.0.2"])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&out.stdout).to_string();
+        // rtt min/avg/max/mdev = a/b/c/d ms
+        s.lines()
+            .find(|l| l.contains("min/avg/max"))
+            .and_then(|l| l.split('=').nth(1))
+            .and_then(|v| v.trim().split('/').next().map(|x| x.parse::<f64>().unwrap()))
+            .unwrap_or_else(|| panic!("no rtt in: {s}"))
+    };
+    assert!(rtt("3") < 10.0);
+    // 20 ms one way from MP1 to MP2, 5 ms back: the minimum RTT moves by 25 ms.
+    assert!(tb.run(&["impair", "mp1-mp2", "delay", "20ms"]).0);
+    assert!(tb.run(&["impair", "mp1-mp2", "--reverse", "delay", "5ms"]).0);
+    let with_delay = rtt("5");
+    assert!((25.0..32.0).contains(&with_delay), "min rtt {with_delay} ms");
+    // Random loss: TCP still delivers every byte, and MP1 counts what it dropped.
+    assert!(tb.run(&["impair", "mp1-mp2", "loss", "5%"]).0);
+    assert!(tb.run(&["impair", "mp1-mp2", "--reverse", "none"]).0);
+    tcp_transfer(&h1, &h2, "10.32.0.2", 1 << 20);
+    let lost = tb.intctl("mp1", &["show", "drops"])["total"]["impair_loss"].as_u64().unwrap();
+    assert!(lost > 0, "loss was applied");
+    assert_eq!(tb.intctl("mp1", &["show", "ports"])[1]["impair"], "loss 5% limit 1000");
+    // Removing it restores the plain link.
+    assert!(tb.run(&["impair", "mp1-mp2", "none"]).0);
+    assert!(rtt("3") < 10.0);
+    // A host-side impairment needs kernel netem; the error says how to proceed.
+    let (ok, out) = tb.run(&["impair", "h1-mp1", "delay", "1ms"]);
+    if !ok {
+        assert!(out.contains("impair the direction a switch sends instead"), "{out}");
+    }
 }

@@ -42,6 +42,7 @@ pub const COMMANDS: &[&str] = &[
     "neighbour_del",
     "port_enable",
     "port_disable",
+    "port_impair",
     "clear_counters",
     "capture",
     "metrics",
@@ -227,6 +228,12 @@ fn dispatch(sw: &mut Switch, cmd: &str, args: &Map<String, Value>) -> Result<Val
         "port_enable" | "port_disable" => {
             only(args, &["port"])?;
             sw.port_set_enabled(str_arg(args, "port")?, cmd == "port_enable")
+        }
+        "port_impair" => {
+            only(args, &["port", "netem"])?;
+            let imp = dataplane::impair::Impairment::parse(str_arg(args, "netem")?)
+                .map_err(|e| ApiError::bad_argument("netem", e))?;
+            sw.port_set_impair(str_arg(args, "port")?, imp)
         }
         "clear_counters" => {
             only(args, &[])?;

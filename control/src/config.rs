@@ -163,6 +163,9 @@ pub struct PortConfig {
     pub ipv6: Vec<String>,
     /// Cross-connect peer port name.
     pub peer: Option<String>,
+    /// Link emulation on this port's egress, in netem syntax
+    /// ("delay 2ms 100us loss 1% rate 100mbit limit 1000").
+    pub impair: Option<String>,
     #[serde(default = "yes")]
     pub enabled: bool,
 }
@@ -297,6 +300,7 @@ pub struct PortPlan {
     pub ipv6: Vec<([u8; 16], u8)>,
     pub peer: Option<u16>,
     pub enabled: bool,
+    pub impair: dataplane::impair::Impairment,
 }
 
 /// A validated worker: its lcore and (port index, queue) list.
@@ -409,6 +413,8 @@ impl Config {
             if mode == Mode::Router && ipv4.is_empty() && ipv6.is_empty() {
                 return Err(cerr(k("ipv4"), "router mode needs at least one ipv4 or ipv6 address per port"));
             }
+            let impair = dataplane::impair::Impairment::parse(p.impair.as_deref().unwrap_or(""))
+                .map_err(|e| cerr(k("impair"), e))?;
             if let Some(m) = p.mtu {
                 if !(68..=9600).contains(&m) {
                     return Err(cerr(k("mtu"), "must be 68..=9600"));
@@ -426,6 +432,7 @@ impl Config {
                 ipv6,
                 peer,
                 enabled: p.enabled,
+                impair,
             });
         }
         let mut workers = Vec::new();

@@ -157,6 +157,7 @@ impl Switch {
                     up: p.enabled,
                     ipv4: p.ipv4.clone(),
                     ipv6: p.ipv6.clone(),
+                    impair: p.impair,
                 })
                 .collect(),
             xconnect: plan.ports.iter().map(|p| p.peer).collect(),
@@ -383,6 +384,14 @@ impl Switch {
         Ok(json!({ "generation": g, "link_changed": link }))
     }
 
+    /// Sets (or with `Impairment::default()` removes) a port's link emulation.
+    pub fn port_set_impair(&mut self, name: &str, imp: dataplane::impair::Impairment) -> Result<Value, ApiError> {
+        let i = self.port_index(name)? as usize;
+        self.spec.ports[i].impair = imp;
+        let g = self.commit()?;
+        Ok(json!({ "generation": g, "impair": imp.to_netem() }))
+    }
+
     pub fn clear_counters(&mut self) -> Value {
         self.baseline = self.shared.workers.iter().map(|w| w.counters.snapshot()).collect();
         json!({ "cleared": true })
@@ -428,6 +437,7 @@ impl Switch {
                     "driver": dev.info().driver,
                     "mac": format_mac(&p.mac),
                     "enabled": p.up,
+                    "impair": p.impair.to_netem(),
                     "link": {"up": link.up, "speed_mbps": link.speed_mbps, "full_duplex": link.full_duplex},
                     "rss": dev.rss_active(),
                     "ipv4": p.ipv4.iter().map(|(a, l)| format!("{}/{l}", IpAddr::from(*a))).collect::<Vec<_>>(),

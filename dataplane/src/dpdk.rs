@@ -50,7 +50,8 @@ fn last_err(op: impl Into<String>) -> DpdkError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EalArgs {
     pub program: String,
-    /// `-l` list, e.g. "0-1".
+    /// `-l` list, e.g. "0-1"; a map with '@' ("0@(0-1),1@(0-1)") goes to
+    /// `--lcores` instead, letting lcore threads float over CPUs.
     pub lcores: String,
     /// `-m`: memory in MiB (needed with `--no-huge`).
     pub memory_mb: Option<u32>,
@@ -67,7 +68,12 @@ pub struct EalArgs {
 
 impl EalArgs {
     pub fn to_argv(&self) -> Vec<String> {
-        let mut v = vec![self.program.clone(), "-l".into(), self.lcores.clone()];
+        let mut v = vec![self.program.clone()];
+        if self.lcores.contains('@') {
+            v.push(format!("--lcores={}", self.lcores));
+        } else {
+            v.extend(["-l".into(), self.lcores.clone()]);
+        }
         if let Some(m) = self.memory_mb {
             v.extend(["-m".into(), m.to_string()]);
         }

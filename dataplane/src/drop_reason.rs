@@ -65,10 +65,14 @@ pub enum DropReason {
     MultiSegment,
     /// Multicast or broadcast where the mode does not forward it.
     L3Multicast,
+    /// Link emulation on the output port dropped it at random (`loss`).
+    ImpairLoss,
+    /// Link emulation queue on the output port was full (`limit`).
+    ImpairQueueFull,
 }
 
 impl DropReason {
-    pub const COUNT: usize = DropReason::L3Multicast as usize + 1;
+    pub const COUNT: usize = DropReason::ImpairQueueFull as usize + 1;
 
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::EthTruncated,
@@ -103,6 +107,8 @@ impl DropReason {
         DropReason::TxFull,
         DropReason::MultiSegment,
         DropReason::L3Multicast,
+        DropReason::ImpairLoss,
+        DropReason::ImpairQueueFull,
     ];
 
     /// Stable snake_case name used in counters, logs and metrics labels.
@@ -140,6 +146,8 @@ impl DropReason {
             DropReason::TxFull => "tx_full",
             DropReason::MultiSegment => "multi_segment",
             DropReason::L3Multicast => "l3_multicast",
+            DropReason::ImpairLoss => "impair_loss",
+            DropReason::ImpairQueueFull => "impair_queue_full",
         }
     }
 }

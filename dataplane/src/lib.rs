@@ -10,6 +10,7 @@ pub mod drop_reason;
 pub mod fixed_map;
 pub mod flow_table;
 pub mod forward;
+pub mod impair;
 pub mod lpm;
 pub mod mac_table;
 pub mod parse;

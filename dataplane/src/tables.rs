@@ -37,6 +37,8 @@ pub struct PortState {
     pub up: bool,
     pub ipv4: Vec<([u8; 4], u8)>,
     pub ipv6: Vec<([u8; 16], u8)>,
+    /// Link emulation on this port's egress.
+    pub impair: crate::impair::Impairment,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -215,6 +217,7 @@ pub(crate) mod tests {
                     up: true,
                     ipv4: vec![([10, 0, 1, 1], 24)],
                     ipv6: vec![([0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 64)],
+                    impair: Default::default(),
                 },
                 PortState {
                     name: "p1".into(),
@@ -222,6 +225,7 @@ pub(crate) mod tests {
                     up: true,
                     ipv4: vec![([10, 0, 2, 1], 24)],
                     ipv6: vec![([0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 64)],
+                    impair: Default::default(),
                 },
             ],
             xconnect: vec![Some(1), Some(0)],

@@ -17,6 +17,7 @@ use crate::counters::{CounterValues, Event, SharedCounters, MAX_PORTS};
 use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
+use crate::impair::{Admit, Impairer};
 use crate::mac_table::MacTable;
 use crate::parse::{FlowKey, PacketMeta};
 use crate::tables::Tables;
@@ -211,7 +212,14 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let drain_tsc = setup.tx_drain_us * hz / 1_000_000;
     let mut last_drain = dpdk::tsc();
     let mut empty_polls: u32 = 0;
-    let mut flood_targets = [0usize; MAX_PORTS];
+    let nports = setup.tx.len();
+    let mut out = Egress {
+        tx: std::mem::take(&mut setup.tx),
+        impair: (0..nports).map(|p| Impairer::new(dpdk::tsc() ^ ((setup.id as u64) << 32) ^ p as u64)).collect(),
+        pool: setup.pool.clone(),
+        hz,
+        flood: [0; MAX_PORTS],
+    };
     let burst = setup.burst;
     let mut poll_no: u64 = 0;
     let mut pkts: [Option<Mbuf>; dpdk::MAX_BURST] = std::array::from_fn(|_| None);
@@ -254,13 +262,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             me.acked_flows.fetch_max(cmd.generation(), Ordering::AcqRel);
         }
         while let Some((port, m)) = me.inject.pop() {
-            if let Some(tx) = setup.tx.get_mut(port as usize) {
-                let len = m.data_len() as u64;
-                c.tx_packets[port as usize] += 1;
-                c.tx_bytes[port as usize] += len;
+            if (port as usize) < nports {
                 c.event(Event::Injected);
-                let (n, b) = tx.push(m);
-                account_refused(&mut c, port as usize, n, b);
+                out.send(port as usize, m, &tables, &mut c, dpdk::tsc());
             }
         }
 
@@ -281,7 +285,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             };
             while let Some((in_port, mut m)) = me.reinject.pop() {
                 let v = forward::process(&mut ctx, m.data_mut(), in_port);
-                deliver(m, v, in_port as usize, ctx.tables, &mut setup.tx, ctx.counters, &mut flood_targets);
+                out.deliver(m, v, in_port as usize, ctx.tables, ctx.counters, ctx.now);
             }
         }
 
@@ -368,7 +372,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                         }
                     }
                 }
-                deliver(m, v, ip, ctx.tables, &mut setup.tx, ctx.counters, &mut flood_targets);
+                out.deliver(m, v, ip, ctx.tables, ctx.counters, now);
             }
         }
 
@@ -380,13 +384,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             empty_polls = empty_polls.saturating_add(1);
         }
         let now = dpdk::tsc();
+        out.release(&mut c, now);
         if got == 0 || now.wrapping_sub(last_drain) >= drain_tsc {
-            for (p, tx) in setup.tx.iter_mut().enumerate() {
-                if tx.pending() > 0 {
-                    let (n, b) = tx.flush();
-                    account_refused(&mut c, p, n, b);
-                }
-            }
+            out.flush(&mut c);
             last_drain = now;
         }
         // Age a slice of the tables every 64 polls: bounded work per poll.
@@ -402,12 +402,22 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             me.macs_in_use.store(macs.len() as u64, Ordering::Relaxed);
         }
         if setup.idle.enabled && empty_polls >= setup.idle.empty_polls {
-            std::thread::sleep(Duration::from_micros(setup.idle.sleep_us as u64));
+            // Sleep, but wake in time for packets a link emulation releases:
+            // the last 200 us before one is due are busy-polled.
+            let mut us = setup.idle.sleep_us as u64;
+            if let Some(due) = out.next_due() {
+                us = us.min((due.saturating_sub(now) * 1_000_000 / hz).saturating_sub(200));
+            }
+            if us > 0 {
+                std::thread::sleep(Duration::from_micros(us));
+            }
         }
     }
-    for (p, tx) in setup.tx.iter_mut().enumerate() {
-        let (n, b) = tx.flush();
-        account_refused(&mut c, p, n, b);
+    out.flush(&mut c);
+    // Packets still in link emulation are dropped at shutdown, counted.
+    for imp in out.impair.iter_mut() {
+        let n = imp.flush(drop);
+        c.drops[DropReason::ImpairQueueFull as usize] += n as u64;
     }
     me.counters.publish(&c);
     0
@@ -416,7 +426,13 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
 /// Picks up a newly published table generation and acknowledges it. The
 /// control core keeps the old one alive until every worker has acknowledged.
 #[inline]
-fn refresh_tables(shared: &Shared, me: &WorkerShared, tables: &mut Arc<Tables>, my_gen: &mut u64, c: &mut CounterValues) {
+fn refresh_tables(
+    shared: &Shared,
+    me: &WorkerShared,
+    tables: &mut Arc<Tables>,
+    my_gen: &mut u64,
+    c: &mut CounterValues,
+) {
     if shared.table_generation.load(Ordering::Acquire) != *my_gen {
         *tables = shared.tables.load_full();
         *my_gen = tables.generation;
@@ -437,61 +453,127 @@ fn mirror(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, port: u16, tx: bool
     }
 }
 
-/// Sends, floods or drops one packet according to its verdict.
-#[inline]
-fn deliver(
-    mut m: Mbuf,
-    v: Verdict,
-    in_port: usize,
-    t: &Tables,
-    tx: &mut [TxBuffer],
-    c: &mut CounterValues,
-    flood_targets: &mut [usize; MAX_PORTS],
-) {
-    let nports = tx.len();
-    let out = match v {
-        Verdict::Tx(p) => p as usize,
-        Verdict::TxLen(p, len) => {
-            if !m.set_len(len) {
-                c.drop(DropReason::LocalUnhandled);
+/// A worker's output side: its TX buffer on every port, the link
+/// emulation queue of every port, and what flooding needs.
+struct Egress {
+    tx: Vec<TxBuffer>,
+    impair: Vec<Impairer<Mbuf>>,
+    pool: dpdk::Mempool,
+    hz: u64,
+    flood: [usize; MAX_PORTS],
+}
+
+impl Egress {
+    /// Sends, floods or drops one packet according to its verdict.
+    #[inline]
+    fn deliver(&mut self, mut m: Mbuf, v: Verdict, in_port: usize, t: &Tables, c: &mut CounterValues, now: u64) {
+        let nports = self.tx.len();
+        let out = match v {
+            Verdict::Tx(p) => p as usize,
+            Verdict::TxLen(p, len) => {
+                if !m.set_len(len) {
+                    c.drop(DropReason::LocalUnhandled);
+                    return;
+                }
+                p as usize
+            }
+            Verdict::Flood => return self.flood(m, in_port, t, c, now),
+            Verdict::Consumed => return,
+            Verdict::Drop(r) => {
+                c.drop(r);
                 return;
             }
-            p as usize
+        };
+        if out >= nports {
+            c.drop(DropReason::PortDown);
+            return;
         }
-        Verdict::Flood => {
-            let mut n = 0;
-            for (i, ps) in t.ports.iter().enumerate().take(nports) {
-                if i != in_port && ps.up {
-                    flood_targets[n] = i;
-                    n += 1;
+        self.send(out, m, t, c, now);
+    }
+
+    /// Out of one port, through its link emulation when it has one.
+    #[inline]
+    fn send(&mut self, port: usize, m: Mbuf, t: &Tables, c: &mut CounterValues, now: u64) {
+        let imp = t.ports.get(port).map(|p| p.impair).unwrap_or_default();
+        if imp.is_none() {
+            return self.push(port, m, c);
+        }
+        let len = m.pkt_len();
+        match self.impair[port].admit(&imp, self.hz, now, len, m) {
+            Admit::Now(m) => self.push(port, m, c),
+            Admit::Queued => {}
+            Admit::Dropped(r, _m) => c.drop(r),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, port: usize, m: Mbuf, c: &mut CounterValues) {
+        c.tx_packets[port] += 1;
+        c.tx_bytes[port] += m.pkt_len() as u64;
+        let (n, b) = self.tx[port].push(m);
+        account_refused(c, port, n, b);
+    }
+
+    /// Every other up port; emulated ports get their own copy.
+    fn flood(&mut self, m: Mbuf, in_port: usize, t: &Tables, c: &mut CounterValues, now: u64) {
+        let nports = self.tx.len();
+        let mut n = 0;
+        for (i, ps) in t.ports.iter().enumerate().take(nports) {
+            if i == in_port || !ps.up {
+                continue;
+            }
+            if ps.impair.is_none() {
+                self.flood[n] = i;
+                n += 1;
+            } else {
+                match m.copy_into(&self.pool) {
+                    Some(copy) => self.send(i, copy, t, c, now),
+                    None => c.drop(DropReason::TxFull),
                 }
             }
-            c.event(Event::Flooded);
-            let len = m.pkt_len() as u64;
-            for &p in &flood_targets[..n] {
-                c.tx_packets[p] += 1;
-                c.tx_bytes[p] += len;
-            }
-            let refused = TxBuffer::push_flood(m, tx, &flood_targets[..n]);
-            for (p, (rn, rb)) in refused.iter().enumerate().take(nports) {
-                account_refused(c, p, *rn, *rb);
-            }
-            return;
         }
-        Verdict::Consumed => return,
-        Verdict::Drop(r) => {
-            c.drop(r);
-            return;
+        c.event(Event::Flooded);
+        let len = m.pkt_len() as u64;
+        for &p in &self.flood[..n] {
+            c.tx_packets[p] += 1;
+            c.tx_bytes[p] += len;
         }
-    };
-    if out >= nports {
-        c.drop(DropReason::PortDown);
-        return;
+        let refused = TxBuffer::push_flood(m, &mut self.tx, &self.flood[..n]);
+        for (p, (rn, rb)) in refused.iter().enumerate().take(nports) {
+            account_refused(c, p, *rn, *rb);
+        }
     }
-    c.tx_packets[out] += 1;
-    c.tx_bytes[out] += m.pkt_len() as u64;
-    let (n, b) = tx[out].push(m);
-    account_refused(c, out, n, b);
+
+    /// Sends what the link emulations hold that is due by `now`.
+    #[inline]
+    fn release(&mut self, c: &mut CounterValues, now: u64) {
+        for (p, imp) in self.impair.iter_mut().enumerate() {
+            if imp.is_empty() {
+                continue;
+            }
+            let tx = &mut self.tx[p];
+            imp.release(now, |m| {
+                c.tx_packets[p] += 1;
+                c.tx_bytes[p] += m.pkt_len() as u64;
+                let (n, b) = tx.push(m);
+                account_refused(c, p, n, b);
+            });
+        }
+    }
+
+    /// When the next packet held by a link emulation is due, if any.
+    fn next_due(&self) -> Option<u64> {
+        self.impair.iter().filter_map(|i| i.next_due()).min()
+    }
+
+    fn flush(&mut self, c: &mut CounterValues) {
+        for (p, tx) in self.tx.iter_mut().enumerate() {
+            if tx.pending() > 0 {
+                let (n, b) = tx.flush();
+                account_refused(c, p, n, b);
+            }
+        }
+    }
 }
 
 #[inline]

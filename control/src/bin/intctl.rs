@@ -175,8 +175,19 @@ enum NeighbourOp {
 
 #[derive(Subcommand)]
 enum PortOp {
-    Enable { port: String },
-    Disable { port: String },
+    Enable {
+        port: String,
+    },
+    Disable {
+        port: String,
+    },
+    /// Emulate a link on the port's egress, in netem syntax:
+    /// delay TIME [JITTER], loss PCT, rate RATE, limit PACKETS; `none` removes it.
+    Impair {
+        port: String,
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        netem: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -271,6 +282,9 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Neighbour { op: NeighbourOp::Del { ip } } => ("neighbour_del", json!({ "ip": ip })),
         Cmd::Port { op: PortOp::Enable { port } } => ("port_enable", json!({ "port": port })),
         Cmd::Port { op: PortOp::Disable { port } } => ("port_disable", json!({ "port": port })),
+        Cmd::Port { op: PortOp::Impair { port, netem } } => {
+            ("port_impair", json!({ "port": port, "netem": netem.join(" ") }))
+        }
         Cmd::Clear { what: ClearWhat::Counters } => ("clear_counters", json!({})),
         Cmd::Monitor { interval, iterations } => return monitor(&mut c, *interval, *iterations, json_out),
         Cmd::Capture { port, rx: _, tx, count, out, timeout } => {
