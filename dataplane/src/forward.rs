@@ -102,6 +102,10 @@ pub fn process_parsed(ctx: &mut Ctx, frame: &mut [u8], in_port: u16, meta: Resul
 }
 
 fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
+    // An empty table without learning cannot match: skip the hash and probe.
+    if ctx.flows.is_empty() && !ctx.learn_flows {
+        return FlowAction::Normal;
+    }
     if let Some(e) = ctx.flows.hit(&meta.key, len, ctx.now) {
         return e.action;
     }

@@ -465,7 +465,7 @@ struct Egress {
 
 impl Egress {
     /// Sends, floods or drops one packet according to its verdict.
-    #[inline]
+    #[inline(always)]
     fn deliver(&mut self, mut m: Mbuf, v: Verdict, in_port: usize, t: &Tables, c: &mut CounterValues, now: u64) {
         let nports = self.tx.len();
         let out = match v {
@@ -492,21 +492,21 @@ impl Egress {
     }
 
     /// Out of one port, through its link emulation when it has one.
-    #[inline]
+    #[inline(always)]
     fn send(&mut self, port: usize, m: Mbuf, t: &Tables, c: &mut CounterValues, now: u64) {
-        let imp = t.ports.get(port).map(|p| p.impair).unwrap_or_default();
-        if imp.is_none() {
-            return self.push(port, m, c);
-        }
+        let imp = match t.ports.get(port) {
+            Some(p) if !p.impair.is_none() => &p.impair,
+            _ => return self.push(port, m, c),
+        };
         let len = m.pkt_len();
-        match self.impair[port].admit(&imp, self.hz, now, len, m) {
+        match self.impair[port].admit(imp, self.hz, now, len, m) {
             Admit::Now(m) => self.push(port, m, c),
             Admit::Queued => {}
             Admit::Dropped(r, _m) => c.drop(r),
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, port: usize, m: Mbuf, c: &mut CounterValues) {
         c.tx_packets[port] += 1;
         c.tx_bytes[port] += m.pkt_len() as u64;
