@@ -69,10 +69,18 @@ pub enum DropReason {
     ImpairLoss,
     /// Link emulation queue on the output port was full (`limit`).
     ImpairQueueFull,
+    /// INT shim/header cut short, or the shim length runs past the packet.
+    IntTruncated,
+    /// INT type not INT-MD, or header version not 2.
+    IntBadVersion,
+    /// INT HopML of 0.
+    IntBadHopMl,
+    /// INT stack length not a multiple of HopML.
+    IntBadStack,
 }
 
 impl DropReason {
-    pub const COUNT: usize = DropReason::ImpairQueueFull as usize + 1;
+    pub const COUNT: usize = DropReason::IntBadStack as usize + 1;
 
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::EthTruncated,
@@ -109,6 +117,10 @@ impl DropReason {
         DropReason::L3Multicast,
         DropReason::ImpairLoss,
         DropReason::ImpairQueueFull,
+        DropReason::IntTruncated,
+        DropReason::IntBadVersion,
+        DropReason::IntBadHopMl,
+        DropReason::IntBadStack,
     ];
 
     /// Stable snake_case name used in counters, logs and metrics labels.
@@ -148,6 +160,10 @@ impl DropReason {
             DropReason::L3Multicast => "l3_multicast",
             DropReason::ImpairLoss => "impair_loss",
             DropReason::ImpairQueueFull => "impair_queue_full",
+            DropReason::IntTruncated => "int_truncated",
+            DropReason::IntBadVersion => "int_bad_version",
+            DropReason::IntBadHopMl => "int_bad_hop_ml",
+            DropReason::IntBadStack => "int_bad_stack",
         }
     }
 }

@@ -1,0 +1,351 @@
+//! INT-MD v2.1 over TCP/UDP: the 4-byte shim, the 12-byte metadata header
+//! and the per-hop metadata stack (newest hop first). Layout: P4.org INT
+//! dataplane spec v2.1 §5, summarised in shared/reference/wire-formats.md §1.
+
+use crate::DropReason;
+
+pub const SHIM_LEN: usize = 4;
+pub const MD_HDR_LEN: usize = 12;
+/// Shim + metadata header: what a source adds before any metadata.
+pub const INT_HDR_LEN: usize = SHIM_LEN + MD_HDR_LEN;
+pub const INT_TYPE_MD: u8 = 1;
+pub const VERSION: u8 = 2;
+
+/// How the INT block is announced (the shim's NPT field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Npt {
+    /// DSCP / traffic-class mode: the shim's byte 3 saves the original DSCP.
+    Dscp = 0,
+    /// UDP with a rewritten destination port, the original saved in the shim.
+    UdpPort = 1,
+    /// An inserted UDP header; the original IP protocol saved in the shim.
+    InsertedUdp = 2,
+}
+
+/// Instruction bits (bit 0 = MSB of the 16-bit bitmap).
+pub mod instr {
+    pub const NODE_ID: u16 = 0x8000;
+    pub const L1_PORTS: u16 = 0x4000;
+    pub const HOP_LATENCY: u16 = 0x2000;
+    pub const QUEUE: u16 = 0x1000;
+    pub const INGRESS_TS: u16 = 0x0800;
+    pub const EGRESS_TS: u16 = 0x0400;
+    pub const L2_PORTS: u16 = 0x0200;
+    pub const TX_UTIL: u16 = 0x0100;
+    pub const BUFFER: u16 = 0x0080;
+    pub const RESERVED: u16 = 0x007e;
+    pub const CHECKSUM_COMPLEMENT: u16 = 0x0001;
+}
+
+/// Bytes each instruction bit adds per hop, in bitmap order (bit 0 first).
+pub const INSTR_BYTES: [usize; 16] = [4, 4, 4, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4];
+
+/// Per-hop metadata length in 4-byte words for a bitmap.
+pub fn hop_words(bitmap: u16) -> usize {
+    (0..16).filter(|b| bitmap & (0x8000 >> b) != 0).map(|b| INSTR_BYTES[b] / 4).sum()
+}
+
+/// A checked view of shim + header + stack at the start of `buffer`.
+///
+/// `new_checked` guarantees: INT-MD type, version 2, the shim length covers
+/// the 12-byte header and lies within the buffer, HopML > 0 and the stack is
+/// a whole number of hops.
+#[derive(Debug)]
+pub struct IntMd<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> IntMd<T> {
+    pub fn new_checked(buffer: T) -> Result<Self, DropReason> {
+        let b = buffer.as_ref();
+        if b.len() < INT_HDR_LEN {
+            return Err(DropReason::IntTruncated);
+        }
+        if b[0] >> 4 != INT_TYPE_MD || b[SHIM_LEN] >> 4 != VERSION {
+            return Err(DropReason::IntBadVersion);
+        }
+        let words = b[1] as usize;
+        if words * 4 < MD_HDR_LEN || SHIM_LEN + words * 4 > b.len() {
+            return Err(DropReason::IntTruncated);
+        }
+        let hop_ml = (b[SHIM_LEN + 2] & 0x1f) as usize;
+        if hop_ml == 0 {
+            return Err(DropReason::IntBadHopMl);
+        }
+        if (words * 4 - MD_HDR_LEN) % (hop_ml * 4) != 0 {
+            return Err(DropReason::IntBadStack);
+        }
+        Ok(IntMd { buffer })
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    pub fn npt(&self) -> u8 {
+        (self.b()[0] >> 2) & 0x3
+    }
+
+    /// Bytes of shim + header + stack.
+    pub fn total_len(&self) -> usize {
+        SHIM_LEN + self.b()[1] as usize * 4
+    }
+
+    /// The shim's bytes 2-3 (saved dport, protocol or DSCP).
+    pub fn saved(&self) -> u16 {
+        u16::from_be_bytes([self.b()[2], self.b()[3]])
+    }
+
+    pub fn flag_d(&self) -> bool {
+        self.b()[SHIM_LEN] & 0x08 != 0
+    }
+
+    pub fn flag_e(&self) -> bool {
+        self.b()[SHIM_LEN] & 0x04 != 0
+    }
+
+    pub fn flag_m(&self) -> bool {
+        self.b()[SHIM_LEN] & 0x02 != 0
+    }
+
+    pub fn hop_ml(&self) -> usize {
+        (self.b()[SHIM_LEN + 2] & 0x1f) as usize
+    }
+
+    pub fn rhc(&self) -> u8 {
+        self.b()[SHIM_LEN + 3]
+    }
+
+    pub fn bitmap(&self) -> u16 {
+        u16::from_be_bytes([self.b()[SHIM_LEN + 4], self.b()[SHIM_LEN + 5]])
+    }
+
+    pub fn domain_id(&self) -> u16 {
+        u16::from_be_bytes([self.b()[SHIM_LEN + 6], self.b()[SHIM_LEN + 7]])
+    }
+
+    pub fn stack(&self) -> &[u8] {
+        &self.b()[INT_HDR_LEN..self.total_len()]
+    }
+
+    /// Hops in the stack.
+    pub fn hops(&self) -> usize {
+        self.stack().len() / (self.hop_ml() * 4)
+    }
+
+    /// The metadata of hop `i` (0 = the newest, last pushed).
+    pub fn hop(&self, i: usize) -> &[u8] {
+        let l = self.hop_ml() * 4;
+        &self.stack()[i * l..(i + 1) * l]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> IntMd<T> {
+    pub fn set_flag_e(&mut self) {
+        self.buffer.as_mut()[SHIM_LEN] |= 0x04;
+    }
+
+    pub fn set_flag_m(&mut self) {
+        self.buffer.as_mut()[SHIM_LEN] |= 0x02;
+    }
+
+    pub fn set_rhc(&mut self, rhc: u8) {
+        self.buffer.as_mut()[SHIM_LEN + 3] = rhc;
+    }
+
+    /// Adds `words` to the shim length (after a push).
+    pub fn grow(&mut self, words: u8) {
+        let b = self.buffer.as_mut();
+        b[1] = b[1].wrapping_add(words);
+    }
+}
+
+/// Fields of a new INT-MD block (what a source writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntMdRepr {
+    pub npt: Npt,
+    /// NPT 0: DSCP << 2 in the low byte; 1: UDP dport; 2: IP protocol.
+    pub saved: u16,
+    pub flag_d: bool,
+    pub hop_ml: u8,
+    pub rhc: u8,
+    pub bitmap: u16,
+    pub domain_id: u16,
+    pub ds_instruction: u16,
+    pub ds_flags: u16,
+    /// Words of metadata already in the stack (0 for a fresh block).
+    pub stack_words: u8,
+}
+
+impl IntMdRepr {
+    /// Writes shim + header into `buf[..16]`.
+    pub fn emit(&self, buf: &mut [u8]) {
+        buf[0] = INT_TYPE_MD << 4 | (self.npt as u8) << 2;
+        buf[1] = (MD_HDR_LEN / 4) as u8 + self.stack_words;
+        buf[2..4].copy_from_slice(&self.saved.to_be_bytes());
+        let h = &mut buf[SHIM_LEN..INT_HDR_LEN];
+        h[0] = VERSION << 4 | if self.flag_d { 0x08 } else { 0 };
+        h[1] = 0;
+        h[2] = self.hop_ml & 0x1f;
+        h[3] = self.rhc;
+        h[4..6].copy_from_slice(&self.bitmap.to_be_bytes());
+        h[6..8].copy_from_slice(&self.domain_id.to_be_bytes());
+        h[8..10].copy_from_slice(&self.ds_instruction.to_be_bytes());
+        h[10..12].copy_from_slice(&self.ds_flags.to_be_bytes());
+    }
+}
+
+/// Values one hop can report; `None` is written as all-ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HopMetadata {
+    pub node_id: u32,
+    pub ingress_port: u16,
+    pub egress_port: u16,
+    pub hop_latency_ns: u32,
+    pub queue_id: u8,
+    pub queue_occupancy: u32,
+    pub ingress_ts_ns: u64,
+    pub egress_ts_ns: u64,
+    pub l2_ingress: u32,
+    pub l2_egress: u32,
+    pub tx_util: Option<u32>,
+    pub buffer_id: u8,
+    pub buffer_occupancy: u32,
+}
+
+/// Writes the metadata `bitmap` selects, in bitmap order, into `out`
+/// (exactly `hop_words(bitmap) * 4` bytes). Reserved bits and the checksum
+/// complement are written as 0xFFFFFFFF.
+pub fn emit_hop(bitmap: u16, m: &HopMetadata, out: &mut [u8]) {
+    let mut o = 0;
+    let mut put = |bytes: &[u8], o: &mut usize| {
+        out[*o..*o + bytes.len()].copy_from_slice(bytes);
+        *o += bytes.len();
+    };
+    for bit in 0..16 {
+        if bitmap & (0x8000 >> bit) == 0 {
+            continue;
+        }
+        match bit {
+            0 => put(&m.node_id.to_be_bytes(), &mut o),
+            1 => put(&(((m.ingress_port as u32) << 16) | m.egress_port as u32).to_be_bytes(), &mut o),
+            2 => put(&m.hop_latency_ns.to_be_bytes(), &mut o),
+            3 => put(&(((m.queue_id as u32) << 24) | (m.queue_occupancy & 0xff_ffff)).to_be_bytes(), &mut o),
+            4 => put(&m.ingress_ts_ns.to_be_bytes(), &mut o),
+            5 => put(&m.egress_ts_ns.to_be_bytes(), &mut o),
+            6 => {
+                put(&m.l2_ingress.to_be_bytes(), &mut o);
+                put(&m.l2_egress.to_be_bytes(), &mut o);
+            }
+            7 => put(&m.tx_util.unwrap_or(u32::MAX).to_be_bytes(), &mut o),
+            8 => put(&(((m.buffer_id as u32) << 24) | (m.buffer_occupancy & 0xff_ffff)).to_be_bytes(), &mut o),
+            _ => put(&u32::MAX.to_be_bytes(), &mut o),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The spec example (wire-formats.md §1): 2 hops, bitmap 0x9000 (node ID +
+    /// queue), HopML 2, RHC 8 -> 6, DSCP mode with DSCP 0x17 saved.
+    fn spec_example() -> Vec<u8> {
+        let mut b = vec![0x10, 0x07, 0x00, 0x17 << 2];
+        b.extend([0x20, 0x00, 0x02, 0x06, 0x90, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00]);
+        b.extend([0, 0, 0, 2, 0x01, 0, 0, 0x40]); // hop 2: node 2, qid 1, occupancy 64
+        b.extend([0, 0, 0, 1, 0x00, 0, 0, 0x10]); // hop 1: node 1, qid 0, occupancy 16
+        b
+    }
+
+    #[test]
+    fn parses_the_spec_example() {
+        let b = spec_example();
+        let md = IntMd::new_checked(&b[..]).unwrap();
+        assert_eq!((md.npt(), md.total_len(), md.saved()), (0, 32, 0x17 << 2));
+        assert_eq!((md.hop_ml(), md.rhc(), md.bitmap(), md.hops()), (2, 6, 0x9000, 2));
+        assert!(!md.flag_d() && !md.flag_e() && !md.flag_m());
+        assert_eq!(md.hop(0), &[0, 0, 0, 2, 1, 0, 0, 0x40]);
+        assert_eq!(md.hop(1), &[0, 0, 0, 1, 0, 0, 0, 0x10]);
+    }
+
+    #[test]
+    fn emits_the_spec_example_byte_for_byte() {
+        let mut b = vec![0u8; 32];
+        IntMdRepr {
+            npt: Npt::Dscp,
+            saved: 0x17 << 2,
+            flag_d: false,
+            hop_ml: hop_words(0x9000) as u8,
+            rhc: 6,
+            bitmap: 0x9000,
+            domain_id: 0,
+            ds_instruction: 0,
+            ds_flags: 0,
+            stack_words: 4,
+        }
+        .emit(&mut b);
+        for (i, node, qid, occ) in [(16usize, 2u32, 1u8, 64u32), (24, 1, 0, 16)] {
+            let m = HopMetadata { node_id: node, queue_id: qid, queue_occupancy: occ, ..Default::default() };
+            emit_hop(0x9000, &m, &mut b[i..i + 8]);
+        }
+        assert_eq!(b, spec_example());
+    }
+
+    #[test]
+    fn hop_sizes_follow_the_bitmap() {
+        assert_eq!(hop_words(0x9000), 2);
+        assert_eq!(hop_words(0xff00), 1 + 1 + 1 + 1 + 2 + 2 + 2 + 1);
+        assert_eq!(hop_words(0xffff), 11 + 1 + 6 + 1);
+        let m = HopMetadata {
+            node_id: 7,
+            ingress_port: 1,
+            egress_port: 2,
+            hop_latency_ns: 1500,
+            ingress_ts_ns: 0x0102_0304_0506_0708,
+            ..Default::default()
+        };
+        let bm = instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::INGRESS_TS | instr::TX_UTIL | 0x0040;
+        let mut out = vec![0u8; hop_words(bm) * 4];
+        emit_hop(bm, &m, &mut out);
+        assert_eq!(
+            out,
+            [
+                0, 0, 0, 7, 0, 1, 0, 2, 0, 0, 0x05, 0xdc, 1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                0xff, 0xff
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_blocks_are_named() {
+        let b = spec_example();
+        assert_eq!(IntMd::new_checked(&b[..10]).err(), Some(DropReason::IntTruncated));
+        let mut v = b.clone();
+        v[1] = 9; // shim length past the packet
+        assert_eq!(IntMd::new_checked(&v[..]).err(), Some(DropReason::IntTruncated));
+        let mut v = b.clone();
+        v[6] = 0; // HopML 0
+        assert_eq!(IntMd::new_checked(&v[..]).err(), Some(DropReason::IntBadHopMl));
+        let mut v = b.clone();
+        v[6] = 3; // 16-byte stack is not a multiple of 12
+        assert_eq!(IntMd::new_checked(&v[..]).err(), Some(DropReason::IntBadStack));
+        let mut v = b.clone();
+        v[4] = 0x10; // version 1
+        assert_eq!(IntMd::new_checked(&v[..]).err(), Some(DropReason::IntBadVersion));
+        let mut v = b.clone();
+        v[1] = 2; // length below the 12-byte header
+        assert_eq!(IntMd::new_checked(&v[..]).err(), Some(DropReason::IntTruncated));
+    }
+
+    #[test]
+    fn transit_updates() {
+        let mut b = spec_example();
+        let mut md = IntMd::new_checked(&mut b[..]).unwrap();
+        md.set_flag_e();
+        md.set_flag_m();
+        md.set_rhc(5);
+        md.grow(2);
+        assert_eq!(&b[..8], &[0x10, 0x09, 0x00, 0x5c, 0x26, 0x00, 0x02, 0x05]);
+    }
+}
