@@ -141,27 +141,26 @@ fn every_command_round_trips() {
     assert_eq!(flows.as_array().unwrap().len(), 10);
 
     // Mutations, each visible in the matching view.
+    let flow_key = [
+        "--in-port",
+        "p0",
+        "--src",
+        "10.0.1.10",
+        "--dst",
+        "198.51.100.10",
+        "--proto",
+        "udp",
+        "--src-port",
+        "1024",
+        "--dst-port",
+        "5001",
+    ];
+    let flow_add: Vec<&str> = [&["flow", "add"][..], &flow_key, &["--action", "drop"]].concat();
+    let flow_del: Vec<&str> = [&["flow", "del"][..], &flow_key].concat();
     for args in [
         &["route", "add", "203.0.113.0/24", "--port", "p1", "--via", "10.0.2.253"][..],
         &["neighbour", "add", "10.0.2.9", "02:00:00:00:02:09", "--port", "p1"],
-        &[
-            "flow",
-            "add",
-            "--in-port",
-            "p0",
-            "--src",
-            "10.0.1.10",
-            "--dst",
-            "198.51.100.10",
-            "--proto",
-            "udp",
-            "--src-port",
-            "1024",
-            "--dst-port",
-            "5001",
-            "--action",
-            "drop",
-        ],
+        &flow_add[..],
     ] {
         let (ok, _, err) = intctl(&d, args);
         assert!(ok, "{args:?}: {err}");
@@ -174,22 +173,7 @@ fn every_command_round_trips() {
     for args in [
         &["route", "del", "203.0.113.0/24"][..],
         &["neighbour", "del", "10.0.2.9"],
-        &[
-            "flow",
-            "del",
-            "--in-port",
-            "p0",
-            "--src",
-            "10.0.1.10",
-            "--dst",
-            "198.51.100.10",
-            "--proto",
-            "udp",
-            "--src-port",
-            "1024",
-            "--dst-port",
-            "5001",
-        ],
+        &flow_del[..],
         &["port", "disable", "p1"],
     ] {
         let (ok, _, err) = intctl(&d, args);

@@ -58,7 +58,19 @@ pub struct Ctx<'a> {
     pub unresolved: Option<IpAddr>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    pub fn new(
+        tables: &'a Tables,
+        flows: &'a mut FlowTable,
+        macs: &'a mut MacTable,
+        counters: &'a mut CounterValues,
+        control: &'a mut dyn ControlSink,
+        now: u64,
+        learn_flows: bool,
+    ) -> Ctx<'a> {
+        Ctx { tables, flows, macs, counters, control, now, learn_flows, unresolved: None }
+    }
+
     fn notify(&mut self, ev: ControlEvent) {
         if !self.control.send(ev) {
             self.counters.event(Event::ControlQueueFull);
@@ -473,16 +485,8 @@ mod tests {
             }
         }
         fn run(&mut self, f: &mut [u8], port: u16) -> Verdict {
-            let mut ctx = Ctx {
-                tables: &self.t,
-                flows: &mut self.flows,
-                macs: &mut self.macs,
-                counters: &mut self.c,
-                control: &mut self.sink,
-                now: 10,
-                learn_flows: self.learn,
-                unresolved: None,
-            };
+            let mut ctx =
+                Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
             process(&mut ctx, f, port)
         }
     }

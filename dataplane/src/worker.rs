@@ -273,16 +273,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // read the generation that has it.
             refresh_tables(&shared, &me, &mut tables, &mut my_gen, &mut c);
             let mut sink = QueueSink(&me.events);
-            let mut ctx = Ctx {
-                tables: &tables,
-                flows: &mut flows,
-                macs: &mut macs,
-                counters: &mut c,
-                control: &mut sink,
-                now: dpdk::tsc(),
-                learn_flows: setup.learn_flows,
-                unresolved: None,
-            };
+            let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, dpdk::tsc(), setup.learn_flows);
             while let Some((in_port, mut m)) = me.reinject.pop() {
                 let v = forward::process(&mut ctx, m.data_mut(), in_port);
                 out.deliver(m, v, in_port as usize, ctx.tables, ctx.counters, ctx.now);
@@ -334,16 +325,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     }
                 }
             }
-            let mut ctx = Ctx {
-                tables: &tables,
-                flows: &mut flows,
-                macs: &mut macs,
-                counters: &mut c,
-                control: &mut sink,
-                now,
-                learn_flows: setup.learn_flows,
-                unresolved: None,
-            };
+            let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, setup.learn_flows);
             for i in 0..n {
                 let mut m = pkts[i].take().expect("received");
                 ctx.counters.rx_packets[ip] += 1;
