@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Error codes: bad_request, unsupported_version, unknown_command,
-//! bad_argument, not_found, busy, table_full, too_large, internal.
+//! bad_argument, not_found, not_configured, busy, table_full, too_large, internal.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -46,6 +46,11 @@ pub const COMMANDS: &[&str] = &[
     "clear_counters",
     "capture",
     "metrics",
+    "show_int",
+    "show_reports",
+    "int_watch_add",
+    "int_watch_del",
+    "int_export",
 ];
 
 /// A failed request: a code, the argument at fault (if one is), and why.
@@ -240,6 +245,30 @@ fn dispatch(sw: &mut Switch, cmd: &str, args: &Map<String, Value>) -> Result<Val
             Ok(sw.clear_counters())
         }
         "metrics" => Ok(json!({ "text": crate::metrics::render(sw) })),
+        "show_int" => {
+            only(args, &[])?;
+            sw.int_json()
+        }
+        "show_reports" => {
+            only(args, &[])?;
+            sw.reports_json()
+        }
+        "int_watch_add" => {
+            let w: crate::int_config::WatchConfig = args_as(args)?;
+            sw.int_watch_add(w.to_rule(&names)?)
+        }
+        "int_watch_del" => {
+            only(args, &["name"])?;
+            sw.int_watch_del(str_arg(args, "name")?)
+        }
+        "int_export" => {
+            only(args, &["paused"])?;
+            let paused = args
+                .get("paused")
+                .and_then(Value::as_bool)
+                .ok_or_else(|| ApiError::bad_argument("paused", "paused must be true or false"))?;
+            sw.int_export_pause(paused)
+        }
         _ => Err(ApiError::new(
             "unknown_command",
             Some("cmd".into()),

@@ -36,6 +36,9 @@ pub struct Config {
     pub neighbours: Vec<NeighbourConfig>,
     #[serde(default, rename = "flow")]
     pub flows: Vec<FlowConfig>,
+    /// INT domain, watchlist and report collectors (absent: INT off).
+    #[serde(default)]
+    pub int: Option<crate::int_config::IntConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -321,6 +324,7 @@ pub struct Plan {
     pub routes: Vec<RouteSpec>,
     pub neighbours: Vec<NeighbourSpec>,
     pub flows: Vec<(FlowKey, FlowAction)>,
+    pub int: Option<crate::int_config::IntPlan>,
 }
 
 fn is_pci(dev: &str) -> bool {
@@ -485,7 +489,14 @@ impl Config {
             .enumerate()
             .map(|(i, f)| f.to_rule(&names).map_err(at("flow", i)))
             .collect::<Result<_, _>>()?;
-        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, flows })
+        let int = match &self.int {
+            Some(i) => {
+                let mtu: Vec<u16> = ports.iter().map(|p| p.mtu.unwrap_or(1500)).collect();
+                Some(i.to_plan(&names, &mtu)?)
+            }
+            None => None,
+        };
+        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, flows, int })
     }
 }
 

@@ -6,6 +6,8 @@ pub mod capture;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod int_config;
+pub mod int_export;
 pub mod metrics;
 pub mod server;
 pub mod switch;

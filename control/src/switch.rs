@@ -26,6 +26,8 @@ use serde_json::{json, Value};
 use crate::api::ApiError;
 use crate::capture::CaptureJob;
 use crate::config::{format_mac, Plan, WorkerPlan};
+use crate::int_export::Exporter;
+use dataplane::int_stage::WallClock;
 use crate::server::Server;
 
 /// How the switch reports while running and at exit.
@@ -79,6 +81,10 @@ pub struct Switch {
     pub(crate) capture: Option<CaptureJob>,
     /// Packets waiting for a neighbour: (since, worker, input port, packet).
     held: std::collections::VecDeque<Held>,
+    /// Telemetry report export (when `[int]` is configured).
+    exporter: Option<Exporter>,
+    /// Last per-port TX byte counts, for the utilisation INT reports.
+    load_sample: Option<(Instant, Vec<u64>)>,
 }
 
 fn eal_args(plan: &Plan) -> EalArgs {
@@ -163,7 +169,14 @@ impl Switch {
             xconnect: plan.ports.iter().map(|p| p.peer).collect(),
             routes: Vec::new(),
             neighbours: Vec::new(),
+            int: None,
         };
+        let hz = dpdk::tsc_hz().max(1);
+        if let Some(ip) = &plan.int {
+            let mut is = ip.spec.clone();
+            is.report.flow_interval_tsc = ip.flow_interval_ms * hz / 1000;
+            spec.int = Some(is);
+        }
         for r in &plan.routes {
             upsert_route(&mut spec, *r);
         }
@@ -180,7 +193,17 @@ impl Switch {
                     .map_err(|_| "flow: more startup flows than the command queue holds (4096)".to_string())?;
             }
         }
+        let tsc0 = dpdk::tsc();
+        let wall0_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let clock = WallClock::new(tsc0, wall0_ns, hz);
+        let ring_size = plan.int.as_ref().map_or(1, |i| i.ring_size);
+        let mut consumers = Vec::new();
         for (wi, w) in workers.iter().enumerate() {
+            let (producer, consumer) = rtrb::RingBuffer::new(ring_size);
+            consumers.push(consumer);
             let setup = WorkerSetup {
                 id: wi,
                 rx: w.rx.iter().map(|(p, q)| (*p, ports[*p as usize].rx_queue(*q))).collect(),
@@ -194,14 +217,23 @@ impl Switch {
                 tx_drain_us: d.tx_drain_us,
                 idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
                 pool: pool.clone(),
+                reports: producer,
+                clock,
             };
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
         }
-        let wall0_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
+        let exporter = match &plan.int {
+            Some(ip) => Some(Exporter::new(
+                ip.spec.node_id,
+                ip.hw_id,
+                ip.spec.report.md_bits,
+                ip.max_packet,
+                consumers,
+                &ip.collectors,
+            )?),
+            None => None,
+        };
         let nworkers = workers.len();
         Ok(Switch {
             plan,
@@ -216,9 +248,11 @@ impl Switch {
             resolving: HashMap::new(),
             baseline: vec![CounterValues::default(); nworkers],
             started: Instant::now(),
-            tsc0: dpdk::tsc(),
+            tsc0,
             wall0_ns,
-            hz: dpdk::tsc_hz().max(1),
+            hz,
+            exporter,
+            load_sample: None,
             capture: None,
             held: std::collections::VecDeque::new(),
         })
@@ -390,6 +424,70 @@ impl Switch {
         self.spec.ports[i].impair = imp;
         let g = self.commit()?;
         Ok(json!({ "generation": g, "impair": imp.to_netem() }))
+    }
+
+    fn int_spec_mut(&mut self) -> Result<&mut dataplane::int_watch::IntSpec, ApiError> {
+        self.spec.int.as_mut().ok_or_else(not_configured)
+    }
+
+    /// The INT domain and its watchlist, in the config's terms.
+    pub fn int_json(&self) -> Result<Value, ApiError> {
+        let s = self.spec.int.as_ref().ok_or_else(not_configured)?;
+        let names = self.port_names();
+        let edge: Vec<&String> = names.iter().enumerate().filter(|(i, _)| s.is_edge(*i)).map(|(_, n)| n).collect();
+        let core: Vec<&String> = names.iter().enumerate().filter(|(i, _)| !s.is_edge(*i)).map(|(_, n)| n).collect();
+        let c = self.counters();
+        let events: serde_json::Map<String, Value> = Event::ALL
+            .iter()
+            .filter(|e| e.name().starts_with("int_"))
+            .map(|e| (e.name().to_string(), c.events[*e as usize].into()))
+            .collect();
+        let udp_port = match s.presence {
+            dataplane::int_watch::Presence::UdpPort(p) => Some(p),
+            _ => None,
+        };
+        Ok(json!({
+            "node_id": s.node_id,
+            "presence": "udp_port",
+            "udp_port": udp_port,
+            "edge_ports": edge,
+            "core_ports": core,
+            "mtu": names.iter().enumerate().map(|(i, n)| (n.clone(), s.mtu[i])).collect::<HashMap<_, _>>(),
+            "source_pushes": s.source_pushes,
+            "mtu_exceeded": if s.mtu_report { "report" } else { "flag" },
+            "report_md": crate::int_config::instruction_names(s.report.md_bits),
+            "report_truncate": s.report.truncate,
+            "watch": s.watch.iter().map(|r| crate::int_config::rule_json(r, &names)).collect::<Vec<_>>(),
+            "counters": events,
+        }))
+    }
+
+    pub fn int_watch_add(&mut self, rule: dataplane::int_watch::WatchRule) -> Result<Value, ApiError> {
+        self.int_spec_mut()?.upsert(rule);
+        let g = self.commit()?;
+        Ok(json!({ "generation": g }))
+    }
+
+    pub fn int_watch_del(&mut self, name: &str) -> Result<Value, ApiError> {
+        if !self.int_spec_mut()?.remove(name) {
+            return Err(ApiError::not_found("name", format!("no watch rule named '{name}'")));
+        }
+        let g = self.commit()?;
+        Ok(json!({ "generation": g }))
+    }
+
+    /// Report rings and collectors.
+    pub fn reports_json(&self) -> Result<Value, ApiError> {
+        let ex = self.exporter.as_ref().ok_or_else(not_configured)?;
+        let full: Vec<u64> =
+            self.worker_counters().iter().map(|c| c.events[Event::IntReportRingFull as usize]).collect();
+        Ok(ex.json(&full))
+    }
+
+    pub fn int_export_pause(&mut self, paused: bool) -> Result<Value, ApiError> {
+        let ex = self.exporter.as_mut().ok_or_else(not_configured)?;
+        ex.paused = paused;
+        Ok(json!({ "paused": paused }))
     }
 
     pub fn clear_counters(&mut self) -> Value {
@@ -717,6 +815,10 @@ impl Switch {
             }
             self.drain_events()?;
             self.reap_retired();
+            if let Some(ex) = &mut self.exporter {
+                busy |= ex.poll(1 << 16) > 0;
+            }
+            self.sample_load();
             crate::capture::progress(self);
             if opts.stats_interval_s > 0 && last_print.elapsed() >= Duration::from_secs(opts.stats_interval_s) {
                 let now = self.counters();
@@ -731,6 +833,31 @@ impl Switch {
         }
         crate::capture::abort(self, "the switch is stopping");
         Ok(())
+    }
+
+    /// Every 100 ms: each port's TX utilisation and the pool's occupancy,
+    /// which workers put into INT metadata.
+    fn sample_load(&mut self) {
+        let now = Instant::now();
+        if self.load_sample.as_ref().is_some_and(|(t, _)| now.duration_since(*t) < Duration::from_millis(100)) {
+            return;
+        }
+        let bytes: Vec<u64> = self.ports.iter().map(|p| p.stats().obytes).collect();
+        if let Some((t, prev)) = &self.load_sample {
+            let dt = now.duration_since(*t).as_secs_f64();
+            for (i, p) in self.ports.iter().enumerate().take(MAX_PORTS) {
+                let speed = p.link().speed_mbps as f64 * 1e6;
+                let util = if speed > 0.0 && dt > 0.0 {
+                    let bps = bytes[i].saturating_sub(prev[i]) as f64 * 8.0 / dt;
+                    ((bps / speed) * 10_000.0).round().min(10_000.0) as u32
+                } else {
+                    u32::MAX
+                };
+                self.shared.port_tx_util[i].store(util, Ordering::Relaxed);
+            }
+        }
+        self.shared.pool_in_use.store(self.pool.in_use(), Ordering::Relaxed);
+        self.load_sample = Some((now, bytes));
     }
 
     fn print_rates(&self, a: &CounterValues, b: &CounterValues, dt: f64) {
@@ -757,6 +884,9 @@ impl Switch {
             self.eal.wait(w.lcore);
         }
         let _ = self.drain_events();
+        if let Some(ex) = &mut self.exporter {
+            while ex.poll(1 << 16) > 0 {}
+        }
         let c = self.counters();
         let flows: u64 = self.shared.workers.iter().map(|w| w.flows_in_use.load(Ordering::Relaxed)).sum();
         let macs: u64 = self.shared.workers.iter().map(|w| w.macs_in_use.load(Ordering::Relaxed)).sum();
@@ -799,6 +929,10 @@ impl Switch {
         drop(self.ports);
         out
     }
+}
+
+fn not_configured() -> ApiError {
+    ApiError::new("not_configured", None, "INT is not configured on this switch (no [int] section)")
 }
 
 /// Adds a route or replaces the one with the same prefix.

@@ -31,10 +31,25 @@ pub enum Event {
     TablesSwapped,
     CaptureDropped,
     Held,
+    IntSourced,
+    IntSourceSkippedMtu,
+    IntNoRoom,
+    IntTransited,
+    IntHopsExhausted,
+    IntMtuExceeded,
+    IntStripped,
+    IntSunk,
+    IntReportQueued,
+    IntReportRingFull,
+    IntDropReported,
+    IntPassedTruncated,
+    IntPassedBadVersion,
+    IntPassedBadHopMl,
+    IntPassedBadStack,
 }
 
 impl Event {
-    pub const COUNT: usize = Event::Held as usize + 1;
+    pub const COUNT: usize = Event::IntPassedBadStack as usize + 1;
     pub const ALL: [Event; Event::COUNT] = [
         Event::FlowLearned,
         Event::FlowLearnFailedFull,
@@ -54,6 +69,21 @@ impl Event {
         Event::TablesSwapped,
         Event::CaptureDropped,
         Event::Held,
+        Event::IntSourced,
+        Event::IntSourceSkippedMtu,
+        Event::IntNoRoom,
+        Event::IntTransited,
+        Event::IntHopsExhausted,
+        Event::IntMtuExceeded,
+        Event::IntStripped,
+        Event::IntSunk,
+        Event::IntReportQueued,
+        Event::IntReportRingFull,
+        Event::IntDropReported,
+        Event::IntPassedTruncated,
+        Event::IntPassedBadVersion,
+        Event::IntPassedBadHopMl,
+        Event::IntPassedBadStack,
     ];
 
     pub fn name(self) -> &'static str {
@@ -76,6 +106,21 @@ impl Event {
             Event::TablesSwapped => "tables_swapped",
             Event::CaptureDropped => "capture_dropped",
             Event::Held => "held_for_resolution",
+            Event::IntSourced => "int_sourced",
+            Event::IntSourceSkippedMtu => "int_source_skipped_mtu",
+            Event::IntNoRoom => "int_no_headroom",
+            Event::IntTransited => "int_transited",
+            Event::IntHopsExhausted => "int_hops_exhausted",
+            Event::IntMtuExceeded => "int_mtu_exceeded",
+            Event::IntStripped => "int_stripped_intermediate",
+            Event::IntSunk => "int_sunk",
+            Event::IntReportQueued => "int_report_queued",
+            Event::IntReportRingFull => "int_report_ring_full",
+            Event::IntDropReported => "int_drop_reported",
+            Event::IntPassedTruncated => "int_passed_truncated",
+            Event::IntPassedBadVersion => "int_passed_bad_version",
+            Event::IntPassedBadHopMl => "int_passed_bad_hop_ml",
+            Event::IntPassedBadStack => "int_passed_bad_stack",
         }
     }
 }

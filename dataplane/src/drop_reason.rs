@@ -77,10 +77,12 @@ pub enum DropReason {
     IntBadHopMl,
     /// INT stack length not a multiple of HopML.
     IntBadStack,
+    /// INT D flag: the sink discards the packet after extracting its metadata.
+    IntDiscard,
 }
 
 impl DropReason {
-    pub const COUNT: usize = DropReason::IntBadStack as usize + 1;
+    pub const COUNT: usize = DropReason::IntDiscard as usize + 1;
 
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::EthTruncated,
@@ -121,6 +123,7 @@ impl DropReason {
         DropReason::IntBadVersion,
         DropReason::IntBadHopMl,
         DropReason::IntBadStack,
+        DropReason::IntDiscard,
     ];
 
     /// Stable snake_case name used in counters, logs and metrics labels.
@@ -164,6 +167,7 @@ impl DropReason {
             DropReason::IntBadVersion => "int_bad_version",
             DropReason::IntBadHopMl => "int_bad_hop_ml",
             DropReason::IntBadStack => "int_bad_stack",
+            DropReason::IntDiscard => "int_discard",
         }
     }
 }

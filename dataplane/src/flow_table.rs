@@ -89,6 +89,12 @@ impl FlowTable {
         Some(e)
     }
 
+    /// The telemetry state slots of a flow (no packet accounted).
+    #[inline]
+    pub fn state_mut(&mut self, key: &FlowKey) -> Option<&mut [u64; STATE_SLOTS]> {
+        self.map.get_mut(key).map(|e| &mut e.state)
+    }
+
     pub fn get(&self, key: &FlowKey) -> Option<&FlowEntry> {
         self.map.get(key)
     }

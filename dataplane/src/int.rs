@@ -267,6 +267,35 @@ pub fn transit(
     Ok(outcome)
 }
 
+/// Removes the metadata stack (keeping shim and header), after it went
+/// into an intermediate report. Returns the bytes removed.
+pub fn strip_stack(pkt: &mut impl PacketBuf, meta: &PacketMeta, udp_port: u16) -> Result<usize, DropReason> {
+    let blk = find(pkt.bytes(), meta, udp_port).ok_or(DropReason::IntTruncated)?;
+    let total = IntMd::new_checked(&pkt.bytes()[blk..])?.total_len();
+    let n = total - INT_HDR_LEN;
+    if n == 0 {
+        return Ok(0);
+    }
+    let l4 = meta.l4_offset;
+    let b = pkt.bytes();
+    let old_len = rd16(b, l4 + 4);
+    let new_len = old_len - n as u16;
+    let old = checksum::sum(0, &b[blk..blk + total]) + 2 * old_len as u32;
+    let csum = rd16(b, l4 + 6);
+    if !pkt.remove_at(blk + INT_HDR_LEN, n) {
+        return Err(DropReason::IntTruncated);
+    }
+    // The data before the stack moved back by n bytes: offsets are unchanged
+    // relative to the new start, so blk still points at the shim.
+    let b = pkt.bytes_mut();
+    b[blk + 1] = (int_md::MD_HDR_LEN / 4) as u8;
+    wr16(b, l4 + 4, new_len);
+    let new = checksum::sum(0, &b[blk..blk + INT_HDR_LEN]) + 2 * new_len as u32;
+    wr16(b, l4 + 6, udp_adjust(csum, old, new));
+    ip_len_add(b, meta, -(n as i32));
+    Ok(n)
+}
+
 /// INT sink: removes shim + header + stack (and an inserted UDP header) and
 /// restores what NPT saved. Before that, `report` gets the packet as it
 /// arrived, stack inside, up to its length; returns the bytes copied there.

@@ -12,6 +12,8 @@ pub mod flow_table;
 pub mod forward;
 pub mod impair;
 pub mod int;
+pub mod int_stage;
+pub mod int_watch;
 pub mod lpm;
 pub mod mac_table;
 pub mod parse;

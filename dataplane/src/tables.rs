@@ -68,6 +68,8 @@ pub struct TableSpec {
     pub xconnect: Vec<Option<u16>>,
     pub routes: Vec<RouteSpec>,
     pub neighbours: Vec<NeighbourSpec>,
+    /// INT domain configuration (None: INT off).
+    pub int: Option<crate::int_watch::IntSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +98,7 @@ pub struct Tables {
     /// The switch's own addresses -> port.
     pub local4: FixedMap<u64, u16>,
     pub local6: FixedMap<u128, u16>,
+    pub int: Option<crate::int_watch::IntSpec>,
 }
 
 pub fn v4_key(a: [u8; 4]) -> u64 {
@@ -180,6 +183,7 @@ impl Tables {
             neigh6,
             local4,
             local6,
+            int: spec.int.clone(),
         })
     }
 
@@ -241,6 +245,7 @@ pub(crate) mod tests {
                 port: 1,
                 permanent: true,
             }],
+            int: None,
         }
     }
 

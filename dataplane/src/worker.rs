@@ -18,6 +18,7 @@ use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
 use crate::impair::{Admit, Impairer};
+use crate::int_stage::{self, Hop, IntCtx, ReportRecord, WallClock};
 use crate::mac_table::MacTable;
 use crate::parse::{FlowKey, PacketMeta};
 use crate::tables::Tables;
@@ -106,6 +107,10 @@ pub struct WorkerSetup {
     pub idle: IdleConfig,
     /// Pool for capture copies.
     pub pool: dpdk::Mempool,
+    /// This worker's end of its report ring to the control core.
+    pub reports: rtrb::Producer<ReportRecord>,
+    /// TSC -> wall-clock nanoseconds for INT timestamps.
+    pub clock: WallClock,
 }
 
 /// State a worker shares with the control core.
@@ -173,6 +178,11 @@ pub struct Shared {
     /// Bit per port: mirror received / transmitted packets to `capture`.
     pub capture_rx: AtomicU32,
     pub capture_tx: AtomicU32,
+    /// Per port: TX utilisation in 1/100 % measured by the control core
+    /// (u32::MAX: unknown), for INT metadata.
+    pub port_tx_util: [AtomicU32; MAX_PORTS],
+    /// Mbufs in use in the packet pool, sampled by the control core.
+    pub pool_in_use: AtomicU32,
 }
 
 impl Shared {
@@ -185,6 +195,8 @@ impl Shared {
             workers: (0..workers).map(|_| Arc::new(WorkerShared::new())).collect(),
             capture_rx: AtomicU32::new(0),
             capture_tx: AtomicU32::new(0),
+            port_tx_util: std::array::from_fn(|_| AtomicU32::new(u32::MAX)),
+            pool_in_use: AtomicU32::new(0),
         }
     }
 }
@@ -311,7 +323,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // With a table larger than the caches, pass 1 parses the burst and
             // prefetches each flow's slot so pass 2's lookups overlap their
             // misses; with a small table one pass is cheaper.
-            let two_pass = flows.len() >= PREFETCH_MIN_FLOWS;
+            // The INT stage needs each packet's parse too.
+            let two_pass = tables.int.is_some() || flows.len() >= PREFETCH_MIN_FLOWS;
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
@@ -330,7 +343,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 let mut m = pkts[i].take().expect("received");
                 ctx.counters.rx_packets[ip] += 1;
                 ctx.counters.rx_bytes[ip] += m.pkt_len() as u64;
-                let v = if two_pass {
+                let mut v = if two_pass {
                     forward::process_parsed(&mut ctx, m.data_mut(), in_port, metas[i])
                 } else if m.segments() != 1 {
                     Verdict::Drop(DropReason::MultiSegment)
@@ -345,6 +358,12 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                             continue;
                         }
                         Err((_, _, back)) => m = back,
+                    }
+                }
+                if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &metas[i]) {
+                    if two_pass {
+                        let w = IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: now, out: &out, shared: &shared };
+                        v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
                     }
                 }
                 if cap_tx != 0 {
@@ -420,6 +439,62 @@ fn refresh_tables(
         *my_gen = tables.generation;
         c.event(Event::TablesSwapped);
         me.acked_tables.store(*my_gen, Ordering::Release);
+    }
+}
+
+/// What the INT stage needs to know about the worker running it.
+struct IntWorker<'a> {
+    id: usize,
+    clock: &'a WallClock,
+    /// TSC when the burst was received.
+    rx_tsc: u64,
+    out: &'a Egress,
+    shared: &'a Shared,
+}
+
+/// Runs the INT stage on a forwarded packet (or files a drop report for a
+/// dropped one); returns the verdict, which becomes a drop when INT says so.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn int_verdict(
+    spec: &crate::int_watch::IntSpec,
+    w: &IntWorker,
+    m: &mut Mbuf,
+    meta: &PacketMeta,
+    v: Verdict,
+    in_port: u16,
+    reports: &mut rtrb::Producer<ReportRecord>,
+    flows: &mut FlowTable,
+    counters: &mut CounterValues,
+) -> Verdict {
+    let (out, shared) = (w.out, w.shared);
+    let out_port = match v {
+        Verdict::Tx(p) => p,
+        Verdict::Drop(_) => in_port,
+        _ => return v,
+    };
+    let o = out_port as usize;
+    let util = shared.port_tx_util.get(o).map_or(u32::MAX, |u| u.load(Ordering::Relaxed));
+    let hop = Hop {
+        in_port,
+        out_port,
+        rx_tsc: w.rx_tsc,
+        tx_tsc: dpdk::tsc(),
+        queue_id: w.id as u8,
+        queue_occupancy: out.occupancy(o) as u32,
+        tx_util: (util != u32::MAX).then_some(util),
+        buffer_occupancy: shared.pool_in_use.load(Ordering::Relaxed),
+    };
+    let mut ictx = IntCtx { spec, clock: w.clock, flows, counters, reports };
+    match v {
+        Verdict::Drop(r) => {
+            int_stage::dropped(&mut ictx, m.data(), meta, &hop, r);
+            v
+        }
+        _ => match int_stage::apply(&mut ictx, m, meta, &hop) {
+            Ok(()) => v,
+            Err(r) => Verdict::Drop(r),
+        },
     }
 }
 
@@ -541,6 +616,11 @@ impl Egress {
                 account_refused(c, p, n, b);
             });
         }
+    }
+
+    /// Packets waiting on a port: this worker's TX buffer and link emulation.
+    fn occupancy(&self, port: usize) -> usize {
+        self.tx.get(port).map_or(0, |t| t.pending()) + self.impair.get(port).map_or(0, |i| i.len())
     }
 
     /// When the next packet held by a link emulation is due, if any.

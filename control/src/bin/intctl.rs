@@ -29,7 +29,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Show state: ports, workers, counters, drops, flows, routes, neighbours, config, version, metrics.
+    /// Show state: ports, workers, counters, drops, flows, routes, neighbours, config, version, metrics, int, reports.
     Show {
         #[command(subcommand)]
         what: Show,
@@ -53,6 +53,11 @@ enum Cmd {
     Port {
         #[command(subcommand)]
         op: PortOp,
+    },
+    /// INT: watchlist rules (the per-flow role) and report export.
+    Int {
+        #[command(subcommand)]
+        op: IntOp,
     },
     /// Reset counters (the views count from now; /metrics stays monotonic).
     Clear {
@@ -107,6 +112,72 @@ enum Show {
     Version,
     /// The Prometheus text the /metrics endpoint serves.
     Metrics,
+    /// INT domain: node ID, edge/core ports, watchlist, INT counters.
+    Int,
+    /// Telemetry report export: per-worker rings and per-collector counts.
+    Reports,
+}
+
+#[derive(Subcommand)]
+enum IntOp {
+    /// Watchlist rules: ternary match on 5-tuple, DSCP and input port -> role.
+    Watch {
+        #[command(subcommand)]
+        op: WatchOp,
+    },
+    /// Pause or resume report export (paused: records wait in the rings).
+    Export {
+        #[arg(value_parser = ["pause", "resume"])]
+        action: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum WatchOp {
+    /// Add a rule, or replace the rule of the same name.
+    Add {
+        name: String,
+        /// source, transit, sink or none.
+        #[arg(long)]
+        role: String,
+        /// Higher wins.
+        #[arg(long, default_value_t = 0)]
+        priority: u32,
+        /// Source prefix ADDR/LEN.
+        #[arg(long)]
+        src: Option<String>,
+        /// Destination prefix ADDR/LEN.
+        #[arg(long)]
+        dst: Option<String>,
+        /// udp, tcp, icmp, icmpv6 or a number.
+        #[arg(long)]
+        proto: Option<String>,
+        /// Port or VALUE/MASK.
+        #[arg(long)]
+        src_port: Option<String>,
+        /// Port or VALUE/MASK.
+        #[arg(long)]
+        dst_port: Option<String>,
+        /// DSCP (0-63) or VALUE/MASK.
+        #[arg(long)]
+        dscp: Option<String>,
+        /// Input port name.
+        #[arg(long)]
+        in_port: Option<String>,
+        /// Source: comma-separated instructions (node_id,l1_ports,hop_latency,queue,
+        /// ingress_ts,egress_ts,l2_ports,tx_util,buffer).
+        #[arg(long, value_delimiter = ',')]
+        instructions: Option<Vec<String>>,
+        /// Source: maximum hop count (default 8).
+        #[arg(long)]
+        max_hops: Option<u8>,
+        /// Source: domain-specific ID.
+        #[arg(long)]
+        domain_id: Option<u16>,
+    },
+    Del {
+        name: String,
+    },
 }
 
 #[derive(Args)]
@@ -261,6 +332,8 @@ fn run(cli: Cli) -> Result<(), String> {
             Show::Config => ("show_config", json!({})),
             Show::Version => ("show_version", json!({})),
             Show::Metrics => ("metrics", json!({})),
+            Show::Int => ("show_int", json!({})),
+            Show::Reports => ("show_reports", json!({})),
         },
         Cmd::Flow { op: FlowOp::Add { key, action } } => {
             let mut m = key_args(key);
@@ -284,6 +357,52 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Port { op: PortOp::Disable { port } } => ("port_disable", json!({ "port": port })),
         Cmd::Port { op: PortOp::Impair { port, netem } } => {
             ("port_impair", json!({ "port": port, "netem": netem.join(" ") }))
+        }
+        Cmd::Int { op: IntOp::Export { action } } => ("int_export", json!({ "paused": action == "pause" })),
+        Cmd::Int { op: IntOp::Watch { op: WatchOp::Del { name } } } => ("int_watch_del", json!({ "name": name })),
+        Cmd::Int {
+            op:
+                IntOp::Watch {
+                    op:
+                        WatchOp::Add {
+                            name,
+                            role,
+                            priority,
+                            src,
+                            dst,
+                            proto,
+                            src_port,
+                            dst_port,
+                            dscp,
+                            in_port,
+                            instructions,
+                            max_hops,
+                            domain_id,
+                        },
+                },
+        } => {
+            let mut m = json!({ "name": name, "role": role, "priority": priority });
+            let num_or_str = |v: &str| v.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(v));
+            for (k, v) in [("src", src), ("dst", dst), ("in_port", in_port)] {
+                if let Some(v) = v {
+                    m[k] = json!(v);
+                }
+            }
+            for (k, v) in [("proto", proto), ("src_port", src_port), ("dst_port", dst_port), ("dscp", dscp)] {
+                if let Some(v) = v {
+                    m[k] = num_or_str(v);
+                }
+            }
+            if let Some(i) = instructions {
+                m["instructions"] = json!(i);
+            }
+            if let Some(h) = max_hops {
+                m["max_hops"] = json!(h);
+            }
+            if let Some(d) = domain_id {
+                m["domain_id"] = json!(d);
+            }
+            ("int_watch_add", m)
         }
         Cmd::Clear { what: ClearWhat::Counters } => ("clear_counters", json!({})),
         Cmd::Monitor { interval, iterations } => return monitor(&mut c, *interval, *iterations, json_out),
@@ -470,6 +589,83 @@ fn print_text(cmd: &str, r: &Value) {
             s(&r["port"]),
             s(&r["out"])
         ),
+        "show_int" => {
+            println!(
+                "node {}  presence udp_port {}  edge {}  core {}  mtu_exceeded {}  report_md {}",
+                s(&r["node_id"]),
+                s(&r["udp_port"]),
+                r["edge_ports"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
+                r["core_ports"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
+                s(&r["mtu_exceeded"]),
+                r["report_md"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
+            );
+            table(
+                &["RULE", "PRIO", "ROLE", "SRC", "DST", "PROTO", "SPORT", "DPORT", "DSCP", "IN", "INSTRUCTIONS", "HOPS"],
+                r["watch"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|w| {
+                        vec![
+                            s(&w["name"]),
+                            s(&w["priority"]),
+                            s(&w["role"]),
+                            s(&w["src"]),
+                            s(&w["dst"]),
+                            s(&w["proto"]),
+                            s(&w["src_port"]),
+                            s(&w["dst_port"]),
+                            s(&w["dscp"]),
+                            s(&w["in_port"]),
+                            w["instructions"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
+                            s(&w["max_hops"]),
+                        ]
+                    })
+                    .collect(),
+            );
+            for (k, v) in r["counters"].as_object().into_iter().flatten().filter(|(_, v)| v.as_u64() != Some(0)) {
+                println!("event {k:<26} {v}");
+            }
+        }
+        "show_reports" => {
+            println!(
+                "export {}  node {} hw_id {}  reports {}  packets {}",
+                if r["paused"] == true { "paused" } else { "running" },
+                s(&r["node_id"]),
+                s(&r["hw_id"]),
+                s(&r["reports"]),
+                s(&r["packets"])
+            );
+            table(
+                &["RING", "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
+                r["rings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|x| {
+                        vec![s(&x["worker"]), s(&x["capacity"]), s(&x["pending"]), s(&x["received"]), s(&x["ring_full"])]
+                    })
+                    .collect(),
+            );
+            table(
+                &["COLLECTOR", "PACKETS", "REPORTS", "SEND ERRORS", "NEXT SEQ", "LAST ERROR"],
+                r["collectors"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|x| {
+                        vec![
+                            s(&x["address"]),
+                            s(&x["packets"]),
+                            s(&x["reports"]),
+                            s(&x["send_errors"]),
+                            s(&x["next_seq"]),
+                            s(&x["last_error"]),
+                        ]
+                    })
+                    .collect(),
+            );
+        }
         _ => println!("ok"),
     }
 }

@@ -1,0 +1,457 @@
+//! The `[int]` section: INT domain, watchlist and report collectors. Watch
+//! rules are converted by the same function whether they come from the file
+//! or from `intctl int watch add`.
+
+use std::net::{IpAddr, SocketAddr};
+
+use dataplane::counters::MAX_PORTS;
+use dataplane::int_watch::{IntSpec, Presence, ReportParams, Role, SourceParams, Ternary, WatchRule};
+use dataplane::int_stage::REPORT_MAX;
+use dataplane::wire::int_md::instr;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{parse_prefix, parse_proto, port_by_name, ConfigError};
+
+fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError { key: key.into(), reason: reason.into() }
+}
+
+/// Instruction names, in bitmap order (INT v2.1 bits 0-8).
+pub const INSTRUCTIONS: [(&str, u16); 9] = [
+    ("node_id", instr::NODE_ID),
+    ("l1_ports", instr::L1_PORTS),
+    ("hop_latency", instr::HOP_LATENCY),
+    ("queue", instr::QUEUE),
+    ("ingress_ts", instr::INGRESS_TS),
+    ("egress_ts", instr::EGRESS_TS),
+    ("l2_ports", instr::L2_PORTS),
+    ("tx_util", instr::TX_UTIL),
+    ("buffer", instr::BUFFER),
+];
+
+pub fn instruction_names(bitmap: u16) -> Vec<String> {
+    let mut v: Vec<String> = INSTRUCTIONS.iter().filter(|(_, b)| bitmap & b != 0).map(|(n, _)| n.to_string()).collect();
+    if bitmap & instr::RESERVED != 0 {
+        v.push(format!("reserved:{:#06x}", bitmap & instr::RESERVED));
+    }
+    v
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IntConfig {
+    /// This switch's INT node ID (group header and node_id metadata).
+    pub node_id: u32,
+    /// Presence by UDP destination port (NPT 1 for UDP, NPT 2 otherwise).
+    #[serde(default = "default_udp_port")]
+    pub udp_port: u16,
+    /// Ports at the edge of the INT domain: flows enter (source) and leave
+    /// (sink) through them. The others are core ports.
+    #[serde(default)]
+    pub edge_ports: Vec<String>,
+    /// The source pushes its own metadata.
+    #[serde(default = "yes")]
+    pub source_pushes: bool,
+    /// A push that does not fit the egress MTU: "flag" (set M) or "report"
+    /// (export an intermediate report with the I flag and strip the stack).
+    #[serde(default = "default_mtu_exceeded")]
+    pub mtu_exceeded: String,
+    /// Sink metadata in each report (RepMdBits), by instruction name.
+    #[serde(default = "default_report_md")]
+    pub report_md: Vec<String>,
+    /// Inner packet bytes kept in a report (the INT stack always stays in).
+    #[serde(default = "default_truncate")]
+    pub report_truncate: usize,
+    /// At most one report per tracked flow (flow table entry) this often; 0: every packet.
+    #[serde(default)]
+    pub report_flow_interval_ms: u64,
+    /// UDP payload bytes per report packet (several reports are batched).
+    #[serde(default = "default_max_packet")]
+    pub report_max_packet: usize,
+    /// Records each worker's report ring holds.
+    #[serde(default = "default_ring")]
+    pub ring_size: usize,
+    /// Telemetry Report hw_id (6 bits).
+    #[serde(default)]
+    pub hw_id: u8,
+    #[serde(default)]
+    pub watch: Vec<WatchConfig>,
+    #[serde(default)]
+    pub collector: Vec<CollectorConfig>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_udp_port() -> u16 {
+    17768
+}
+fn default_mtu_exceeded() -> String {
+    "flag".into()
+}
+fn default_report_md() -> Vec<String> {
+    ["l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts"].map(String::from).to_vec()
+}
+fn default_truncate() -> usize {
+    256
+}
+fn default_max_packet() -> usize {
+    1472
+}
+fn default_ring() -> usize {
+    4096
+}
+
+/// One watchlist rule (file entry and API argument).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WatchConfig {
+    pub name: String,
+    #[serde(default)]
+    pub priority: u32,
+    /// "source", "transit", "sink" or "none".
+    pub role: String,
+    /// Prefixes ("10.0.0.0/8"); both present must be of one family.
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    /// Name or number.
+    pub proto: Option<toml::Value>,
+    /// A number or "VALUE/MASK" (e.g. "0x1380/0xfff0").
+    pub src_port: Option<toml::Value>,
+    pub dst_port: Option<toml::Value>,
+    /// DSCP (0-63) or "VALUE/MASK".
+    pub dscp: Option<toml::Value>,
+    pub in_port: Option<String>,
+    /// Source role: instruction names, or `bitmap` as a number.
+    pub instructions: Option<Vec<String>>,
+    pub bitmap: Option<u16>,
+    pub max_hops: Option<u8>,
+    pub domain_id: Option<u16>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CollectorConfig {
+    /// "ADDR:PORT" the reports go to (kernel UDP socket).
+    pub address: String,
+    /// Local "ADDR:PORT" to send from (default: any).
+    pub bind: Option<String>,
+}
+
+/// The validated `[int]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntPlan {
+    pub spec: IntSpec,
+    pub collectors: Vec<(SocketAddr, Option<SocketAddr>)>,
+    pub ring_size: usize,
+    pub hw_id: u8,
+    pub max_packet: usize,
+    /// Report interval in ms (the spec holds it in TSC ticks, set at start).
+    pub flow_interval_ms: u64,
+}
+
+fn instructions(key: &str, names: &[String], allow_node: bool) -> Result<u16, ConfigError> {
+    let mut b = 0;
+    for n in names {
+        match INSTRUCTIONS.iter().find(|(x, _)| x == n) {
+            Some((_, bit)) if *bit == instr::NODE_ID && !allow_node => {
+                return Err(cerr(key, "node_id is in the report's group header, not in report metadata"))
+            }
+            Some((_, bit)) => b |= bit,
+            None => {
+                let all: Vec<&str> = INSTRUCTIONS.iter().map(|(n, _)| *n).collect();
+                return Err(cerr(key, format!("unknown instruction '{n}' (one of {})", all.join(", "))));
+            }
+        }
+    }
+    Ok(b)
+}
+
+fn ternary16(key: &str, v: &toml::Value, max: u32) -> Result<Ternary<u16>, ConfigError> {
+    let num = |s: &str| -> Result<u32, ConfigError> {
+        let s = s.trim();
+        let r = match s.strip_prefix("0x") {
+            Some(h) => u32::from_str_radix(h, 16),
+            None => s.parse(),
+        };
+        r.ok().filter(|n| *n <= max).ok_or_else(|| cerr(key, format!("'{s}' is not a number 0..={max}")))
+    };
+    let (value, mask) = match v {
+        toml::Value::Integer(n) if (0..=max as i64).contains(n) => (*n as u32, max),
+        toml::Value::String(s) => match s.split_once('/') {
+            Some((a, m)) => (num(a)?, num(m)?),
+            None => (num(s)?, max),
+        },
+        _ => return Err(cerr(key, format!("expected a number 0..={max} or \"VALUE/MASK\""))),
+    };
+    Ok(Ternary { value: value as u16, mask: mask as u16 })
+}
+
+fn prefix(key: &str, s: &str) -> Result<(u8, Ternary<u128>), ConfigError> {
+    let (ip, len) = parse_prefix(s).map_err(|e| cerr(key, e))?;
+    Ok(match ip {
+        IpAddr::V4(a) => {
+            let mask = if len == 0 { 0 } else { (u32::MAX << (32 - len as u32)) as u128 };
+            let mask = mask | if len == 0 { 0 } else { u128::MAX << 32 };
+            (4, Ternary { value: dataplane::int_watch::mapped_v4(u32::from(a)), mask })
+        }
+        IpAddr::V6(a) => {
+            let mask = if len == 0 { 0 } else { u128::MAX << (128 - len as u32) };
+            (6, Ternary { value: u128::from(a), mask })
+        }
+    })
+}
+
+impl WatchConfig {
+    pub fn to_rule(&self, ports: &[String]) -> Result<WatchRule, ConfigError> {
+        if self.name.is_empty() {
+            return Err(cerr("name", "must not be empty"));
+        }
+        let source_keys = self.instructions.is_some() || self.bitmap.is_some();
+        let role = match self.role.as_str() {
+            "source" => {
+                let bitmap = match (&self.instructions, self.bitmap) {
+                    (Some(_), Some(_)) => return Err(cerr("bitmap", "give instructions or bitmap, not both")),
+                    (Some(n), None) => instructions("instructions", n, true)?,
+                    (None, Some(b)) => b,
+                    (None, None) => return Err(cerr("instructions", "a source rule needs instructions or bitmap")),
+                };
+                if bitmap == 0 {
+                    return Err(cerr("instructions", "must select at least one instruction"));
+                }
+                if bitmap & instr::CHECKSUM_COMPLEMENT != 0 {
+                    return Err(cerr("bitmap", "bit 15 (checksum complement) is not supported: checksums are updated"));
+                }
+                let max_hops = self.max_hops.unwrap_or(8);
+                if max_hops == 0 {
+                    return Err(cerr("max_hops", "must be at least 1"));
+                }
+                Role::Source(SourceParams { bitmap, max_hops, domain_id: self.domain_id.unwrap_or(0) })
+            }
+            r @ ("transit" | "sink" | "none") => {
+                if source_keys || self.max_hops.is_some() || self.domain_id.is_some() {
+                    return Err(cerr("role", format!("instructions/bitmap/max_hops/domain_id only apply to source, not {r}")));
+                }
+                match r {
+                    "transit" => Role::Transit,
+                    "sink" => Role::Sink,
+                    _ => Role::None,
+                }
+            }
+            r => return Err(cerr("role", format!("'{r}' is not one of source, transit, sink, none"))),
+        };
+        let mut rule = WatchRule::any(&self.name, role);
+        rule.priority = self.priority;
+        if let Some(s) = &self.src {
+            (rule.ip_version, rule.src) = prefix("src", s)?;
+        }
+        if let Some(d) = &self.dst {
+            let (v, t) = prefix("dst", d)?;
+            if rule.ip_version != 0 && rule.ip_version != v {
+                return Err(cerr("dst", "src and dst are of different IP versions"));
+            }
+            (rule.ip_version, rule.dst) = (v, t);
+        }
+        if let Some(p) = &self.proto {
+            rule.proto = Ternary::exact(parse_proto(p).map_err(|e| cerr("proto", e))?);
+        }
+        if let Some(p) = &self.src_port {
+            rule.src_port = ternary16("src_port", p, 0xffff)?;
+        }
+        if let Some(p) = &self.dst_port {
+            rule.dst_port = ternary16("dst_port", p, 0xffff)?;
+        }
+        if let Some(d) = &self.dscp {
+            let t = ternary16("dscp", d, 0x3f)?;
+            rule.dscp = Ternary { value: t.value as u8, mask: t.mask as u8 };
+        }
+        if let Some(p) = &self.in_port {
+            rule.in_port = Some(port_by_name(ports, "in_port", p)?);
+        }
+        Ok(rule)
+    }
+}
+
+/// The config form of a rule (for `show int` and `show config`).
+pub fn rule_json(r: &WatchRule, ports: &[String]) -> serde_json::Value {
+    let addr = |v: u8, t: &Ternary<u128>| -> Option<String> {
+        if t.mask == 0 {
+            return None;
+        }
+        Some(if v == 4 {
+            let len = (t.mask as u32).leading_ones();
+            format!("{}/{len}", std::net::Ipv4Addr::from(t.value as u32))
+        } else {
+            format!("{}/{}", std::net::Ipv6Addr::from(t.value), t.mask.leading_ones())
+        })
+    };
+    let t16 = |t: &Ternary<u16>, max: u16| -> Option<String> {
+        match t.mask {
+            0 => None,
+            m if m == max => Some(t.value.to_string()),
+            m => Some(format!("{:#x}/{:#x}", t.value, m)),
+        }
+    };
+    let mut v = serde_json::json!({
+        "name": r.name,
+        "priority": r.priority,
+        "role": r.role.name(),
+        "src": addr(r.ip_version, &r.src),
+        "dst": addr(r.ip_version, &r.dst),
+        "proto": (r.proto.mask != 0).then_some(r.proto.value),
+        "src_port": t16(&r.src_port, 0xffff),
+        "dst_port": t16(&r.dst_port, 0xffff),
+        "dscp": t16(&Ternary { value: r.dscp.value as u16, mask: r.dscp.mask as u16 }, 0x3f),
+        "in_port": r.in_port.and_then(|p| ports.get(p as usize).cloned()),
+    });
+    if let Role::Source(sp) = r.role {
+        v["instructions"] = serde_json::json!(instruction_names(sp.bitmap));
+        v["bitmap"] = serde_json::json!(format!("{:#06x}", sp.bitmap));
+        v["max_hops"] = serde_json::json!(sp.max_hops);
+        v["domain_id"] = serde_json::json!(sp.domain_id);
+    }
+    v
+}
+
+impl IntConfig {
+    /// `mtu`: each port's MTU (IP bytes) by index.
+    pub fn to_plan(&self, ports: &[String], mtu: &[u16]) -> Result<IntPlan, ConfigError> {
+        let k = |f: &str| format!("int.{f}");
+        if self.udp_port == 0 {
+            return Err(cerr(k("udp_port"), "must be 1-65535"));
+        }
+        let mut edge = 0u32;
+        for p in &self.edge_ports {
+            edge |= 1 << port_by_name(ports, &k("edge_ports"), p)?;
+        }
+        let mtu_report = match self.mtu_exceeded.as_str() {
+            "flag" => false,
+            "report" => true,
+            m => return Err(cerr(k("mtu_exceeded"), format!("'{m}' is not one of flag, report"))),
+        };
+        let md_bits = instructions(&k("report_md"), &self.report_md, false)?;
+        if !(64..=REPORT_MAX).contains(&self.report_truncate) {
+            return Err(cerr(k("report_truncate"), format!("must be 64..={REPORT_MAX}")));
+        }
+        if !(128..=65507).contains(&self.report_max_packet) {
+            return Err(cerr(k("report_max_packet"), "must be 128..=65507"));
+        }
+        if !(2..=1 << 20).contains(&self.ring_size) {
+            return Err(cerr(k("ring_size"), "must be 2..=1048576"));
+        }
+        if self.hw_id > 63 {
+            return Err(cerr(k("hw_id"), "must be 0..=63 (6 bits)"));
+        }
+        let mut watch = Vec::new();
+        let mut spec = IntSpec {
+            node_id: self.node_id,
+            presence: Presence::UdpPort(self.udp_port),
+            edge_ports: edge,
+            mtu: [1500; MAX_PORTS],
+            source_pushes: self.source_pushes,
+            mtu_report,
+            report: ReportParams { md_bits, truncate: self.report_truncate, flow_interval_tsc: 0 },
+            watch: Vec::new(),
+        };
+        for (i, m) in mtu.iter().enumerate().take(MAX_PORTS) {
+            spec.mtu[i] = *m;
+        }
+        for (i, w) in self.watch.iter().enumerate() {
+            let r = w.to_rule(ports).map_err(|e| cerr(format!("int.watch[{i}].{}", e.key), e.reason))?;
+            if watch.contains(&r.name) {
+                return Err(cerr(format!("int.watch[{i}].name"), format!("'{}' is used twice", r.name)));
+            }
+            watch.push(r.name.clone());
+            spec.upsert(r);
+        }
+        let mut collectors = Vec::new();
+        for (i, c) in self.collector.iter().enumerate() {
+            let ck = |f: &str| format!("int.collector[{i}].{f}");
+            let a: SocketAddr =
+                c.address.parse().map_err(|_| cerr(ck("address"), format!("'{}' is not ADDR:PORT", c.address)))?;
+            let b = c
+                .bind
+                .as_deref()
+                .map(|b| b.parse::<SocketAddr>().map_err(|_| cerr(ck("bind"), format!("'{b}' is not ADDR:PORT"))))
+                .transpose()?;
+            collectors.push((a, b));
+        }
+        Ok(IntPlan {
+            spec,
+            collectors,
+            ring_size: self.ring_size,
+            hw_id: self.hw_id,
+            max_packet: self.report_max_packet,
+            flow_interval_ms: self.report_flow_interval_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ports() -> Vec<String> {
+        vec!["p0".into(), "p1".into()]
+    }
+
+    fn plan(text: &str) -> Result<IntPlan, ConfigError> {
+        let c: IntConfig = toml::from_str(text).map_err(|e| cerr("", e.to_string()))?;
+        c.to_plan(&ports(), &[1500, 1500])
+    }
+
+    #[test]
+    fn parses_a_full_section() {
+        let p = plan(
+            r#"
+            node_id = 7
+            edge_ports = ["p0"]
+            report_md = ["l1_ports", "hop_latency"]
+            [[watch]]
+            name = "udp-to-h2"
+            role = "source"
+            priority = 5
+            src = "10.31.1.0/24"
+            dst = "10.31.2.2/32"
+            proto = "udp"
+            dst_port = "5000/0xff00"
+            dscp = 0
+            in_port = "p0"
+            instructions = ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts"]
+            max_hops = 6
+            [[collector]]
+            address = "127.0.0.1:32766"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(p.spec.edge_ports, 1);
+        assert_eq!(p.spec.report.md_bits, 0x6000);
+        let r = &p.spec.watch[0];
+        assert_eq!(r.role, Role::Source(SourceParams { bitmap: 0xf800, max_hops: 6, domain_id: 0 }));
+        assert_eq!((r.ip_version, r.in_port, r.dst_port.value, r.dst_port.mask), (4, Some(0), 5000, 0xff00));
+        let j = rule_json(r, &ports());
+        assert_eq!(j["src"], "10.31.1.0/24");
+        assert_eq!(j["dst"], "10.31.2.2/32");
+        assert_eq!(j["dst_port"], "0x1388/0xff00");
+        assert_eq!(p.collectors.len(), 1);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = plan("node_id = 1\nedge_ports = [\"p9\"]").unwrap_err();
+        assert_eq!(e.key, "int.edge_ports");
+        let e = plan("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"source\"").unwrap_err();
+        assert_eq!(e.key, "int.watch[0].instructions");
+        let e = plan("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"sink\"\nmax_hops = 3").unwrap_err();
+        assert_eq!(e.key, "int.watch[0].role");
+        let e = plan("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"none\"\ndscp = 64").unwrap_err();
+        assert_eq!(e.key, "int.watch[0].dscp");
+        let e = plan("node_id = 1\nreport_md = [\"node_id\"]").unwrap_err();
+        assert_eq!(e.key, "int.report_md");
+        let e = plan("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"none\"\nsrc = \"10.0.0.0/8\"\ndst = \"::/0\"")
+            .unwrap_err();
+        assert_eq!(e.key, "int.watch[0].dst");
+        let e = plan("node_id = 1\n[[collector]]\naddress = \"nowhere\"").unwrap_err();
+        assert_eq!(e.key, "int.collector[0].address");
+    }
+}

@@ -1,0 +1,547 @@
+//! The INT stage of a worker: after forwarding chose the output port, decide
+//! this switch's role for the packet (see `int_watch`), gather the hop's
+//! metadata, run the source / transit / sink transform, and queue telemetry
+//! report records for the control core. Nothing here allocates; reports go
+//! into a fixed-size record pushed to the worker's SPSC ring.
+
+use crate::counters::{CounterValues, Event};
+use crate::flow_table::FlowTable;
+use crate::int::{self, Skip, Transit};
+use crate::int_watch::{mapped_v4, IntSpec, Presence, Role, WatchFields};
+use crate::parse::PacketMeta;
+use crate::pktbuf::PacketBuf;
+use crate::wire::int_md::{HopMetadata, IntMd};
+use crate::wire::telemetry_report::{FLAG_D, FLAG_F, FLAG_I};
+use crate::DropReason;
+
+/// Largest inner packet a report record holds.
+pub const REPORT_MAX: usize = 512;
+
+/// Flow-table state slot holding the TSC of the flow's last report.
+pub const SLOT_LAST_REPORT: usize = 0;
+
+/// One report on its way from a worker to the control core.
+#[derive(Clone, Copy)]
+pub struct ReportRecord {
+    /// Telemetry Report flags (D, Q, F, I).
+    pub flags: u8,
+    /// DropReason of a D report.
+    pub drop_reason: u8,
+    pub domain_id: u16,
+    /// The reporting switch's own metadata (RepMdBits picks from it).
+    pub md: HopMetadata,
+    pub len: u16,
+    /// The packet as it arrived, INT stack inside, truncated.
+    pub data: [u8; REPORT_MAX],
+}
+
+impl ReportRecord {
+    pub fn packet(&self) -> &[u8] {
+        &self.data[..self.len as usize]
+    }
+}
+
+/// Where the stage queues reports; false when full (the record is dropped
+/// and counted, a worker never waits).
+pub trait ReportSink {
+    fn push(&mut self, r: ReportRecord) -> bool;
+}
+
+impl ReportSink for rtrb::Producer<ReportRecord> {
+    #[inline]
+    fn push(&mut self, r: ReportRecord) -> bool {
+        rtrb::Producer::push(self, r).is_ok()
+    }
+}
+
+impl ReportSink for Vec<ReportRecord> {
+    fn push(&mut self, r: ReportRecord) -> bool {
+        Vec::push(self, r);
+        true
+    }
+}
+
+/// TSC -> nanoseconds since the Unix epoch, by one multiply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallClock {
+    tsc0: u64,
+    wall0_ns: u64,
+    /// Nanoseconds per tick << 32.
+    mult: u64,
+}
+
+impl WallClock {
+    pub fn new(tsc0: u64, wall0_ns: u64, hz: u64) -> WallClock {
+        WallClock { tsc0, wall0_ns, mult: ((1_000_000_000u128 << 32) / hz.max(1) as u128) as u64 }
+    }
+
+    #[inline]
+    pub fn ns(&self, tsc: u64) -> u64 {
+        self.wall0_ns + ((tsc.wrapping_sub(self.tsc0) as u128 * self.mult as u128) >> 32) as u64
+    }
+}
+
+/// What the worker knows about the packet's hop through this switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Hop {
+    pub in_port: u16,
+    pub out_port: u16,
+    /// TSC when the burst was received.
+    pub rx_tsc: u64,
+    /// TSC now, when the packet is handed to its TX buffer.
+    pub tx_tsc: u64,
+    /// This worker's TX queue on the output port.
+    pub queue_id: u8,
+    /// Packets ahead of this one in that queue (TX buffer + link emulation).
+    pub queue_occupancy: u32,
+    /// Output port utilisation in 1/100 % (None: link speed unknown).
+    pub tx_util: Option<u32>,
+    /// Mbufs in use in the packet pool.
+    pub buffer_occupancy: u32,
+}
+
+impl Hop {
+    pub fn metadata(&self, node_id: u32, clock: &WallClock) -> HopMetadata {
+        let (ig, eg) = (clock.ns(self.rx_tsc), clock.ns(self.tx_tsc));
+        HopMetadata {
+            node_id,
+            ingress_port: self.in_port,
+            egress_port: self.out_port,
+            hop_latency_ns: eg.saturating_sub(ig).min(u32::MAX as u64) as u32,
+            queue_id: self.queue_id,
+            queue_occupancy: self.queue_occupancy,
+            ingress_ts_ns: ig,
+            egress_ts_ns: eg,
+            l2_ingress: self.in_port as u32,
+            l2_egress: self.out_port as u32,
+            tx_util: self.tx_util,
+            buffer_id: 0,
+            buffer_occupancy: self.buffer_occupancy,
+        }
+    }
+}
+
+/// Everything the stage reads or updates besides the packet.
+pub struct IntCtx<'a, R: ReportSink> {
+    pub spec: &'a IntSpec,
+    pub clock: &'a WallClock,
+    pub flows: &'a mut FlowTable,
+    pub counters: &'a mut CounterValues,
+    pub reports: &'a mut R,
+}
+
+fn udp_port(spec: &IntSpec) -> u16 {
+    match spec.presence {
+        Presence::UdpPort(p) => p,
+        Presence::Dscp { .. } => 0,
+    }
+}
+
+fn dscp(b: &[u8], meta: &PacketMeta) -> u8 {
+    let l3 = meta.l3_offset;
+    if meta.key.ip_version() == 4 {
+        b[l3 + 1] >> 2
+    } else {
+        (((b[l3] & 0x0f) << 4) | (b[l3 + 1] >> 4)) >> 2
+    }
+}
+
+/// The watch-rule fields of a packet; for one carrying INT at `blk`, the
+/// protocol and ports from before its source (what NPT saved).
+fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<(usize, u8, u16, usize)>) -> WatchFields {
+    let k = &meta.key;
+    let (src, dst) = if k.ip_version() == 4 { (mapped_v4(k.src as u32), mapped_v4(k.dst as u32)) } else { (k.src, k.dst) };
+    let mut f = WatchFields {
+        ip_version: k.ip_version(),
+        src,
+        dst,
+        proto: k.proto(),
+        src_port: k.src_port(),
+        dst_port: k.dst_port(),
+        dscp: dscp(b, meta),
+        in_port,
+    };
+    match blk {
+        Some((_, 1, saved, _)) => f.dst_port = saved,
+        Some((blk, 2, saved, total)) => {
+            f.proto = saved as u8;
+            let l4 = blk + total;
+            let ported = matches!(f.proto, 6 | 17 | 132);
+            (f.src_port, f.dst_port) = match b.get(l4..l4 + 4) {
+                Some(p) if ported => (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])),
+                _ => (0, 0),
+            };
+        }
+        _ => {}
+    }
+    f
+}
+
+fn passed(c: &mut CounterValues, r: DropReason) {
+    c.event(match r {
+        DropReason::IntBadVersion => Event::IntPassedBadVersion,
+        DropReason::IntBadHopMl => Event::IntPassedBadHopMl,
+        DropReason::IntBadStack => Event::IntPassedBadStack,
+        _ => Event::IntPassedTruncated,
+    });
+}
+
+/// Whether the sink reports this packet: every packet of an untracked flow;
+/// a tracked flow (in the flow table) at most once per interval.
+fn report_due<R: ReportSink>(ctx: &mut IntCtx<R>, meta: &PacketMeta, now: u64) -> (bool, u8) {
+    let interval = ctx.spec.report.flow_interval_tsc;
+    match ctx.flows.state_mut(&meta.key) {
+        Some(st) => {
+            let due = interval == 0 || st[SLOT_LAST_REPORT] == 0 || now.wrapping_sub(st[SLOT_LAST_REPORT]) >= interval;
+            if due {
+                st[SLOT_LAST_REPORT] = now;
+            }
+            (due, FLAG_F)
+        }
+        None => (true, 0),
+    }
+}
+
+fn queue<R: ReportSink>(ctx: &mut IntCtx<R>, rec: ReportRecord) {
+    if ctx.reports.push(rec) {
+        ctx.counters.event(Event::IntReportQueued);
+    } else {
+        ctx.counters.event(Event::IntReportRingFull);
+    }
+}
+
+fn record(flags: u8, md: HopMetadata, domain_id: u16) -> ReportRecord {
+    ReportRecord { flags, drop_reason: 0, domain_id, md, len: 0, data: [0; REPORT_MAX] }
+}
+
+/// Bytes of the packet a report keeps: the configured truncation, but
+/// never less than the end of the INT block.
+fn report_len(spec: &IntSpec, meta: &PacketMeta, int_end: usize) -> usize {
+    spec.report.truncate.max(int_end).min(meta.l3_end).min(REPORT_MAX)
+}
+
+/// Runs the INT stage on a packet that leaves by `hop.out_port`. `meta` is
+/// its parse (offsets still valid after forwarding's rewrites). An error is
+/// a drop with that reason.
+pub fn apply<B: PacketBuf, R: ReportSink>(
+    ctx: &mut IntCtx<R>,
+    pkt: &mut B,
+    meta: &PacketMeta,
+    hop: &Hop,
+) -> Result<(), DropReason> {
+    let spec = ctx.spec;
+    let port = udp_port(spec);
+    let Some(blk) = int::find(pkt.bytes(), meta, port) else {
+        // No INT yet: only an edge port admits flows into the domain.
+        if meta.key.ip_version() == 0 || !spec.is_edge(hop.in_port as usize) {
+            return Ok(());
+        }
+        let f = watch_fields(pkt.bytes(), meta, hop.in_port, None);
+        let Some(Role::Source(sp)) = spec.lookup(&f).map(|r| r.role) else { return Ok(()) };
+        let p = int::IntParams {
+            udp_port: port,
+            bitmap: sp.bitmap,
+            max_hops: sp.max_hops,
+            domain_id: sp.domain_id,
+            source_pushes: spec.source_pushes,
+        };
+        let md = hop.metadata(spec.node_id, ctx.clock);
+        match int::source(pkt, meta, &p, &md, spec.mtu[hop.out_port as usize] as usize) {
+            Ok(_) => ctx.counters.event(Event::IntSourced),
+            Err(Skip::Mtu) => ctx.counters.event(Event::IntSourceSkippedMtu),
+            Err(Skip::NoRoom) => ctx.counters.event(Event::IntNoRoom),
+            Err(Skip::NotApplicable | Skip::Presence) => {}
+        }
+        return Ok(());
+    };
+    let end = meta.l3_end.min(pkt.bytes().len());
+    let hdr = IntMd::new_checked(&pkt.bytes()[blk..end.max(blk)])
+        .map(|v| (v.npt(), v.saved(), v.total_len(), v.domain_id()));
+    let sink_here = spec.is_edge(hop.out_port as usize);
+    let (npt, saved, total, domain) = match hdr {
+        Ok(h) => h,
+        // Malformed: a sink cannot restore it, so it drops it with the named
+        // reason; a transit node passes it on untouched and counts it.
+        Err(r) if sink_here => return Err(r),
+        Err(r) => {
+            passed(ctx.counters, r);
+            return Ok(());
+        }
+    };
+    let f = watch_fields(pkt.bytes(), meta, hop.in_port, Some((blk, npt, saved, total)));
+    let role = match spec.lookup(&f).map(|r| r.role) {
+        Some(Role::None) => return Ok(()),
+        Some(Role::Sink) => Role::Sink,
+        Some(Role::Transit) if !sink_here => Role::Transit,
+        _ if sink_here => Role::Sink,
+        _ => Role::Transit,
+    };
+    let md = hop.metadata(spec.node_id, ctx.clock);
+    if role == Role::Transit {
+        let mtu = spec.mtu[hop.out_port as usize] as usize;
+        return match int::transit(pkt, meta, port, &md, mtu) {
+            Ok(Transit::Pushed) => {
+                ctx.counters.event(Event::IntTransited);
+                Ok(())
+            }
+            Ok(Transit::Exhausted) => {
+                ctx.counters.event(Event::IntHopsExhausted);
+                Ok(())
+            }
+            Ok(Transit::MtuExceeded) if spec.mtu_report => {
+                // Export what was collected (I flag), strip the stack, push ours.
+                let mut rec = record(FLAG_I, md, domain);
+                let n = report_len(spec, meta, blk + total);
+                rec.data[..n].copy_from_slice(&pkt.bytes()[..n]);
+                rec.len = n as u16;
+                queue(ctx, rec);
+                int::strip_stack(pkt, meta, port)?;
+                ctx.counters.event(Event::IntStripped);
+                match int::transit(pkt, meta, port, &md, mtu)? {
+                    Transit::Pushed => ctx.counters.event(Event::IntTransited),
+                    _ => ctx.counters.event(Event::IntMtuExceeded),
+                }
+                Ok(())
+            }
+            Ok(Transit::MtuExceeded) => {
+                ctx.counters.event(Event::IntMtuExceeded);
+                Ok(())
+            }
+            Err(r) => {
+                passed(ctx.counters, r);
+                Ok(())
+            }
+        };
+    }
+    // Sink: report (when due), then restore the original packet.
+    let (due, flags) = report_due(ctx, meta, hop.tx_tsc);
+    let (sunk, copied, rec) = if due {
+        let mut rec = record(flags, md, domain);
+        let want = report_len(spec, meta, blk + total);
+        let (s, n) = int::sink(pkt, meta, port, &mut rec.data[..want])?;
+        rec.len = n as u16;
+        (s, n, Some(rec))
+    } else {
+        let (s, n) = int::sink(pkt, meta, port, &mut [])?;
+        (s, n, None)
+    };
+    let _ = copied;
+    ctx.counters.event(Event::IntSunk);
+    if let Some(rec) = rec {
+        queue(ctx, rec);
+    }
+    if sunk.discard {
+        return Err(DropReason::IntDiscard);
+    }
+    Ok(())
+}
+
+/// A packet this switch dropped: when it carried INT or matches a watch
+/// rule, the control core gets a drop report (D flag, reason in RepMdBits
+/// bit 15) with the packet as it arrived.
+pub fn dropped<R: ReportSink>(ctx: &mut IntCtx<R>, pkt: &[u8], meta: &PacketMeta, hop: &Hop, reason: DropReason) {
+    let spec = ctx.spec;
+    if meta.key.ip_version() == 0 {
+        return;
+    }
+    let blk = int::find(pkt, meta, udp_port(spec));
+    let (domain, watched, int_end) = match blk {
+        Some(b) => match IntMd::new_checked(&pkt[b..meta.l3_end.min(pkt.len()).max(b)]) {
+            Ok(v) => (v.domain_id(), true, b + v.total_len()),
+            Err(_) => return,
+        },
+        None => {
+            let f = watch_fields(pkt, meta, hop.in_port, None);
+            match spec.lookup(&f).map(|r| r.role) {
+                Some(Role::Source(sp)) if spec.is_edge(hop.in_port as usize) => (sp.domain_id, true, 0),
+                _ => return,
+            }
+        }
+    };
+    if !watched {
+        return;
+    }
+    let mut rec = record(FLAG_D, hop.metadata(spec.node_id, ctx.clock), domain);
+    rec.drop_reason = reason as u8;
+    let n = report_len(spec, meta, int_end);
+    rec.data[..n].copy_from_slice(&pkt[..n]);
+    rec.len = n as u16;
+    ctx.counters.event(Event::IntDropReported);
+    queue(ctx, rec);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::MAX_PORTS;
+    use crate::int_watch::{ReportParams, SourceParams, Ternary, WatchRule};
+    use crate::parse::{parse, tests::udp4};
+    use crate::pktbuf::VecBuf;
+    use crate::wire::int_md::instr;
+
+    const PORT: u16 = 17768;
+
+    fn spec(node: u32, edge: u32) -> IntSpec {
+        let mut s = IntSpec {
+            node_id: node,
+            presence: Presence::UdpPort(PORT),
+            edge_ports: edge,
+            mtu: [1500; MAX_PORTS],
+            source_pushes: true,
+            mtu_report: false,
+            report: ReportParams { md_bits: 0x7c00, truncate: 64, flow_interval_tsc: 0 },
+            watch: Vec::new(),
+        };
+        let mut r = WatchRule::any(
+            "all-udp",
+            Role::Source(SourceParams {
+                bitmap: instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE,
+                max_hops: 8,
+                domain_id: 7,
+            }),
+        );
+        r.proto = Ternary::exact(17);
+        s.upsert(r);
+        s
+    }
+
+    fn hop(in_port: u16, out_port: u16) -> Hop {
+        Hop { in_port, out_port, rx_tsc: 1_000, tx_tsc: 3_000, queue_id: 1, queue_occupancy: 5, ..Default::default() }
+    }
+
+    struct Node {
+        spec: IntSpec,
+        flows: FlowTable,
+        c: CounterValues,
+        reports: Vec<ReportRecord>,
+    }
+
+    impl Node {
+        fn new(spec: IntSpec) -> Node {
+            Node { spec, flows: FlowTable::new(64, 0), c: CounterValues::default(), reports: Vec::new() }
+        }
+
+        fn run(&mut self, b: &mut VecBuf, h: Hop) -> Result<(), DropReason> {
+            let clock = WallClock::new(0, 1_000_000_000, 1_000_000_000);
+            let meta = parse(b.bytes(), h.in_port).unwrap();
+            let mut ctx = IntCtx {
+                spec: &self.spec,
+                clock: &clock,
+                flows: &mut self.flows,
+                counters: &mut self.c,
+                reports: &mut self.reports,
+            };
+            apply(&mut ctx, b, &meta, &h)
+        }
+    }
+
+    #[test]
+    fn roles_follow_edge_ports_and_the_watchlist() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
+        let mut b = VecBuf::new(&orig, 256);
+        // s1: in on edge port 0 -> source; s2: core -> core -> transit; s3: out on edge port 1 -> sink.
+        let (mut s1, mut s2, mut s3) = (Node::new(spec(1, 0b01)), Node::new(spec(2, 0)), Node::new(spec(3, 0b10)));
+        s1.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(s1.c.events[Event::IntSourced as usize], 1);
+        s2.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(s2.c.events[Event::IntTransited as usize], 1);
+        s3.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(s3.c.events[Event::IntSunk as usize], 1);
+        assert_eq!(b.bytes(), &orig[..], "the sink restores the packet");
+        let r = &s3.reports[0];
+        assert_eq!((r.flags, r.domain_id, r.md.node_id, r.md.hop_latency_ns), (0, 7, 3, 2_000));
+        // Truncated: the IP lengths run past it, so read at the known offset.
+        let blk = 14 + 20 + 8;
+        let v = IntMd::new_checked(&r.packet()[blk..]).unwrap();
+        assert_eq!(v.hops(), 2);
+        assert_eq!(&v.hop(0)[..4], &2u32.to_be_bytes());
+        assert!(r.len as usize >= blk + v.total_len(), "the stack stays inside the report");
+        // A packet entering on a core port is not sourced.
+        let mut b2 = VecBuf::new(&orig, 256);
+        s1.run(&mut b2, hop(1, 0)).unwrap();
+        assert_eq!(b2.bytes(), &orig[..]);
+    }
+
+    #[test]
+    fn none_rule_and_tracked_flow_report_interval() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x");
+        let mut s1 = Node::new(spec(1, 0b01));
+        let mut s3 = Node::new(spec(3, 0b10));
+        s3.spec.report.flow_interval_tsc = 10_000;
+        let sunk_key = {
+            let mut b = VecBuf::new(&orig, 256);
+            s1.run(&mut b, hop(0, 1)).unwrap();
+            parse(b.bytes(), 0).unwrap().key
+        };
+        s3.flows.learn(sunk_key, 0, 0).unwrap();
+        for _ in 0..3 {
+            let mut b = VecBuf::new(&orig, 256);
+            s1.run(&mut b, hop(0, 1)).unwrap();
+            s3.run(&mut b, hop(0, 1)).unwrap();
+            assert_eq!(b.bytes(), &orig[..]);
+        }
+        assert_eq!(s3.reports.len(), 1, "a tracked flow reports once per interval");
+        assert_eq!(s3.reports[0].flags, FLAG_F);
+        // A higher-priority `none` rule on the original dport exempts the flow at the sink.
+        let mut none = WatchRule::any("skip-5001", Role::None);
+        none.dst_port = Ternary::exact(5001);
+        none.priority = 100;
+        s3.spec.upsert(none);
+        let mut b = VecBuf::new(&orig, 256);
+        s1.run(&mut b, hop(0, 1)).unwrap();
+        let with_int = b.bytes().to_vec();
+        s3.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(b.bytes(), &with_int[..]);
+    }
+
+    #[test]
+    fn malformed_int_passes_transit_and_drops_at_the_sink() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
+        let mut b = VecBuf::new(&orig, 256);
+        Node::new(spec(1, 0b01)).run(&mut b, hop(0, 1)).unwrap();
+        let blk = 14 + 20 + 8;
+        let mut bad = b.bytes().to_vec();
+        bad[blk + 4] = 0x10; // version 1
+        let mut transit = Node::new(spec(2, 0));
+        let mut tb = VecBuf::new(&bad, 256);
+        transit.run(&mut tb, hop(0, 1)).unwrap();
+        assert_eq!(tb.bytes(), &bad[..], "passed on untouched");
+        assert_eq!(transit.c.events[Event::IntPassedBadVersion as usize], 1);
+        let mut sb = VecBuf::new(&bad, 256);
+        assert_eq!(Node::new(spec(3, 0b10)).run(&mut sb, hop(0, 1)), Err(DropReason::IntBadVersion));
+        let mut hopml0 = b.bytes().to_vec();
+        hopml0[blk + 6] = 0;
+        let mut t2 = Node::new(spec(2, 0));
+        t2.run(&mut VecBuf::new(&hopml0, 256), hop(0, 1)).unwrap();
+        assert_eq!(t2.c.events[Event::IntPassedBadHopMl as usize], 1);
+    }
+
+    #[test]
+    fn mtu_report_exports_and_strips() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, &[0u8; 64]);
+        let mut b = VecBuf::new(&orig, 256);
+        Node::new(spec(1, 0b01)).run(&mut b, hop(0, 1)).unwrap();
+        let ip_len = b.bytes().len() - 14;
+        let mut t = Node::new(spec(2, 0));
+        t.spec.mtu[1] = (ip_len + 4) as u16; // room for less than one hop (16 bytes)
+        t.spec.mtu_report = true;
+        t.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(t.reports.len(), 1);
+        assert_eq!(t.reports[0].flags, FLAG_I);
+        assert_eq!(t.c.events[Event::IntStripped as usize], 1);
+        let m = parse(b.bytes(), 0).unwrap();
+        let blk = int::find(b.bytes(), &m, PORT).unwrap();
+        let v = IntMd::new_checked(&b.bytes()[blk..]).unwrap();
+        // The source's hop went into the report; only ours is on the stack now.
+        assert_eq!(v.hops(), 1);
+        assert_eq!(&v.hop(0)[..4], &2u32.to_be_bytes());
+    }
+
+    #[test]
+    fn wall_clock_converts_ticks() {
+        let c = WallClock::new(100, 5_000, 2_500_000_000);
+        assert_eq!(c.ns(100), 5_000);
+        assert_eq!(c.ns(100 + 2_500_000_000), 1_000_005_000 - 1);
+        assert_eq!(c.ns(125), 5_009, "rounds down");
+    }
+}
