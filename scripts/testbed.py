@@ -272,6 +272,9 @@ def up(topo):
         ns = topo.ns(h["name"])
         for i in h.get("iface", []):
             dev = topo.iface(topo.link(i["link"]), h["name"])
+            if "mtu" in i:
+                # Room for INT headers the switches add on the way.
+                ns_exec(ns, "ip", "link", "set", "dev", dev, "mtu", str(i["mtu"]))
             for a in i.get("addr", []):
                 ns_exec(ns, "ip", "addr", "add", a, "dev", dev, *(["nodad"] if ":" in a else []))
         for r in h.get("routes", []):
@@ -295,8 +298,8 @@ def up(topo):
     for c in topo.collectors:
         intcollector = bin_path("intcollector")
         host = c.get("host")
-        if host not in [h["name"] for h in topo.hosts]:
-            raise TestbedError(f"collector {c.get('name')}: host '{host}' is not a [[host]]")
+        if host not in [n["name"] for n in topo.hosts + topo.switches]:
+            raise TestbedError(f"collector {c.get('name')}: host '{host}' is not a [[host]] or [[switch]]")
         log = open(os.path.join(topo.state_dir, f"{c['name']}.log"), "w")
         p = subprocess.Popen(["ip", "netns", "exec", topo.ns(host), intcollector, *shlex.split(c.get("args", ""))],
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -350,6 +350,11 @@ impl Testbed {
         format!("tb-{}-{node}", self.name)
     }
 
+    /// Output of a node's process (switch or collector).
+    pub fn log(&self, node: &str) -> PathBuf {
+        self.state.join(&self.name).join(format!("{node}.log"))
+    }
+
     pub fn socket(&self, switch: &str) -> PathBuf {
         self.state.join(&self.name).join(format!("{switch}.sock"))
     }

@@ -5,8 +5,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use dataplane::counters::MAX_PORTS;
-use dataplane::int_watch::{IntSpec, Presence, ReportParams, Role, SourceParams, Ternary, WatchRule};
 use dataplane::int_stage::REPORT_MAX;
+use dataplane::int_watch::{IntSpec, Presence, ReportParams, Role, SourceParams, Ternary, WatchRule};
 use dataplane::wire::int_md::instr;
 use serde::{Deserialize, Serialize};
 
@@ -230,7 +230,10 @@ impl WatchConfig {
             }
             r @ ("transit" | "sink" | "none") => {
                 if source_keys || self.max_hops.is_some() || self.domain_id.is_some() {
-                    return Err(cerr("role", format!("instructions/bitmap/max_hops/domain_id only apply to source, not {r}")));
+                    return Err(cerr(
+                        "role",
+                        format!("instructions/bitmap/max_hops/domain_id only apply to source, not {r}"),
+                    ));
                 }
                 match r {
                     "transit" => Role::Transit,

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod capture;
 pub mod client;
+pub mod collector;
 pub mod config;
 pub mod demo;
 pub mod int_config;

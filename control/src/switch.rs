@@ -27,8 +27,8 @@ use crate::api::ApiError;
 use crate::capture::CaptureJob;
 use crate::config::{format_mac, Plan, WorkerPlan};
 use crate::int_export::Exporter;
-use dataplane::int_stage::WallClock;
 use crate::server::Server;
+use dataplane::int_stage::WallClock;
 
 /// How the switch reports while running and at exit.
 #[derive(Debug, Clone, PartialEq, Eq)]

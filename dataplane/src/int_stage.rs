@@ -150,7 +150,8 @@ fn dscp(b: &[u8], meta: &PacketMeta) -> u8 {
 /// protocol and ports from before its source (what NPT saved).
 fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<(usize, u8, u16, usize)>) -> WatchFields {
     let k = &meta.key;
-    let (src, dst) = if k.ip_version() == 4 { (mapped_v4(k.src as u32), mapped_v4(k.dst as u32)) } else { (k.src, k.dst) };
+    let (src, dst) =
+        if k.ip_version() == 4 { (mapped_v4(k.src as u32), mapped_v4(k.dst as u32)) } else { (k.src, k.dst) };
     let mut f = WatchFields {
         ip_version: k.ip_version(),
         src,
@@ -255,8 +256,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         return Ok(());
     };
     let end = meta.l3_end.min(pkt.bytes().len());
-    let hdr = IntMd::new_checked(&pkt.bytes()[blk..end.max(blk)])
-        .map(|v| (v.npt(), v.saved(), v.total_len(), v.domain_id()));
+    let hdr =
+        IntMd::new_checked(&pkt.bytes()[blk..end.max(blk)]).map(|v| (v.npt(), v.saved(), v.total_len(), v.domain_id()));
     let sink_here = spec.is_edge(hop.out_port as usize);
     let (npt, saved, total, domain) = match hdr {
         Ok(h) => h,

@@ -287,7 +287,13 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             let mut sink = QueueSink(&me.events);
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, dpdk::tsc(), setup.learn_flows);
             while let Some((in_port, mut m)) = me.reinject.pop() {
-                let v = forward::process(&mut ctx, m.data_mut(), in_port);
+                let meta = crate::parse::parse(m.data(), in_port);
+                let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, meta);
+                if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
+                    let w =
+                        IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: ctx.now, out: &out, shared: &shared };
+                    v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
+                }
                 out.deliver(m, v, in_port as usize, ctx.tables, ctx.counters, ctx.now);
             }
         }
@@ -362,8 +368,19 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &metas[i]) {
                     if two_pass {
-                        let w = IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: now, out: &out, shared: &shared };
-                        v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
+                        let w =
+                            IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: now, out: &out, shared: &shared };
+                        v = int_verdict(
+                            spec,
+                            &w,
+                            &mut m,
+                            meta,
+                            v,
+                            in_port,
+                            &mut setup.reports,
+                            ctx.flows,
+                            ctx.counters,
+                        );
                     }
                 }
                 if cap_tx != 0 {

@@ -600,7 +600,20 @@ fn print_text(cmd: &str, r: &Value) {
                 r["report_md"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
             );
             table(
-                &["RULE", "PRIO", "ROLE", "SRC", "DST", "PROTO", "SPORT", "DPORT", "DSCP", "IN", "INSTRUCTIONS", "HOPS"],
+                &[
+                    "RULE",
+                    "PRIO",
+                    "ROLE",
+                    "SRC",
+                    "DST",
+                    "PROTO",
+                    "SPORT",
+                    "DPORT",
+                    "DSCP",
+                    "IN",
+                    "INSTRUCTIONS",
+                    "HOPS",
+                ],
                 r["watch"]
                     .as_array()
                     .into_iter()
@@ -643,7 +656,13 @@ fn print_text(cmd: &str, r: &Value) {
                     .into_iter()
                     .flatten()
                     .map(|x| {
-                        vec![s(&x["worker"]), s(&x["capacity"]), s(&x["pending"]), s(&x["received"]), s(&x["ring_full"])]
+                        vec![
+                            s(&x["worker"]),
+                            s(&x["capacity"]),
+                            s(&x["pending"]),
+                            s(&x["received"]),
+                            s(&x["ring_full"]),
+                        ]
                     })
                     .collect(),
             );

@@ -1,0 +1,167 @@
+//! `intcollector`: receives Telemetry Report v2.0 packets on UDP, decodes
+//! each INT report with its INT-MD stack, prints one line per report (text,
+//! or JSON with --json), counts sequence gaps per (node, hw_id) and keeps
+//! per-hop latency and queue statistics, printed as a summary at exit.
+
+use std::net::UdpSocket;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use control::collector::{decode_packet, Tracker};
+
+#[derive(Parser)]
+#[command(
+    name = "intcollector",
+    version,
+    about = "Receive and decode INT telemetry reports (Telemetry Report v2.0 over UDP)",
+    after_help = "Output: one line per report (--json: {node_id, hw_id, seq, flags, flow, hops[...], ...});\n\
+at exit (SIGINT/SIGTERM, --count or --duration) a summary: packets, reports, sequence gaps per\n\
+(node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy."
+)]
+struct Cli {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0:32766")]
+    listen: String,
+    /// UDP port that marks INT in the inner packets (the switches' int.udp_port).
+    #[arg(long, default_value_t = 17768)]
+    int_port: u16,
+    /// JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Only the summary at exit, no line per report.
+    #[arg(long)]
+    quiet: bool,
+    /// Stop after this many reports.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("intcollector: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn text_line(v: &serde_json::Value) -> String {
+    let f = &v["flow"];
+    let mut line = format!(
+        "node {} seq {} flags [{}] {}:{} -> {}:{} proto {}",
+        v["node_id"],
+        v["seq"],
+        v["flags"].as_str().unwrap_or(""),
+        f["src"].as_str().unwrap_or("?"),
+        f["src_port"],
+        f["dst"].as_str().unwrap_or("?"),
+        f["dst_port"],
+        f["proto"]
+    );
+    if let Some(e) = v["error"].as_str() {
+        line.push_str(&format!(" (undecoded: {e})"));
+    }
+    for h in v["hops"].as_array().into_iter().flatten() {
+        line.push_str(&format!(
+            " | node {} port {}->{} latency {} ns queue {}/{} ts {}..{}",
+            h["node_id"],
+            h["ingress_port"],
+            h["egress_port"],
+            h["hop_latency_ns"],
+            h["queue_id"],
+            h["queue_occupancy"],
+            h["ingress_ts_ns"],
+            h["egress_ts_ns"]
+        ));
+    }
+    line
+}
+
+fn run(cli: &Cli) -> Result<(), String> {
+    let sock = UdpSocket::bind(&cli.listen).map_err(|e| format!("--listen {}: {e}", cli.listen))?;
+    sock.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
+    }
+    eprintln!("intcollector: listening on {}", sock.local_addr().map_err(|e| e.to_string())?);
+    let started = Instant::now();
+    let mut t = Tracker::default();
+    let mut buf = vec![0u8; 65536];
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    use std::io::Write;
+    while !stop.load(Ordering::Relaxed) {
+        if cli.duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
+            break;
+        }
+        if cli.count.is_some_and(|c| t.reports >= c) {
+            break;
+        }
+        let n = match sock.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                let _ = out.flush();
+                continue;
+            }
+            Err(e) => return Err(format!("receive: {e}")),
+        };
+        match decode_packet(&buf[..n], cli.int_port) {
+            Ok(reports) => {
+                if let Some(r) = reports.first() {
+                    t.packet(r.node_id, r.hw_id, r.seq);
+                }
+                for r in &reports {
+                    t.report(r);
+                    if !cli.quiet {
+                        let v = r.json();
+                        let line = if cli.json { v.to_string() } else { text_line(&v) };
+                        let _ = writeln!(out, "{line}");
+                    }
+                }
+            }
+            Err(e) => {
+                t.bad_packets += 1;
+                if !cli.quiet {
+                    let line = if cli.json {
+                        serde_json::json!({ "error": e, "bytes": n }).to_string()
+                    } else {
+                        format!("bad report packet ({n} bytes): {e}")
+                    };
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+        }
+    }
+    let s = t.summary();
+    if cli.json {
+        let _ = writeln!(out, "{s}");
+    } else {
+        let sm = &s["summary"];
+        let _ = writeln!(out, "packets {} reports {} bad {}", sm["packets"], sm["reports"], sm["bad_packets"]);
+        for g in sm["sequence"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "node {} hw_id {}: {} sequence gaps", g["node_id"], g["hw_id"], g["gaps"]);
+        }
+        for h in sm["hops"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "hop node {}: {} samples, latency min {} mean {} max {} ns, queue max {}",
+                h["node_id"],
+                h["samples"],
+                h["latency_min_ns"],
+                h["latency_mean_ns"],
+                h["latency_max_ns"],
+                h["queue_max"]
+            );
+        }
+    }
+    let _ = out.flush();
+    Ok(())
+}

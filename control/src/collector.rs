@@ -1,0 +1,432 @@
+//! What `intcollector` does with a Telemetry Report v2.0 packet: decode the
+//! group header, each individual INT report, the sink's own metadata and
+//! the INT-MD stack inside the (truncated) inner packet; count sequence gaps
+//! per (node, hw_id); keep running statistics per hop node.
+//!
+//! The inner packet is decoded leniently: it is truncated, so its IP
+//! lengths run past the bytes present.
+
+use std::collections::BTreeMap;
+
+use dataplane::wire::int_md::{hop_words, INT_HDR_LEN};
+use dataplane::wire::telemetry_report::{self as tr, FLAG_D, FLAG_F, FLAG_I, FLAG_Q};
+use serde_json::{json, Value};
+
+/// One hop's metadata, fields present as the bitmap says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HopValues {
+    pub node_id: Option<u32>,
+    pub ingress_port: Option<u16>,
+    pub egress_port: Option<u16>,
+    pub hop_latency_ns: Option<u32>,
+    pub queue_id: Option<u8>,
+    pub queue_occupancy: Option<u32>,
+    pub ingress_ts_ns: Option<u64>,
+    pub egress_ts_ns: Option<u64>,
+    pub l2_ingress: Option<u32>,
+    pub l2_egress: Option<u32>,
+    pub tx_util: Option<u32>,
+    pub buffer_id: Option<u8>,
+    pub buffer_occupancy: Option<u32>,
+    pub drop_reason: Option<u8>,
+}
+
+/// Reads the metadata `bitmap` selects from `b` (INT bit positions; bit 15
+/// read as the report's queue ID + drop reason when `report_bit15`).
+pub fn decode_hop(bitmap: u16, b: &[u8], report_bit15: bool) -> Option<HopValues> {
+    let mut h = HopValues::default();
+    let mut o = 0;
+    let w32 = |o: usize| b.get(o..o + 4).map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]));
+    let w64 = |o: usize| b.get(o..o + 8).map(|x| u64::from_be_bytes(x.try_into().expect("8 bytes")));
+    for bit in 0..16 {
+        if bitmap & (0x8000 >> bit) == 0 {
+            continue;
+        }
+        match bit {
+            0 => h.node_id = Some(w32(o)?),
+            1 => {
+                let v = w32(o)?;
+                (h.ingress_port, h.egress_port) = (Some((v >> 16) as u16), Some(v as u16));
+            }
+            2 => h.hop_latency_ns = Some(w32(o)?),
+            3 => {
+                let v = w32(o)?;
+                (h.queue_id, h.queue_occupancy) = (Some((v >> 24) as u8), Some(v & 0xff_ffff));
+            }
+            4 => h.ingress_ts_ns = Some(w64(o)?),
+            5 => h.egress_ts_ns = Some(w64(o)?),
+            6 => (h.l2_ingress, h.l2_egress) = (Some(w32(o)?), Some(w32(o + 4)?)),
+            7 => h.tx_util = Some(w32(o)?),
+            8 => {
+                let v = w32(o)?;
+                (h.buffer_id, h.buffer_occupancy) = (Some((v >> 24) as u8), Some(v & 0xff_ffff));
+            }
+            15 if report_bit15 => {
+                let v = w32(o)?;
+                (h.queue_id, h.drop_reason) = (Some((v >> 24) as u8), Some((v >> 16) as u8));
+            }
+            _ => {
+                w32(o)?;
+            }
+        }
+        o += if (4..=6).contains(&bit) { 8 } else { 4 };
+    }
+    Some(h)
+}
+
+impl HopValues {
+    pub fn json(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                m.insert(k.into(), v);
+            }
+        };
+        put("node_id", self.node_id.map(Value::from));
+        put("ingress_port", self.ingress_port.map(Value::from));
+        put("egress_port", self.egress_port.map(Value::from));
+        put("hop_latency_ns", self.hop_latency_ns.map(Value::from));
+        put("queue_id", self.queue_id.map(Value::from));
+        put("queue_occupancy", self.queue_occupancy.map(Value::from));
+        put("ingress_ts_ns", self.ingress_ts_ns.map(Value::from));
+        put("egress_ts_ns", self.egress_ts_ns.map(Value::from));
+        put("l2_ingress", self.l2_ingress.map(Value::from));
+        put("l2_egress", self.l2_egress.map(Value::from));
+        put("tx_util", self.tx_util.map(Value::from));
+        put("buffer_id", self.buffer_id.map(Value::from));
+        put("buffer_occupancy", self.buffer_occupancy.map(Value::from));
+        put("drop_reason", self.drop_reason.map(Value::from));
+        Value::Object(m)
+    }
+}
+
+/// The flow of the inner packet (as it was before its INT source).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InnerFlow {
+    pub src: String,
+    pub dst: String,
+    pub proto: u8,
+    pub src_port: u16,
+    pub dst_port: u16,
+}
+
+/// What the inner packet's INT block says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stack {
+    pub flow: InnerFlow,
+    pub npt: u8,
+    pub flags_e: bool,
+    pub flags_m: bool,
+    pub rhc: u8,
+    pub bitmap: u16,
+    pub domain_id: u16,
+    /// Newest first, as on the wire.
+    pub hops: Vec<HopValues>,
+}
+
+/// Finds and decodes the INT block of a (truncated) Ethernet frame.
+pub fn decode_inner(f: &[u8], int_port: u16) -> Result<Stack, String> {
+    let rd16 = |o: usize| f.get(o..o + 2).map(|x| u16::from_be_bytes([x[0], x[1]])).ok_or("inner packet cut short");
+    let mut et = rd16(12)?;
+    let mut l3 = 14;
+    while et == 0x8100 || et == 0x88a8 {
+        et = rd16(l3 + 2)?;
+        l3 += 4;
+    }
+    let (src, dst, proto, l4) = match et {
+        0x0800 => {
+            let h = f.get(l3..l3 + 20).ok_or("IPv4 header cut short")?;
+            let ihl = (h[0] & 0xf) as usize * 4;
+            let a = |o: usize| std::net::Ipv4Addr::new(h[o], h[o + 1], h[o + 2], h[o + 3]).to_string();
+            (a(12), a(16), h[9], l3 + ihl)
+        }
+        0x86dd => {
+            let h = f.get(l3..l3 + 40).ok_or("IPv6 header cut short")?;
+            let a = |o: usize| std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&h[o..o + 16]).expect("16")).to_string();
+            (a(8), a(24), h[6], l3 + 40)
+        }
+        e => return Err(format!("inner ethertype {e:#06x} is not IP")),
+    };
+    if proto != 17 || rd16(l4 + 2)? != int_port {
+        return Err(format!("inner packet is not UDP to the INT port {int_port}"));
+    }
+    let blk = l4 + 8;
+    let b = f.get(blk..blk + INT_HDR_LEN).ok_or("INT header cut short")?;
+    if b[0] >> 4 != 1 || b[4] >> 4 != 2 {
+        return Err("not INT-MD version 2".into());
+    }
+    let npt = (b[0] >> 2) & 3;
+    let total = 4 + b[1] as usize * 4;
+    let hop_ml = (b[6] & 0x1f) as usize;
+    let bitmap = u16::from_be_bytes([b[8], b[9]]);
+    if hop_ml == 0 || hop_ml != hop_words(bitmap) {
+        return Err(format!("HopML {hop_ml} does not match bitmap {bitmap:#06x}"));
+    }
+    let stack = f.get(blk + INT_HDR_LEN..blk + total).ok_or("INT stack cut short (report truncated?)")?;
+    if stack.len() % (hop_ml * 4) != 0 {
+        return Err("INT stack is not a whole number of hops".into());
+    }
+    let hops = stack.chunks(hop_ml * 4).map(|h| decode_hop(bitmap, h, false).expect("whole hop")).collect();
+    let saved = u16::from_be_bytes([b[2], b[3]]);
+    let mut flow = InnerFlow { src, dst, proto, src_port: rd16(l4)?, dst_port: saved };
+    if npt == 2 {
+        flow.proto = saved as u8;
+        let o = blk + total;
+        (flow.src_port, flow.dst_port) = match (rd16(o), rd16(o + 2)) {
+            (Ok(s), Ok(d)) if matches!(flow.proto, 6 | 17) => (s, d),
+            _ => (0, 0),
+        };
+    }
+    Ok(Stack {
+        flow,
+        npt,
+        flags_e: b[4] & 0x04 != 0,
+        flags_m: b[4] & 0x02 != 0,
+        rhc: b[7],
+        bitmap,
+        domain_id: u16::from_be_bytes([b[10], b[11]]),
+        hops,
+    })
+}
+
+/// One decoded individual report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub node_id: u32,
+    pub hw_id: u8,
+    pub seq: u32,
+    pub flags: u8,
+    pub rep_md_bits: u16,
+    pub domain_id: u16,
+    /// The reporting node's own metadata.
+    pub sink: HopValues,
+    pub stack: Result<Stack, String>,
+}
+
+impl Report {
+    pub fn json(&self) -> Value {
+        let flags: Vec<&str> = [(FLAG_D, "D"), (FLAG_Q, "Q"), (FLAG_F, "F"), (FLAG_I, "I")]
+            .iter()
+            .filter(|(f, _)| self.flags & f != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        let mut sink = self.sink.json();
+        sink["node_id"] = self.node_id.into();
+        let mut v = json!({
+            "node_id": self.node_id,
+            "hw_id": self.hw_id,
+            "seq": self.seq,
+            "flags": flags.join(""),
+            "domain_id": self.domain_id,
+            "reporter": sink,
+        });
+        match &self.stack {
+            Ok(s) => {
+                v["flow"] = json!({"src": s.flow.src, "dst": s.flow.dst, "proto": s.flow.proto,
+                                   "src_port": s.flow.src_port, "dst_port": s.flow.dst_port});
+                v["npt"] = s.npt.into();
+                v["e"] = s.flags_e.into();
+                v["m"] = s.flags_m.into();
+                v["rhc"] = s.rhc.into();
+                v["bitmap"] = format!("{:#06x}", s.bitmap).into();
+                // Path order: source first; the reporting node last unless this
+                // is an intermediate report (it then pushes its own hop on).
+                let mut hops: Vec<Value> = s.hops.iter().rev().map(HopValues::json).collect();
+                if self.flags & FLAG_I == 0 {
+                    hops.push(sink);
+                }
+                v["hops"] = hops.into();
+            }
+            Err(e) => v["error"] = e.clone().into(),
+        }
+        v
+    }
+}
+
+/// Decodes a report packet (UDP payload).
+pub fn decode_packet(p: &[u8], int_port: u16) -> Result<Vec<Report>, String> {
+    let g = tr::parse_group(p).map_err(|r| format!("group header: {}", r.name()))?;
+    let mut out = Vec::new();
+    let mut o = tr::GROUP_HDR_LEN;
+    while o + tr::INDIV_HDR_LEN <= p.len() {
+        let ind = tr::Individual::parse(&p[o..]).map_err(|r| r.name().to_string())?;
+        let end = if ind.len_words == 0xff { p.len() } else { o + 4 + ind.len_words as usize * 4 };
+        let body = p.get(o + 4..end).ok_or_else(|| format!("report at byte {o} runs past the packet"))?;
+        if ind.rep_type != tr::REP_TYPE_INT {
+            o = end;
+            continue;
+        }
+        if body.len() < tr::INT_MAIN_LEN {
+            return Err(format!("report at byte {o} too short"));
+        }
+        let bits = u16::from_be_bytes([body[0], body[1]]);
+        let domain_id = u16::from_be_bytes([body[2], body[3]]);
+        let md_end = tr::INT_MAIN_LEN + ind.md_len_words as usize * 4;
+        let md = body.get(tr::INT_MAIN_LEN..md_end).ok_or("report metadata cut short")?;
+        let sink = decode_hop(bits, md, true).ok_or("report metadata shorter than RepMdBits says")?;
+        let stack = if ind.in_type == tr::IN_TYPE_ETHERNET {
+            decode_inner(&body[md_end..], int_port)
+        } else {
+            Err(format!("inner type {} not decoded", ind.in_type))
+        };
+        out.push(Report {
+            node_id: g.node_id,
+            hw_id: g.hw_id,
+            seq: g.seq,
+            flags: ind.flags,
+            rep_md_bits: bits,
+            domain_id,
+            sink,
+            stack,
+        });
+        o = end;
+    }
+    Ok(out)
+}
+
+/// Running statistics of one hop node.
+#[derive(Debug, Clone, Default)]
+pub struct HopStats {
+    pub samples: u64,
+    pub latency_sum: u64,
+    pub latency_min: u64,
+    pub latency_max: u64,
+    pub queue_max: u32,
+}
+
+/// Sequence tracking per (node, hw_id) and per-hop statistics.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    last_seq: BTreeMap<(u32, u8), u32>,
+    pub gaps: BTreeMap<(u32, u8), u64>,
+    pub packets: u64,
+    pub reports: u64,
+    pub bad_packets: u64,
+    pub hops: BTreeMap<u32, HopStats>,
+}
+
+impl Tracker {
+    /// Accounts a report packet's sequence number (22 bits, wrapping).
+    pub fn packet(&mut self, node: u32, hw_id: u8, seq: u32) {
+        self.packets += 1;
+        let gaps = self.gaps.entry((node, hw_id)).or_default();
+        if let Some(last) = self.last_seq.insert((node, hw_id), seq) {
+            let missing = seq.wrapping_sub(last).wrapping_sub(1) & 0x3f_ffff;
+            // A huge "gap" is a late or repeated packet, not 4M lost ones.
+            if missing < 0x20_0000 {
+                *gaps += missing as u64;
+            }
+        }
+    }
+
+    pub fn report(&mut self, r: &Report) {
+        self.reports += 1;
+        let Ok(s) = &r.stack else { return };
+        let mut add = |node: Option<u32>, h: &HopValues| {
+            let (Some(node), Some(lat)) = (node, h.hop_latency_ns) else { return };
+            let st = self.hops.entry(node).or_default();
+            if st.samples == 0 || (lat as u64) < st.latency_min {
+                st.latency_min = lat as u64;
+            }
+            st.samples += 1;
+            st.latency_sum += lat as u64;
+            st.latency_max = st.latency_max.max(lat as u64);
+            st.queue_max = st.queue_max.max(h.queue_occupancy.unwrap_or(0));
+        };
+        for h in &s.hops {
+            add(h.node_id, h);
+        }
+        if r.flags & FLAG_I == 0 {
+            add(Some(r.node_id), &r.sink);
+        }
+    }
+
+    pub fn summary(&self) -> Value {
+        let gaps: Vec<Value> = self
+            .gaps
+            .iter()
+            .map(|((n, h), g)| json!({"node_id": n, "hw_id": h, "gaps": g, "last_seq": self.last_seq.get(&(*n, *h))}))
+            .collect();
+        let hops: Vec<Value> = self
+            .hops
+            .iter()
+            .map(|(n, s)| {
+                json!({"node_id": n, "samples": s.samples, "latency_min_ns": s.latency_min,
+                       "latency_mean_ns": s.latency_sum / s.samples.max(1), "latency_max_ns": s.latency_max,
+                       "queue_max": s.queue_max})
+            })
+            .collect();
+        json!({"summary": {"packets": self.packets, "reports": self.reports, "bad_packets": self.bad_packets,
+                           "sequence": gaps, "hops": hops}})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::int_export::encode;
+    use dataplane::int::{self, IntParams};
+    use dataplane::int_stage::{ReportRecord, REPORT_MAX};
+    use dataplane::parse::parse;
+    use dataplane::pktbuf::{PacketBuf, VecBuf};
+    use dataplane::wire::int_md::HopMetadata;
+    use dataplane::wire::telemetry_report::emit_group;
+
+    #[test]
+    fn decodes_what_the_switch_exports() {
+        let spec = crate::traffic::TrafficSpec {
+            count: 1,
+            flows: 1,
+            frame_len: 80,
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src: "10.0.1.2".parse().unwrap(),
+            dst: "10.0.2.2".parse().unwrap(),
+            vary_dst: false,
+        };
+        let orig = crate::traffic::frame(&spec, 0); // UDP 1024 -> 5001
+        let mut b = VecBuf::new(&orig, 256);
+        let m = parse(&orig, 0).unwrap();
+        let p = IntParams { udp_port: 17768, bitmap: 0xf000, max_hops: 8, domain_id: 3, source_pushes: true };
+        let md = |n: u32| HopMetadata {
+            node_id: n,
+            ingress_port: 1,
+            egress_port: 2,
+            hop_latency_ns: 100 * n,
+            ..Default::default()
+        };
+        int::source(&mut b, &m, &p, &md(1), 1500).unwrap();
+        let m2 = parse(b.bytes(), 0).unwrap();
+        int::transit(&mut b, &m2, 17768, &md(2), 1500).unwrap();
+        let mut rec =
+            ReportRecord { flags: FLAG_F, drop_reason: 0, domain_id: 3, md: md(3), len: 0, data: [0; REPORT_MAX] };
+        let n = b.bytes().len();
+        rec.data[..n].copy_from_slice(b.bytes());
+        rec.len = n as u16;
+        let mut pkt = vec![0u8; 512];
+        emit_group(&mut pkt, 1, 77, 3);
+        let len = encode(&rec, 0x6000, &mut pkt[8..]);
+        pkt.truncate(8 + len);
+        let reports = decode_packet(&pkt, 17768).unwrap();
+        assert_eq!(reports.len(), 1);
+        let r = &reports[0];
+        assert_eq!((r.node_id, r.hw_id, r.seq, r.domain_id), (3, 1, 77, 3));
+        let s = r.stack.as_ref().unwrap();
+        assert_eq!((s.flow.dst_port, s.flow.src_port, s.hops.len(), s.rhc), (5001, 1024, 2, 6));
+        let j = r.json();
+        let hops = j["hops"].as_array().unwrap();
+        assert_eq!(hops.len(), 3);
+        assert_eq!((hops[0]["node_id"].as_u64(), hops[2]["node_id"].as_u64()), (Some(1), Some(3)));
+        assert_eq!(hops[2]["hop_latency_ns"].as_u64(), Some(300));
+        let mut t = Tracker::default();
+        for seq in [5, 6, 9, 10] {
+            t.packet(3, 1, seq);
+        }
+        t.packet(3, 2, 0x3f_ffff);
+        t.packet(3, 2, 0);
+        t.report(r);
+        assert_eq!(t.gaps[&(3, 1)], 2);
+        assert_eq!(t.gaps[&(3, 2)], 0, "wraps at 22 bits");
+        assert_eq!(t.hops[&2].latency_max, 200);
+    }
+}
