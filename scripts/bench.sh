@@ -50,7 +50,7 @@ testpmd_mpps() { # pcap
 }
 
 intswitch_mpps() { # config
-  timeout $((secs + 30)) "$bin" --config "$1" --duration "$secs" --stats-interval 1 >"$work/is.log" 2>&1 </dev/null || true
+  timeout $((secs + 30)) "$bin" --config "$1" --duration "$secs" --stats-interval 1 --json >"$work/is.log" 2>&1 </dev/null || true
   grep -E "^p0:" "$work/is.log" | sed -E 's/.*p1: rx [0-9.]+ Mpps [0-9.]+ Gbps tx ([0-9.]+) Mpps.*/\1/' | avg
 }
 
@@ -106,3 +106,44 @@ $bin gen-traffic --out "$work/l3.pcap" --count 100000 --flows 100000 --size 60 \
   done
 } >"$work/l3.toml"
 run_case l3-10k-routes-100k-flows "$work/l3.pcap" "$work/l3.toml"
+
+# INT: 64-byte UDP frames (plus the INT they carry) from p0 to p1.
+# Reports go to a bound UDP socket nobody reads (no collector CPU cost; the
+# kernel drops what overflows its buffer, the switch's sends still succeed).
+python3 -c "import socket,time; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('127.0.0.1',32766)); time.sleep(100000)" &
+sink_pid=$!
+trap 'kill $sink_pid 2>/dev/null; cleanup' EXIT
+five=node_id,l1_ports,hop_latency,queue,ingress_ts
+int_cfg() { # edge-ports extra-int-lines
+  printf '[int]\nnode_id = 7\nedge_ports = %s\n%s\n' "$1" "$2"
+}
+config xconnect "$work/l2.pcap" 'peer = "p1"' 'peer = "p0"' "$(int_cfg '["p0"]' "[[int.watch]]
+name = \"all\"
+role = \"source\"
+proto = \"udp\"
+instructions = [\"node_id\", \"l1_ports\", \"hop_latency\", \"queue\", \"ingress_ts\"]")" >"$work/src.toml"
+run_case int-source "$work/l2.pcap" "$work/src.toml"
+
+$bin gen-traffic --out "$work/int1.pcap" --count 4096 --flows 64 --size 60 --dst-mac 02:00:00:00:00:02 \
+  --int-hops 1 --int-instructions "$five" --int-rhc 4
+config xconnect "$work/int1.pcap" 'peer = "p1"' 'peer = "p0"' "$(int_cfg '[]' '')" >"$work/transit.toml"
+run_case int-transit-5-instructions "$work/int1.pcap" "$work/transit.toml"
+
+$bin gen-traffic --out "$work/int5.pcap" --count 4096 --flows 64 --size 60 --dst-mac 02:00:00:00:00:02 \
+  --int-hops 5 --int-instructions node_id,l1_ports,hop_latency,queue --int-rhc 3
+collector=$'[[int.collector]]\naddress = "127.0.0.1:32766"'
+config xconnect "$work/int5.pcap" 'peer = "p1"' 'peer = "p0"' \
+  "$(int_cfg '["p1"]' "report_flow_interval_ms = 1000
+$collector")" true >"$work/sink.toml"
+run_case int-sink-5x4 "$work/int5.pcap" "$work/sink.toml"
+config xconnect "$work/int5.pcap" 'peer = "p1"' 'peer = "p0"' \
+  "$(int_cfg '["p1"]' "report_max_packet = ${BENCH_REPORT_PACKET:-1472}
+$collector")" >"$work/sink-all.toml"
+run_case int-sink-5x4-report-every-packet "$work/int5.pcap" "$work/sink-all.toml"
+# Reports the control core exported per second in that run, and what the
+# full rings refused (the export rate is the control core's limit when > 0).
+tail -n 1 "$work/is.log" | python3 -c "
+import json,sys
+d=json.load(sys.stdin)['int_reports']
+full=sum(r['ring_full'] for r in d['rings'])
+print('case=int-report-export reports_per_s=%.0f packets_per_s=%.0f ring_full_per_s=%.0f max_packet=${BENCH_REPORT_PACKET:-1472}' % (d['reports']/$secs, d['packets']/$secs, full/$secs))"

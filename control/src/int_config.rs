@@ -150,6 +150,11 @@ pub struct IntPlan {
     pub flow_interval_ms: u64,
 }
 
+/// The bitmap of instruction names (any of INSTRUCTIONS).
+pub fn instruction_bits(names: &[String]) -> Result<u16, String> {
+    instructions("", names, true).map_err(|e| e.reason)
+}
+
 fn instructions(key: &str, names: &[String], allow_node: bool) -> Result<u16, ConfigError> {
     let mut b = 0;
     for n in names {

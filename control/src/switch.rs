@@ -916,6 +916,10 @@ impl Switch {
             "table_generation": self.generation,
             "mempool_in_use": self.pool.in_use(),
         });
+        let mut out = out;
+        if self.exporter.is_some() {
+            out["int_reports"] = self.reports_json().unwrap_or(Value::Null);
+        }
         // Mbufs still queued for the control core go back to the pool, and
         // ports stop and close, before the EAL is cleaned up.
         self.held.clear();

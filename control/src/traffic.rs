@@ -70,6 +70,59 @@ pub fn frame(spec: &TrafficSpec, i: usize) -> Vec<u8> {
     f
 }
 
+/// INT already on the generated frames (for transit and sink benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntTraffic {
+    pub udp_port: u16,
+    pub bitmap: u16,
+    /// Hops already on the stack (node IDs 1..=hops); at least 1.
+    pub hops: u8,
+    /// Remaining hop count left after them.
+    pub rhc: u8,
+}
+
+/// Frame number `i` carrying an INT-MD block: sourced by node 1, then
+/// transited by nodes 2..=hops, with metadata values a switch would write.
+pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>, String> {
+    use dataplane::pktbuf::PacketBuf;
+    let f = frame(spec, i);
+    let mut b = dataplane::pktbuf::VecBuf::new(&f, 16 + t.hops as usize * 64);
+    let p = dataplane::int::IntParams {
+        udp_port: t.udp_port,
+        bitmap: t.bitmap,
+        max_hops: t.hops.max(1).saturating_add(t.rhc),
+        domain_id: 0,
+        source_pushes: true,
+    };
+    let md = |n: u32| dataplane::wire::int_md::HopMetadata {
+        node_id: n,
+        ingress_port: 0,
+        egress_port: 1,
+        hop_latency_ns: 1_000 + n,
+        queue_occupancy: n,
+        ingress_ts_ns: 1_700_000_000_000_000_000 + n as u64 * 1_000,
+        egress_ts_ns: 1_700_000_000_000_001_000 + n as u64 * 1_000,
+        ..Default::default()
+    };
+    let meta = dataplane::parse::parse(&f, 0).map_err(|r| r.name().to_string())?;
+    dataplane::int::source(&mut b, &meta, &p, &md(1), 9000).map_err(|e| format!("INT source: {e:?}"))?;
+    for n in 2..=t.hops as u32 {
+        let meta = dataplane::parse::parse(b.bytes(), 0).map_err(|r| r.name().to_string())?;
+        dataplane::int::transit(&mut b, &meta, t.udp_port, &md(n), 9000).map_err(|r| r.name().to_string())?;
+    }
+    Ok(b.bytes().to_vec())
+}
+
+/// Writes `spec.count` frames with INT as a pcap.
+pub fn write_int_pcap(spec: &TrafficSpec, t: &IntTraffic, out: impl Write) -> std::io::Result<()> {
+    let mut w = PcapWriter::new(std::io::BufWriter::new(out), 65535)?;
+    for i in 0..spec.count {
+        let f = int_frame(spec, i, t).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        w.write(i as u64 * 1000, &f)?;
+    }
+    w.into_inner().flush()
+}
+
 /// Writes `spec.count` frames as a pcap.
 pub fn write_pcap(spec: &TrafficSpec, out: impl Write) -> std::io::Result<()> {
     if spec.src.is_ipv4() != spec.dst.is_ipv4() {
@@ -112,5 +165,11 @@ mod tests {
         let b = frame(&v6, 2);
         assert_eq!(b.len(), 62);
         assert_eq!(parse::parse(&b, 0).unwrap().key.ip_version(), 6);
+        let t = IntTraffic { udp_port: 17768, bitmap: 0xf000, hops: 5, rhc: 3 };
+        let f = int_frame(&spec, 1, &t).unwrap();
+        assert_eq!(f.len(), 60 + 16 + 5 * 16);
+        let m = parse::parse(&f, 0).unwrap();
+        let v = dataplane::wire::int_md::IntMd::new_checked(&f[m.l4_offset + 8..]).unwrap();
+        assert_eq!((v.hops(), v.rhc(), m.key.dst_port()), (5, 3, 17768));
     }
 }

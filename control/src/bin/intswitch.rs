@@ -61,6 +61,18 @@ enum Cmd {
         /// Vary the destination address per flow too.
         #[arg(long)]
         vary_dst: bool,
+        /// Frames already carry INT-MD with this many hops (UDP port presence).
+        #[arg(long)]
+        int_hops: Option<u8>,
+        /// Instructions of that INT header (names as in the config's watch rules).
+        #[arg(long, value_delimiter = ',', default_value = "node_id,l1_ports,hop_latency,queue,ingress_ts")]
+        int_instructions: Vec<String>,
+        /// INT UDP port.
+        #[arg(long, default_value_t = 17768)]
+        int_port: u16,
+        /// Remaining hop count the INT header leaves.
+        #[arg(long, default_value_t = 4)]
+        int_rhc: u8,
     },
 }
 
@@ -76,7 +88,22 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), String> {
-    if let Some(Cmd::GenTraffic { out, count, flows, size, src_mac, dst_mac, src, dst, vary_dst }) = cli.cmd {
+    if let Some(Cmd::GenTraffic {
+        out,
+        count,
+        flows,
+        size,
+        src_mac,
+        dst_mac,
+        src,
+        dst,
+        vary_dst,
+        int_hops,
+        int_instructions,
+        int_port,
+        int_rhc,
+    }) = cli.cmd
+    {
         let spec = TrafficSpec {
             count,
             flows,
@@ -88,6 +115,15 @@ fn run(cli: Cli) -> Result<(), String> {
             vary_dst,
         };
         let f = std::fs::File::create(&out).map_err(|e| format!("--out {out}: {e}"))?;
+        if let Some(hops) = int_hops {
+            if hops == 0 {
+                return Err("--int-hops: must be at least 1".into());
+            }
+            let bitmap = control::int_config::instruction_bits(&int_instructions)
+                .map_err(|e| format!("--int-instructions: {e}"))?;
+            let t = control::traffic::IntTraffic { udp_port: int_port, bitmap, hops, rhc: int_rhc };
+            return control::traffic::write_int_pcap(&spec, &t, f).map_err(|e| format!("--out {out}: {e}"));
+        }
         return write_pcap(&spec, f).map_err(|e| format!("--out {out}: {e}"));
     }
     let demo_dir;
