@@ -442,10 +442,7 @@ impl Switch {
             .filter(|e| e.name().starts_with("int_"))
             .map(|e| (e.name().to_string(), c.events[*e as usize].into()))
             .collect();
-        let udp_port = match s.presence {
-            dataplane::int_watch::Presence::UdpPort(p) => Some(p),
-            _ => None,
-        };
+        let dataplane::int_watch::Presence::UdpPort(udp_port) = s.presence;
         Ok(json!({
             "node_id": s.node_id,
             "presence": "udp_port",

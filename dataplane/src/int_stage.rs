@@ -131,10 +131,8 @@ pub struct IntCtx<'a, R: ReportSink> {
 }
 
 fn udp_port(spec: &IntSpec) -> u16 {
-    match spec.presence {
-        Presence::UdpPort(p) => p,
-        Presence::Dscp { .. } => 0,
-    }
+    let Presence::UdpPort(p) = spec.presence;
+    p
 }
 
 fn dscp(b: &[u8], meta: &PacketMeta) -> u8 {

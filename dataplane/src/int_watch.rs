@@ -18,9 +18,6 @@ use crate::counters::MAX_PORTS;
 pub enum Presence {
     /// UDP destination port: NPT=1 for UDP, NPT=2 (inserted UDP) otherwise.
     UdpPort(u16),
-    /// DSCP: packets whose DSCP & mask == value carry INT after their TCP/UDP
-    /// header (after TCP options); NPT=0, the original DSCP saved in the shim.
-    Dscp { value: u8, mask: u8 },
 }
 
 /// What the source puts into the INT header.

@@ -1,20 +1,28 @@
 //! Internet checksum (RFC 1071) and incremental update (RFC 1624).
 
-/// One's-complement sum of `data` added to `initial` (not folded).
+/// One's-complement sum of `data` added to `initial` (folded to at most
+/// 17 bits, so callers may add a few more terms without overflow).
 #[inline]
-pub fn sum(mut initial: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        initial += u16::from_be_bytes([c[0], c[1]]) as u32;
-        // Keep the accumulator from overflowing on jumbo frames.
-        if initial > 0xffff_0000 {
-            initial = (initial & 0xffff) + (initial >> 16);
-        }
+pub fn sum(initial: u32, data: &[u8]) -> u32 {
+    // 32-bit big-endian words into a 64-bit accumulator: the carries of the
+    // 16-bit halves all land in the upper bits, folded once at the end.
+    let mut acc = initial as u64;
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        acc += u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as u64;
     }
-    if let [b] = chunks.remainder() {
-        initial += (*b as u32) << 8;
+    let rest = words.remainder();
+    let mut pairs = rest.chunks_exact(2);
+    for c in &mut pairs {
+        acc += u16::from_be_bytes([c[0], c[1]]) as u64;
     }
-    initial
+    if let [b] = pairs.remainder() {
+        acc += (*b as u64) << 8;
+    }
+    let s = (acc & 0xffff_ffff) + (acc >> 32);
+    let s = (s & 0xffff) + (s >> 16);
+    let s = (s & 0xffff) + (s >> 16);
+    s as u32
 }
 
 /// Folds a 32-bit accumulator into a 16-bit one's-complement sum.

@@ -218,29 +218,32 @@ pub struct HopMetadata {
 /// complement are written as 0xFFFFFFFF.
 pub fn emit_hop(bitmap: u16, m: &HopMetadata, out: &mut [u8]) {
     let mut o = 0;
-    let mut put = |bytes: &[u8], o: &mut usize| {
-        out[*o..*o + bytes.len()].copy_from_slice(bytes);
-        *o += bytes.len();
-    };
-    for bit in 0..16 {
-        if bitmap & (0x8000 >> bit) == 0 {
-            continue;
-        }
-        match bit {
-            0 => put(&m.node_id.to_be_bytes(), &mut o),
-            1 => put(&(((m.ingress_port as u32) << 16) | m.egress_port as u32).to_be_bytes(), &mut o),
-            2 => put(&m.hop_latency_ns.to_be_bytes(), &mut o),
-            3 => put(&(((m.queue_id as u32) << 24) | (m.queue_occupancy & 0xff_ffff)).to_be_bytes(), &mut o),
-            4 => put(&m.ingress_ts_ns.to_be_bytes(), &mut o),
-            5 => put(&m.egress_ts_ns.to_be_bytes(), &mut o),
-            6 => {
-                put(&m.l2_ingress.to_be_bytes(), &mut o);
-                put(&m.l2_egress.to_be_bytes(), &mut o);
+    let mut bits = bitmap;
+    // Visit only the set bits, MSB first.
+    while bits != 0 {
+        let bit = bits.leading_zeros();
+        bits &= !(0x8000 >> bit);
+        let w: u32 = match bit {
+            0 => m.node_id,
+            1 => ((m.ingress_port as u32) << 16) | m.egress_port as u32,
+            2 => m.hop_latency_ns,
+            3 => ((m.queue_id as u32) << 24) | (m.queue_occupancy & 0xff_ffff),
+            4 | 5 | 6 => {
+                let v: u64 = match bit {
+                    4 => m.ingress_ts_ns,
+                    5 => m.egress_ts_ns,
+                    _ => ((m.l2_ingress as u64) << 32) | m.l2_egress as u64,
+                };
+                out[o..o + 8].copy_from_slice(&v.to_be_bytes());
+                o += 8;
+                continue;
             }
-            7 => put(&m.tx_util.unwrap_or(u32::MAX).to_be_bytes(), &mut o),
-            8 => put(&(((m.buffer_id as u32) << 24) | (m.buffer_occupancy & 0xff_ffff)).to_be_bytes(), &mut o),
-            _ => put(&u32::MAX.to_be_bytes(), &mut o),
-        }
+            7 => m.tx_util.unwrap_or(u32::MAX),
+            8 => ((m.buffer_id as u32) << 24) | (m.buffer_occupancy & 0xff_ffff),
+            _ => u32::MAX,
+        };
+        out[o..o + 4].copy_from_slice(&w.to_be_bytes());
+        o += 4;
     }
 }
 
