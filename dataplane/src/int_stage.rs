@@ -537,6 +537,45 @@ mod tests {
     }
 
     #[test]
+    fn drop_reports_and_the_discard_flag() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
+        // A watched packet this switch drops: a D report with the reason.
+        let mut s1 = Node::new(spec(1, 0b01));
+        let clock = WallClock::new(0, 0, 1_000_000_000);
+        let meta = parse(&orig, 0).unwrap();
+        let mut ctx = IntCtx {
+            spec: &s1.spec,
+            clock: &clock,
+            flows: &mut s1.flows,
+            counters: &mut s1.c,
+            reports: &mut s1.reports,
+        };
+        dropped(&mut ctx, &orig, &meta, &hop(0, 0), DropReason::NoRoute);
+        assert_eq!(s1.reports.len(), 1);
+        assert_eq!((s1.reports[0].flags, s1.reports[0].drop_reason), (FLAG_D, DropReason::NoRoute as u8));
+        assert_eq!(s1.c.events[Event::IntDropReported as usize], 1);
+        // Not watched (arrived on a core port, no INT): no report.
+        let mut ctx = IntCtx {
+            spec: &s1.spec,
+            clock: &clock,
+            flows: &mut s1.flows,
+            counters: &mut s1.c,
+            reports: &mut s1.reports,
+        };
+        dropped(&mut ctx, &orig, &meta, &hop(1, 0), DropReason::NoRoute);
+        assert_eq!(s1.reports.len(), 1);
+        // D=1 in the INT header: the sink reports, then the packet is discarded.
+        let mut b = VecBuf::new(&orig, 256);
+        s1.run(&mut b, hop(0, 1)).unwrap();
+        let mut f = b.bytes().to_vec();
+        let blk = 14 + 20 + 8;
+        f[blk + 4] |= 0x08;
+        let mut s3 = Node::new(spec(3, 0b10));
+        assert_eq!(s3.run(&mut VecBuf::new(&f, 256), hop(0, 1)), Err(DropReason::IntDiscard));
+        assert_eq!(s3.reports.len(), 1);
+    }
+
+    #[test]
     fn wall_clock_converts_ticks() {
         let c = WallClock::new(100, 5_000, 2_500_000_000);
         assert_eq!(c.ns(100), 5_000);
