@@ -5,34 +5,20 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use control::traffic::{frame, TrafficSpec};
-use dataplane::int::{self, IntParams};
-use dataplane::parse::parse;
-use dataplane::pktbuf::{PacketBuf, VecBuf};
-use dataplane::wire::int_md::HopMetadata;
+use control::traffic::{int_frame, IntTraffic, TrafficSpec};
 use intswitch_tests::{control_section, intctl_bin, ns, write_pcap, Namespaces, Scratch, SwitchProcess};
 use serde_json::Value;
 
 const RING: u64 = 64;
 const SENT: u64 = 300;
 
-fn int_frame(i: usize) -> Vec<u8> {
+fn watched_frame(i: usize) -> Vec<u8> {
     let spec = TrafficSpec {
-        count: 1,
         flows: 8,
         frame_len: 120,
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src: "10.70.0.1".parse().unwrap(),
-        dst: "10.70.0.2".parse().unwrap(),
-        vary_dst: false,
+        ..TrafficSpec::udp("10.70.0.1".parse().unwrap(), "10.70.0.2".parse().unwrap(), 1)
     };
-    let f = frame(&spec, i);
-    let mut b = VecBuf::new(&f, 128);
-    let p = IntParams { udp_port: 17768, bitmap: 0xf000, max_hops: 8, domain_id: 0, source_pushes: true };
-    let md = HopMetadata { node_id: 1, hop_latency_ns: 1000, ..Default::default() };
-    int::source(&mut b, &parse(&f, 0).unwrap(), &p, &md, 1500).unwrap();
-    b.bytes().to_vec()
+    int_frame(&spec, i, &IntTraffic { udp_port: 17768, bitmap: 0xf000, hops: 1, rhc: 7 }).unwrap()
 }
 
 fn intctl(sock: &std::path::Path, args: &[&str]) -> Value {
@@ -95,7 +81,7 @@ mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_af_packet0,iface=sw-in
 
     // Export paused: the ring takes RING records, every further one is refused and counted.
     assert_eq!(intctl(&sock, &["int", "export", "pause"])["paused"], true);
-    let frames: Vec<Vec<u8>> = (0..SENT as usize).map(int_frame).collect();
+    let frames: Vec<Vec<u8>> = (0..SENT as usize).map(watched_frame).collect();
     write_pcap(&d.path("int.pcap"), &frames);
     send_raw(&h, "eth0", &d.path("int.pcap"));
     let sunk = |v: &Value| v["counters"]["int_sunk"].as_u64().unwrap();
@@ -125,7 +111,7 @@ mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_af_packet0,iface=sw-in
     assert_eq!(c["ports"][1]["tx_packets"].as_u64(), Some(SENT), "{c}");
 
     // Malformed INT at the sink: dropped under the named reason, never a panic.
-    let good = int_frame(0);
+    let good = watched_frame(0);
     let blk = 14 + 20 + 8;
     let mut bad = Vec::new();
     let mut f = good.clone();

@@ -375,14 +375,8 @@ mod tests {
     #[test]
     fn decodes_what_the_switch_exports() {
         let spec = crate::traffic::TrafficSpec {
-            count: 1,
-            flows: 1,
             frame_len: 80,
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src: "10.0.1.2".parse().unwrap(),
-            dst: "10.0.2.2".parse().unwrap(),
-            vary_dst: false,
+            ..crate::traffic::TrafficSpec::udp("10.0.1.2".parse().unwrap(), "10.0.2.2".parse().unwrap(), 1)
         };
         let orig = crate::traffic::frame(&spec, 0); // UDP 1024 -> 5001
         let mut b = VecBuf::new(&orig, 256);

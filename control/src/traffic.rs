@@ -26,6 +26,22 @@ pub struct TrafficSpec {
     pub vary_dst: bool,
 }
 
+impl TrafficSpec {
+    /// One flow of `count` 64-byte UDP frames from `src` to `dst`.
+    pub fn udp(src: IpAddr, dst: IpAddr, count: usize) -> TrafficSpec {
+        TrafficSpec {
+            count,
+            flows: 1,
+            frame_len: 60,
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src,
+            dst,
+            vary_dst: false,
+        }
+    }
+}
+
 fn add(ip: IpAddr, n: u32) -> IpAddr {
     match ip {
         IpAddr::V4(a) => IpAddr::from(std::net::Ipv4Addr::from(u32::from(a).wrapping_add(n))),
@@ -146,14 +162,9 @@ mod tests {
     #[test]
     fn frames_parse_and_vary_by_flow() {
         let spec = TrafficSpec {
-            count: 10,
             flows: 4,
-            frame_len: 60,
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src: "10.0.1.10".parse().unwrap(),
-            dst: "10.0.2.10".parse().unwrap(),
             vary_dst: true,
+            ..TrafficSpec::udp("10.0.1.10".parse().unwrap(), "10.0.2.10".parse().unwrap(), 10)
         };
         let a = frame(&spec, 1);
         assert_eq!(a.len(), 60);

@@ -421,8 +421,17 @@ mod tests {
         }
 
         fn run(&mut self, b: &mut VecBuf, h: Hop) -> Result<(), DropReason> {
-            let clock = WallClock::new(0, 1_000_000_000, 1_000_000_000);
             let meta = parse(b.bytes(), h.in_port).unwrap();
+            self.with_ctx(|ctx| apply(ctx, b, &meta, &h))
+        }
+
+        fn drop_report(&mut self, f: &[u8], h: Hop, r: DropReason) {
+            let meta = parse(f, h.in_port).unwrap();
+            self.with_ctx(|ctx| dropped(ctx, f, &meta, &h, r))
+        }
+
+        fn with_ctx<T>(&mut self, f: impl FnOnce(&mut IntCtx<Vec<ReportRecord>>) -> T) -> T {
+            let clock = WallClock::new(0, 1_000_000_000, 1_000_000_000);
             let mut ctx = IntCtx {
                 spec: &self.spec,
                 clock: &clock,
@@ -430,7 +439,7 @@ mod tests {
                 counters: &mut self.c,
                 reports: &mut self.reports,
             };
-            apply(&mut ctx, b, &meta, &h)
+            f(&mut ctx)
         }
     }
 
@@ -541,28 +550,12 @@ mod tests {
         let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
         // A watched packet this switch drops: a D report with the reason.
         let mut s1 = Node::new(spec(1, 0b01));
-        let clock = WallClock::new(0, 0, 1_000_000_000);
-        let meta = parse(&orig, 0).unwrap();
-        let mut ctx = IntCtx {
-            spec: &s1.spec,
-            clock: &clock,
-            flows: &mut s1.flows,
-            counters: &mut s1.c,
-            reports: &mut s1.reports,
-        };
-        dropped(&mut ctx, &orig, &meta, &hop(0, 0), DropReason::NoRoute);
+        s1.drop_report(&orig, hop(0, 0), DropReason::NoRoute);
         assert_eq!(s1.reports.len(), 1);
         assert_eq!((s1.reports[0].flags, s1.reports[0].drop_reason), (FLAG_D, DropReason::NoRoute as u8));
         assert_eq!(s1.c.events[Event::IntDropReported as usize], 1);
         // Not watched (arrived on a core port, no INT): no report.
-        let mut ctx = IntCtx {
-            spec: &s1.spec,
-            clock: &clock,
-            flows: &mut s1.flows,
-            counters: &mut s1.c,
-            reports: &mut s1.reports,
-        };
-        dropped(&mut ctx, &orig, &meta, &hop(1, 0), DropReason::NoRoute);
+        s1.drop_report(&orig, hop(1, 0), DropReason::NoRoute);
         assert_eq!(s1.reports.len(), 1);
         // D=1 in the INT header: the sink reports, then the packet is discarded.
         let mut b = VecBuf::new(&orig, 256);
