@@ -134,10 +134,6 @@ impl Exporter {
         })
     }
 
-    pub fn set_md_bits(&mut self, bits: u16) {
-        self.md_bits = bits;
-    }
-
     /// Drains up to `budget` records from the rings and sends them (nothing
     /// is held back between calls); returns how many were taken.
     pub fn poll(&mut self, budget: usize) -> usize {

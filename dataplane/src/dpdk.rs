@@ -564,7 +564,7 @@ impl Port {
             });
         }
         let mut conf = ffi::rte_eth_conf::default();
-        let want_hf = unsafe_rss_hf() & info.rss_offloads;
+        let want_hf = rss_hf_5tuple() & info.rss_offloads;
         let rss_active = setup.rss && setup.rx_queues > 1 && want_hf != 0;
         if rss_active {
             conf.rxmode.mq_mode = ffi::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
@@ -762,7 +762,7 @@ impl Drop for Port {
     }
 }
 
-fn unsafe_rss_hf() -> u64 {
+fn rss_hf_5tuple() -> u64 {
     // SAFETY: returns a constant.
     unsafe { ffi::shim_rss_hf_5tuple() }
 }

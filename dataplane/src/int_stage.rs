@@ -121,6 +121,24 @@ impl Hop {
     }
 }
 
+/// Where the stage gets a packet's hop: the ports right away (they decide
+/// the role), the measured values only when INT acts on the packet (they
+/// cost a clock read and shared-counter loads).
+pub trait HopSource {
+    /// (input port, output port).
+    fn ports(&self) -> (u16, u16);
+    fn measure(&self) -> Hop;
+}
+
+impl HopSource for Hop {
+    fn ports(&self) -> (u16, u16) {
+        (self.in_port, self.out_port)
+    }
+    fn measure(&self) -> Hop {
+        *self
+    }
+}
+
 /// Everything the stage reads or updates besides the packet.
 pub struct IntCtx<'a, R: ReportSink> {
     pub spec: &'a IntSpec,
@@ -219,23 +237,24 @@ fn report_len(spec: &IntSpec, meta: &PacketMeta, int_end: usize) -> usize {
     spec.report.truncate.max(int_end).min(meta.l3_end).min(REPORT_MAX)
 }
 
-/// Runs the INT stage on a packet that leaves by `hop.out_port`. `meta` is
-/// its parse (offsets still valid after forwarding's rewrites). An error is
-/// a drop with that reason.
+/// Runs the INT stage on a packet that leaves by the hop's output port.
+/// `meta` is its parse (offsets still valid after forwarding's rewrites).
+/// An error is a drop with that reason.
 pub fn apply<B: PacketBuf, R: ReportSink>(
     ctx: &mut IntCtx<R>,
     pkt: &mut B,
     meta: &PacketMeta,
-    hop: &Hop,
+    hop: &impl HopSource,
 ) -> Result<(), DropReason> {
     let spec = ctx.spec;
+    let (in_port, out_port) = hop.ports();
     let port = udp_port(spec);
     let Some(blk) = int::find(pkt.bytes(), meta, port) else {
         // No INT yet: only an edge port admits flows into the domain.
-        if meta.key.ip_version() == 0 || !spec.is_edge(hop.in_port as usize) {
+        if meta.key.ip_version() == 0 || !spec.is_edge(in_port as usize) {
             return Ok(());
         }
-        let f = watch_fields(pkt.bytes(), meta, hop.in_port, None);
+        let f = watch_fields(pkt.bytes(), meta, in_port, None);
         let Some(Role::Source(sp)) = spec.lookup(&f).map(|r| r.role) else { return Ok(()) };
         let p = int::IntParams {
             udp_port: port,
@@ -244,8 +263,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             domain_id: sp.domain_id,
             source_pushes: spec.source_pushes,
         };
-        let md = hop.metadata(spec.node_id, ctx.clock);
-        match int::source(pkt, meta, &p, &md, spec.mtu[hop.out_port as usize] as usize) {
+        let md = hop.measure().metadata(spec.node_id, ctx.clock);
+        match int::source(pkt, meta, &p, &md, spec.mtu[out_port as usize] as usize) {
             Ok(_) => ctx.counters.event(Event::IntSourced),
             Err(Skip::Mtu) => ctx.counters.event(Event::IntSourceSkippedMtu),
             Err(Skip::NoRoom) => ctx.counters.event(Event::IntNoRoom),
@@ -256,7 +275,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     let end = meta.l3_end.min(pkt.bytes().len());
     let hdr =
         IntMd::new_checked(&pkt.bytes()[blk..end.max(blk)]).map(|v| (v.npt(), v.saved(), v.total_len(), v.domain_id()));
-    let sink_here = spec.is_edge(hop.out_port as usize);
+    let sink_here = spec.is_edge(out_port as usize);
     let (npt, saved, total, domain) = match hdr {
         Ok(h) => h,
         // Malformed: a sink cannot restore it, so it drops it with the named
@@ -267,7 +286,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             return Ok(());
         }
     };
-    let f = watch_fields(pkt.bytes(), meta, hop.in_port, Some((blk, npt, saved, total)));
+    let f = watch_fields(pkt.bytes(), meta, in_port, Some((blk, npt, saved, total)));
     let role = match spec.lookup(&f).map(|r| r.role) {
         Some(Role::None) => return Ok(()),
         Some(Role::Sink) => Role::Sink,
@@ -275,9 +294,10 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         _ if sink_here => Role::Sink,
         _ => Role::Transit,
     };
-    let md = hop.metadata(spec.node_id, ctx.clock);
+    let measured = hop.measure();
+    let md = measured.metadata(spec.node_id, ctx.clock);
     if role == Role::Transit {
-        let mtu = spec.mtu[hop.out_port as usize] as usize;
+        let mtu = spec.mtu[out_port as usize] as usize;
         return match int::transit(pkt, meta, port, &md, mtu) {
             Ok(Transit::Pushed) => {
                 ctx.counters.event(Event::IntTransited);
@@ -313,18 +333,16 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         };
     }
     // Sink: report (when due), then restore the original packet.
-    let (due, flags) = report_due(ctx, meta, hop.tx_tsc);
-    let (sunk, copied, rec) = if due {
+    let (due, flags) = report_due(ctx, meta, measured.tx_tsc);
+    let (sunk, rec) = if due {
         let mut rec = record(flags, md, domain);
         let want = report_len(spec, meta, blk + total);
         let (s, n) = int::sink(pkt, meta, port, &mut rec.data[..want])?;
         rec.len = n as u16;
-        (s, n, Some(rec))
+        (s, Some(rec))
     } else {
-        let (s, n) = int::sink(pkt, meta, port, &mut [])?;
-        (s, n, None)
+        (int::sink(pkt, meta, port, &mut [])?.0, None)
     };
-    let _ = copied;
     ctx.counters.event(Event::IntSunk);
     if let Some(rec) = rec {
         queue(ctx, rec);
@@ -338,29 +356,33 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
 /// A packet this switch dropped: when it carried INT or matches a watch
 /// rule, the control core gets a drop report (D flag, reason in RepMdBits
 /// bit 15) with the packet as it arrived.
-pub fn dropped<R: ReportSink>(ctx: &mut IntCtx<R>, pkt: &[u8], meta: &PacketMeta, hop: &Hop, reason: DropReason) {
+pub fn dropped<R: ReportSink>(
+    ctx: &mut IntCtx<R>,
+    pkt: &[u8],
+    meta: &PacketMeta,
+    hop: &impl HopSource,
+    reason: DropReason,
+) {
     let spec = ctx.spec;
+    let (in_port, _) = hop.ports();
     if meta.key.ip_version() == 0 {
         return;
     }
     let blk = int::find(pkt, meta, udp_port(spec));
-    let (domain, watched, int_end) = match blk {
+    let (domain, int_end) = match blk {
         Some(b) => match IntMd::new_checked(&pkt[b..meta.l3_end.min(pkt.len()).max(b)]) {
-            Ok(v) => (v.domain_id(), true, b + v.total_len()),
+            Ok(v) => (v.domain_id(), b + v.total_len()),
             Err(_) => return,
         },
         None => {
-            let f = watch_fields(pkt, meta, hop.in_port, None);
+            let f = watch_fields(pkt, meta, in_port, None);
             match spec.lookup(&f).map(|r| r.role) {
-                Some(Role::Source(sp)) if spec.is_edge(hop.in_port as usize) => (sp.domain_id, true, 0),
+                Some(Role::Source(sp)) if spec.is_edge(in_port as usize) => (sp.domain_id, 0),
                 _ => return,
             }
         }
     };
-    if !watched {
-        return;
-    }
-    let mut rec = record(FLAG_D, hop.metadata(spec.node_id, ctx.clock), domain);
+    let mut rec = record(FLAG_D, hop.measure().metadata(spec.node_id, ctx.clock), domain);
     rec.drop_reason = reason as u8;
     let n = report_len(spec, meta, int_end);
     rec.data[..n].copy_from_slice(&pkt[..n]);

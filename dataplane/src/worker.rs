@@ -469,6 +469,34 @@ struct IntWorker<'a> {
     shared: &'a Shared,
 }
 
+/// A packet's hop through this worker, measured only if INT acts on it.
+struct WorkerHop<'a, 'b> {
+    w: &'a IntWorker<'b>,
+    in_port: u16,
+    out_port: u16,
+}
+
+impl int_stage::HopSource for WorkerHop<'_, '_> {
+    fn ports(&self) -> (u16, u16) {
+        (self.in_port, self.out_port)
+    }
+
+    fn measure(&self) -> Hop {
+        let (w, o) = (self.w, self.out_port as usize);
+        let util = w.shared.port_tx_util.get(o).map_or(u32::MAX, |u| u.load(Ordering::Relaxed));
+        Hop {
+            in_port: self.in_port,
+            out_port: self.out_port,
+            rx_tsc: w.rx_tsc,
+            tx_tsc: dpdk::tsc(),
+            queue_id: w.id as u8,
+            queue_occupancy: w.out.occupancy(o) as u32,
+            tx_util: (util != u32::MAX).then_some(util),
+            buffer_occupancy: w.shared.pool_in_use.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Runs the INT stage on a forwarded packet (or files a drop report for a
 /// dropped one); returns the verdict, which becomes a drop when INT says so.
 #[allow(clippy::too_many_arguments)]
@@ -484,24 +512,12 @@ fn int_verdict(
     flows: &mut FlowTable,
     counters: &mut CounterValues,
 ) -> Verdict {
-    let (out, shared) = (w.out, w.shared);
     let out_port = match v {
         Verdict::Tx(p) => p,
         Verdict::Drop(_) => in_port,
         _ => return v,
     };
-    let o = out_port as usize;
-    let util = shared.port_tx_util.get(o).map_or(u32::MAX, |u| u.load(Ordering::Relaxed));
-    let hop = Hop {
-        in_port,
-        out_port,
-        rx_tsc: w.rx_tsc,
-        tx_tsc: dpdk::tsc(),
-        queue_id: w.id as u8,
-        queue_occupancy: out.occupancy(o) as u32,
-        tx_util: (util != u32::MAX).then_some(util),
-        buffer_occupancy: shared.pool_in_use.load(Ordering::Relaxed),
-    };
+    let hop = WorkerHop { w, in_port, out_port };
     let mut ictx = IntCtx { spec, clock: w.clock, flows, counters, reports };
     match v {
         Verdict::Drop(r) => {
