@@ -46,10 +46,19 @@ pub enum Event {
     IntPassedBadVersion,
     IntPassedBadHopMl,
     IntPassedBadStack,
+    AmpmMarked,
+    AmpmCounted,
+    AmpmTimestamped,
+    AmpmCleared,
+    AmpmOptionInserted,
+    AmpmOptionRemoved,
+    AmpmBadOption,
+    AmpmNoCarrier,
+    AmpmNoHeadroom,
 }
 
 impl Event {
-    pub const COUNT: usize = Event::IntPassedBadStack as usize + 1;
+    pub const COUNT: usize = Event::AmpmNoHeadroom as usize + 1;
     pub const ALL: [Event; Event::COUNT] = [
         Event::FlowLearned,
         Event::FlowLearnFailedFull,
@@ -84,6 +93,15 @@ impl Event {
         Event::IntPassedBadVersion,
         Event::IntPassedBadHopMl,
         Event::IntPassedBadStack,
+        Event::AmpmMarked,
+        Event::AmpmCounted,
+        Event::AmpmTimestamped,
+        Event::AmpmCleared,
+        Event::AmpmOptionInserted,
+        Event::AmpmOptionRemoved,
+        Event::AmpmBadOption,
+        Event::AmpmNoCarrier,
+        Event::AmpmNoHeadroom,
     ];
 
     pub fn name(self) -> &'static str {
@@ -121,6 +139,15 @@ impl Event {
             Event::IntPassedBadVersion => "int_passed_bad_version",
             Event::IntPassedBadHopMl => "int_passed_bad_hop_ml",
             Event::IntPassedBadStack => "int_passed_bad_stack",
+            Event::AmpmMarked => "ampm_marked",
+            Event::AmpmCounted => "ampm_counted",
+            Event::AmpmTimestamped => "ampm_timestamped",
+            Event::AmpmCleared => "ampm_cleared",
+            Event::AmpmOptionInserted => "ampm_option_inserted",
+            Event::AmpmOptionRemoved => "ampm_option_removed",
+            Event::AmpmBadOption => "ampm_bad_option",
+            Event::AmpmNoCarrier => "ampm_no_carrier",
+            Event::AmpmNoHeadroom => "ampm_no_headroom",
         }
     }
 }

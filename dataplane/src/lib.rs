@@ -4,6 +4,8 @@
 //! is safe Rust over byte slices and owned mbufs, testable without an EAL.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod ampm;
+pub mod classifier;
 pub mod counters;
 pub mod dpdk;
 pub mod drop_reason;

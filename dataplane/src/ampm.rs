@@ -1,0 +1,951 @@
+//! Alternate-Marking performance measurement (AM-PM): the measurement
+//! point's data-path stage.
+//!
+//! Two lookups per packet, as in the AM-PM paper §3.5: the per-flow rules
+//! (a ternary classifier on the 5-tuple, DSCP and input port) name the
+//! monitored flow, its role, method and carrier; then the method's global
+//! time-slot table (a direct-indexed classifier on the receive-time bits,
+//! the packet's mark bits and the flow's register) gives the action: which
+//! mark to write, the new register value, which color counter to bump and
+//! whether to timestamp. The default slot tables are the paper's tables 1-6
+//! (`default_rules`); operators can replace rows at run time.
+//!
+//! Counters are per worker and per flow slot, single-writer atomics that the
+//! control core reads once per interval, when a color is stable.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::classifier::{self, field, Classifier, Key, Rule};
+use crate::counters::{CounterValues, Event};
+use crate::parse::{L3Kind, PacketMeta};
+use crate::pktbuf::PacketBuf;
+use crate::wire::checksum;
+
+/// IPv6 option type of the Alternate-Marking option (RFC 9343).
+pub const ALTMARK_OPTION: u8 = 0x12;
+const NH_HOP_BY_HOP: u8 = 0;
+const NH_DEST_OPTS: u8 = 60;
+/// Bytes an inserted AltMark option costs (a whole 8-byte options header,
+/// or 8 bytes appended to an existing one).
+pub const ALTMARK_BYTES: usize = 8;
+
+/// Which timestamp format the time bits come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeFormat {
+    /// 64-bit nanoseconds since the Unix epoch.
+    Ns,
+    /// 32.32 fixed-point seconds since the epoch (bit 32 = seconds LSB).
+    SecFrac,
+}
+
+/// Interval and sub-interval bits, aligned to CLOCK_REALTIME.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub format: TimeFormat,
+    /// The time bit whose value is the color (the interval T is 2^bit units).
+    pub interval_bit: u8,
+    /// Bits below it that split an interval into slots (2: quarters).
+    pub sub_bits: u8,
+}
+
+impl Timing {
+    pub fn word(&self) -> usize {
+        match self.format {
+            TimeFormat::Ns => field::TS_NS,
+            TimeFormat::SecFrac => field::TS_FIX,
+        }
+    }
+
+    /// Start of interval `j` in ns since the epoch.
+    pub fn start_ns(&self, j: u64) -> u64 {
+        let t = j << self.interval_bit;
+        match self.format {
+            TimeFormat::Ns => t,
+            TimeFormat::SecFrac => fix_to_ns(t),
+        }
+    }
+
+    /// Length of an interval in ns (rounded down).
+    pub fn interval_ns(&self) -> u64 {
+        self.start_ns(1)
+    }
+
+    /// A ternary pattern (MSB first) over the interval bit and the slot bits.
+    fn pattern(&self, bits: &str) -> (u64, u64) {
+        let lsb = self.interval_bit as u32 + 1 - bits.len() as u32;
+        classifier::parse_bits(bits, lsb).expect("generated pattern")
+    }
+}
+
+/// 32.32 seconds -> ns.
+pub fn fix_to_ns(t: u64) -> u64 {
+    (t >> 32) * 1_000_000_000 + (((t & 0xffff_ffff) * 1_000_000_000) >> 32)
+}
+
+/// ns -> 32.32 seconds.
+pub fn ns_to_fix(ns: u64) -> u64 {
+    let (s, f) = (ns / 1_000_000_000, ns % 1_000_000_000);
+    (s << 32) | ((f << 32) / 1_000_000_000)
+}
+
+/// Marking methods (AM-PM paper §2-§3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// Single-bit step: loss only (tables 1, 2).
+    Step,
+    /// Single-bit pulse: delay only (tables 3, 4).
+    Pulse,
+    /// Step on L plus a pulse on D (two bits).
+    Double,
+    /// Single-bit multiplexed step + pulse with time-multiplexed parsing
+    /// (tables 5, 6).
+    Muxed,
+}
+
+impl Method {
+    pub const ALL: [Method; 4] = [Method::Step, Method::Pulse, Method::Double, Method::Muxed];
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Step => "step",
+            Method::Pulse => "pulse",
+            Method::Double => "double",
+            Method::Muxed => "muxed",
+        }
+    }
+}
+
+/// This switch's measurement point role for a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MpRole {
+    /// Marks (and counts what it marked).
+    Initiator,
+    /// Reads and counts.
+    Transit,
+    /// Reads, counts, then clears the marks (removes the IPv6 option).
+    Terminator,
+}
+
+impl MpRole {
+    pub const ALL: [MpRole; 3] = [MpRole::Initiator, MpRole::Transit, MpRole::Terminator];
+    pub fn name(self) -> &'static str {
+        match self {
+            MpRole::Initiator => "initiator",
+            MpRole::Transit => "transit",
+            MpRole::Terminator => "terminator",
+        }
+    }
+}
+
+/// Where the mark bits travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    /// DSCP bits (bit 0 = DSCP LSB): L, and D for double marking. IPv4 TOS
+    /// or IPv6 traffic class.
+    Dscp { l_bit: u8, d_bit: u8 },
+    /// IPv4 flags reserved bit for L; a DSCP bit for D.
+    Ipv4Flag { d_bit: u8 },
+    /// RFC 9343 AltMark option in a Hop-by-Hop options header.
+    Ipv6HopByHop,
+    /// RFC 9343 AltMark option in a Destination options header.
+    Ipv6DestOpts,
+}
+
+impl Carrier {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Carrier::Dscp { .. } => "dscp",
+            Carrier::Ipv4Flag { .. } => "ipv4_flag",
+            Carrier::Ipv6HopByHop => "ipv6_hbh",
+            Carrier::Ipv6DestOpts => "ipv6_dest",
+        }
+    }
+
+    fn is_option(&self) -> bool {
+        matches!(self, Carrier::Ipv6HopByHop | Carrier::Ipv6DestOpts)
+    }
+}
+
+/// What a slot rule does to a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotAction {
+    /// Write the L (single-bit methods: the mark) bit.
+    pub set_l: Option<bool>,
+    /// Write the D bit.
+    pub set_d: Option<bool>,
+    /// New value of the flow's register.
+    pub reg: Option<u8>,
+    /// The block (color) the packet belongs to.
+    pub color: u8,
+    /// Count packets and bytes into `color`.
+    pub count: bool,
+    /// Record the receive timestamp as a delay reference of `color`.
+    pub timestamp: bool,
+}
+
+/// Key bits of the mark: L is bit 0, D bit 1.
+pub const MARK_L: u8 = 1;
+pub const MARK_D: u8 = 2;
+
+/// One slot-table row as the tables write it: a pattern over the interval
+/// bit and slot bits (MSB first, `*` = any), the mark and register bits.
+struct Row<'a> {
+    time: &'a str,
+    mark: Option<u8>,
+    mark_mask: u8,
+    reg: Option<u8>,
+    action: SlotAction,
+}
+
+fn act(l: Option<bool>, d: Option<bool>, reg: Option<u8>, color: u8, count: bool, ts: bool) -> SlotAction {
+    SlotAction { set_l: l, set_d: d, reg, color, count, timestamp: ts }
+}
+
+/// Name of the slot table for a method and role.
+pub fn table_name(m: Method, r: MpRole) -> String {
+    format!("{}-{}", m.name(), r.name())
+}
+
+/// The paper's match-action tables for a method and role, generalised to
+/// `sub_bits` slot bits: the initiator's pulse goes to the first packet of
+/// the first slot of the interval's second half ("010" with 2 bits); a
+/// reader takes a mark as a pulse only in the two middle quarters ("001",
+/// "010"), the guard sub-intervals around each color switch read it as the
+/// step.
+pub fn default_rules(m: Method, r: MpRole, t: &Timing) -> Vec<Rule<SlotAction>> {
+    let s = t.sub_bits as usize;
+    let pulse_slot = |c: u8| format!("{c}1{}", "0".repeat(s - 1));
+    let quarter = |c: u8, q: &str| format!("{c}{q}{}", "*".repeat(s - 2));
+    let any = |c: u8| format!("{c}{}", "*".repeat(s));
+    let reader = matches!(r, MpRole::Transit | MpRole::Terminator);
+    let mut rows: Vec<(String, Option<u8>, u8, Option<u8>, SlotAction)> = Vec::new();
+    let l = Some;
+    match (m, reader) {
+        // Table 1: TimeBit = c -> MarkBit = c, counter c.
+        (Method::Step, false) => {
+            for c in 0..2u8 {
+                rows.push((any(c), None, 0, None, act(l(c == 1), None, None, c, true, false)));
+            }
+        }
+        // Table 2: MarkBit = c -> counter c.
+        (Method::Step, true) => {
+            for c in 0..2u8 {
+                rows.push(("*".into(), Some(c), MARK_L, None, act(None, None, None, c, true, false)));
+            }
+        }
+        // Table 3: the first packet after each time-bit flip is the pulse.
+        (Method::Pulse, false) => {
+            rows.push((any(1), None, 0, Some(0), act(l(true), None, Some(1), 1, false, true)));
+            rows.push((any(1), None, 0, Some(1), act(l(false), None, Some(1), 1, false, false)));
+            rows.push((any(0), None, 0, Some(1), act(l(true), None, Some(0), 0, false, true)));
+            rows.push((any(0), None, 0, Some(0), act(l(false), None, Some(0), 0, false, false)));
+        }
+        // Table 4: MarkBit = 1 -> timestamp (of the block the time bit says).
+        (Method::Pulse, true) => {
+            for c in 0..2u8 {
+                rows.push((any(c), Some(1), MARK_L, None, act(None, None, None, c, false, true)));
+            }
+        }
+        // Step on L (table 1) + table 5's pulse on D.
+        (Method::Double, false) => {
+            for c in 0..2u8 {
+                let lc = l(c == 1);
+                rows.push((pulse_slot(c), None, 0, Some(0), act(lc, l(true), Some(1), c, true, true)));
+                rows.push((pulse_slot(c), None, 0, Some(1), act(lc, l(false), Some(1), c, true, false)));
+                rows.push((any(c), None, 0, None, act(lc, l(false), Some(0), c, true, false)));
+            }
+        }
+        (Method::Double, true) => {
+            for c in 0..2u8 {
+                rows.push(("*".into(), Some(c | MARK_D), MARK_L | MARK_D, None, act(None, None, None, c, true, true)));
+                rows.push(("*".into(), Some(c), MARK_L, None, act(None, None, None, c, true, false)));
+            }
+        }
+        // Table 5.
+        (Method::Muxed, false) => {
+            rows.push((pulse_slot(0), None, 0, Some(0), act(l(true), None, Some(1), 0, true, true)));
+            rows.push((pulse_slot(0), None, 0, Some(1), act(l(false), None, Some(1), 0, true, false)));
+            rows.push((any(0), None, 0, None, act(l(false), None, Some(0), 0, true, false)));
+            rows.push((pulse_slot(1), None, 0, Some(1), act(l(false), None, Some(0), 1, true, true)));
+            rows.push((pulse_slot(1), None, 0, Some(0), act(l(true), None, Some(0), 1, true, false)));
+            rows.push((any(1), None, 0, None, act(l(true), None, Some(1), 1, true, false)));
+        }
+        // Table 6.
+        (Method::Muxed, true) => {
+            rows.push((quarter(0, "01"), Some(1), MARK_L, None, act(None, None, None, 0, true, true)));
+            rows.push((quarter(0, "10"), Some(1), MARK_L, None, act(None, None, None, 0, true, true)));
+            rows.push((quarter(1, "01"), Some(0), MARK_L, None, act(None, None, None, 1, true, true)));
+            rows.push((quarter(1, "10"), Some(0), MARK_L, None, act(None, None, None, 1, true, true)));
+            rows.push(("*".into(), Some(0), MARK_L, None, act(None, None, None, 0, true, false)));
+            rows.push(("*".into(), Some(1), MARK_L, None, act(None, None, None, 1, true, false)));
+        }
+    }
+    let n = rows.len() as u32;
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, (time, mark, mark_mask, reg, action))| {
+            slot_rule(
+                t,
+                &format!("{}/{}", table_name(m, r), i + 1),
+                (n - i as u32) * 10,
+                &Row { time: &time, mark, mark_mask, reg, action },
+            )
+        })
+        .collect()
+}
+
+fn slot_rule(t: &Timing, name: &str, priority: u32, row: &Row) -> Rule<SlotAction> {
+    let mut value = Key::default();
+    let mut mask = Key::default();
+    if row.time.chars().any(|c| c != '*') {
+        let (v, m) = t.pattern(row.time);
+        value.0[t.word()] = v;
+        mask.0[t.word()] = m;
+    }
+    if let Some(mk) = row.mark {
+        value.set_meta(field::MARK_SHIFT, 2, mk as u64);
+        mask.set_meta(field::MARK_SHIFT, 2, row.mark_mask as u64);
+    }
+    if let Some(r) = row.reg {
+        value.set_meta(field::REG_SHIFT, 1, r as u64);
+        mask.set_meta(field::REG_SHIFT, 1, 1);
+    }
+    Rule { name: name.into(), priority, value, mask, action: row.action }
+}
+
+/// Builds a slot rule from operator input: a time pattern over the interval
+/// and slot bits, optional mark (0-3) with mask and register bit.
+pub fn user_slot_rule(
+    t: &Timing,
+    name: &str,
+    priority: u32,
+    time: &str,
+    mark: Option<(u8, u8)>,
+    reg: Option<u8>,
+    action: SlotAction,
+) -> Result<Rule<SlotAction>, String> {
+    if !time.chars().all(|c| matches!(c, '0' | '1' | '*')) || time.is_empty() {
+        return Err(format!("time `{time}`: a pattern of 0, 1 and * (interval bit first)"));
+    }
+    if time.len() > t.sub_bits as usize + 1 {
+        return Err(format!("time `{time}`: at most {} bits (interval bit + {} slot bits)", t.sub_bits + 1, t.sub_bits));
+    }
+    let (mark, mark_mask) = match mark {
+        Some((v, m)) if v > 3 || m > 3 => return Err("mark: 0-3 (bit 0 = L, bit 1 = D)".into()),
+        Some((v, m)) => (Some(v), m),
+        None => (None, 0),
+    };
+    if reg.is_some_and(|r| r > 1) || action.reg.is_some_and(|r| r > 1) {
+        return Err("register: 0 or 1".into());
+    }
+    if action.color > 1 {
+        return Err("color: 0 or 1".into());
+    }
+    Ok(slot_rule(t, name, priority, &Row { time, mark, mark_mask, reg, action }))
+}
+
+/// A monitored flow: what the per-flow rule hands the stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmpmFlow {
+    pub name: String,
+    /// Counter slot (stable while the flow exists).
+    pub slot: u32,
+    /// RFC 9343 FlowMonID (20 bits).
+    pub flow_mon_id: u32,
+    pub role: MpRole,
+    pub method: Method,
+    pub carrier: Carrier,
+    /// Terminator: clear the marks / remove the option (false when the
+    /// next hop is the destination and wants them).
+    pub clear: bool,
+    /// The per-flow rule: higher priority wins, then the older flow.
+    pub priority: u32,
+    pub value: Key,
+    pub mask: Key,
+}
+
+/// The AM-PM state the control core keeps canonical (and compiles into an
+/// `AmpmSpec` for each table generation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmpmSetup {
+    pub node_id: u32,
+    pub timing: Timing,
+    pub capacity: usize,
+    pub flows: Vec<AmpmFlow>,
+    /// Slot tables indexed by `table_index`.
+    pub slot_rules: Vec<Vec<Rule<SlotAction>>>,
+}
+
+impl AmpmSetup {
+    /// A setup with the paper's tables and no flows.
+    pub fn new(node_id: u32, timing: Timing, capacity: usize) -> AmpmSetup {
+        let mut slot_rules = vec![Vec::new(); Method::ALL.len() * MpRole::ALL.len()];
+        for m in Method::ALL {
+            for r in MpRole::ALL {
+                slot_rules[table_index(m, r)] = default_rules(m, r, &timing);
+            }
+        }
+        AmpmSetup { node_id, timing, capacity, flows: Vec::new(), slot_rules }
+    }
+
+    pub fn compile(&self) -> AmpmSpec {
+        let flow_rules = self
+            .flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Rule { name: f.name.clone(), priority: f.priority, value: f.value, mask: f.mask, action: i as u32 })
+            .collect();
+        AmpmSpec {
+            node_id: self.node_id,
+            timing: self.timing,
+            capacity: self.capacity,
+            flows: self.flows.clone(),
+            flow_rules: Classifier::new(flow_rules),
+            slots: self.slot_rules.iter().map(|r| Classifier::new(r.clone())).collect(),
+        }
+    }
+
+    /// Index of the table called `name` (`muxed-initiator`, ...).
+    pub fn table_by_name(name: &str) -> Option<usize> {
+        for m in Method::ALL {
+            for r in MpRole::ALL {
+                if table_name(m, r) == name {
+                    return Some(table_index(m, r));
+                }
+            }
+        }
+        None
+    }
+
+    pub fn table_names() -> Vec<String> {
+        let mut v = vec![String::new(); Method::ALL.len() * MpRole::ALL.len()];
+        for m in Method::ALL {
+            for r in MpRole::ALL {
+                v[table_index(m, r)] = table_name(m, r);
+            }
+        }
+        v
+    }
+}
+
+/// The AM-PM configuration one table generation carries.
+pub struct AmpmSpec {
+    pub node_id: u32,
+    pub timing: Timing,
+    /// Counter slots per worker.
+    pub capacity: usize,
+    pub flows: Vec<AmpmFlow>,
+    /// Per-flow rules: action = index into `flows`.
+    pub flow_rules: Classifier<u32>,
+    /// Slot tables, indexed by `table_index`.
+    pub slots: Vec<Classifier<SlotAction>>,
+}
+
+pub fn table_index(m: Method, r: MpRole) -> usize {
+    let mi = Method::ALL.iter().position(|x| *x == m).unwrap_or(0);
+    let ri = MpRole::ALL.iter().position(|x| *x == r).unwrap_or(0);
+    mi * MpRole::ALL.len() + ri
+}
+
+/// One color's counters of one flow on one worker.
+#[derive(Debug, Default)]
+pub struct ColorCounters {
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Wrapping sum of each packet's receive time minus its block's start
+    /// (ns, as i64): mean timestamp = start + sum / packets.
+    pub ts_offset_sum: AtomicU64,
+    pub delay_count: AtomicU64,
+    /// Receive time (ns) of the last delay-marked packet.
+    pub delay_ts: AtomicU64,
+}
+
+/// Both colors of one flow slot on one worker.
+#[derive(Debug, Default)]
+pub struct FlowCounters {
+    pub color: [ColorCounters; 2],
+}
+
+/// Single writer: a load and a store, no locked instruction.
+#[inline(always)]
+fn bump(a: &AtomicU64, by: u64) {
+    a.store(a.load(Relaxed).wrapping_add(by), Relaxed);
+}
+
+/// Receive time of a burst, computed once for all its packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BurstTime {
+    pub ns: u64,
+    pub fix: u64,
+    /// Interval index at this time and whether it is in its first half.
+    pub interval: u64,
+    first_half: bool,
+    /// Offset of `ns` from the start of this / the previous / the next
+    /// interval (two's complement).
+    off_same: u64,
+    off_prev: u64,
+    off_next: u64,
+}
+
+impl BurstTime {
+    pub fn new(t: &Timing, ns: u64) -> BurstTime {
+        let fix = ns_to_fix(ns);
+        let word = if t.format == TimeFormat::Ns { ns } else { fix };
+        let interval = word >> t.interval_bit;
+        let start = t.start_ns(interval);
+        let len = t.start_ns(interval + 1) - start;
+        let off_same = ns.wrapping_sub(start);
+        BurstTime {
+            ns,
+            fix,
+            interval,
+            first_half: (word >> (t.interval_bit - 1)) & 1 == 0,
+            off_same,
+            off_prev: off_same.wrapping_add(t.start_ns(interval) - t.start_ns(interval.saturating_sub(1))),
+            off_next: off_same.wrapping_sub(len),
+        }
+    }
+
+    /// Offset from the start of the block of color `c`: this interval's, the
+    /// previous one (a late packet) or the next one (an early packet, from
+    /// a clock ahead of ours).
+    #[inline]
+    fn offset(&self, c: u8) -> u64 {
+        if c as u64 == self.interval & 1 {
+            self.off_same
+        } else if self.first_half {
+            self.off_prev
+        } else {
+            self.off_next
+        }
+    }
+}
+
+/// Where the marks are in one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// IPv4 or DSCP bits: always there.
+    Bits,
+    /// The option's type byte at `opt`, in the options header at `hdr`
+    /// (`len` bytes) whose type is recorded at `nh_at`.
+    Option { opt: usize, hdr: usize, len: usize, nh_at: usize, only: bool },
+    /// No option; the header it would go into (if there is one) and where
+    /// its type is recorded.
+    Absent { hdr: Option<(usize, usize)>, nh_at: usize },
+}
+
+/// What a carrier read says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CarrierError {
+    /// Wrong family for the carrier, or no option at a reader.
+    None,
+    /// AltMark with a wrong length, options running off their header.
+    Malformed,
+}
+
+/// Outcome of the stage for one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// No monitored flow.
+    Unmonitored,
+    Measured,
+    /// The carrier was missing or malformed: counted, packet untouched.
+    Skipped,
+}
+
+/// What the stage works with on a worker.
+pub struct AmpmCtx<'a> {
+    pub spec: &'a AmpmSpec,
+    /// This worker's per-slot registers.
+    pub regs: &'a mut [u8],
+    /// This worker's per-slot counters.
+    pub counters: &'a [FlowCounters],
+    pub c: &'a mut CounterValues,
+    pub now: &'a BurstTime,
+}
+
+/// Builds the per-flow lookup key of a parsed packet.
+#[inline]
+pub fn flow_key(b: &[u8], meta: &PacketMeta) -> Key {
+    let mut k = Key::default();
+    let dscp = dscp_of(b, meta);
+    let fk = &meta.key;
+    k.0[field::META] = (dscp as u64) << field::DSCP_SHIFT
+        | (fk.proto() as u64) << field::PROTO_SHIFT
+        | (fk.in_port() as u64) << field::IN_PORT_SHIFT
+        | (fk.ip_version() as u64) << field::IP_VERSION_SHIFT;
+    k.0[field::PORTS] = fk.src_port() as u64 | (fk.dst_port() as u64) << 16;
+    k.set_addr(field::SRC, fk.src);
+    k.set_addr(field::DST, fk.dst);
+    k
+}
+
+fn dscp_of(b: &[u8], meta: &PacketMeta) -> u8 {
+    let o = meta.l3_offset;
+    match meta.l3 {
+        L3Kind::Ipv4 => b[o + 1] >> 2,
+        L3Kind::Ipv6 => ((b[o] & 0x0f) << 4 | b[o + 1] >> 4) >> 2,
+        _ => 0,
+    }
+}
+
+/// Runs AM-PM on one packet. `meta` is kept valid when an option header is
+/// inserted or removed.
+pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta) -> Outcome {
+    if !matches!(meta.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
+        return Outcome::Unmonitored;
+    }
+    let spec = ctx.spec;
+    let key = flow_key(pkt.bytes(), meta);
+    let Some(&fi) = spec.flow_rules.lookup(&key) else {
+        return Outcome::Unmonitored;
+    };
+    let Some(flow) = spec.flows.get(fi as usize) else {
+        return Outcome::Unmonitored;
+    };
+    let slot = flow.slot as usize;
+    if slot >= ctx.regs.len() || slot >= ctx.counters.len() {
+        return Outcome::Unmonitored;
+    }
+    let found = match locate(pkt.bytes(), meta, &flow.carrier) {
+        Ok(f) => f,
+        Err(CarrierError::Malformed) => {
+            ctx.c.event(Event::AmpmBadOption);
+            return Outcome::Skipped;
+        }
+        Err(CarrierError::None) => {
+            ctx.c.event(Event::AmpmNoCarrier);
+            return Outcome::Skipped;
+        }
+    };
+    if flow.role != MpRole::Initiator && matches!(found, Found::Absent { .. }) {
+        // A reader with no option on the packet: not marked upstream.
+        ctx.c.event(Event::AmpmNoCarrier);
+        return Outcome::Skipped;
+    }
+    let mark = read_mark(pkt.bytes(), meta, &flow.carrier, &found);
+    let mut k = Key::default();
+    k.0[field::TS_NS] = ctx.now.ns;
+    k.0[field::TS_FIX] = ctx.now.fix;
+    k.0[field::META] = (mark as u64) << field::MARK_SHIFT | (ctx.regs[slot] as u64) << field::REG_SHIFT;
+    let table = &spec.slots[table_index(flow.method, flow.role)];
+    let Some(a) = table.lookup(&k).copied() else {
+        return Outcome::Measured;
+    };
+    if let Some(r) = a.reg {
+        ctx.regs[slot] = r;
+    }
+    let mut found = found;
+    if flow.role == MpRole::Initiator && (a.set_l.is_some() || a.set_d.is_some()) {
+        let l = a.set_l.unwrap_or(mark & MARK_L != 0);
+        let d = a.set_d.unwrap_or(mark & MARK_D != 0);
+        match write_mark(pkt, meta, flow, &found, l, d) {
+            Some(f) => {
+                if f != found {
+                    ctx.c.event(Event::AmpmOptionInserted);
+                }
+                found = f;
+                ctx.c.event(Event::AmpmMarked);
+            }
+            None => {
+                ctx.c.event(Event::AmpmNoHeadroom);
+                return Outcome::Skipped;
+            }
+        }
+    }
+    let fc = &ctx.counters[slot].color[(a.color & 1) as usize];
+    if a.count {
+        let len = meta.l3_end - meta.l3_offset - if flow.carrier.is_option() { ALTMARK_BYTES } else { 0 };
+        bump(&fc.packets, 1);
+        bump(&fc.bytes, len as u64);
+        bump(&fc.ts_offset_sum, ctx.now.offset(a.color));
+        if flow.role != MpRole::Initiator {
+            ctx.c.event(Event::AmpmCounted);
+        }
+    }
+    if a.timestamp {
+        bump(&fc.delay_count, 1);
+        fc.delay_ts.store(ctx.now.ns, Relaxed);
+        ctx.c.event(Event::AmpmTimestamped);
+    }
+    if flow.role == MpRole::Terminator && flow.clear {
+        clear_marks(pkt, meta, &flow.carrier, &found, ctx.c);
+    }
+    Outcome::Measured
+}
+
+#[inline]
+fn rd16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// Finds the carrier in the packet.
+fn locate(b: &[u8], meta: &PacketMeta, carrier: &Carrier) -> Result<Found, CarrierError> {
+    match (carrier, meta.l3) {
+        (Carrier::Dscp { .. }, _) | (Carrier::Ipv4Flag { .. }, L3Kind::Ipv4) => Ok(Found::Bits),
+        (Carrier::Ipv4Flag { .. }, _) => Err(CarrierError::None),
+        (Carrier::Ipv6HopByHop | Carrier::Ipv6DestOpts, L3Kind::Ipv6) => {
+            let want = if *carrier == Carrier::Ipv6HopByHop { NH_HOP_BY_HOP } else { NH_DEST_OPTS };
+            locate_option(b, meta, want)
+        }
+        _ => Err(CarrierError::None),
+    }
+}
+
+/// Walks the IPv6 extension headers for the options header `want`: Hop-by-Hop
+/// must come first; Destination options are taken before a Routing header
+/// or, without one, just before the upper layer.
+fn locate_option(b: &[u8], meta: &PacketMeta, want: u8) -> Result<Found, CarrierError> {
+    let o = meta.l3_offset;
+    let end = meta.l3_end.min(b.len());
+    let mut nh_at = o + 6;
+    let mut at = o + 40;
+    for _ in 0..8 {
+        let nh = b[nh_at];
+        let is_ext = matches!(nh, 0 | 43 | 44 | 60);
+        if nh == want {
+            if at + 2 > end {
+                return Err(CarrierError::Malformed);
+            }
+            let len = (b[at + 1] as usize + 1) * 8;
+            if at + len > end {
+                return Err(CarrierError::Malformed);
+            }
+            return scan_options(b, at, len, nh_at);
+        }
+        let stop_here = match want {
+            NH_HOP_BY_HOP => true,
+            _ => !is_ext || nh == 43,
+        };
+        if stop_here || at + 2 > end {
+            // Not there: where a new header would go.
+            return Ok(Found::Absent { hdr: None, nh_at: if want == NH_HOP_BY_HOP { o + 6 } else { nh_at } });
+        }
+        let len = if nh == 44 { 8 } else { (b[at + 1] as usize + 1) * 8 };
+        nh_at = at;
+        at += len;
+    }
+    Err(CarrierError::Malformed)
+}
+
+fn scan_options(b: &[u8], hdr: usize, len: usize, nh_at: usize) -> Result<Found, CarrierError> {
+    let end = hdr + len;
+    let mut i = hdr + 2;
+    let mut opt = None;
+    let mut only = true;
+    while i < end {
+        let t = b[i];
+        if t == 0 {
+            i += 1;
+            continue;
+        }
+        if i + 2 > end {
+            return Err(CarrierError::Malformed);
+        }
+        let l = b[i + 1] as usize;
+        if i + 2 + l > end {
+            return Err(CarrierError::Malformed);
+        }
+        if t == ALTMARK_OPTION {
+            if l != 4 || opt.is_some() {
+                return Err(CarrierError::Malformed);
+            }
+            opt = Some(i);
+        } else if t != 1 {
+            only = false;
+        }
+        i += 2 + l;
+    }
+    Ok(match opt {
+        Some(opt) => Found::Option { opt, hdr, len, nh_at, only },
+        None => Found::Absent { hdr: Some((hdr, len)), nh_at },
+    })
+}
+
+fn dscp_mask(bit: u8) -> u8 {
+    1 << (bit + 2)
+}
+
+/// Reads one DSCP bit (IPv4 TOS or IPv6 traffic class).
+fn tos_bit(b: &[u8], meta: &PacketMeta, bit: u8) -> bool {
+    let o = meta.l3_offset;
+    match meta.l3 {
+        L3Kind::Ipv4 => b[o + 1] & dscp_mask(bit) != 0,
+        _ => (((b[o] & 0x0f) << 4 | b[o + 1] >> 4) & dscp_mask(bit)) != 0,
+    }
+}
+
+fn read_mark(b: &[u8], meta: &PacketMeta, carrier: &Carrier, found: &Found) -> u8 {
+    let (l, d) = match (carrier, found) {
+        (Carrier::Dscp { l_bit, d_bit }, _) => (tos_bit(b, meta, *l_bit), tos_bit(b, meta, *d_bit)),
+        (Carrier::Ipv4Flag { d_bit }, _) => (b[meta.l3_offset + 6] & 0x80 != 0, tos_bit(b, meta, *d_bit)),
+        (_, Found::Option { opt, .. }) => {
+            let v = u32::from_be_bytes([b[opt + 2], b[opt + 3], b[opt + 4], b[opt + 5]]);
+            (v >> 11 & 1 != 0, v >> 10 & 1 != 0)
+        }
+        _ => (false, false),
+    };
+    (l as u8) * MARK_L | (d as u8) * MARK_D
+}
+
+/// Sets or clears `mask` in the IPv4 header byte at `at`, fixing the header
+/// checksum incrementally.
+fn set_ipv4_bits(b: &mut [u8], meta: &PacketMeta, at: usize, mask: u8, on: bool) {
+    let o = meta.l3_offset;
+    let word_at = o + ((at - o) & !1);
+    let old = rd16(b, word_at);
+    if on {
+        b[at] |= mask;
+    } else {
+        b[at] &= !mask;
+    }
+    let new = rd16(b, word_at);
+    if old != new {
+        let c = checksum::update16(rd16(b, o + 10), old, new);
+        b[o + 10..o + 12].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+fn set_tos_bit(b: &mut [u8], meta: &PacketMeta, bit: u8, on: bool) {
+    let o = meta.l3_offset;
+    match meta.l3 {
+        L3Kind::Ipv4 => set_ipv4_bits(b, meta, o + 1, dscp_mask(bit), on),
+        _ => {
+            // Traffic class spans bytes 0-1: TC bit k is byte 1 bit (k+4) for
+            // k < 4, byte 0 bit (k-4) otherwise.
+            let k = bit + 2;
+            let (at, m) = if k < 4 { (o + 1, 1u8 << (k + 4)) } else { (o, 1u8 << (k - 4)) };
+            if on {
+                b[at] |= m;
+            } else {
+                b[at] &= !m;
+            }
+        }
+    }
+}
+
+fn altmark_data(flow_mon_id: u32, l: bool, d: bool) -> [u8; 4] {
+    ((flow_mon_id & 0xf_ffff) << 12 | (l as u32) << 11 | (d as u32) << 10).to_be_bytes()
+}
+
+fn add_payload_len(b: &mut [u8], meta: &PacketMeta, delta: isize) {
+    let at = meta.l3_offset + 4;
+    let v = (rd16(b, at) as isize + delta) as u16;
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Writes L and D; inserts the IPv6 option when the packet has none.
+/// Returns where the marks now are (None: no headroom).
+fn write_mark<B: PacketBuf>(
+    pkt: &mut B,
+    meta: &mut PacketMeta,
+    flow: &AmpmFlow,
+    found: &Found,
+    l: bool,
+    d: bool,
+) -> Option<Found> {
+    match (&flow.carrier, *found) {
+        (Carrier::Dscp { l_bit, d_bit }, _) => {
+            let b = pkt.bytes_mut();
+            set_tos_bit(b, meta, *l_bit, l);
+            if flow.method == Method::Double {
+                set_tos_bit(b, meta, *d_bit, d);
+            }
+            Some(Found::Bits)
+        }
+        (Carrier::Ipv4Flag { d_bit }, _) => {
+            let b = pkt.bytes_mut();
+            set_ipv4_bits(b, meta, meta.l3_offset + 6, 0x80, l);
+            if flow.method == Method::Double {
+                set_tos_bit(b, meta, *d_bit, d);
+            }
+            Some(Found::Bits)
+        }
+        (_, Found::Option { opt, .. }) => {
+            pkt.bytes_mut()[opt + 2..opt + 6].copy_from_slice(&altmark_data(flow.flow_mon_id, l, d));
+            Some(*found)
+        }
+        (carrier, Found::Absent { hdr, nh_at }) => {
+            let data = altmark_data(flow.flow_mon_id, l, d);
+            let want = if *carrier == Carrier::Ipv6HopByHop { NH_HOP_BY_HOP } else { NH_DEST_OPTS };
+            let f = match hdr {
+                // Grow the existing options header: PadN(0) then the option,
+                // so the option data stays 4-byte aligned.
+                Some((h, len)) => {
+                    if !pkt.insert_at(h + len, ALTMARK_BYTES) {
+                        return None;
+                    }
+                    let b = pkt.bytes_mut();
+                    let at = h + len;
+                    b[at..at + 4].copy_from_slice(&[1, 0, ALTMARK_OPTION, 4]);
+                    b[at + 4..at + 8].copy_from_slice(&data);
+                    b[h + 1] += 1;
+                    Found::Option { opt: at + 2, hdr: h, len: len + ALTMARK_BYTES, nh_at, only: false }
+                }
+                None => {
+                    let at = if nh_at == meta.l3_offset + 6 { meta.l3_offset + 40 } else { nh_at + (pkt.bytes()[nh_at + 1] as usize + 1) * 8 };
+                    if !pkt.insert_at(at, ALTMARK_BYTES) {
+                        return None;
+                    }
+                    let b = pkt.bytes_mut();
+                    b[at] = b[nh_at];
+                    b[at + 1] = 0;
+                    b[at + 2] = ALTMARK_OPTION;
+                    b[at + 3] = 4;
+                    b[at + 4..at + 8].copy_from_slice(&data);
+                    b[nh_at] = want;
+                    Found::Option { opt: at + 2, hdr: at, len: ALTMARK_BYTES, nh_at, only: true }
+                }
+            };
+            grow_meta(meta, ALTMARK_BYTES as isize);
+            add_payload_len(pkt.bytes_mut(), meta, ALTMARK_BYTES as isize);
+            Some(f)
+        }
+        _ => None,
+    }
+}
+
+/// After bytes were opened (or closed) between the IP header and the upper
+/// layer (`insert_at` / `remove_at` keep the bytes before in place).
+fn grow_meta(meta: &mut PacketMeta, delta: isize) {
+    let mv = |v: usize| (v as isize + delta) as usize;
+    if meta.l4_offset != 0 {
+        meta.l4_offset = mv(meta.l4_offset);
+    }
+    meta.l3_end = mv(meta.l3_end);
+}
+
+/// Terminator: zero the marks, or take the option out.
+fn clear_marks<B: PacketBuf>(pkt: &mut B, meta: &mut PacketMeta, carrier: &Carrier, found: &Found, c: &mut CounterValues) {
+    match (carrier, *found) {
+        (Carrier::Dscp { l_bit, d_bit }, _) => {
+            let b = pkt.bytes_mut();
+            set_tos_bit(b, meta, *l_bit, false);
+            set_tos_bit(b, meta, *d_bit, false);
+        }
+        (Carrier::Ipv4Flag { d_bit }, _) => {
+            let b = pkt.bytes_mut();
+            set_ipv4_bits(b, meta, meta.l3_offset + 6, 0x80, false);
+            set_tos_bit(b, meta, *d_bit, false);
+        }
+        (_, Found::Option { opt, hdr, len, nh_at, only }) => {
+            if only {
+                let next = pkt.bytes()[hdr];
+                pkt.bytes_mut()[nh_at] = next;
+                if !pkt.remove_at(hdr, len) {
+                    return;
+                }
+                grow_meta(meta, -(len as isize));
+                add_payload_len(pkt.bytes_mut(), meta, -(len as isize));
+                c.event(Event::AmpmOptionRemoved);
+            } else {
+                // Other options share the header: leave a PadN in its place.
+                pkt.bytes_mut()[opt..opt + 6].copy_from_slice(&[1, 4, 0, 0, 0, 0]);
+            }
+        }
+        _ => return,
+    }
+    c.event(Event::AmpmCleared);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,401 @@
+//! Ternary classifier over a fixed key of header fields, receive-timestamp
+//! bits, mark bits and per-flow register bits (AM-PM paper §3.1: "time bit
+//! as a match criterion" and "stateful behaviour").
+//!
+//! Rules are (value, mask, priority, action); the highest priority matching
+//! rule wins, equal priorities go to the rule added first. A rule set is
+//! compiled once by the control core and published with the tables:
+//! - when all rules together care about at most `DIRECT_MAX_BITS` key bits
+//!   (the time-slot tables: a few timestamp bits, the mark, a register bit),
+//!   those bits are gathered into an index of a direct table: O(1);
+//! - otherwise a tuple-space search: one hash map per distinct mask, visited
+//!   in order of the best priority they hold (large per-flow rule sets).
+//!
+//! Lookups allocate nothing.
+
+use crate::fixed_map::{FixedMap, MapKey};
+
+/// Words of a key.
+pub const KEY_WORDS: usize = 8;
+/// Most key bits a direct table indexes (4096 entries).
+pub const DIRECT_MAX_BITS: u32 = 12;
+
+/// Where each field sits in the key.
+pub mod field {
+    /// Receive time, nanoseconds since the Unix epoch.
+    pub const TS_NS: usize = 0;
+    /// Receive time as 32.32 fixed point seconds (the seconds / second
+    /// fraction split of the paper: bit 32 is the seconds LSB).
+    pub const TS_FIX: usize = 1;
+    /// Word 2: mark bits (bit 0 = L, bit 1 = D), register bits << 8, DSCP <<
+    /// 16, protocol << 24, input port << 32, IP version << 48.
+    pub const META: usize = 2;
+    pub const MARK_SHIFT: u32 = 0;
+    pub const REG_SHIFT: u32 = 8;
+    pub const DSCP_SHIFT: u32 = 16;
+    pub const PROTO_SHIFT: u32 = 24;
+    pub const IN_PORT_SHIFT: u32 = 32;
+    pub const IP_VERSION_SHIFT: u32 = 48;
+    /// Word 3: source port, destination port << 16.
+    pub const PORTS: usize = 3;
+    /// Words 4-5 / 6-7: source / destination address (high word first;
+    /// IPv4 as IPv4-mapped IPv6).
+    pub const SRC: usize = 4;
+    pub const DST: usize = 6;
+}
+
+/// A classifier key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Key(pub [u64; KEY_WORDS]);
+
+impl Key {
+    #[inline]
+    pub fn set_meta(&mut self, shift: u32, width: u32, v: u64) {
+        let m = ((1u64 << width) - 1) << shift;
+        self.0[field::META] = (self.0[field::META] & !m) | ((v << shift) & m);
+    }
+
+    #[inline]
+    pub fn set_addr(&mut self, at: usize, a: u128) {
+        self.0[at] = (a >> 64) as u64;
+        self.0[at + 1] = a as u64;
+    }
+
+    #[inline]
+    fn masked(&self, mask: &Key) -> Key {
+        let mut k = *self;
+        for (w, m) in k.0.iter_mut().zip(mask.0.iter()) {
+            *w &= *m;
+        }
+        k
+    }
+}
+
+impl MapKey for Key {
+    #[inline]
+    fn hash64(&self) -> u64 {
+        let mut h = 0u64;
+        for (i, w) in self.0.iter().enumerate() {
+            h ^= w.hash64().rotate_left(i as u32 * 7);
+        }
+        h
+    }
+}
+
+/// One rule. `value` bits outside `mask` are ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule<A> {
+    pub name: String,
+    pub priority: u32,
+    pub value: Key,
+    pub mask: Key,
+    pub action: A,
+}
+
+impl<A> Rule<A> {
+    #[inline]
+    pub fn matches(&self, k: &Key) -> bool {
+        k.0.iter().zip(self.mask.0.iter()).zip(self.value.0.iter()).all(|((k, m), v)| k & m == v & m)
+    }
+}
+
+/// A contiguous run of cared-about bits: `len` bits of word `word` from bit
+/// `shift` go to index bits from `at`.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    word: u8,
+    shift: u8,
+    len: u8,
+    at: u8,
+}
+
+const NONE: u32 = u32::MAX;
+
+enum Lookup {
+    Direct { runs: Vec<Run>, table: Box<[u32]> },
+    Tuples { groups: Vec<Group> },
+}
+
+struct Group {
+    mask: Key,
+    best: u32,
+    /// Masked value -> rule index (best of equal keys).
+    map: FixedMap<Key, u32>,
+}
+
+/// A compiled rule set.
+pub struct Classifier<A> {
+    rules: Vec<Rule<A>>,
+    lookup: Lookup,
+}
+
+impl<A: Clone> Classifier<A> {
+    /// Compiles `rules` (their order breaks priority ties: earlier wins).
+    pub fn new(rules: Vec<Rule<A>>) -> Classifier<A> {
+        let mut union = Key::default();
+        for r in &rules {
+            for (u, m) in union.0.iter_mut().zip(r.mask.0.iter()) {
+                *u |= m;
+            }
+        }
+        let bits: u32 = union.0.iter().map(|w| w.count_ones()).sum();
+        let lookup = if bits <= DIRECT_MAX_BITS { direct(&rules, &union) } else { tuples(&rules) };
+        Classifier { rules, lookup }
+    }
+
+    pub fn rules(&self) -> &[Rule<A>] {
+        &self.rules
+    }
+
+    /// "direct" or "tuple-space": which lookup the compiler chose.
+    pub fn kind(&self) -> &'static str {
+        match self.lookup {
+            Lookup::Direct { .. } => "direct",
+            Lookup::Tuples { .. } => "tuple-space",
+        }
+    }
+
+    /// Index of the winning rule.
+    #[inline]
+    pub fn lookup_index(&self, k: &Key) -> Option<usize> {
+        match &self.lookup {
+            Lookup::Direct { runs, table } => {
+                let i = table[gather(runs, k)];
+                (i != NONE).then_some(i as usize)
+            }
+            Lookup::Tuples { groups } => {
+                let mut best: Option<(u32, u32)> = None;
+                for g in groups {
+                    if let Some((bp, _)) = best {
+                        if g.best < bp {
+                            break;
+                        }
+                    }
+                    if let Some(&i) = g.map.get(&k.masked(&g.mask)) {
+                        let p = self.rules[i as usize].priority;
+                        if best.is_none_or(|(bp, bi)| p > bp || (p == bp && i < bi)) {
+                            best = Some((p, i));
+                        }
+                    }
+                }
+                best.map(|(_, i)| i as usize)
+            }
+        }
+    }
+
+    /// The winning rule's action.
+    #[inline]
+    pub fn lookup(&self, k: &Key) -> Option<&A> {
+        self.lookup_index(k).map(|i| &self.rules[i].action)
+    }
+}
+
+#[inline]
+fn gather(runs: &[Run], k: &Key) -> usize {
+    let mut idx = 0usize;
+    for r in runs {
+        let v = (k.0[r.word as usize] >> r.shift) & ((1u64 << r.len) - 1);
+        idx |= (v as usize) << r.at;
+    }
+    idx
+}
+
+/// Index of the best rule among those matching `k` (linear; build time only).
+fn best_of<A>(rules: &[Rule<A>], k: &Key) -> u32 {
+    let mut best: Option<usize> = None;
+    for (i, r) in rules.iter().enumerate() {
+        if r.matches(k) && best.is_none_or(|b| r.priority > rules[b].priority) {
+            best = Some(i);
+        }
+    }
+    best.map_or(NONE, |i| i as u32)
+}
+
+fn direct<A>(rules: &[Rule<A>], union: &Key) -> Lookup {
+    let mut runs = Vec::new();
+    let mut at = 0u8;
+    for (w, &m) in union.0.iter().enumerate() {
+        let mut bit = 0u32;
+        while bit < 64 {
+            if m >> bit & 1 == 0 {
+                bit += 1;
+                continue;
+            }
+            let len = (m >> bit).trailing_ones().min(64 - bit);
+            runs.push(Run { word: w as u8, shift: bit as u8, len: len as u8, at });
+            at += len as u8;
+            bit += len;
+        }
+    }
+    let size = 1usize << at;
+    let mut table = vec![NONE; size].into_boxed_slice();
+    for (idx, slot) in table.iter_mut().enumerate() {
+        // Scatter the index back into a key and find its best rule.
+        let mut k = Key::default();
+        for r in &runs {
+            let v = (idx as u64 >> r.at) & ((1u64 << r.len) - 1);
+            k.0[r.word as usize] |= v << r.shift;
+        }
+        *slot = best_of(rules, &k);
+    }
+    Lookup::Direct { runs, table }
+}
+
+fn tuples<A>(rules: &[Rule<A>]) -> Lookup {
+    let mut masks: Vec<Key> = Vec::new();
+    for r in rules {
+        if !masks.contains(&r.mask) {
+            masks.push(r.mask);
+        }
+    }
+    let mut groups: Vec<Group> = masks
+        .into_iter()
+        .map(|mask| {
+            let members: Vec<usize> = (0..rules.len()).filter(|&i| rules[i].mask == mask).collect();
+            let mut map = FixedMap::with_capacity(members.len());
+            let mut best = 0;
+            for &i in &members {
+                let v = rules[i].value.masked(&mask);
+                best = best.max(rules[i].priority);
+                let keep = match map.get(&v) {
+                    Some(&j) => rules[j as usize].priority >= rules[i].priority,
+                    None => false,
+                };
+                if !keep {
+                    let _ = map.insert(v, i as u32);
+                }
+            }
+            Group { mask, best, map }
+        })
+        .collect();
+    groups.sort_by(|a, b| b.best.cmp(&a.best));
+    Lookup::Tuples { groups }
+}
+
+/// Parses a ternary bit string such as `01*` (most significant bit first)
+/// into (value, mask) shifted left by `lsb`.
+pub fn parse_bits(s: &str, lsb: u32) -> Result<(u64, u64), String> {
+    let s = s.trim().trim_start_matches("0b");
+    if s.is_empty() || s.len() as u32 + lsb > 64 {
+        return Err(format!("`{s}`: a bit string of 1 to {} characters of 0, 1 or *", 64 - lsb.min(63)));
+    }
+    let (mut v, mut m) = (0u64, 0u64);
+    for ch in s.chars() {
+        v <<= 1;
+        m <<= 1;
+        match ch {
+            '0' => m |= 1,
+            '1' => {
+                v |= 1;
+                m |= 1
+            }
+            '*' | 'x' | 'X' => {}
+            _ => return Err(format!("`{s}`: '{ch}' is not 0, 1 or *")),
+        }
+    }
+    Ok((v << lsb, m << lsb))
+}
+
+/// The inverse of `parse_bits` for `width` bits from `lsb`.
+pub fn format_bits(value: u64, mask: u64, lsb: u32, width: u32) -> String {
+    (0..width)
+        .rev()
+        .map(|i| {
+            let b = lsb + i;
+            if mask >> b & 1 == 0 {
+                '*'
+            } else if value >> b & 1 == 1 {
+                '1'
+            } else {
+                '0'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(name: &str, priority: u32, word: usize, v: u64, m: u64) -> Rule<u32> {
+        let mut value = Key::default();
+        let mut mask = Key::default();
+        value.0[word] = v;
+        mask.0[word] = m;
+        Rule { name: name.into(), priority, value, mask, action: priority }
+    }
+
+    fn key(word: usize, v: u64) -> Key {
+        let mut k = Key::default();
+        k.0[word] = v;
+        k
+    }
+
+    #[test]
+    fn priorities_and_overlapping_masks() {
+        let rules = vec![
+            rule("any", 1, 2, 0, 0),
+            rule("low-bit", 5, 2, 1, 1),
+            rule("two-bits", 9, 2, 3, 3),
+            rule("tie-first", 5, 2, 4, 4),
+            rule("tie-second", 5, 2, 4, 4),
+        ];
+        let c = Classifier::new(rules.clone());
+        assert_eq!(c.kind(), "direct");
+        assert_eq!(c.lookup(&key(2, 0)), Some(&1));
+        assert_eq!(c.lookup(&key(2, 1)), Some(&5));
+        assert_eq!(c.lookup(&key(2, 3)), Some(&9));
+        assert_eq!(c.lookup(&key(2, 7)), Some(&9));
+        assert_eq!(c.rules()[c.lookup_index(&key(2, 4)).unwrap()].name, "tie-first");
+        // Same answers from the tuple-space search (forced by a wide rule).
+        let mut wide = rules;
+        wide.push(rule("wide", 0, 3, 0xffff_0000, 0xffff_0000));
+        let t = Classifier::new(wide);
+        assert_eq!(t.kind(), "tuple-space");
+        for v in 0..16u64 {
+            assert_eq!(t.lookup(&key(2, v)), c.lookup(&key(2, v)), "v={v}");
+        }
+        assert_eq!(t.rules()[t.lookup_index(&key(2, 4)).unwrap()].name, "tie-first");
+        assert_eq!(Classifier::<u32>::new(vec![]).lookup(&key(2, 1)), None);
+    }
+
+    #[test]
+    fn periodic_match_on_time_bits_over_a_simulated_clock() {
+        // Bit 32 of the 32.32 time toggles every second.
+        let (v0, m) = parse_bits("0", 32).unwrap();
+        let (v1, _) = parse_bits("1", 32).unwrap();
+        let c = Classifier::new(vec![rule("even", 1, field::TS_FIX, v0, m), rule("odd", 1, field::TS_FIX, v1, m)]);
+        let mut seen = Vec::new();
+        for ms in (0..4000u64).step_by(250) {
+            let fix = ((ms / 1000) << 32) | (((ms % 1000) << 32) / 1000);
+            seen.push(c.rules()[c.lookup_index(&key(field::TS_FIX, fix)).unwrap()].name.clone());
+        }
+        let expect: Vec<&str> = (0..16).map(|i| if (i / 4) % 2 == 0 { "even" } else { "odd" }).collect();
+        assert_eq!(seen, expect);
+    }
+
+    #[test]
+    fn large_exact_rule_sets_use_tuple_space() {
+        let rules: Vec<Rule<u32>> = (0..10_000u64)
+            .map(|i| {
+                let mut r = rule(&format!("f{i}"), 10, field::PORTS, i << 16, 0xffff << 16);
+                r.action = i as u32;
+                r
+            })
+            .chain(std::iter::once(rule("catch", 1, field::PORTS, 0, 0)))
+            .collect();
+        let c = Classifier::new(rules);
+        assert_eq!(c.kind(), "tuple-space");
+        assert_eq!(c.lookup(&key(field::PORTS, 1234 << 16 | 7)), Some(&1234));
+        assert_eq!(c.lookup(&key(field::PORTS, 20_000 << 16)), Some(&1));
+    }
+
+    #[test]
+    fn bit_strings() {
+        assert_eq!(parse_bits("01*", 34).unwrap(), (0b010 << 34, 0b110 << 34));
+        assert_eq!(format_bits(0b010 << 34, 0b110 << 34, 34, 3), "01*");
+        assert!(parse_bits("012", 0).is_err());
+        assert!(parse_bits("", 0).is_err());
+        assert!(parse_bits("11", 63).is_err());
+    }
+}
