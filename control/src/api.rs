@@ -51,6 +51,12 @@ pub const COMMANDS: &[&str] = &[
     "int_watch_add",
     "int_watch_del",
     "int_export",
+    "show_ampm",
+    "ampm_add",
+    "ampm_del",
+    "rule_show",
+    "rule_add",
+    "rule_del",
 ];
 
 /// A failed request: a code, the argument at fault (if one is), and why.
@@ -268,6 +274,30 @@ fn dispatch(sw: &mut Switch, cmd: &str, args: &Map<String, Value>) -> Result<Val
                 .and_then(Value::as_bool)
                 .ok_or_else(|| ApiError::bad_argument("paused", "paused must be true or false"))?;
             sw.int_export_pause(paused)
+        }
+        "show_ampm" => {
+            only(args, &[])?;
+            sw.ampm_json()
+        }
+        "ampm_add" => {
+            let f: crate::ampm_config::AmpmFlowConfig = args_as(args)?;
+            sw.ampm_add(f)
+        }
+        "ampm_del" => {
+            only(args, &["name"])?;
+            sw.ampm_del(str_arg(args, "name")?)
+        }
+        "rule_show" => {
+            only(args, &["table"])?;
+            sw.rule_json(args.get("table").and_then(Value::as_str))
+        }
+        "rule_add" => {
+            let r: crate::ampm_api::SlotRuleArgs = args_as(args)?;
+            sw.rule_add(r)
+        }
+        "rule_del" => {
+            only(args, &["table", "name"])?;
+            sw.rule_del(str_arg(args, "table")?, str_arg(args, "name")?)
         }
         _ => Err(ApiError::new(
             "unknown_command",

@@ -39,6 +39,9 @@ pub struct Config {
     /// INT domain, watchlist and report collectors (absent: INT off).
     #[serde(default)]
     pub int: Option<crate::int_config::IntConfig>,
+    /// AM-PM measurement point: timing, monitored flows, collectors (absent: off).
+    #[serde(default)]
+    pub ampm: Option<crate::ampm_config::AmpmConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -325,6 +328,7 @@ pub struct Plan {
     pub neighbours: Vec<NeighbourSpec>,
     pub flows: Vec<(FlowKey, FlowAction)>,
     pub int: Option<crate::int_config::IntPlan>,
+    pub ampm: Option<crate::ampm_config::AmpmPlan>,
 }
 
 fn is_pci(dev: &str) -> bool {
@@ -496,7 +500,11 @@ impl Config {
             }
             None => None,
         };
-        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, flows, int })
+        let ampm = match &self.ampm {
+            Some(a) => Some(a.to_plan(&names)?),
+            None => None,
+        };
+        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, flows, int, ampm })
     }
 }
 

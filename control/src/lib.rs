@@ -1,6 +1,10 @@
 //! intswitch control plane: configuration, the switch runtime that owns it,
 //! the control API and its front ends (unix socket, Prometheus endpoint,
 //! `intctl`), capture, the embedded demo and the traffic generator.
+pub mod ampm_api;
+pub mod ampm_collector;
+pub mod ampm_config;
+pub mod ampm_export;
 pub mod api;
 pub mod capture;
 pub mod client;

@@ -65,8 +65,8 @@ pub struct Switch {
     eal: Eal,
     pool: Mempool,
     ports: Vec<Port>,
-    spec: TableSpec,
-    shared: Arc<Shared>,
+    pub(crate) spec: TableSpec,
+    pub(crate) shared: Arc<Shared>,
     workers: Vec<WorkerPlan>,
     generation: u64,
     retired: Vec<(u64, Arc<Tables>)>,
@@ -75,9 +75,9 @@ pub struct Switch {
     baseline: Vec<CounterValues>,
     started: Instant,
     /// TSC and wall clock at start, to timestamp captured packets.
-    tsc0: u64,
-    wall0_ns: u64,
-    hz: u64,
+    pub(crate) tsc0: u64,
+    pub(crate) wall0_ns: u64,
+    pub(crate) hz: u64,
     pub(crate) capture: Option<CaptureJob>,
     /// Packets waiting for a neighbour: (since, worker, input port, packet).
     held: std::collections::VecDeque<Held>,
@@ -85,6 +85,10 @@ pub struct Switch {
     exporter: Option<Exporter>,
     /// Last per-port TX byte counts, for the utilisation INT reports.
     load_sample: Option<(Instant, Vec<u64>)>,
+    /// AM-PM record export (when `[ampm]` is configured).
+    pub(crate) ampm_exporter: Option<crate::ampm_export::AmpmExporter>,
+    /// Each AM-PM flow as configured (for `show ampm`), by name.
+    pub(crate) ampm_configs: HashMap<String, crate::ampm_config::AmpmFlowConfig>,
 }
 
 fn eal_args(plan: &Plan) -> EalArgs {
@@ -170,6 +174,7 @@ impl Switch {
             routes: Vec::new(),
             neighbours: Vec::new(),
             int: None,
+            ampm: plan.ampm.as_ref().map(|a| a.setup.clone()),
         };
         let hz = dpdk::tsc_hz().max(1);
         if let Some(ip) = &plan.int {
@@ -234,8 +239,25 @@ impl Switch {
             )?),
             None => None,
         };
+        let ampm_exporter = match &plan.ampm {
+            Some(a) => Some(crate::ampm_export::AmpmExporter::new(
+                a.setup.node_id,
+                a.setup.timing,
+                a.setup.capacity,
+                &a.collectors,
+            )?),
+            None => None,
+        };
+        let ampm_configs = plan
+            .raw
+            .ampm
+            .as_ref()
+            .map(|a| a.flow.iter().map(|f| (f.name.clone(), f.clone())).collect())
+            .unwrap_or_default();
         let nworkers = workers.len();
         Ok(Switch {
+            ampm_exporter,
+            ampm_configs,
             plan,
             eal,
             pool,
@@ -317,7 +339,7 @@ impl Switch {
     }
 
     /// Publishes the spec and waits until every worker uses it.
-    fn commit(&mut self) -> Result<u64, ApiError> {
+    pub(crate) fn commit(&mut self) -> Result<u64, ApiError> {
         let g = self.publish().map_err(ApiError::internal)?;
         self.wait_acked(g, |w| &w.acked_tables)?;
         self.reap_retired();
@@ -815,6 +837,7 @@ impl Switch {
             if let Some(ex) = &mut self.exporter {
                 busy |= ex.poll(1 << 16) > 0;
             }
+            self.ampm_poll();
             self.sample_load();
             crate::capture::progress(self);
             if opts.stats_interval_s > 0 && last_print.elapsed() >= Duration::from_secs(opts.stats_interval_s) {
@@ -916,6 +939,9 @@ impl Switch {
         let mut out = out;
         if self.exporter.is_some() {
             out["int_reports"] = self.reports_json().unwrap_or(Value::Null);
+        }
+        if let Some(ex) = &self.ampm_exporter {
+            out["ampm_export"] = ex.json();
         }
         // Mbufs still queued for the control core go back to the pool, and
         // ports stop and close, before the EAL is cleaned up.

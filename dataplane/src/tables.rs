@@ -70,6 +70,8 @@ pub struct TableSpec {
     pub neighbours: Vec<NeighbourSpec>,
     /// INT domain configuration (None: INT off).
     pub int: Option<crate::int_watch::IntSpec>,
+    /// AM-PM measurement points (None: AM-PM off).
+    pub ampm: Option<crate::ampm::AmpmSetup>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +101,7 @@ pub struct Tables {
     pub local4: FixedMap<u64, u16>,
     pub local6: FixedMap<u128, u16>,
     pub int: Option<crate::int_watch::IntSpec>,
+    pub ampm: Option<crate::ampm::AmpmSpec>,
 }
 
 pub fn v4_key(a: [u8; 4]) -> u64 {
@@ -184,6 +187,7 @@ impl Tables {
             local4,
             local6,
             int: spec.int.clone(),
+            ampm: spec.ampm.as_ref().map(|a| a.compile()),
         })
     }
 
@@ -246,6 +250,7 @@ pub(crate) mod tests {
                 permanent: true,
             }],
             int: None,
+            ampm: None,
         }
     }
 

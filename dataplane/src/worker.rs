@@ -13,6 +13,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
 
+use crate::ampm::{self, AmpmCtx, BurstTime, FlowCounters};
 use crate::counters::{CounterValues, Event, SharedCounters, MAX_PORTS};
 use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
 use crate::flow_table::{FlowAction, FlowTable};
@@ -139,10 +140,13 @@ pub struct WorkerShared {
     pub flows_in_use: AtomicU64,
     pub macs_in_use: AtomicU64,
     pub lcore: AtomicU64,
+    /// AM-PM counters per flow slot, written by this worker only.
+    pub ampm: Box<[FlowCounters]>,
 }
 
 impl WorkerShared {
-    pub fn new() -> WorkerShared {
+    /// `ampm_slots`: AM-PM flow counter slots (0 without AM-PM).
+    pub fn new(ampm_slots: usize) -> WorkerShared {
         WorkerShared {
             counters: SharedCounters::default(),
             acked_tables: AtomicU64::new(0),
@@ -158,13 +162,14 @@ impl WorkerShared {
             flows_in_use: AtomicU64::new(0),
             macs_in_use: AtomicU64::new(0),
             lcore: AtomicU64::new(u64::MAX),
+            ampm: (0..ampm_slots).map(|_| FlowCounters::default()).collect(),
         }
     }
 }
 
 impl Default for WorkerShared {
     fn default() -> Self {
-        Self::new()
+        Self::new(0)
     }
 }
 
@@ -188,11 +193,12 @@ pub struct Shared {
 impl Shared {
     pub fn new(tables: Tables, workers: usize) -> Shared {
         let g = tables.generation;
+        let slots = tables.ampm.as_ref().map_or(0, |a| a.capacity);
         Shared {
             running: AtomicBool::new(true),
             tables: ArcSwap::from_pointee(tables),
             table_generation: AtomicU64::new(g),
-            workers: (0..workers).map(|_| Arc::new(WorkerShared::new())).collect(),
+            workers: (0..workers).map(|_| Arc::new(WorkerShared::new(slots))).collect(),
             capture_rx: AtomicU32::new(0),
             capture_tx: AtomicU32::new(0),
             port_tx_util: std::array::from_fn(|_| AtomicU32::new(u32::MAX)),
@@ -236,6 +242,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let mut poll_no: u64 = 0;
     let mut pkts: [Option<Mbuf>; dpdk::MAX_BURST] = std::array::from_fn(|_| None);
     let mut metas: [Result<PacketMeta, DropReason>; dpdk::MAX_BURST] = [Err(DropReason::EthTruncated); dpdk::MAX_BURST];
+    // AM-PM registers per flow slot (this worker's; the counters are shared).
+    let mut ampm_regs = vec![0u8; me.ampm.len()];
 
     while shared.running.load(Ordering::Relaxed) {
         poll_no += 1;
@@ -287,8 +295,12 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             let mut sink = QueueSink(&me.events);
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, dpdk::tsc(), setup.learn_flows);
             while let Some((in_port, mut m)) = me.reinject.pop() {
-                let meta = crate::parse::parse(m.data(), in_port);
+                let mut meta = crate::parse::parse(m.data(), in_port);
                 let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, meta);
+                if let (Some(a), Ok(meta)) = (tables.ampm.as_ref(), &mut meta) {
+                    let t = BurstTime::new(&a.timing, setup.clock.ns(ctx.now));
+                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, &t, &mut m, meta, v);
+                }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
                     let w =
                         IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: ctx.now, out: &out, shared: &shared };
@@ -330,7 +342,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // prefetches each flow's slot so pass 2's lookups overlap their
             // misses; with a small table one pass is cheaper.
             // The INT stage needs each packet's parse too.
-            let two_pass = tables.int.is_some() || flows.len() >= PREFETCH_MIN_FLOWS;
+            let two_pass = tables.int.is_some() || tables.ampm.is_some() || flows.len() >= PREFETCH_MIN_FLOWS;
+            // AM-PM's time bits: one receive time for the whole burst.
+            let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, setup.clock.ns(now)));
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
@@ -365,6 +379,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                         }
                         Err((_, _, back)) => m = back,
                     }
+                }
+                if let (Some(a), Some(t), Ok(meta)) = (tables.ampm.as_ref(), ampm_now.as_ref(), &mut metas[i]) {
+                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, t, &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &metas[i]) {
                     if two_pass {
@@ -456,6 +473,26 @@ fn refresh_tables(
         *my_gen = tables.generation;
         c.event(Event::TablesSwapped);
         me.acked_tables.store(*my_gen, Ordering::Release);
+    }
+}
+
+/// Runs AM-PM on a packet that is being forwarded (not on drops or on the
+/// switch's own replies).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn ampm_stage(
+    spec: &crate::ampm::AmpmSpec,
+    regs: &mut [u8],
+    counters: &[FlowCounters],
+    c: &mut CounterValues,
+    now: &BurstTime,
+    m: &mut Mbuf,
+    meta: &mut PacketMeta,
+    v: Verdict,
+) {
+    if matches!(v, Verdict::Tx(_) | Verdict::Flood) {
+        let mut ctx = AmpmCtx { spec, regs, counters, c, now };
+        ampm::apply(&mut ctx, m, meta);
     }
 }
 

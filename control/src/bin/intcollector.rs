@@ -2,6 +2,9 @@
 //! each INT report with its INT-MD stack, prints one line per report (text,
 //! or JSON with --json), counts sequence gaps per (node, hw_id) and keeps
 //! per-hop latency and queue statistics, printed as a summary at exit.
+//! On the same socket it takes AM-PM interval records (JSON lines from the
+//! switches' `[ampm]` export), joins those of the MPs of a flow by interval
+//! and prints loss and delay per interval.
 
 use std::net::UdpSocket;
 use std::process::ExitCode;
@@ -10,16 +13,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use control::ampm_collector::Joiner;
 use control::collector::{decode_packet, Tracker};
 
 #[derive(Parser)]
 #[command(
     name = "intcollector",
     version,
-    about = "Receive and decode INT telemetry reports (Telemetry Report v2.0 over UDP)",
+    about = "Receive and decode INT telemetry reports (Telemetry Report v2.0 over UDP) and join AM-PM interval records",
     after_help = "Output: one line per report (--json: {node_id, hw_id, seq, flags, flow, hops[...], ...});\n\
 at exit (SIGINT/SIGTERM, --count or --duration) a summary: packets, reports, sequence gaps per\n\
-(node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy."
+(node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy.\n\
+AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived (--json:\n\
+{flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
+mean_delay_ns, mps[...], segments[...]}); summary: records, records_lost (sequence gaps),\n\
+intervals joined/incomplete, total loss, mean delay."
 )]
 struct Cli {
     /// Address to listen on.
@@ -40,6 +48,9 @@ struct Cli {
     /// Stop after this many seconds.
     #[arg(long)]
     duration: Option<f64>,
+    /// AM-PM: measurement points per flow (initiator, transits, terminator).
+    #[arg(long, default_value_t = 2)]
+    ampm_mps: usize,
 }
 
 fn main() -> ExitCode {
@@ -85,6 +96,20 @@ fn text_line(v: &serde_json::Value) -> String {
     line
 }
 
+fn ampm_line(v: &serde_json::Value) -> String {
+    format!(
+        "ampm flow {} (id {}) interval {}: {} packets, loss {} packets {} bytes, delay {} ns, mean delay {} ns",
+        v["flow"].as_str().unwrap_or("?"),
+        v["flow_mon_id"],
+        v["interval"],
+        v["packets"],
+        v["loss_packets"],
+        v["loss_bytes"],
+        v["delay_ns"],
+        v["mean_delay_ns"]
+    )
+}
+
 fn run(cli: &Cli) -> Result<(), String> {
     let sock = UdpSocket::bind(&cli.listen).map_err(|e| format!("--listen {}: {e}", cli.listen))?;
     sock.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
@@ -95,6 +120,7 @@ fn run(cli: &Cli) -> Result<(), String> {
     eprintln!("intcollector: listening on {}", sock.local_addr().map_err(|e| e.to_string())?);
     let started = Instant::now();
     let mut t = Tracker::default();
+    let mut am = Joiner::new(cli.ampm_mps);
     let mut buf = vec![0u8; 65536];
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
@@ -102,7 +128,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         if cli.duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
             break;
         }
-        if cli.count.is_some_and(|c| t.reports >= c) {
+        if cli.count.is_some_and(|c| t.reports + am.joined >= c) {
             break;
         }
         let n = match sock.recv(&mut buf) {
@@ -113,6 +139,15 @@ fn run(cli: &Cli) -> Result<(), String> {
             }
             Err(e) => return Err(format!("receive: {e}")),
         };
+        if buf[0] == b'{' {
+            for v in am.datagram(&String::from_utf8_lossy(&buf[..n])) {
+                if !cli.quiet {
+                    let line = if cli.json { v.to_string() } else { ampm_line(&v) };
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+            continue;
+        }
         match decode_packet(&buf[..n], cli.int_port) {
             Ok(reports) => {
                 if let Some(r) = reports.first() {
@@ -138,6 +173,20 @@ fn run(cli: &Cli) -> Result<(), String> {
                     let _ = writeln!(out, "{line}");
                 }
             }
+        }
+    }
+    if am.records > 0 {
+        let s = am.summary();
+        if cli.json {
+            let _ = writeln!(out, "{s}");
+        } else {
+            let a = &s["ampm_summary"];
+            let _ = writeln!(
+                out,
+                "ampm records {} lost {} bad {}; intervals joined {} incomplete {}; loss {} packets {} bytes; mean delay {} ns",
+                a["records"], a["records_lost"], a["bad_records"], a["intervals_joined"], a["intervals_incomplete"],
+                a["loss_packets"], a["loss_bytes"], a["delay_mean_ns"]
+            );
         }
     }
     let s = t.summary();

@@ -29,7 +29,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Show state: ports, workers, counters, drops, flows, routes, neighbours, config, version, metrics, int, reports.
+    /// Show state: ports, workers, counters, drops, flows, routes, neighbours, config, version, metrics, int, reports (AM-PM: `ampm show`, `rule show`).
     Show {
         #[command(subcommand)]
         what: Show,
@@ -58,6 +58,16 @@ enum Cmd {
     Int {
         #[command(subcommand)]
         op: IntOp,
+    },
+    /// AM-PM: monitored flows (show with counters, current color and interval; add; del).
+    Ampm {
+        #[command(subcommand)]
+        op: AmpmOp,
+    },
+    /// AM-PM slot tables (the timestamp-ternary rules, paper tables 1-6): show, add, del.
+    Rule {
+        #[command(subcommand)]
+        op: RuleOp,
     },
     /// Reset counters (the views count from now; /metrics stays monotonic).
     Clear {
@@ -129,6 +139,104 @@ enum IntOp {
     Export {
         #[arg(value_parser = ["pause", "resume"])]
         action: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum AmpmOp {
+    /// Timing, current interval/color/sub-interval, flows and their per-color counters, export.
+    Show,
+    /// Add a monitored flow, or replace the flow of the same name.
+    Add {
+        name: String,
+        /// RFC 9343 FlowMonID (20 bits), the same on every MP of the flow.
+        #[arg(long)]
+        flow_mon_id: u32,
+        /// initiator, transit or terminator.
+        #[arg(long)]
+        role: String,
+        /// step, pulse, double or muxed.
+        #[arg(long)]
+        method: String,
+        /// dscp, ipv4_flag, ipv6_hbh or ipv6_dest.
+        #[arg(long)]
+        carrier: String,
+        /// DSCP bit for L (dscp carrier; 0 = LSB).
+        #[arg(long)]
+        l_bit: Option<u8>,
+        /// DSCP bit for D (double marking).
+        #[arg(long)]
+        d_bit: Option<u8>,
+        /// Terminator: keep the marks (the next hop is the destination).
+        #[arg(long)]
+        keep_marks: bool,
+        /// Higher wins.
+        #[arg(long, default_value_t = 0)]
+        priority: u32,
+        #[arg(long)]
+        src: Option<String>,
+        #[arg(long)]
+        dst: Option<String>,
+        #[arg(long)]
+        proto: Option<String>,
+        #[arg(long)]
+        src_port: Option<String>,
+        #[arg(long)]
+        dst_port: Option<String>,
+        #[arg(long)]
+        dscp: Option<String>,
+        #[arg(long)]
+        in_port: Option<String>,
+    },
+    Del {
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum RuleOp {
+    /// Rows of one slot table (METHOD-ROLE, e.g. muxed-initiator) or of all.
+    Show {
+        table: Option<String>,
+    },
+    /// Add a row to a slot table, or replace the row of the same name.
+    Add {
+        /// METHOD-ROLE: step|pulse|double|muxed - initiator|transit|terminator.
+        table: String,
+        name: String,
+        #[arg(long, default_value_t = 0)]
+        priority: u32,
+        /// Interval bit then slot bits, MSB first, * = any (e.g. 010, 1**).
+        #[arg(long, default_value = "*")]
+        time: String,
+        /// Mark bits D then L (e.g. *1: L=1).
+        #[arg(long, default_value = "*")]
+        mark: String,
+        /// Register bit 0, 1 or *.
+        #[arg(long, default_value = "*")]
+        reg: String,
+        /// Write L (initiator).
+        #[arg(long)]
+        set_l: Option<bool>,
+        /// Write D (initiator).
+        #[arg(long)]
+        set_d: Option<bool>,
+        /// New register value.
+        #[arg(long)]
+        set_reg: Option<u8>,
+        /// Block (color) the packet belongs to.
+        #[arg(long, default_value_t = 0)]
+        color: u8,
+        /// Count the packet into the color's counters.
+        #[arg(long)]
+        count: bool,
+        /// Take the packet's timestamp as the color's delay reference.
+        #[arg(long)]
+        timestamp: bool,
+    },
+    Del {
+        table: String,
+        name: String,
     },
 }
 
@@ -404,6 +512,69 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             ("int_watch_add", m)
         }
+        Cmd::Ampm { op: AmpmOp::Show } => ("show_ampm", json!({})),
+        Cmd::Ampm { op: AmpmOp::Del { name } } => ("ampm_del", json!({ "name": name })),
+        Cmd::Ampm {
+            op:
+                AmpmOp::Add {
+                    name,
+                    flow_mon_id,
+                    role,
+                    method,
+                    carrier,
+                    l_bit,
+                    d_bit,
+                    keep_marks,
+                    priority,
+                    src,
+                    dst,
+                    proto,
+                    src_port,
+                    dst_port,
+                    dscp,
+                    in_port,
+                },
+        } => {
+            let mut m = json!({ "name": name, "flow_mon_id": flow_mon_id, "role": role, "method": method,
+                                "carrier": carrier, "clear": !keep_marks, "priority": priority });
+            let num_or_str = |v: &str| v.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(v));
+            for (k, v) in [("src", src), ("dst", dst), ("in_port", in_port)] {
+                if let Some(v) = v {
+                    m[k] = json!(v);
+                }
+            }
+            for (k, v) in [("proto", proto), ("src_port", src_port), ("dst_port", dst_port), ("dscp", dscp)] {
+                if let Some(v) = v {
+                    m[k] = num_or_str(v);
+                }
+            }
+            if let Some(b) = l_bit {
+                m["l_bit"] = json!(b);
+            }
+            if let Some(b) = d_bit {
+                m["d_bit"] = json!(b);
+            }
+            ("ampm_add", m)
+        }
+        Cmd::Rule { op: RuleOp::Show { table } } => {
+            ("rule_show", table.as_ref().map_or_else(|| json!({}), |t| json!({ "table": t })))
+        }
+        Cmd::Rule { op: RuleOp::Del { table, name } } => ("rule_del", json!({ "table": table, "name": name })),
+        Cmd::Rule {
+            op: RuleOp::Add { table, name, priority, time, mark, reg, set_l, set_d, set_reg, color, count, timestamp },
+        } => {
+            let mut m = json!({ "table": table, "name": name, "priority": priority, "time": time, "mark": mark,
+                                "reg": reg, "color": color, "count": count, "timestamp": timestamp });
+            for (k, v) in [("set_l", set_l), ("set_d", set_d)] {
+                if let Some(v) = v {
+                    m[k] = json!(v);
+                }
+            }
+            if let Some(r) = set_reg {
+                m["set_reg"] = json!(r);
+            }
+            ("rule_add", m)
+        }
         Cmd::Clear { what: ClearWhat::Counters } => ("clear_counters", json!({})),
         Cmd::Monitor { interval, iterations } => return monitor(&mut c, *interval, *iterations, json_out),
         Cmd::Capture { port, rx: _, tx, count, out, timeout } => {
@@ -589,6 +760,73 @@ fn print_text(cmd: &str, r: &Value) {
             s(&r["port"]),
             s(&r["out"])
         ),
+        "show_ampm" => {
+            println!(
+                "node {}  interval {} ns ({}, bit {}, {} slot bits)  now: interval {} color {} sub-interval {}",
+                s(&r["node_id"]),
+                s(&r["interval_ns"]),
+                s(&r["time_format"]),
+                s(&r["interval_bit"]),
+                s(&r["sub_bits"]),
+                s(&r["interval"]),
+                s(&r["color"]),
+                s(&r["sub_interval"]),
+            );
+            table(
+                &["FLOW", "ID", "ROLE", "METHOD", "CARRIER", "PKTS0", "BYTES0", "DELAY0", "PKTS1", "BYTES1", "DELAY1", "LAST"],
+                r["flows"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|f| {
+                        let c = |i: usize, k: &str| s(&f["counters"][i][k]);
+                        let last = &f["last_record"];
+                        let last = if last.is_null() {
+                            "-".to_string()
+                        } else {
+                            format!("interval {} color {}: {} pkts", s(&last["interval"]), s(&last["color"]), s(&last["packets"]))
+                        };
+                        vec![
+                            s(&f["name"]),
+                            s(&f["flow_mon_id"]),
+                            s(&f["role"]),
+                            s(&f["method"]),
+                            s(&f["carrier"]),
+                            c(0, "packets"),
+                            c(0, "bytes"),
+                            c(0, "delay_count"),
+                            c(1, "packets"),
+                            c(1, "bytes"),
+                            c(1, "delay_count"),
+                            last,
+                        ]
+                    })
+                    .collect(),
+            );
+            println!("export: {}", r["export"]);
+            for (k, v) in r["counters"].as_object().into_iter().flatten().filter(|(_, v)| v.as_u64() != Some(0)) {
+                println!("event {k:<26} {v}");
+            }
+        }
+        "rule_show" => {
+            for t in r["tables"].as_array().into_iter().flatten() {
+                println!("table {} ({} lookup)", s(&t["table"]), s(&t["lookup"]));
+                table(
+                    &["RULE", "PRIO", "TIME", "MARK(DL)", "REG", "SET_L", "SET_D", "SET_REG", "COLOR", "COUNT", "TS"],
+                    t["rules"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|x| {
+                            ["name", "priority", "time", "mark", "reg", "set_l", "set_d", "set_reg", "color", "count", "timestamp"]
+                                .iter()
+                                .map(|k| s(&x[*k]))
+                                .collect()
+                        })
+                        .collect(),
+                );
+            }
+        }
         "show_int" => {
             println!(
                 "node {}  presence udp_port {}  edge {}  core {}  mtu_exceeded {}  report_md {}",

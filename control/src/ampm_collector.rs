@@ -1,0 +1,228 @@
+//! intcollector's AM-PM side: joins the per-interval records of two or more
+//! measurement points by (FlowMonID, interval) and computes, per interval,
+//! the loss in packets and bytes (upstream minus downstream), the one-way
+//! delay of the delay-marked packet (downstream minus upstream timestamp)
+//! and the mean delay (difference of the mean timestamps of the block).
+//! MPs are put in path order: initiator first, terminator last, transit
+//! MPs by their mean timestamp (later = further downstream).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{json, Value};
+
+/// One MP's record of one interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub node: u64,
+    pub seq: u64,
+    pub flow: String,
+    pub flow_mon_id: u64,
+    pub role: String,
+    pub interval: u64,
+    pub start_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub delay_count: u64,
+    pub delay_ts_ns: Option<u64>,
+    pub mean_ts_offset_ns: Option<i64>,
+}
+
+impl Record {
+    pub fn parse(line: &str) -> Result<Record, String> {
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+        if v["type"] != "ampm" {
+            return Err("not an ampm record".into());
+        }
+        let u = |k: &str| v[k].as_u64().ok_or_else(|| format!("field '{k}' missing or not a number"));
+        Ok(Record {
+            node: u("node")?,
+            seq: u("seq")?,
+            flow: v["flow"].as_str().unwrap_or("").to_string(),
+            flow_mon_id: u("flow_mon_id")?,
+            role: v["role"].as_str().ok_or("field 'role' missing")?.to_string(),
+            interval: u("interval")?,
+            start_ns: u("start_ns")?,
+            packets: u("packets")?,
+            bytes: u("bytes")?,
+            delay_count: u("delay_count")?,
+            delay_ts_ns: v["delay_ts_ns"].as_u64(),
+            mean_ts_offset_ns: v["mean_ts_offset_ns"].as_i64(),
+        })
+    }
+
+    fn rank(&self) -> (u8, i64) {
+        match self.role.as_str() {
+            "initiator" => (0, 0),
+            "terminator" => (2, 0),
+            _ => (1, self.mean_ts_offset_ns.unwrap_or(0)),
+        }
+    }
+}
+
+/// Loss and delay between two MPs of one interval.
+fn segment(up: &Record, down: &Record) -> Value {
+    let delay = match (up.delay_ts_ns, down.delay_ts_ns) {
+        (Some(a), Some(b)) if up.delay_count == 1 && down.delay_count == 1 => Some(b as i64 - a as i64),
+        _ => None,
+    };
+    let mean = match (up.mean_ts_offset_ns, down.mean_ts_offset_ns) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
+    json!({
+        "from": up.node,
+        "to": down.node,
+        "loss_packets": up.packets as i64 - down.packets as i64,
+        "loss_bytes": up.bytes as i64 - down.bytes as i64,
+        "delay_ns": delay,
+        "mean_delay_ns": mean,
+    })
+}
+
+#[derive(Default)]
+pub struct Joiner {
+    /// MPs an interval needs before it is reported.
+    pub expect_mps: usize,
+    pending: BTreeMap<(u64, u64), Vec<Record>>,
+    last_seq: HashMap<u64, u64>,
+    pub records: u64,
+    pub records_lost: u64,
+    pub bad_records: u64,
+    pub joined: u64,
+    pub incomplete: u64,
+    pub loss_packets: i64,
+    pub loss_bytes: i64,
+    delay_sum: i64,
+    delay_n: u64,
+}
+
+impl Joiner {
+    pub fn new(expect_mps: usize) -> Joiner {
+        Joiner { expect_mps: expect_mps.max(2), ..Default::default() }
+    }
+
+    /// Takes one datagram of JSON lines; returns the intervals it completed.
+    pub fn datagram(&mut self, text: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            match Record::parse(line) {
+                Ok(r) => out.extend(self.record(r)),
+                Err(_) => self.bad_records += 1,
+            }
+        }
+        out
+    }
+
+    pub fn record(&mut self, r: Record) -> Option<Value> {
+        self.records += 1;
+        if let Some(&last) = self.last_seq.get(&r.node) {
+            if r.seq > last + 1 {
+                self.records_lost += r.seq - last - 1;
+            }
+        }
+        self.last_seq.insert(r.node, r.seq);
+        let key = (r.flow_mon_id, r.interval);
+        let v = self.pending.entry(key).or_default();
+        if v.iter().any(|x| x.node == r.node) {
+            return None;
+        }
+        v.push(r);
+        let done = v.len() >= self.expect_mps
+            && v.iter().any(|x| x.role == "initiator")
+            && v.iter().any(|x| x.role == "terminator");
+        if !done {
+            // Intervals that can no longer complete (4 newer ones seen).
+            let stale: Vec<(u64, u64)> =
+                self.pending.keys().filter(|(f, i)| *f == key.0 && i + 4 <= key.1).copied().collect();
+            for k in stale {
+                self.pending.remove(&k);
+                self.incomplete += 1;
+            }
+            return None;
+        }
+        let mut mps = self.pending.remove(&key).unwrap_or_default();
+        mps.sort_by_key(|r| r.rank());
+        Some(self.join(&mps))
+    }
+
+    fn join(&mut self, mps: &[Record]) -> Value {
+        let (first, last) = (&mps[0], &mps[mps.len() - 1]);
+        let e2e = segment(first, last);
+        self.joined += 1;
+        self.loss_packets += e2e["loss_packets"].as_i64().unwrap_or(0);
+        self.loss_bytes += e2e["loss_bytes"].as_i64().unwrap_or(0);
+        if let Some(d) = e2e["delay_ns"].as_i64() {
+            self.delay_sum += d;
+            self.delay_n += 1;
+        }
+        json!({
+            "flow": first.flow,
+            "flow_mon_id": first.flow_mon_id,
+            "interval": first.interval,
+            "start_ns": first.start_ns,
+            "packets": first.packets,
+            "bytes": first.bytes,
+            "loss_packets": e2e["loss_packets"],
+            "loss_bytes": e2e["loss_bytes"],
+            "delay_ns": e2e["delay_ns"],
+            "mean_delay_ns": e2e["mean_delay_ns"],
+            "mps": mps.iter().map(|r| json!({ "node": r.node, "role": r.role, "packets": r.packets, "bytes": r.bytes })).collect::<Vec<_>>(),
+            "segments": mps.windows(2).map(|w| segment(&w[0], &w[1])).collect::<Vec<_>>(),
+        })
+    }
+
+    pub fn summary(&self) -> Value {
+        json!({ "ampm_summary": {
+            "records": self.records,
+            "records_lost": self.records_lost,
+            "bad_records": self.bad_records,
+            "intervals_joined": self.joined,
+            "intervals_incomplete": self.incomplete + self.pending.len() as u64,
+            "loss_packets": self.loss_packets,
+            "loss_bytes": self.loss_bytes,
+            "delay_mean_ns": (self.delay_n > 0).then(|| self.delay_sum / self.delay_n as i64),
+        }})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(node: u64, seq: u64, role: &str, interval: u64, packets: u64, delay: Option<u64>, mean: i64) -> String {
+        json!({"type":"ampm","version":1,"node":node,"seq":seq,"flow":"f","flow_mon_id":9,"role":role,
+               "method":"muxed","interval":interval,"interval_ns":1_000_000_000u64,"start_ns":interval*1_000_000_000,
+               "color":interval%2,"packets":packets,"bytes":packets*100,"delay_count":delay.map_or(0, |_| 1),
+               "delay_ts_ns":delay,"mean_ts_offset_ns":mean})
+        .to_string()
+    }
+
+    #[test]
+    fn joins_two_mps_by_flow_and_interval() {
+        let mut j = Joiner::new(2);
+        assert!(j.datagram(&rec(1, 0, "initiator", 7, 1000, Some(5_000_000), 500_000_000)).is_empty());
+        let out = j.datagram(&rec(2, 0, "terminator", 7, 990, Some(25_000_000), 520_000_000));
+        assert_eq!(out.len(), 1);
+        let v = &out[0];
+        assert_eq!((v["interval"].as_u64(), v["loss_packets"].as_i64(), v["loss_bytes"].as_i64()), (Some(7), Some(10), Some(1000)));
+        assert_eq!((v["delay_ns"].as_i64(), v["mean_delay_ns"].as_i64()), (Some(20_000_000), Some(20_000_000)));
+        assert_eq!(j.summary()["ampm_summary"]["loss_packets"], 10);
+    }
+
+    #[test]
+    fn transit_mps_in_path_order_and_lost_records_counted() {
+        let mut j = Joiner::new(3);
+        j.datagram(&rec(3, 0, "terminator", 1, 95, None, 300));
+        j.datagram(&rec(2, 0, "transit", 1, 97, None, 200));
+        let out = j.datagram(&format!("{}\n", rec(1, 0, "initiator", 1, 100, None, 100)));
+        let segs = out[0]["segments"].as_array().unwrap();
+        assert_eq!((segs[0]["loss_packets"].as_i64(), segs[1]["loss_packets"].as_i64()), (Some(3), Some(2)));
+        assert_eq!(out[0]["loss_packets"], 5);
+        assert!(out[0]["delay_ns"].is_null());
+        // Node 1's next record has seq 3: two lost.
+        j.datagram(&rec(1, 3, "initiator", 2, 1, None, 0));
+        j.datagram("garbage\n");
+        let s = &j.summary()["ampm_summary"];
+        assert_eq!((s["records_lost"].as_u64(), s["bad_records"].as_u64()), (Some(2), Some(1)));
+    }
+}

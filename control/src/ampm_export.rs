@@ -1,0 +1,218 @@
+//! AM-PM record export: once per interval, in the middle of the next one
+//! (when the previous color is stable on every MP whose clock is within
+//! T/2 of ours), the control core sums each flow's counters of that color
+//! over the workers, takes the difference to the last export, and sends one
+//! JSON line per flow to every collector (several lines per datagram).
+//!
+//! Record (one line, UTF-8 JSON):
+//! `{"type":"ampm","version":1,"node":N,"seq":S,"flow":"name","flow_mon_id":ID,
+//!   "role":"initiator","method":"muxed","carrier":"dscp","interval":J,
+//!   "interval_ns":T,"start_ns":J*T,"color":J%2,"packets":P,"bytes":B,
+//!   "delay_count":K,"delay_ts_ns":TS|null,"mean_ts_offset_ns":M|null}`
+//! `seq` counts records per collector from 0, so a collector counts lost
+//! records as gaps; `interval` is the index of the block on the shared
+//! CLOCK_REALTIME time line, so records of different MPs join on
+//! (flow_mon_id, interval).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::Ordering::Relaxed;
+
+use dataplane::ampm::{AmpmFlow, Timing, TimeFormat};
+use dataplane::worker::Shared;
+use serde_json::{json, Value};
+
+/// Bytes of JSON lines per datagram.
+const DATAGRAM: usize = 1400;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ColorSnap {
+    pub packets: u64,
+    pub bytes: u64,
+    pub ts_sum: u64,
+    pub delay_count: u64,
+    pub delay_ts: u64,
+}
+
+/// One flow slot's color counters summed over the workers.
+pub fn sum(shared: &Shared, slot: usize, color: usize) -> ColorSnap {
+    let mut s = ColorSnap::default();
+    for w in &shared.workers {
+        let Some(fc) = w.ampm.get(slot) else { continue };
+        let c = &fc.color[color];
+        s.packets += c.packets.load(Relaxed);
+        s.bytes += c.bytes.load(Relaxed);
+        s.ts_sum = s.ts_sum.wrapping_add(c.ts_offset_sum.load(Relaxed));
+        s.delay_count += c.delay_count.load(Relaxed);
+        s.delay_ts = s.delay_ts.max(c.delay_ts.load(Relaxed));
+    }
+    s
+}
+
+struct Collector {
+    addr: SocketAddr,
+    sock: UdpSocket,
+    seq: u64,
+    datagrams: u64,
+    send_errors: u64,
+}
+
+pub struct AmpmExporter {
+    node_id: u32,
+    timing: Timing,
+    collectors: Vec<Collector>,
+    /// Per slot and color: the counters at the last export.
+    last: Vec<[ColorSnap; 2]>,
+    /// Last interval exported (or skipped at start).
+    last_interval: Option<u64>,
+    pub records: u64,
+    pub intervals_missed: u64,
+    /// Last record of each flow (for `show ampm`), by slot.
+    pub last_record: Vec<Option<Value>>,
+}
+
+impl AmpmExporter {
+    pub fn new(
+        node_id: u32,
+        timing: Timing,
+        slots: usize,
+        collectors: &[(SocketAddr, Option<SocketAddr>)],
+    ) -> Result<AmpmExporter, String> {
+        let mut cs = Vec::new();
+        for (addr, bind) in collectors {
+            let local = bind.unwrap_or_else(|| {
+                if addr.is_ipv4() {
+                    "0.0.0.0:0".parse().expect("addr")
+                } else {
+                    "[::]:0".parse().expect("addr")
+                }
+            });
+            let sock = UdpSocket::bind(local).map_err(|e| format!("ampm.collector {addr}: bind {local}: {e}"))?;
+            sock.set_nonblocking(true).map_err(|e| e.to_string())?;
+            cs.push(Collector { addr: *addr, sock, seq: 0, datagrams: 0, send_errors: 0 });
+        }
+        Ok(AmpmExporter {
+            node_id,
+            timing,
+            collectors: cs,
+            last: vec![[ColorSnap::default(); 2]; slots],
+            last_interval: None,
+            records: 0,
+            intervals_missed: 0,
+            last_record: vec![None; slots],
+        })
+    }
+
+    /// Interval index of `now_ns` and whether it is past its middle.
+    pub fn position(&self, now_ns: u64) -> (u64, bool) {
+        let word = match self.timing.format {
+            TimeFormat::Ns => now_ns,
+            TimeFormat::SecFrac => dataplane::ampm::ns_to_fix(now_ns),
+        };
+        let b = self.timing.interval_bit;
+        (word >> b, (word >> (b - 1)) & 1 == 1)
+    }
+
+    /// A flow took over `slot`: what its counters hold now is not its own.
+    pub fn rebase(&mut self, shared: &Shared, slot: usize) {
+        if let Some(l) = self.last.get_mut(slot) {
+            *l = [sum(shared, slot, 0), sum(shared, slot, 1)];
+        }
+        if let Some(r) = self.last_record.get_mut(slot) {
+            *r = None;
+        }
+    }
+
+    /// Exports the interval that became due, if one did. Returns records made.
+    pub fn poll(&mut self, now_ns: u64, shared: &Shared, flows: &[AmpmFlow]) -> usize {
+        let (j, second_half) = self.position(now_ns);
+        let Some(due) = (if second_half { j.checked_sub(1) } else { j.checked_sub(2) }) else { return 0 };
+        match self.last_interval {
+            None => {
+                // Start: earlier blocks were not (fully) seen.
+                for s in 0..self.last.len() {
+                    self.last[s] = [sum(shared, s, 0), sum(shared, s, 1)];
+                }
+                self.last_interval = Some(due);
+                return 0;
+            }
+            Some(l) if l >= due => return 0,
+            Some(l) => self.intervals_missed += due - l - 1,
+        }
+        self.last_interval = Some(due);
+        let color = (due & 1) as usize;
+        let mut lines: Vec<Value> = Vec::with_capacity(flows.len());
+        for f in flows {
+            let slot = f.slot as usize;
+            if slot >= self.last.len() {
+                continue;
+            }
+            let now = sum(shared, slot, color);
+            let was = self.last[slot][color];
+            self.last[slot][color] = now;
+            let packets = now.packets - was.packets;
+            let delays = now.delay_count - was.delay_count;
+            let rec = json!({
+                "type": "ampm",
+                "version": 1,
+                "node": self.node_id,
+                "flow": f.name,
+                "flow_mon_id": f.flow_mon_id,
+                "role": f.role.name(),
+                "method": f.method.name(),
+                "carrier": f.carrier.name(),
+                "interval": due,
+                "interval_ns": self.timing.interval_ns(),
+                "start_ns": self.timing.start_ns(due),
+                "color": color,
+                "packets": packets,
+                "bytes": now.bytes - was.bytes,
+                "delay_count": delays,
+                "delay_ts_ns": (delays > 0).then_some(now.delay_ts),
+                "mean_ts_offset_ns": (packets > 0).then(|| (now.ts_sum.wrapping_sub(was.ts_sum) as i64) / packets as i64),
+            });
+            self.last_record[slot] = Some(rec.clone());
+            lines.push(rec);
+        }
+        self.records += lines.len() as u64;
+        for c in &mut self.collectors {
+            let mut buf = String::new();
+            for rec in &lines {
+                let mut r = rec.clone();
+                r["seq"] = c.seq.into();
+                c.seq += 1;
+                let line = r.to_string();
+                if !buf.is_empty() && buf.len() + line.len() + 1 > DATAGRAM {
+                    send(c, &buf);
+                    buf.clear();
+                }
+                buf.push_str(&line);
+                buf.push('\n');
+            }
+            if !buf.is_empty() {
+                send(c, &buf);
+            }
+        }
+        lines.len()
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "records": self.records,
+            "intervals_missed": self.intervals_missed,
+            "last_interval": self.last_interval,
+            "collectors": self.collectors.iter().map(|c| json!({
+                "address": c.addr.to_string(),
+                "datagrams": c.datagrams,
+                "next_seq": c.seq,
+                "send_errors": c.send_errors,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn send(c: &mut Collector, buf: &str) {
+    match c.sock.send_to(buf.as_bytes(), c.addr) {
+        Ok(_) => c.datagrams += 1,
+        Err(_) => c.send_errors += 1,
+    }
+}
