@@ -87,7 +87,8 @@ class Topology:
         return f"tb-{self.name}-{node}"
 
     def all_ns(self):
-        return [self.ns(n["name"]) for n in self.hosts + self.switches]
+        own = [c["name"] for c in self.collectors if c.get("mgmt")]
+        return [self.ns(n["name"]) for n in self.hosts + self.switches] + [self.ns(n) for n in own]
 
     def link(self, name):
         for l in self.links:
@@ -138,6 +139,7 @@ def switch_config(topo, sw, sock):
         f'file_prefix = "tb-{topo.name}-{sw["name"]}"',
         "[dataplane]",
         "idle = true",
+        f"idle_sleep_us = {int(sw.get('idle_sleep_us', 100))}",
         "mbufs = 4095",
         "[control]",
         f"socket = {toml_value(sock)}",
@@ -298,7 +300,21 @@ def up(topo):
     for c in topo.collectors:
         intcollector = bin_path("intcollector")
         host = c.get("host")
-        if host not in [n["name"] for n in topo.hosts + topo.switches]:
+        if c.get("mgmt"):
+            # Its own namespace, a management veth to each listed switch:
+            # switch k (from 1) is 10.250.k.1, the collector 10.250.k.2.
+            host = c["name"]
+            cns = topo.ns(host)  # created with the others
+            for k, swn in enumerate(c["mgmt"], 1):
+                if not is_switch(topo, swn):
+                    raise TestbedError(f"collector {c['name']}: mgmt: '{swn}' is not a [[switch]]")
+                run(["ip", "link", "add", f"m{k}", "netns", cns, "type", "veth",
+                     "peer", "name", "mgmt", "netns", topo.ns(swn)])
+                ns_exec(cns, "ip", "addr", "add", f"10.250.{k}.2/24", "dev", f"m{k}")
+                ns_exec(topo.ns(swn), "ip", "addr", "add", f"10.250.{k}.1/24", "dev", "mgmt")
+                ns_exec(cns, "ip", "link", "set", f"m{k}", "up")
+                ns_exec(topo.ns(swn), "ip", "link", "set", "mgmt", "up")
+        elif host not in [n["name"] for n in topo.hosts + topo.switches]:
             raise TestbedError(f"collector {c.get('name')}: host '{host}' is not a [[host]] or [[switch]]")
         log = open(os.path.join(topo.state_dir, f"{c['name']}.log"), "w")
         p = subprocess.Popen(["ip", "netns", "exec", topo.ns(host), intcollector, *shlex.split(c.get("args", ""))],

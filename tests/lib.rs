@@ -302,7 +302,7 @@ pub struct Testbed {
     state: PathBuf,
 }
 
-fn repo_root() -> PathBuf {
+pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
 }
 

@@ -5,7 +5,6 @@
 use dataplane::ampm::{self, AmpmSetup, SlotAction};
 use dataplane::classifier::{format_bits, parse_bits, Rule};
 use dataplane::counters::Event;
-use dataplane::int_stage::WallClock;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -83,8 +82,9 @@ impl Switch {
         self.spec.ampm.as_ref().ok_or_else(not_configured)
     }
 
+    /// CLOCK_REALTIME, the time line the workers' AM-PM intervals follow.
     fn now_ns(&self) -> u64 {
-        WallClock::new(self.tsc0, self.wall0_ns, self.hz).ns(dataplane::dpdk::tsc())
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
     }
 
     /// Export tick of the control loop.

@@ -220,6 +220,9 @@ impl ControlSink for QueueSink<'_> {
 pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let me = shared.workers[setup.id].clone();
     me.lcore.store(dpdk::lcore_id() as u64, Ordering::Relaxed);
+    if setup.idle.enabled {
+        dpdk::tight_timer_slack();
+    }
     let hz = dpdk::tsc_hz().max(1);
     let mut flows = FlowTable::new(setup.flow_capacity, setup.flow_idle_timeout_s * hz);
     let mut macs = MacTable::new(setup.mac_capacity, setup.mac_aging_s * hz);
@@ -298,7 +301,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 let mut meta = crate::parse::parse(m.data(), in_port);
                 let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, meta);
                 if let (Some(a), Ok(meta)) = (tables.ampm.as_ref(), &mut meta) {
-                    let t = BurstTime::new(&a.timing, setup.clock.ns(ctx.now));
+                    let t = BurstTime::new(&a.timing, realtime_ns());
                     ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, &t, &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
@@ -344,7 +347,10 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // The INT stage needs each packet's parse too.
             let two_pass = tables.int.is_some() || tables.ampm.is_some() || flows.len() >= PREFETCH_MIN_FLOWS;
             // AM-PM's time bits: one receive time for the whole burst.
-            let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, setup.clock.ns(now)));
+            // CLOCK_REALTIME itself (vDSO, once per burst), not the TSC
+            // extrapolation: MPs in other processes and on other hosts
+            // (PTP-disciplined) must agree on interval edges and timestamps.
+            let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, realtime_ns()));
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
@@ -474,6 +480,12 @@ fn refresh_tables(
         c.event(Event::TablesSwapped);
         me.acked_tables.store(*my_gen, Ordering::Release);
     }
+}
+
+/// Nanoseconds since the Unix epoch (CLOCK_REALTIME).
+#[inline]
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Runs AM-PM on a packet that is being forwarded (not on drops or on the

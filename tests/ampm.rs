@@ -1,0 +1,228 @@
+//! AM-PM end to end on the `ampm` testbed (h1 -> MP1 -> impaired link ->
+//! MP2 -> h2): eight flows at once, one per method (step, pulse, double,
+//! muxed) and carrier family (IPv4 DSCP / reserved flag, IPv6 AltMark in
+//! Hop-by-Hop / Destination options); both MPs export interval records to
+//! intcollector, which joins them. Three phases: no impairment (no loss),
+//! loss on the MP1->MP2 link (summed loss = the link emulation's drops),
+//! delay (measured one-way delay follows the configured one).
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use intswitch_tests::{ns, ping, repo_root, Testbed};
+use serde_json::Value;
+
+const T_NS: u64 = 500_000_000;
+const PPS: f64 = 1600.0;
+const SECS: f64 = 4.0;
+
+struct Flow {
+    name: &'static str,
+    dest: &'static str,
+    port: u16,
+    loss: bool,
+    delay: bool,
+}
+
+const FLOWS: [Flow; 8] = [
+    Flow { name: "v4-muxed", dest: "10.32.0.2:5001", port: 5001, loss: true, delay: true },
+    Flow { name: "v4-double", dest: "10.32.0.2:5002", port: 5002, loss: true, delay: true },
+    Flow { name: "v4-step", dest: "10.32.0.2:5003", port: 5003, loss: true, delay: false },
+    Flow { name: "v4-pulse", dest: "10.32.0.2:5004", port: 5004, loss: false, delay: true },
+    Flow { name: "v6-muxed", dest: "[2001:db8:32::2]:5011", port: 5011, loss: true, delay: true },
+    Flow { name: "v6-double", dest: "[2001:db8:32::2]:5012", port: 5012, loss: true, delay: true },
+    Flow { name: "v6-step", dest: "[2001:db8:32::2]:5013", port: 5013, loss: true, delay: false },
+    Flow { name: "v6-pulse", dest: "[2001:db8:32::2]:5014", port: 5014, loss: false, delay: true },
+];
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+fn script() -> String {
+    repo_root().join("scripts/udp_traffic.py").display().to_string()
+}
+
+fn sink(h2: &str, secs: f64) -> Child {
+    let ports: Vec<String> = FLOWS.iter().map(|f| f.port.to_string()).collect();
+    Command::new("ip")
+        .args(["netns", "exec", h2, "python3", &script(), "sink", &ports.join(","), "--v6", "--seconds"])
+        .arg(format!("{secs}"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .map(|c| {
+            // Bound before the first datagram arrives.
+            std::thread::sleep(Duration::from_millis(700));
+            c
+        })
+        .unwrap()
+}
+
+/// Sends the given flows from h1; returns (phase start, phase end, sent per flow name).
+fn send(h1: &str, flows: &[&Flow]) -> (u64, u64, HashMap<String, u64>) {
+    let dests: Vec<&str> = flows.iter().map(|f| f.dest).collect();
+    let t0 = now_ns();
+    let out = ns(h1, &["python3", &script(), "send", &dests.join(","), "--pps", &format!("{}", PPS * flows.len() as f64 / 8.0), "--seconds", &format!("{SECS}")]);
+    let t1 = now_ns();
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let sent = flows.iter().map(|f| (f.name.to_string(), v["sent"][f.dest].as_u64().unwrap())).collect();
+    (t0, t1, sent)
+}
+
+/// Joined intervals of a phase, by flow (waits for the last exports).
+fn intervals(tb: &Testbed, t0: u64, t1: u64) -> HashMap<String, Vec<Value>> {
+    let want_last = t1 / T_NS;
+    let mut out: HashMap<String, Vec<Value>> = HashMap::new();
+    for _ in 0..40 {
+        out.clear();
+        let log = std::fs::read_to_string(tb.log("col")).unwrap_or_default();
+        for l in log.lines().filter(|l| l.contains("\"loss_packets\"") && !l.contains("ampm_summary")) {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let start = v["start_ns"].as_u64().unwrap();
+            if start + T_NS >= t0 && start <= t1 {
+                out.entry(v["flow"].as_str().unwrap().to_string()).or_default().push(v);
+            }
+        }
+        let done = FLOWS.iter().all(|f| {
+            out.get(f.name).is_some_and(|v| v.iter().any(|x| x["interval"].as_u64() == Some(want_last)))
+        });
+        if done {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("intervals up to {want_last} not all joined: {out:?}");
+}
+
+fn sum(v: &[Value], k: &str) -> i64 {
+    v.iter().map(|x| x[k].as_i64().unwrap()).sum()
+}
+
+fn median(mut v: Vec<i64>) -> i64 {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Per-interval pulse delays of the flows that measure delay.
+fn delays(iv: &HashMap<String, Vec<Value>>) -> Vec<i64> {
+    FLOWS
+        .iter()
+        .filter(|f| f.delay)
+        .flat_map(|f| iv[f.name].iter().filter_map(|x| x["delay_ns"].as_i64()))
+        .collect()
+}
+
+fn impair_loss(tb: &Testbed) -> u64 {
+    tb.intctl("mp1", &["show", "drops"])["total"]["impair_loss"].as_u64().unwrap()
+}
+
+fn p1_tx(tb: &Testbed, sw: &str) -> u64 {
+    tb.intctl(sw, &["show", "counters"])["ports"][1]["tx_packets"].as_u64().unwrap()
+}
+
+/// Static neighbours both ways: no ARP/ND crosses the lossy link.
+fn pin_neighbours(tb: &Testbed) {
+    let mac = |h: &str| ns(&tb.ns(h), &["cat", "/sys/class/net/eth0/address"]).trim().to_string();
+    let (m1, m2) = (mac("h1"), mac("h2"));
+    for (h, ips, m) in [("h1", ["10.32.0.2", "2001:db8:32::2"], &m2), ("h2", ["10.32.0.1", "2001:db8:32::1"], &m1)] {
+        for ip in ips {
+            ns(&tb.ns(h), &["ip", "neigh", "replace", ip, "lladdr", m, "dev", "eth0", "nud", "permanent"]);
+        }
+    }
+}
+
+#[test]
+fn ampm_loss_and_delay_every_method_and_carrier() {
+    let tb = Testbed::up(&Testbed::shipped("ampm"));
+    let (h1, h2) = (tb.ns("h1"), tb.ns("h2"));
+    for (from, to) in [(&h1, "10.32.0.2"), (&h1, "2001:db8:32::2"), (&h2, "10.32.0.1"), (&h2, "2001:db8:32::1")] {
+        ping(from, to);
+    }
+    pin_neighbours(&tb);
+    let all: Vec<&Flow> = FLOWS.iter().collect();
+
+    // Phase 1: no impairment: every interval of every loss flow loses 0 and
+    // the initiator counted exactly what h1 sent.
+    let s = sink(&h2, SECS + 2.5);
+    let (t0, t1, sent) = send(&h1, &all);
+    let got = s.wait_with_output().unwrap();
+    let received: Value = serde_json::from_slice(&got.stdout).unwrap();
+    let iv = intervals(&tb, t0, t1);
+    for f in FLOWS.iter().filter(|f| f.loss) {
+        let v = &iv[f.name];
+        assert!(v.iter().all(|x| x["loss_packets"] == 0 && x["loss_bytes"] == 0), "{}: {v:?}", f.name);
+        assert_eq!(sum(v, "packets") as u64, sent[f.name], "{}", f.name);
+        assert_eq!(received["received"][f.port.to_string()].as_u64(), Some(sent[f.name]), "{}", f.name);
+    }
+    let base = delays(&iv);
+    assert!(base.len() >= 6 * 6, "pulses in most intervals: {base:?}");
+    assert!(base.iter().all(|d| (0..2_000_000).contains(d)), "{base:?}");
+    let base_median = median(base);
+
+    // Phase 2: 10 % loss on MP1 -> MP2: the loss summed over intervals and
+    // flows is exactly what the link emulation dropped, and the initiator's
+    // and terminator's counts match the ports'.
+    assert!(tb.run(&["impair", "mp1-mp2", "loss", "10%"]).0);
+    let loss_flows: Vec<&Flow> = FLOWS.iter().filter(|f| f.loss).collect();
+    let (drop0, tx1_0, tx2_0) = (impair_loss(&tb), p1_tx(&tb, "mp1"), p1_tx(&tb, "mp2"));
+    let s = sink(&h2, SECS + 2.5);
+    let (t0, t1, sent) = send(&h1, &loss_flows);
+    let _ = s.wait_with_output();
+    let iv = intervals(&tb, t0, t1);
+    let dropped = impair_loss(&tb) - drop0;
+    let (tx1, tx2) = (p1_tx(&tb, "mp1") - tx1_0, p1_tx(&tb, "mp2") - tx2_0);
+    let total_loss: i64 = loss_flows.iter().map(|f| sum(&iv[f.name], "loss_packets")).sum();
+    let init_pkts: i64 = loss_flows.iter().map(|f| sum(&iv[f.name], "packets")).sum();
+    let term_pkts = init_pkts - total_loss;
+    assert!(dropped > 100, "10 % of {} packets: {dropped}", init_pkts);
+    assert_eq!(init_pkts as u64, sent.values().sum::<u64>());
+    // Packets the hosts' kernels send on their own (an MLD report, say)
+    // also cross the link: the port counters see them, AM-PM does not.
+    let noise = (tx1 + dropped) - init_pkts as u64;
+    assert!(noise <= 3, "initiator count {init_pkts} vs MP1 port p1 sent {tx1} + emulated loss {dropped}");
+    assert!(tx2 >= term_pkts as u64 && tx2 - term_pkts as u64 <= noise, "terminator {term_pkts} vs MP2 port p1 {tx2}");
+    if noise == 0 {
+        assert_eq!(total_loss as u64, dropped, "AM-PM loss vs impair_loss");
+    } else {
+        assert!(dropped - total_loss as u64 <= noise, "AM-PM loss {total_loss} vs impair_loss {dropped} (noise {noise})");
+    }
+    for f in &loss_flows {
+        for x in &iv[f.name] {
+            let l = x["loss_packets"].as_i64().unwrap();
+            assert!(l >= 0 && l <= x["packets"].as_i64().unwrap(), "{}: {x}", f.name);
+        }
+    }
+
+    // Phase 3: 20 ms delay: the pulse pairs' one-way delay follows it.
+    assert!(tb.run(&["impair", "mp1-mp2", "delay", "20ms"]).0);
+    let s = sink(&h2, SECS + 2.5);
+    let (t0, t1, _) = send(&h1, &all);
+    let _ = s.wait_with_output();
+    let iv = intervals(&tb, t0, t1);
+    let d = delays(&iv);
+    assert!(d.len() >= 6 * 6, "{d:?}");
+    assert!(d.iter().all(|x| (20_000_000..21_000_000).contains(x)), "{d:?}");
+    let added = median(d.clone()) - base_median;
+    assert!((added - 20_000_000).abs() <= 50_000, "median delay {} - baseline {base_median} = {added} ns", median(d));
+    let means: Vec<i64> = FLOWS
+        .iter()
+        .filter(|f| f.loss)
+        .flat_map(|f| iv[f.name].iter().filter_map(|x| x["mean_delay_ns"].as_i64()))
+        .collect();
+    assert!((median(means.clone()) - 20_000_000).abs() <= 1_000_000, "{means:?}");
+    for f in FLOWS.iter().filter(|f| f.loss) {
+        assert!(iv[f.name].iter().all(|x| x["loss_packets"] == 0), "{}", f.name);
+    }
+    eprintln!("ampm: baseline delay median {base_median} ns, with 20 ms: median {} ns", median(d));
+
+    // The MPs' own view.
+    let show = tb.intctl("mp2", &["ampm", "show"]);
+    assert_eq!(show["flows"].as_array().unwrap().len(), 8);
+    assert_eq!(show["export"]["collectors"][0]["send_errors"], 0);
+    let rules = tb.intctl("mp1", &["rule", "show", "muxed-initiator"]);
+    assert_eq!(rules["tables"][0]["rules"].as_array().unwrap().len(), 6);
+    assert_eq!(rules["tables"][0]["lookup"], "direct");
+    let (ok, out) = tb.down();
+    assert!(ok, "{out}");
+}
