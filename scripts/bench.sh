@@ -147,3 +147,22 @@ import json,sys
 d=json.load(sys.stdin)['int_reports']
 full=sum(r['ring_full'] for r in d['rings'])
 print('case=int-report-export reports_per_s=%.0f packets_per_s=%.0f ring_full_per_s=%.0f max_packet=${BENCH_REPORT_PACKET:-1472}' % (d['reports']/$secs, d['packets']/$secs, full/$secs))"
+
+# AM-PM, muxed marking on a DSCP bit, 10k monitored flows (exact 5-tuple
+# rules: the per-flow lookup is one tuple-space hash probe, the time-slot
+# lookup a direct table), at the initiator (marks + counts) and at the
+# terminator (reads, counts, clears).
+$bin gen-traffic --out "$work/ampm.pcap" --count 20000 --flows 10000 --size 60 --dst-mac 02:00:00:00:00:02 \
+  --src 10.1.0.0 --dst 10.2.0.1
+ampm_cfg() { # role
+  printf '[ampm]\nnode_id = 9\ninterval = "1s"\nmax_flows = 10000\n'
+  for i in $(seq 0 9999); do
+    printf '[[ampm.flow]]\nname = "f%d"\nflow_mon_id = %d\nrole = "%s"\nmethod = "muxed"\ncarrier = "dscp"\nsrc = "10.1.%d.%d/32"\nproto = "udp"\nsrc_port = %d\n' \
+      "$i" "$i" "$1" $((i / 256)) $((i % 256)) $((1024 + i))
+  done
+}
+config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg initiator)" >"$work/ampm-i.toml"
+run_case ampm-initiator "$work/ampm.pcap" "$work/ampm-i.toml"
+config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t.toml"
+run_case ampm-terminator "$work/ampm.pcap" "$work/ampm-t.toml"
+
