@@ -63,7 +63,19 @@ fn sink(h2: &str, secs: f64) -> Child {
 fn send(h1: &str, flows: &[&Flow]) -> (u64, u64, HashMap<String, u64>) {
     let dests: Vec<&str> = flows.iter().map(|f| f.dest).collect();
     let t0 = now_ns();
-    let out = ns(h1, &["python3", &script(), "send", &dests.join(","), "--pps", &format!("{}", PPS * flows.len() as f64 / 8.0), "--seconds", &format!("{SECS}")]);
+    let out = ns(
+        h1,
+        &[
+            "python3",
+            &script(),
+            "send",
+            &dests.join(","),
+            "--pps",
+            &format!("{}", PPS * flows.len() as f64 / 8.0),
+            "--seconds",
+            &format!("{SECS}"),
+        ],
+    );
     let t1 = now_ns();
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     let sent = flows.iter().map(|f| (f.name.to_string(), v["sent"][f.dest].as_u64().unwrap())).collect();
@@ -84,9 +96,9 @@ fn intervals(tb: &Testbed, t0: u64, t1: u64) -> HashMap<String, Vec<Value>> {
                 out.entry(v["flow"].as_str().unwrap().to_string()).or_default().push(v);
             }
         }
-        let done = FLOWS.iter().all(|f| {
-            out.get(f.name).is_some_and(|v| v.iter().any(|x| x["interval"].as_u64() == Some(want_last)))
-        });
+        let done = FLOWS
+            .iter()
+            .all(|f| out.get(f.name).is_some_and(|v| v.iter().any(|x| x["interval"].as_u64() == Some(want_last))));
         if done {
             return out;
         }
@@ -106,11 +118,7 @@ fn median(mut v: Vec<i64>) -> i64 {
 
 /// Per-interval pulse delays of the flows that measure delay.
 fn delays(iv: &HashMap<String, Vec<Value>>) -> Vec<i64> {
-    FLOWS
-        .iter()
-        .filter(|f| f.delay)
-        .flat_map(|f| iv[f.name].iter().filter_map(|x| x["delay_ns"].as_i64()))
-        .collect()
+    FLOWS.iter().filter(|f| f.delay).flat_map(|f| iv[f.name].iter().filter_map(|x| x["delay_ns"].as_i64())).collect()
 }
 
 fn impair_loss(tb: &Testbed) -> u64 {
@@ -185,7 +193,10 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
     if noise == 0 {
         assert_eq!(total_loss as u64, dropped, "AM-PM loss vs impair_loss");
     } else {
-        assert!(dropped - total_loss as u64 <= noise, "AM-PM loss {total_loss} vs impair_loss {dropped} (noise {noise})");
+        assert!(
+            dropped - total_loss as u64 <= noise,
+            "AM-PM loss {total_loss} vs impair_loss {dropped} (noise {noise})"
+        );
     }
     for f in &loss_flows {
         for x in &iv[f.name] {

@@ -163,7 +163,13 @@ impl Switch {
                 let used: std::collections::HashSet<u32> = s.flows.iter().map(|f| f.slot).collect();
                 match (0..s.capacity as u32).find(|x| !used.contains(x)) {
                     Some(x) => x,
-                    None => return Err(ApiError::new("table_full", None, format!("all {} AM-PM flow slots are in use", s.capacity))),
+                    None => {
+                        return Err(ApiError::new(
+                            "table_full",
+                            None,
+                            format!("all {} AM-PM flow slots are in use", s.capacity),
+                        ))
+                    }
                 }
             }
         };

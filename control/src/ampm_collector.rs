@@ -204,7 +204,10 @@ mod tests {
         let out = j.datagram(&rec(2, 0, "terminator", 7, 990, Some(25_000_000), 520_000_000));
         assert_eq!(out.len(), 1);
         let v = &out[0];
-        assert_eq!((v["interval"].as_u64(), v["loss_packets"].as_i64(), v["loss_bytes"].as_i64()), (Some(7), Some(10), Some(1000)));
+        assert_eq!(
+            (v["interval"].as_u64(), v["loss_packets"].as_i64(), v["loss_bytes"].as_i64()),
+            (Some(7), Some(10), Some(1000))
+        );
         assert_eq!((v["delay_ns"].as_i64(), v["mean_delay_ns"].as_i64()), (Some(20_000_000), Some(20_000_000)));
         assert_eq!(j.summary()["ampm_summary"]["loss_packets"], 10);
     }

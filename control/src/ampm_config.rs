@@ -105,7 +105,8 @@ pub struct AmpmPlan {
 /// "1s", "500ms", "250us", "1073741824ns", "0.5s" -> ns (f64).
 pub fn parse_duration_ns(s: &str) -> Result<f64, String> {
     let s = s.trim();
-    let split = s.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(|| format!("'{s}': give a unit (s, ms, us, ns)"))?;
+    let split =
+        s.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(|| format!("'{s}': give a unit (s, ms, us, ns)"))?;
     let (n, unit) = s.split_at(split);
     let n: f64 = n.trim().parse().map_err(|_| format!("'{s}': not a number"))?;
     let mult = match unit {
@@ -146,7 +147,11 @@ pub fn timing(interval: &str, format: &str, sub_bits: u8) -> Result<Timing, Conf
         let b = e.floor().clamp(lo as f64, hi as f64);
         return Err(cerr(
             "ampm.interval",
-            format!("'{interval}' is not a power of two of the time format's unit; nearest: {} or {}", near(b), near(b + 1.0)),
+            format!(
+                "'{interval}' is not a power of two of the time format's unit; nearest: {} or {}",
+                near(b),
+                near(b + 1.0)
+            ),
         ));
     }
     if !(2..=8).contains(&sub_bits) || sub_bits as f64 >= bit {
@@ -257,7 +262,10 @@ impl AmpmConfig {
             return Err(cerr("ampm.max_flows", "must be 1-1048576"));
         }
         if self.flow.len() > self.max_flows {
-            return Err(cerr("ampm.flow", format!("{} flows, more than max_flows {}", self.flow.len(), self.max_flows)));
+            return Err(cerr(
+                "ampm.flow",
+                format!("{} flows, more than max_flows {}", self.flow.len(), self.max_flows),
+            ));
         }
         let mut setup = AmpmSetup::new(self.node_id, t, self.max_flows);
         for (i, f) in self.flow.iter().enumerate() {
@@ -323,7 +331,10 @@ address = "127.0.0.1:32766""#,
         )
         .unwrap();
         let f = &p.setup.flows[0];
-        assert_eq!((f.role, f.method, f.carrier), (MpRole::Initiator, Method::Muxed, Carrier::Dscp { l_bit: 0, d_bit: 1 }));
+        assert_eq!(
+            (f.role, f.method, f.carrier),
+            (MpRole::Initiator, Method::Muxed, Carrier::Dscp { l_bit: 0, d_bit: 1 })
+        );
         assert_eq!(f.mask.0[field::SRC + 1], 0xffff_ff00);
         assert_eq!(f.value.0[field::PORTS], 5001 << 16);
         let base = "node_id = 1\n[[flow]]\nname = \"a\"\nflow_mon_id = 1\nrole = \"initiator\"\nmethod = \"muxed\"\n";

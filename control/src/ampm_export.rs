@@ -17,7 +17,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
 
-use dataplane::ampm::{AmpmFlow, Timing, TimeFormat};
+use dataplane::ampm::{AmpmFlow, TimeFormat, Timing};
 use dataplane::worker::Shared;
 use serde_json::{json, Value};
 

@@ -200,6 +200,8 @@ fn act(l: Option<bool>, d: Option<bool>, reg: Option<u8>, color: u8, count: bool
     SlotAction { set_l: l, set_d: d, reg, color, count, timestamp: ts }
 }
 
+type RowSpec = (String, Option<u8>, u8, Option<u8>, SlotAction);
+
 /// Name of the slot table for a method and role.
 pub fn table_name(m: Method, r: MpRole) -> String {
     format!("{}-{}", m.name(), r.name())
@@ -217,7 +219,8 @@ pub fn default_rules(m: Method, r: MpRole, t: &Timing) -> Vec<Rule<SlotAction>> 
     let quarter = |c: u8, q: &str| format!("{c}{q}{}", "*".repeat(s - 2));
     let any = |c: u8| format!("{c}{}", "*".repeat(s));
     let reader = matches!(r, MpRole::Transit | MpRole::Terminator);
-    let mut rows: Vec<(String, Option<u8>, u8, Option<u8>, SlotAction)> = Vec::new();
+    // (time pattern, mark, mark mask, register, action), in table order.
+    let mut rows: Vec<RowSpec> = Vec::new();
     let l = Some;
     match (m, reader) {
         // Table 1: TimeBit = c -> MarkBit = c, counter c.
@@ -327,7 +330,11 @@ pub fn user_slot_rule(
         return Err(format!("time `{time}`: a pattern of 0, 1 and * (interval bit first)"));
     }
     if time.len() > t.sub_bits as usize + 1 {
-        return Err(format!("time `{time}`: at most {} bits (interval bit + {} slot bits)", t.sub_bits + 1, t.sub_bits));
+        return Err(format!(
+            "time `{time}`: at most {} bits (interval bit + {} slot bits)",
+            t.sub_bits + 1,
+            t.sub_bits
+        ));
     }
     let (mark, mark_mask) = match mark {
         Some((v, m)) if v > 3 || m > 3 => return Err("mark: 0-3 (bit 0 = L, bit 1 = D)".into()),
@@ -392,7 +399,13 @@ impl AmpmSetup {
             .flows
             .iter()
             .enumerate()
-            .map(|(i, f)| Rule { name: f.name.clone(), priority: f.priority, value: f.value, mask: f.mask, action: i as u32 })
+            .map(|(i, f)| Rule {
+                name: f.name.clone(),
+                priority: f.priority,
+                value: f.value,
+                mask: f.mask,
+                action: i as u32,
+            })
             .collect();
         AmpmSpec {
             node_id: self.node_id,
@@ -784,7 +797,7 @@ fn read_mark(b: &[u8], meta: &PacketMeta, carrier: &Carrier, found: &Found) -> u
         }
         _ => (false, false),
     };
-    (l as u8) * MARK_L | (d as u8) * MARK_D
+    ((l as u8) * MARK_L) | ((d as u8) * MARK_D)
 }
 
 /// Sets or clears `mask` in the IPv4 header byte at `at`, fixing the header
@@ -882,7 +895,11 @@ fn write_mark<B: PacketBuf>(
                     Found::Option { opt: at + 2, hdr: h, len: len + ALTMARK_BYTES, nh_at, only: false }
                 }
                 None => {
-                    let at = if nh_at == meta.l3_offset + 6 { meta.l3_offset + 40 } else { nh_at + (pkt.bytes()[nh_at + 1] as usize + 1) * 8 };
+                    let at = if nh_at == meta.l3_offset + 6 {
+                        meta.l3_offset + 40
+                    } else {
+                        nh_at + (pkt.bytes()[nh_at + 1] as usize + 1) * 8
+                    };
                     if !pkt.insert_at(at, ALTMARK_BYTES) {
                         return None;
                     }
@@ -915,7 +932,13 @@ fn grow_meta(meta: &mut PacketMeta, delta: isize) {
 }
 
 /// Terminator: zero the marks, or take the option out.
-fn clear_marks<B: PacketBuf>(pkt: &mut B, meta: &mut PacketMeta, carrier: &Carrier, found: &Found, c: &mut CounterValues) {
+fn clear_marks<B: PacketBuf>(
+    pkt: &mut B,
+    meta: &mut PacketMeta,
+    carrier: &Carrier,
+    found: &Found,
+    c: &mut CounterValues,
+) {
     match (carrier, *found) {
         (Carrier::Dscp { l_bit, d_bit }, _) => {
             let b = pkt.bytes_mut();

@@ -268,7 +268,7 @@ fn tuples<A>(rules: &[Rule<A>]) -> Lookup {
             Group { mask, best, map }
         })
         .collect();
-    groups.sort_by(|a, b| b.best.cmp(&a.best));
+    groups.sort_by_key(|g| std::cmp::Reverse(g.best));
     Lookup::Tuples { groups }
 }
 

@@ -773,7 +773,10 @@ fn print_text(cmd: &str, r: &Value) {
                 s(&r["sub_interval"]),
             );
             table(
-                &["FLOW", "ID", "ROLE", "METHOD", "CARRIER", "PKTS0", "BYTES0", "DELAY0", "PKTS1", "BYTES1", "DELAY1", "LAST"],
+                &[
+                    "FLOW", "ID", "ROLE", "METHOD", "CARRIER", "PKTS0", "BYTES0", "DELAY0", "PKTS1", "BYTES1",
+                    "DELAY1", "LAST",
+                ],
                 r["flows"]
                     .as_array()
                     .into_iter()
@@ -784,7 +787,12 @@ fn print_text(cmd: &str, r: &Value) {
                         let last = if last.is_null() {
                             "-".to_string()
                         } else {
-                            format!("interval {} color {}: {} pkts", s(&last["interval"]), s(&last["color"]), s(&last["packets"]))
+                            format!(
+                                "interval {} color {}: {} pkts",
+                                s(&last["interval"]),
+                                s(&last["color"]),
+                                s(&last["packets"])
+                            )
                         };
                         vec![
                             s(&f["name"]),
@@ -818,10 +826,22 @@ fn print_text(cmd: &str, r: &Value) {
                         .into_iter()
                         .flatten()
                         .map(|x| {
-                            ["name", "priority", "time", "mark", "reg", "set_l", "set_d", "set_reg", "color", "count", "timestamp"]
-                                .iter()
-                                .map(|k| s(&x[*k]))
-                                .collect()
+                            [
+                                "name",
+                                "priority",
+                                "time",
+                                "mark",
+                                "reg",
+                                "set_l",
+                                "set_d",
+                                "set_reg",
+                                "color",
+                                "count",
+                                "timestamp",
+                            ]
+                            .iter()
+                            .map(|k| s(&x[*k]))
+                            .collect()
                         })
                         .collect(),
                 );

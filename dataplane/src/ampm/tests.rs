@@ -42,13 +42,19 @@ impl Mp {
     fn new(role: MpRole, method: Method, carrier: Carrier) -> Mp {
         let mut s = AmpmSetup::new(1, timing(), 4);
         s.flows.push(flow(role, method, carrier));
-        Mp { spec: s.compile(), regs: vec![0; 4], counters: (0..4).map(|_| FlowCounters::default()).collect(), c: CounterValues::default() }
+        Mp {
+            spec: s.compile(),
+            regs: vec![0; 4],
+            counters: (0..4).map(|_| FlowCounters::default()).collect(),
+            c: CounterValues::default(),
+        }
     }
 
     fn run(&mut self, pkt: &mut VecBuf, at_ns: u64) -> (Outcome, PacketMeta) {
         let now = BurstTime::new(&self.spec.timing, at_ns);
         let mut meta = parse(pkt.bytes(), 0).unwrap();
-        let mut ctx = AmpmCtx { spec: &self.spec, regs: &mut self.regs, counters: &self.counters, c: &mut self.c, now: &now };
+        let mut ctx =
+            AmpmCtx { spec: &self.spec, regs: &mut self.regs, counters: &self.counters, c: &mut self.c, now: &now };
         let o = apply(&mut ctx, pkt, &mut meta);
         (o, meta)
     }
@@ -188,7 +194,11 @@ fn table5_initiator_rows() {
             k.0[field::TS_FIX] = bits << 30;
             k.0[field::META] = (reg as u64) << field::REG_SHIFT;
             let a = c.lookup(&k).unwrap();
-            assert_eq!((a.set_l.unwrap(), a.reg.unwrap(), a.color, a.timestamp), table5(bits, reg), "bits={bits:03b} reg={reg}");
+            assert_eq!(
+                (a.set_l.unwrap(), a.reg.unwrap(), a.color, a.timestamp),
+                table5(bits, reg),
+                "bits={bits:03b} reg={reg}"
+            );
             assert!(a.count);
         }
     }
