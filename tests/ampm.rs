@@ -213,7 +213,10 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
     let iv = intervals(&tb, t0, t1);
     let d = delays(&iv);
     assert!(d.len() >= 6 * 6, "{d:?}");
-    assert!(d.iter().all(|x| (20_000_000..21_000_000).contains(x)), "{d:?}");
+    // Never below the configured delay; a scheduling stall on a small
+    // machine may hold one packet a millisecond, so the bound on each is
+    // loose and the figure that counts is the median.
+    assert!(d.iter().all(|x| (20_000_000..25_000_000).contains(x)), "{d:?}");
     let added = median(d.clone()) - base_median;
     assert!((added - 20_000_000).abs() <= 50_000, "median delay {} - baseline {base_median} = {added} ns", median(d));
     let means: Vec<i64> = FLOWS
