@@ -170,23 +170,8 @@ enum AmpmOp {
         /// Terminator: keep the marks (the next hop is the destination).
         #[arg(long)]
         keep_marks: bool,
-        /// Higher wins.
-        #[arg(long, default_value_t = 0)]
-        priority: u32,
-        #[arg(long)]
-        src: Option<String>,
-        #[arg(long)]
-        dst: Option<String>,
-        #[arg(long)]
-        proto: Option<String>,
-        #[arg(long)]
-        src_port: Option<String>,
-        #[arg(long)]
-        dst_port: Option<String>,
-        #[arg(long)]
-        dscp: Option<String>,
-        #[arg(long)]
-        in_port: Option<String>,
+        #[command(flatten)]
+        m: MatchArgs,
     },
     Del {
         name: String,
@@ -248,30 +233,8 @@ enum WatchOp {
         /// source, transit, sink or none.
         #[arg(long)]
         role: String,
-        /// Higher wins.
-        #[arg(long, default_value_t = 0)]
-        priority: u32,
-        /// Source prefix ADDR/LEN.
-        #[arg(long)]
-        src: Option<String>,
-        /// Destination prefix ADDR/LEN.
-        #[arg(long)]
-        dst: Option<String>,
-        /// udp, tcp, icmp, icmpv6 or a number.
-        #[arg(long)]
-        proto: Option<String>,
-        /// Port or VALUE/MASK.
-        #[arg(long)]
-        src_port: Option<String>,
-        /// Port or VALUE/MASK.
-        #[arg(long)]
-        dst_port: Option<String>,
-        /// DSCP (0-63) or VALUE/MASK.
-        #[arg(long)]
-        dscp: Option<String>,
-        /// Input port name.
-        #[arg(long)]
-        in_port: Option<String>,
+        #[command(flatten)]
+        m: MatchArgs,
         /// Source: comma-separated instructions (node_id,l1_ports,hop_latency,queue,
         /// ingress_ts,egress_ts,l2_ports,tx_util,buffer).
         #[arg(long, value_delimiter = ',')]
@@ -286,6 +249,55 @@ enum WatchOp {
     Del {
         name: String,
     },
+}
+
+/// The ternary match of an INT watch rule or an AM-PM flow.
+#[derive(Args)]
+struct MatchArgs {
+    /// Higher wins.
+    #[arg(long, default_value_t = 0)]
+    priority: u32,
+    /// Source prefix ADDR/LEN.
+    #[arg(long)]
+    src: Option<String>,
+    /// Destination prefix ADDR/LEN.
+    #[arg(long)]
+    dst: Option<String>,
+    /// udp, tcp, icmp, icmpv6 or a number.
+    #[arg(long)]
+    proto: Option<String>,
+    /// Port or VALUE/MASK.
+    #[arg(long)]
+    src_port: Option<String>,
+    /// Port or VALUE/MASK.
+    #[arg(long)]
+    dst_port: Option<String>,
+    /// DSCP (0-63) or VALUE/MASK.
+    #[arg(long)]
+    dscp: Option<String>,
+    /// Input port name.
+    #[arg(long)]
+    in_port: Option<String>,
+}
+
+impl MatchArgs {
+    /// Adds the given fields to a request's arguments (numbers as numbers).
+    fn add_to(&self, m: &mut Value) {
+        m["priority"] = json!(self.priority);
+        let num_or_str = |v: &str| v.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(v));
+        for (k, v) in [("src", &self.src), ("dst", &self.dst), ("in_port", &self.in_port)] {
+            if let Some(v) = v {
+                m[k] = json!(v);
+            }
+        }
+        for (k, v) in
+            [("proto", &self.proto), ("src_port", &self.src_port), ("dst_port", &self.dst_port), ("dscp", &self.dscp)]
+        {
+            if let Some(v) = v {
+                m[k] = num_or_str(v);
+            }
+        }
+    }
 }
 
 #[derive(Args)]
@@ -472,35 +484,11 @@ fn run(cli: Cli) -> Result<(), String> {
             op:
                 IntOp::Watch {
                     op:
-                        WatchOp::Add {
-                            name,
-                            role,
-                            priority,
-                            src,
-                            dst,
-                            proto,
-                            src_port,
-                            dst_port,
-                            dscp,
-                            in_port,
-                            instructions,
-                            max_hops,
-                            domain_id,
-                        },
+                        WatchOp::Add { name, role, m: matching, instructions, max_hops, domain_id },
                 },
         } => {
-            let mut m = json!({ "name": name, "role": role, "priority": priority });
-            let num_or_str = |v: &str| v.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(v));
-            for (k, v) in [("src", src), ("dst", dst), ("in_port", in_port)] {
-                if let Some(v) = v {
-                    m[k] = json!(v);
-                }
-            }
-            for (k, v) in [("proto", proto), ("src_port", src_port), ("dst_port", dst_port), ("dscp", dscp)] {
-                if let Some(v) = v {
-                    m[k] = num_or_str(v);
-                }
-            }
+            let mut m = json!({ "name": name, "role": role });
+            matching.add_to(&mut m);
             if let Some(i) = instructions {
                 m["instructions"] = json!(i);
             }
@@ -516,38 +504,11 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Ampm { op: AmpmOp::Del { name } } => ("ampm_del", json!({ "name": name })),
         Cmd::Ampm {
             op:
-                AmpmOp::Add {
-                    name,
-                    flow_mon_id,
-                    role,
-                    method,
-                    carrier,
-                    l_bit,
-                    d_bit,
-                    keep_marks,
-                    priority,
-                    src,
-                    dst,
-                    proto,
-                    src_port,
-                    dst_port,
-                    dscp,
-                    in_port,
-                },
+                AmpmOp::Add { name, flow_mon_id, role, method, carrier, l_bit, d_bit, keep_marks, m: matching },
         } => {
             let mut m = json!({ "name": name, "flow_mon_id": flow_mon_id, "role": role, "method": method,
-                                "carrier": carrier, "clear": !keep_marks, "priority": priority });
-            let num_or_str = |v: &str| v.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(v));
-            for (k, v) in [("src", src), ("dst", dst), ("in_port", in_port)] {
-                if let Some(v) = v {
-                    m[k] = json!(v);
-                }
-            }
-            for (k, v) in [("proto", proto), ("src_port", src_port), ("dst_port", dst_port), ("dscp", dscp)] {
-                if let Some(v) = v {
-                    m[k] = num_or_str(v);
-                }
-            }
+                                "carrier": carrier, "clear": !keep_marks });
+            matching.add_to(&mut m);
             if let Some(b) = l_bit {
                 m["l_bit"] = json!(b);
             }
