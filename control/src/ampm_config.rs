@@ -10,7 +10,7 @@ use dataplane::classifier::{field, Key};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigError;
-use crate::int_config::{CollectorConfig, WatchConfig};
+use crate::int_config::{collector_addrs, CollectorConfig, WatchConfig};
 
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { key: key.into(), reason: reason.into() }
@@ -275,16 +275,7 @@ impl AmpmConfig {
             }
             setup.flows.push(f.to_flow(ports, i as u32).map_err(at)?);
         }
-        let mut collectors = Vec::new();
-        for (i, c) in self.collector.iter().enumerate() {
-            let k = |f: &str| format!("ampm.collector[{i}].{f}");
-            let a: SocketAddr = c.address.parse().map_err(|_| cerr(k("address"), "expected ADDR:PORT"))?;
-            let b = match &c.bind {
-                Some(b) => Some(b.parse::<SocketAddr>().map_err(|_| cerr(k("bind"), "expected ADDR:PORT"))?),
-                None => None,
-            };
-            collectors.push((a, b));
-        }
+        let collectors = collector_addrs("ampm", &self.collector)?;
         Ok(AmpmPlan { setup, collectors })
     }
 }

@@ -15,6 +15,8 @@
 //! (flow_mon_id, interval).
 
 use std::net::{SocketAddr, UdpSocket};
+
+use crate::int_export::collector_socket;
 use std::sync::atomic::Ordering::Relaxed;
 
 use dataplane::ampm::{AmpmFlow, TimeFormat, Timing};
@@ -78,15 +80,8 @@ impl AmpmExporter {
         collectors: &[(SocketAddr, Option<SocketAddr>)],
     ) -> Result<AmpmExporter, String> {
         let mut cs = Vec::new();
-        for (addr, bind) in collectors {
-            let local = bind.unwrap_or_else(|| {
-                if addr.is_ipv4() {
-                    "0.0.0.0:0".parse().expect("addr")
-                } else {
-                    "[::]:0".parse().expect("addr")
-                }
-            });
-            let sock = UdpSocket::bind(local).map_err(|e| format!("ampm.collector {addr}: bind {local}: {e}"))?;
+        for (i, (addr, bind)) in collectors.iter().enumerate() {
+            let sock = collector_socket(addr, bind).map_err(|e| format!("ampm.collector[{i}]: {e}"))?;
             sock.set_nonblocking(true).map_err(|e| e.to_string())?;
             cs.push(Collector { addr: *addr, sock, seq: 0, datagrams: 0, send_errors: 0 });
         }

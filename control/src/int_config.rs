@@ -138,6 +138,26 @@ pub struct CollectorConfig {
     pub bind: Option<String>,
 }
 
+/// The (address, bind) pairs of a section's `[[SECTION.collector]]` entries.
+pub fn collector_addrs(
+    section: &str,
+    list: &[CollectorConfig],
+) -> Result<Vec<(SocketAddr, Option<SocketAddr>)>, ConfigError> {
+    let mut collectors = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        let ck = |f: &str| format!("{section}.collector[{i}].{f}");
+        let a: SocketAddr =
+            c.address.parse().map_err(|_| cerr(ck("address"), format!("'{}' is not ADDR:PORT", c.address)))?;
+        let b = c
+            .bind
+            .as_deref()
+            .map(|b| b.parse::<SocketAddr>().map_err(|_| cerr(ck("bind"), format!("'{b}' is not ADDR:PORT"))))
+            .transpose()?;
+        collectors.push((a, b));
+    }
+    Ok(collectors)
+}
+
 /// The validated `[int]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IntPlan {
@@ -372,18 +392,7 @@ impl IntConfig {
             watch.push(r.name.clone());
             spec.upsert(r);
         }
-        let mut collectors = Vec::new();
-        for (i, c) in self.collector.iter().enumerate() {
-            let ck = |f: &str| format!("int.collector[{i}].{f}");
-            let a: SocketAddr =
-                c.address.parse().map_err(|_| cerr(ck("address"), format!("'{}' is not ADDR:PORT", c.address)))?;
-            let b = c
-                .bind
-                .as_deref()
-                .map(|b| b.parse::<SocketAddr>().map_err(|_| cerr(ck("bind"), format!("'{b}' is not ADDR:PORT"))))
-                .transpose()?;
-            collectors.push((a, b));
-        }
+        let collectors = collector_addrs("int", &self.collector)?;
         Ok(IntPlan {
             spec,
             collectors,

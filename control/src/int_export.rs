@@ -105,14 +105,7 @@ impl Exporter {
     ) -> Result<Exporter, String> {
         let mut cs = Vec::new();
         for (i, (addr, bind)) in collectors.iter().enumerate() {
-            let local = bind.unwrap_or_else(|| {
-                if addr.is_ipv4() {
-                    "0.0.0.0:0".parse().expect("literal")
-                } else {
-                    "[::]:0".parse().expect("literal")
-                }
-            });
-            let sock = UdpSocket::bind(local).map_err(|e| format!("int.collector[{i}]: cannot bind {local}: {e}"))?;
+            let sock = collector_socket(addr, bind).map_err(|e| format!("int.collector[{i}]: {e}"))?;
             sock.connect(addr).map_err(|e| format!("int.collector[{i}]: cannot reach {addr}: {e}"))?;
             // A full socket buffer may hold the control core briefly, never forever.
             let _ = sock.set_write_timeout(Some(Duration::from_millis(20)));
@@ -231,6 +224,19 @@ impl Exporter {
             "collectors": collectors,
         })
     }
+}
+
+/// A UDP socket to send to a collector from: bound to `bind`, or to any
+/// address of the collector's family.
+pub fn collector_socket(addr: &SocketAddr, bind: &Option<SocketAddr>) -> Result<UdpSocket, String> {
+    let local = bind.unwrap_or_else(|| {
+        if addr.is_ipv4() {
+            SocketAddr::from(([0, 0, 0, 0], 0))
+        } else {
+            SocketAddr::from(([0u16; 8], 0))
+        }
+    });
+    UdpSocket::bind(local).map_err(|e| format!("cannot bind {local}: {e}"))
 }
 
 #[cfg(test)]

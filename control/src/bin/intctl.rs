@@ -481,11 +481,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Int { op: IntOp::Export { action } } => ("int_export", json!({ "paused": action == "pause" })),
         Cmd::Int { op: IntOp::Watch { op: WatchOp::Del { name } } } => ("int_watch_del", json!({ "name": name })),
         Cmd::Int {
-            op:
-                IntOp::Watch {
-                    op:
-                        WatchOp::Add { name, role, m: matching, instructions, max_hops, domain_id },
-                },
+            op: IntOp::Watch { op: WatchOp::Add { name, role, m: matching, instructions, max_hops, domain_id } },
         } => {
             let mut m = json!({ "name": name, "role": role });
             matching.add_to(&mut m);
@@ -503,8 +499,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Ampm { op: AmpmOp::Show } => ("show_ampm", json!({})),
         Cmd::Ampm { op: AmpmOp::Del { name } } => ("ampm_del", json!({ "name": name })),
         Cmd::Ampm {
-            op:
-                AmpmOp::Add { name, flow_mon_id, role, method, carrier, l_bit, d_bit, keep_marks, m: matching },
+            op: AmpmOp::Add { name, flow_mon_id, role, method, carrier, l_bit, d_bit, keep_marks, m: matching },
         } => {
             let mut m = json!({ "name": name, "flow_mon_id": flow_mon_id, "role": role, "method": method,
                                 "carrier": carrier, "clear": !keep_marks });
