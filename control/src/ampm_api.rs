@@ -100,9 +100,7 @@ impl Switch {
         let s = self.ampm_setup()?;
         let t = &s.timing;
         let now = self.now_ns();
-        let word = if t.format == ampm::TimeFormat::Ns { now } else { ampm::ns_to_fix(now) };
-        let interval = word >> t.interval_bit;
-        let slot = (word >> (t.interval_bit - t.sub_bits)) & ((1 << t.sub_bits) - 1);
+        let (interval, slot) = t.position(now);
         let c = self.counters();
         let events: serde_json::Map<String, Value> = Event::ALL
             .iter()

@@ -19,7 +19,7 @@ use std::net::{SocketAddr, UdpSocket};
 use crate::int_export::collector_socket;
 use std::sync::atomic::Ordering::Relaxed;
 
-use dataplane::ampm::{AmpmFlow, TimeFormat, Timing};
+use dataplane::ampm::{AmpmFlow, Timing};
 use dataplane::worker::Shared;
 use serde_json::{json, Value};
 
@@ -97,16 +97,6 @@ impl AmpmExporter {
         })
     }
 
-    /// Interval index of `now_ns` and whether it is past its middle.
-    pub fn position(&self, now_ns: u64) -> (u64, bool) {
-        let word = match self.timing.format {
-            TimeFormat::Ns => now_ns,
-            TimeFormat::SecFrac => dataplane::ampm::ns_to_fix(now_ns),
-        };
-        let b = self.timing.interval_bit;
-        (word >> b, (word >> (b - 1)) & 1 == 1)
-    }
-
     /// A flow took over `slot`: what its counters hold now is not its own.
     pub fn rebase(&mut self, shared: &Shared, slot: usize) {
         if let Some(l) = self.last.get_mut(slot) {
@@ -119,7 +109,8 @@ impl AmpmExporter {
 
     /// Exports the interval that became due, if one did. Returns records made.
     pub fn poll(&mut self, now_ns: u64, shared: &Shared, flows: &[AmpmFlow]) -> usize {
-        let (j, second_half) = self.position(now_ns);
+        let (j, slot) = self.timing.position(now_ns);
+        let second_half = slot >> (self.timing.sub_bits - 1) == 1;
         let Some(due) = (if second_half { j.checked_sub(1) } else { j.checked_sub(2) }) else { return 0 };
         match self.last_interval {
             None => {

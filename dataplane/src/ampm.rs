@@ -56,6 +56,20 @@ impl Timing {
         }
     }
 
+    /// The timestamp word (in this format) of `ns` since the epoch.
+    pub fn word_of(&self, ns: u64) -> u64 {
+        match self.format {
+            TimeFormat::Ns => ns,
+            TimeFormat::SecFrac => ns_to_fix(ns),
+        }
+    }
+
+    /// Interval index and slot within it at `ns`.
+    pub fn position(&self, ns: u64) -> (u64, u64) {
+        let w = self.word_of(ns);
+        (w >> self.interval_bit, (w >> (self.interval_bit - self.sub_bits)) & ((1 << self.sub_bits) - 1))
+    }
+
     /// Start of interval `j` in ns since the epoch.
     pub fn start_ns(&self, j: u64) -> u64 {
         let t = j << self.interval_bit;

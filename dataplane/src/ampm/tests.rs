@@ -360,6 +360,7 @@ fn burst_time_offsets_and_interval_starts() {
     let late = BurstTime::new(&t, T0 + SEC + 900 * MS);
     assert_eq!(late.offset(0) as i64, -(100 * MS as i64), "early packet of the next block");
     assert_eq!(t.interval_ns(), SEC);
+    assert_eq!(t.position(T0 + SEC + 600 * MS), (T0 / SEC + 1, 2), "third quarter of the next interval");
     assert_eq!(t.start_ns(T0 / SEC), T0);
     let ns = Timing { format: TimeFormat::Ns, interval_bit: 30, sub_bits: 2 };
     assert_eq!(ns.interval_ns(), 1 << 30);
