@@ -202,19 +202,21 @@ pub const MARK_D: u8 = 2;
 
 /// One slot-table row as the tables write it: a pattern over the interval
 /// bit and slot bits (MSB first, `*` = any), the mark and register bits.
-struct Row<'a> {
-    time: &'a str,
+struct Row {
+    time: String,
     mark: Option<u8>,
     mark_mask: u8,
     reg: Option<u8>,
     action: SlotAction,
 }
 
+fn row(time: String, mark: Option<u8>, mark_mask: u8, reg: Option<u8>, action: SlotAction) -> Row {
+    Row { time, mark, mark_mask, reg, action }
+}
+
 fn act(l: Option<bool>, d: Option<bool>, reg: Option<u8>, color: u8, count: bool, ts: bool) -> SlotAction {
     SlotAction { set_l: l, set_d: d, reg, color, count, timestamp: ts }
 }
-
-type RowSpec = (String, Option<u8>, u8, Option<u8>, SlotAction);
 
 /// Name of the slot table for a method and role.
 pub fn table_name(m: Method, r: MpRole) -> String {
@@ -233,80 +235,78 @@ pub fn default_rules(m: Method, r: MpRole, t: &Timing) -> Vec<Rule<SlotAction>> 
     let quarter = |c: u8, q: &str| format!("{c}{q}{}", "*".repeat(s - 2));
     let any = |c: u8| format!("{c}{}", "*".repeat(s));
     let reader = matches!(r, MpRole::Transit | MpRole::Terminator);
-    // (time pattern, mark, mark mask, register, action), in table order.
-    let mut rows: Vec<RowSpec> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     let l = Some;
     match (m, reader) {
         // Table 1: TimeBit = c -> MarkBit = c, counter c.
         (Method::Step, false) => {
             for c in 0..2u8 {
-                rows.push((any(c), None, 0, None, act(l(c == 1), None, None, c, true, false)));
+                rows.push(row(any(c), None, 0, None, act(l(c == 1), None, None, c, true, false)));
             }
         }
         // Table 2: MarkBit = c -> counter c.
         (Method::Step, true) => {
             for c in 0..2u8 {
-                rows.push(("*".into(), Some(c), MARK_L, None, act(None, None, None, c, true, false)));
+                rows.push(row("*".into(), Some(c), MARK_L, None, act(None, None, None, c, true, false)));
             }
         }
         // Table 3: the first packet after each time-bit flip is the pulse.
         (Method::Pulse, false) => {
-            rows.push((any(1), None, 0, Some(0), act(l(true), None, Some(1), 1, false, true)));
-            rows.push((any(1), None, 0, Some(1), act(l(false), None, Some(1), 1, false, false)));
-            rows.push((any(0), None, 0, Some(1), act(l(true), None, Some(0), 0, false, true)));
-            rows.push((any(0), None, 0, Some(0), act(l(false), None, Some(0), 0, false, false)));
+            rows.push(row(any(1), None, 0, Some(0), act(l(true), None, Some(1), 1, false, true)));
+            rows.push(row(any(1), None, 0, Some(1), act(l(false), None, Some(1), 1, false, false)));
+            rows.push(row(any(0), None, 0, Some(1), act(l(true), None, Some(0), 0, false, true)));
+            rows.push(row(any(0), None, 0, Some(0), act(l(false), None, Some(0), 0, false, false)));
         }
         // Table 4: MarkBit = 1 -> timestamp (of the block the time bit says).
         (Method::Pulse, true) => {
             for c in 0..2u8 {
-                rows.push((any(c), Some(1), MARK_L, None, act(None, None, None, c, false, true)));
+                rows.push(row(any(c), Some(1), MARK_L, None, act(None, None, None, c, false, true)));
             }
         }
         // Step on L (table 1) + table 5's pulse on D.
         (Method::Double, false) => {
             for c in 0..2u8 {
                 let lc = l(c == 1);
-                rows.push((pulse_slot(c), None, 0, Some(0), act(lc, l(true), Some(1), c, true, true)));
-                rows.push((pulse_slot(c), None, 0, Some(1), act(lc, l(false), Some(1), c, true, false)));
-                rows.push((any(c), None, 0, None, act(lc, l(false), Some(0), c, true, false)));
+                rows.push(row(pulse_slot(c), None, 0, Some(0), act(lc, l(true), Some(1), c, true, true)));
+                rows.push(row(pulse_slot(c), None, 0, Some(1), act(lc, l(false), Some(1), c, true, false)));
+                rows.push(row(any(c), None, 0, None, act(lc, l(false), Some(0), c, true, false)));
             }
         }
         (Method::Double, true) => {
             for c in 0..2u8 {
-                rows.push(("*".into(), Some(c | MARK_D), MARK_L | MARK_D, None, act(None, None, None, c, true, true)));
-                rows.push(("*".into(), Some(c), MARK_L, None, act(None, None, None, c, true, false)));
+                rows.push(row(
+                    "*".into(),
+                    Some(c | MARK_D),
+                    MARK_L | MARK_D,
+                    None,
+                    act(None, None, None, c, true, true),
+                ));
+                rows.push(row("*".into(), Some(c), MARK_L, None, act(None, None, None, c, true, false)));
             }
         }
         // Table 5.
         (Method::Muxed, false) => {
-            rows.push((pulse_slot(0), None, 0, Some(0), act(l(true), None, Some(1), 0, true, true)));
-            rows.push((pulse_slot(0), None, 0, Some(1), act(l(false), None, Some(1), 0, true, false)));
-            rows.push((any(0), None, 0, None, act(l(false), None, Some(0), 0, true, false)));
-            rows.push((pulse_slot(1), None, 0, Some(1), act(l(false), None, Some(0), 1, true, true)));
-            rows.push((pulse_slot(1), None, 0, Some(0), act(l(true), None, Some(0), 1, true, false)));
-            rows.push((any(1), None, 0, None, act(l(true), None, Some(1), 1, true, false)));
+            rows.push(row(pulse_slot(0), None, 0, Some(0), act(l(true), None, Some(1), 0, true, true)));
+            rows.push(row(pulse_slot(0), None, 0, Some(1), act(l(false), None, Some(1), 0, true, false)));
+            rows.push(row(any(0), None, 0, None, act(l(false), None, Some(0), 0, true, false)));
+            rows.push(row(pulse_slot(1), None, 0, Some(1), act(l(false), None, Some(0), 1, true, true)));
+            rows.push(row(pulse_slot(1), None, 0, Some(0), act(l(true), None, Some(0), 1, true, false)));
+            rows.push(row(any(1), None, 0, None, act(l(true), None, Some(1), 1, true, false)));
         }
         // Table 6.
         (Method::Muxed, true) => {
-            rows.push((quarter(0, "01"), Some(1), MARK_L, None, act(None, None, None, 0, true, true)));
-            rows.push((quarter(0, "10"), Some(1), MARK_L, None, act(None, None, None, 0, true, true)));
-            rows.push((quarter(1, "01"), Some(0), MARK_L, None, act(None, None, None, 1, true, true)));
-            rows.push((quarter(1, "10"), Some(0), MARK_L, None, act(None, None, None, 1, true, true)));
-            rows.push(("*".into(), Some(0), MARK_L, None, act(None, None, None, 0, true, false)));
-            rows.push(("*".into(), Some(1), MARK_L, None, act(None, None, None, 1, true, false)));
+            rows.push(row(quarter(0, "01"), Some(1), MARK_L, None, act(None, None, None, 0, true, true)));
+            rows.push(row(quarter(0, "10"), Some(1), MARK_L, None, act(None, None, None, 0, true, true)));
+            rows.push(row(quarter(1, "01"), Some(0), MARK_L, None, act(None, None, None, 1, true, true)));
+            rows.push(row(quarter(1, "10"), Some(0), MARK_L, None, act(None, None, None, 1, true, true)));
+            rows.push(row("*".into(), Some(0), MARK_L, None, act(None, None, None, 0, true, false)));
+            rows.push(row("*".into(), Some(1), MARK_L, None, act(None, None, None, 1, true, false)));
         }
     }
     let n = rows.len() as u32;
-    rows.into_iter()
+    rows.iter()
         .enumerate()
-        .map(|(i, (time, mark, mark_mask, reg, action))| {
-            slot_rule(
-                t,
-                &format!("{}/{}", table_name(m, r), i + 1),
-                (n - i as u32) * 10,
-                &Row { time: &time, mark, mark_mask, reg, action },
-            )
-        })
+        .map(|(i, row)| slot_rule(t, &format!("{}/{}", table_name(m, r), i + 1), (n - i as u32) * 10, row))
         .collect()
 }
 
@@ -314,7 +314,7 @@ fn slot_rule(t: &Timing, name: &str, priority: u32, row: &Row) -> Rule<SlotActio
     let mut value = Key::default();
     let mut mask = Key::default();
     if row.time.chars().any(|c| c != '*') {
-        let (v, m) = t.pattern(row.time);
+        let (v, m) = t.pattern(&row.time);
         value.0[t.word()] = v;
         mask.0[t.word()] = m;
     }
@@ -361,7 +361,7 @@ pub fn user_slot_rule(
     if action.color > 1 {
         return Err("color: 0 or 1".into());
     }
-    Ok(slot_rule(t, name, priority, &Row { time, mark, mark_mask, reg, action }))
+    Ok(slot_rule(t, name, priority, &row(time.to_string(), mark, mark_mask, reg, action)))
 }
 
 /// A monitored flow: what the per-flow rule hands the stage.
