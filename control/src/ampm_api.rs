@@ -212,7 +212,7 @@ impl Switch {
             .map(|i| {
                 let mut rows: Vec<&Rule<SlotAction>> = s.slot_rules[i].iter().collect();
                 rows.sort_by(|a, b| b.priority.cmp(&a.priority));
-                let kind = dataplane::classifier::Classifier::new(s.slot_rules[i].clone()).kind();
+                let kind = dataplane::classifier::kind_of(&s.slot_rules[i]);
                 json!({ "table": names[i], "lookup": kind, "rules": rows.iter().map(|r| rule_json(s, r)).collect::<Vec<_>>() })
             })
             .collect();

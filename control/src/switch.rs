@@ -75,9 +75,9 @@ pub struct Switch {
     baseline: Vec<CounterValues>,
     started: Instant,
     /// TSC and wall clock at start, to timestamp captured packets.
-    pub(crate) tsc0: u64,
-    pub(crate) wall0_ns: u64,
-    pub(crate) hz: u64,
+    tsc0: u64,
+    wall0_ns: u64,
+    hz: u64,
     pub(crate) capture: Option<CaptureJob>,
     /// Packets waiting for a neighbour: (since, worker, input port, packet).
     held: std::collections::VecDeque<Held>,

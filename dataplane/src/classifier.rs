@@ -132,14 +132,8 @@ pub struct Classifier<A> {
 impl<A: Clone> Classifier<A> {
     /// Compiles `rules` (their order breaks priority ties: earlier wins).
     pub fn new(rules: Vec<Rule<A>>) -> Classifier<A> {
-        let mut union = Key::default();
-        for r in &rules {
-            for (u, m) in union.0.iter_mut().zip(r.mask.0.iter()) {
-                *u |= m;
-            }
-        }
-        let bits: u32 = union.0.iter().map(|w| w.count_ones()).sum();
-        let lookup = if bits <= DIRECT_MAX_BITS { direct(&rules, &union) } else { tuples(&rules) };
+        let union = cared_bits(&rules);
+        let lookup = if is_direct(&union) { direct(&rules, &union) } else { tuples(&rules) };
         Classifier { rules, lookup }
     }
 
@@ -187,6 +181,30 @@ impl<A: Clone> Classifier<A> {
     #[inline]
     pub fn lookup(&self, k: &Key) -> Option<&A> {
         self.lookup_index(k).map(|i| &self.rules[i].action)
+    }
+}
+
+/// Every key bit some rule looks at.
+fn cared_bits<A>(rules: &[Rule<A>]) -> Key {
+    let mut union = Key::default();
+    for r in rules {
+        for (u, m) in union.0.iter_mut().zip(r.mask.0.iter()) {
+            *u |= m;
+        }
+    }
+    union
+}
+
+fn is_direct(union: &Key) -> bool {
+    union.0.iter().map(|w| w.count_ones()).sum::<u32>() <= DIRECT_MAX_BITS
+}
+
+/// The lookup `Classifier::new` would choose for `rules`, without building it.
+pub fn kind_of<A>(rules: &[Rule<A>]) -> &'static str {
+    if is_direct(&cared_bits(rules)) {
+        "direct"
+    } else {
+        "tuple-space"
     }
 }
 
@@ -342,6 +360,7 @@ mod tests {
         ];
         let c = Classifier::new(rules.clone());
         assert_eq!(c.kind(), "direct");
+        assert_eq!(kind_of(c.rules()), "direct");
         assert_eq!(c.lookup(&key(2, 0)), Some(&1));
         assert_eq!(c.lookup(&key(2, 1)), Some(&5));
         assert_eq!(c.lookup(&key(2, 3)), Some(&9));
