@@ -46,17 +46,15 @@ fn script() -> String {
 
 fn sink(h2: &str, secs: f64) -> Child {
     let ports: Vec<String> = FLOWS.iter().map(|f| f.port.to_string()).collect();
-    Command::new("ip")
+    let child = Command::new("ip")
         .args(["netns", "exec", h2, "python3", &script(), "sink", &ports.join(","), "--v6", "--seconds"])
         .arg(format!("{secs}"))
         .stdout(Stdio::piped())
         .spawn()
-        .map(|c| {
-            // Bound before the first datagram arrives.
-            std::thread::sleep(Duration::from_millis(700));
-            c
-        })
-        .unwrap()
+        .unwrap();
+    // Bound before the first datagram arrives.
+    std::thread::sleep(Duration::from_millis(700));
+    child
 }
 
 /// Sends the given flows from h1; returns (phase start, phase end, sent per flow name).

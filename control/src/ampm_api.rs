@@ -211,7 +211,7 @@ impl Switch {
             .into_iter()
             .map(|i| {
                 let mut rows: Vec<&Rule<SlotAction>> = s.slot_rules[i].iter().collect();
-                rows.sort_by(|a, b| b.priority.cmp(&a.priority));
+                rows.sort_by_key(|r| std::cmp::Reverse(r.priority));
                 let kind = dataplane::classifier::kind_of(&s.slot_rules[i]);
                 json!({ "table": names[i], "lookup": kind, "rules": rows.iter().map(|r| rule_json(s, r)).collect::<Vec<_>>() })
             })
