@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use intswitch_tests::{intctl_bin, ns, ns_try, tcp_transfer, Testbed};
+use intswitch_tests::{intctl_bin, ns_try, tcp_transfer, Testbed};
 use serde_json::Value;
 
 const UDP_DATAGRAMS: usize = 200;
@@ -25,23 +25,7 @@ fn event(v: &Value, name: &str) -> u64 {
 
 /// h1 sends numbered UDP datagrams to h2, which checks each one.
 fn udp_exchange(tb: &Testbed, dst: &str, port: u16) {
-    let server = format!(
-        "import socket\ns=socket.socket(socket.AF_INET6 if ':' in '{dst}' else socket.AF_INET,socket.SOCK_DGRAM)\n\
-s.bind(('{dst}',{port}))\ns.settimeout(10)\ngot=set()\nwhile len(got)<{UDP_DATAGRAMS}:\n  b=s.recv(4096)\n  \
-i=int(b[:6])\n  assert b==b'%06d'%i+bytes((i+k)%251 for k in range(100+i)), 'corrupt datagram %d'%i\n  got.add(i)\n\
-print(len(got))\n"
-    );
-    let client = format!(
-        "import socket,time\ns=socket.socket(socket.AF_INET6 if ':' in '{dst}' else socket.AF_INET,socket.SOCK_DGRAM)\n\
-for i in range({UDP_DATAGRAMS}):\n  s.sendto(b'%06d'%i+bytes((i+k)%251 for k in range(100+i)),('{dst}',{port}))\n  \
-time.sleep(0.003)\n"
-    );
-    let h2 = tb.ns("h2");
-    let srv = std::thread::spawn(move || ns_try(&h2, &["timeout", "30", "python3", "-c", &server]));
-    std::thread::sleep(Duration::from_millis(400));
-    ns(&tb.ns("h1"), &["python3", "-c", &client]);
-    let (ok, out) = srv.join().unwrap();
-    assert!(ok && out.trim() == UDP_DATAGRAMS.to_string(), "UDP to {dst}:{port}: {out}");
+    intswitch_tests::udp_exchange(&tb.ns("h1"), &tb.ns("h2"), dst, port, UDP_DATAGRAMS, 0);
 }
 
 #[test]

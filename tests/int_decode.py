@@ -4,11 +4,14 @@ packets, written from the spec (../shared/reference/wire-formats.md §1-2),
 sharing no code with intswitch. The tests use it to check what the switches
 put on the wire.
 
-  int_decode.py pcap FILE [--int-port P]     INT packets in a pcap -> JSON lines
-  int_decode.py listen ADDR:PORT --count N   N report packets -> JSON lines
+  int_decode.py pcap FILE [--int-port P | --int-dscp V/M]    INT packets in a pcap -> JSON lines
+  int_decode.py listen ADDR:PORT --count N [...]             N report packets -> JSON lines
 
-Each INT packet line also says whether its IPv4 header checksum and its UDP
-checksum verify (recomputed here over the whole packet).
+Presence by UDP port (NPT 1/2: INT after the UDP header) or, with
+--int-dscp, by DSCP (NPT 0: INT after the UDP header or after the TCP
+header and its options). Each INT packet line also says whether its IPv4
+header checksum and its UDP or TCP checksum verify (recomputed here over
+the whole packet).
 """
 import argparse
 import ipaddress
@@ -73,8 +76,9 @@ def hop_fields(bitmap, b, bit15_is_drop=False):
     return out, o
 
 
-def int_packet(f, int_port, check_sums=True):
-    """Decodes an Ethernet frame carrying INT over UDP (NPT 1 or 2)."""
+def int_packet(f, int_port, check_sums=True, dscp=None):
+    """Decodes an Ethernet frame carrying INT: over UDP to int_port (NPT 1
+    or 2) or, with dscp = (value, mask), marked by DSCP (NPT 0)."""
     (et,) = struct.unpack("!H", f[12:14])
     l3 = 14
     while et in (0x8100, 0x88A8):
@@ -88,25 +92,37 @@ def int_packet(f, int_port, check_sums=True):
         src, dst = ipaddress.ip_address(f[l3 + 12:l3 + 16]), ipaddress.ip_address(f[l3 + 16:l3 + 20])
         l4, end = l3 + ihl, l3 + total
         r["ip_checksum_ok"] = csum(f[l3:l3 + ihl]) == 0xFFFF
-        pseudo = f[l3 + 12:l3 + 20] + struct.pack("!BBH", 0, 17, end - l4)
+        r["dscp"] = f[l3 + 1] >> 2
+        pseudo = f[l3 + 12:l3 + 20] + struct.pack("!BBH", 0, proto, end - l4)
     elif et == 0x86DD:
         plen = struct.unpack("!H", f[l3 + 4:l3 + 6])[0]
         proto = f[l3 + 6]
         src, dst = ipaddress.ip_address(f[l3 + 8:l3 + 24]), ipaddress.ip_address(f[l3 + 24:l3 + 40])
         l4, end = l3 + 40, l3 + 40 + plen
-        pseudo = f[l3 + 8:l3 + 40] + struct.pack("!IxxxB", end - l4, 17)
+        r["dscp"] = ((f[l3] & 0x0F) << 2) | (f[l3 + 1] >> 6)
+        pseudo = f[l3 + 8:l3 + 40] + struct.pack("!IxxxB", end - l4, proto)
     else:
         raise ValueError("not IP")
-    if proto != 17:
-        raise ValueError("not UDP")
-    sport, dport, ulen, ucs = struct.unpack("!HHHH", f[l4:l4 + 8])
-    if dport != int_port:
-        raise ValueError("UDP dport %d is not the INT port" % dport)
-    r.update(src=str(src), dst=str(dst), udp_len=ulen, ip_end=end, frame_len=len(f))
-    if check_sums and end <= len(f):
-        r["udp_length_ok"] = ulen == end - l4
-        r["udp_checksum_ok"] = ucs == 0 or csum(pseudo + f[l4:end]) == 0xFFFF
-    b = l4 + 8
+    r.update(src=str(src), dst=str(dst), proto=proto, ip_end=end, frame_len=len(f))
+    sport, dport = struct.unpack("!HH", f[l4:l4 + 4])
+    if dscp is None:
+        if proto != 17 or dport != int_port:
+            raise ValueError("not UDP to the INT port %d" % int_port)
+    elif r["dscp"] & dscp[1] != dscp[0]:
+        raise ValueError("DSCP %#x does not mark INT" % r["dscp"])
+    if proto == 17:
+        ulen, ucs = struct.unpack("!HH", f[l4 + 4:l4 + 8])
+        r["udp_len"] = ulen
+        b = l4 + 8
+        if check_sums and end <= len(f):
+            r["udp_length_ok"] = ulen == end - l4
+            r["udp_checksum_ok"] = ucs == 0 or csum(pseudo + f[l4:end]) == 0xFFFF
+    elif proto == 6 and dscp is not None:
+        b = l4 + (f[l4 + 12] >> 4) * 4  # after the TCP options
+        if check_sums and end <= len(f):
+            r["tcp_checksum_ok"] = csum(pseudo + f[l4:end]) == 0xFFFF
+    else:
+        raise ValueError("protocol %d cannot carry INT" % proto)
     shim = f[b:b + 4]
     r["int_type"], r["npt"] = shim[0] >> 4, (shim[0] >> 2) & 3
     length_words = shim[1]
@@ -128,7 +144,9 @@ def int_packet(f, int_port, check_sums=True):
         hops.append(fields)
     r["hops"] = hops  # newest first
     after = b + 4 + 4 * length_words
-    if r["npt"] == 1:
+    if r["npt"] == 0:
+        r["orig_proto"], r["orig_sport"], r["orig_dport"], r["orig_dscp"] = proto, sport, dport, (saved & 0xFF) >> 2
+    elif r["npt"] == 1:
         r["orig_proto"], r["orig_sport"], r["orig_dport"] = 17, sport, saved
     elif r["npt"] == 2:
         r["orig_proto"] = saved & 0xFF
@@ -137,7 +155,7 @@ def int_packet(f, int_port, check_sums=True):
     return r
 
 
-def report_packet(p, int_port):
+def report_packet(p, int_port, dscp=None):
     """Decodes a Telemetry Report v2.0 UDP payload."""
     w, node = struct.unpack("!II", p[:8])
     g = {"version": w >> 28, "hw_id": (w >> 22) & 0x3F, "seq": w & 0x3FFFFF, "node_id": node, "reports": []}
@@ -156,7 +174,7 @@ def report_packet(p, int_port):
         rep["metadata"] = md
         inner = body[8 + 4 * md_len:]
         if rep["rep_type"] == 1 and rep["in_type"] == 3:
-            rep["inner"] = int_packet(inner, int_port, check_sums=False)
+            rep["inner"] = int_packet(inner, int_port, check_sums=False, dscp=dscp)
         g["reports"].append(rep)
         o = end
     return g
@@ -175,22 +193,30 @@ def pcap_frames(path):
         o += 16 + incl
 
 
+def dscp_arg(text):
+    """VALUE[/MASK] (mask 0x3f when left out) -> (value, mask)."""
+    v, _, m = text.partition("/")
+    return int(v, 0), int(m or "0x3f", 0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("pcap")
     a.add_argument("file")
     a.add_argument("--int-port", type=int, default=17768)
+    a.add_argument("--int-dscp", type=dscp_arg)
     b = sub.add_parser("listen")
     b.add_argument("addr")
     b.add_argument("--count", type=int, required=True)
     b.add_argument("--timeout", type=float, default=30)
     b.add_argument("--int-port", type=int, default=17768)
+    b.add_argument("--int-dscp", type=dscp_arg)
     args = ap.parse_args()
     if args.cmd == "pcap":
         for f in pcap_frames(args.file):
             try:
-                print(json.dumps(int_packet(f, args.int_port)))
+                print(json.dumps(int_packet(f, args.int_port, dscp=args.int_dscp)))
             except (ValueError, struct.error, IndexError) as e:
                 print(json.dumps({"error": str(e), "frame_len": len(f)}))
         return
@@ -206,7 +232,7 @@ def main():
             print(json.dumps({"error": "timeout"}))
             sys.exit(1)
         try:
-            print(json.dumps(report_packet(p, args.int_port)), flush=True)
+            print(json.dumps(report_packet(p, args.int_port, args.int_dscp)), flush=True)
         except (ValueError, struct.error, IndexError) as e:
             print(json.dumps({"error": str(e), "bytes": len(p)}), flush=True)
 

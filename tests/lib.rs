@@ -288,6 +288,32 @@ pub fn tcp_transfer(h1: &str, h2: &str, dst: &str, bytes: usize) {
     assert_eq!(sent.trim(), got.trim(), "received bytes differ from sent");
 }
 
+/// `h1` sends `count` numbered UDP datagrams with IP TOS / traffic class
+/// `tos` to `dst:port` in `h2`, which checks every byte of each one and the
+/// TOS it arrived with.
+pub fn udp_exchange(h1: &str, h2: &str, dst: &str, port: u16, count: usize, tos: u8) {
+    let (fam, level, recv_opt, send_opt) =
+        if dst.contains(':') { ("AF_INET6", 41, 66, 67) } else { ("AF_INET", 0, 13, 1) };
+    let server = format!(
+        "import socket\ns=socket.socket(socket.{fam},socket.SOCK_DGRAM)\ns.setsockopt({level},{recv_opt},1)\n\
+s.bind(('{dst}',{port}))\ns.settimeout(10)\ngot=set()\nwhile len(got)<{count}:\n  b,anc,_,_=s.recvmsg(4096,64)\n  \
+i=int(b[:6])\n  assert b==b'%06d'%i+bytes((i+k)%251 for k in range(100+i)), 'corrupt datagram %d'%i\n  \
+tos=[d[0] if len(d)==1 else int.from_bytes(d,'little') for (l,t,d) in anc]\n  \
+assert tos==[{tos}], 'datagram %d arrived with TOS %s' % (i,tos)\n  got.add(i)\nprint(len(got))\n"
+    );
+    let client = format!(
+        "import socket,time\ns=socket.socket(socket.{fam},socket.SOCK_DGRAM)\ns.setsockopt({level},{send_opt},{tos})\n\
+for i in range({count}):\n  s.sendto(b'%06d'%i+bytes((i+k)%251 for k in range(100+i)),('{dst}',{port}))\n  \
+time.sleep(0.003)\n"
+    );
+    let h2n = h2.to_string();
+    let srv = std::thread::spawn(move || ns_try(&h2n, &["timeout", "30", "python3", "-c", &server]));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    ns(h1, &["python3", "-c", &client]);
+    let (ok, out) = srv.join().unwrap();
+    assert!(ok && out.trim() == count.to_string(), "UDP to {dst}:{port}: {out}");
+}
+
 pub fn ping(from: &str, to: &str) {
     // One warm-up (address resolution), then three that must all come back.
     let _ = ns_try(from, &["ping", "-c", "1", "-W", "2", to]);

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use dataplane::int::Presence;
 use dataplane::wire::int_md::{hop_words, INT_HDR_LEN};
 use dataplane::wire::telemetry_report::{self as tr, FLAG_D, FLAG_F, FLAG_I, FLAG_Q};
 use serde_json::{json, Value};
@@ -124,8 +125,9 @@ pub struct Stack {
     pub hops: Vec<HopValues>,
 }
 
-/// Finds and decodes the INT block of a (truncated) Ethernet frame.
-pub fn decode_inner(f: &[u8], int_port: u16) -> Result<Stack, String> {
+/// Finds and decodes the INT block of a (truncated) Ethernet frame, located
+/// by the domain's presence method.
+pub fn decode_inner(f: &[u8], presence: Presence) -> Result<Stack, String> {
     let rd16 = |o: usize| f.get(o..o + 2).map(|x| u16::from_be_bytes([x[0], x[1]])).ok_or("inner packet cut short");
     let mut et = rd16(12)?;
     let mut l3 = 14;
@@ -133,24 +135,38 @@ pub fn decode_inner(f: &[u8], int_port: u16) -> Result<Stack, String> {
         et = rd16(l3 + 2)?;
         l3 += 4;
     }
-    let (src, dst, proto, l4) = match et {
+    let (src, dst, proto, l4, dscp) = match et {
         0x0800 => {
             let h = f.get(l3..l3 + 20).ok_or("IPv4 header cut short")?;
             let ihl = (h[0] & 0xf) as usize * 4;
             let a = |o: usize| std::net::Ipv4Addr::new(h[o], h[o + 1], h[o + 2], h[o + 3]).to_string();
-            (a(12), a(16), h[9], l3 + ihl)
+            (a(12), a(16), h[9], l3 + ihl, h[1] >> 2)
         }
         0x86dd => {
             let h = f.get(l3..l3 + 40).ok_or("IPv6 header cut short")?;
             let a = |o: usize| std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&h[o..o + 16]).expect("16")).to_string();
-            (a(8), a(24), h[6], l3 + 40)
+            (a(8), a(24), h[6], l3 + 40, ((h[0] & 0x0f) << 2) | (h[1] >> 6))
         }
         e => return Err(format!("inner ethertype {e:#06x} is not IP")),
     };
-    if proto != 17 || rd16(l4 + 2)? != int_port {
-        return Err(format!("inner packet is not UDP to the INT port {int_port}"));
-    }
-    let blk = l4 + 8;
+    let blk = match presence {
+        Presence::UdpPort(port) => {
+            if proto != 17 || rd16(l4 + 2)? != port {
+                return Err(format!("inner packet is not UDP to the INT port {port}"));
+            }
+            l4 + 8
+        }
+        Presence::Dscp { value, mask } => {
+            if dscp & mask != value {
+                return Err(format!("inner packet's DSCP {dscp:#04x} does not mark INT ({value:#04x}/{mask:#04x})"));
+            }
+            match proto {
+                17 => l4 + 8,
+                6 => l4 + (*f.get(l4 + 12).ok_or("TCP header cut short")? >> 4) as usize * 4,
+                p => return Err(format!("inner protocol {p} cannot carry INT by DSCP")),
+            }
+        }
+    };
     let b = f.get(blk..blk + INT_HDR_LEN).ok_or("INT header cut short")?;
     if b[0] >> 4 != 1 || b[4] >> 4 != 2 {
         return Err("not INT-MD version 2".into());
@@ -169,7 +185,9 @@ pub fn decode_inner(f: &[u8], int_port: u16) -> Result<Stack, String> {
     let hops = stack.chunks(hop_ml * 4).map(|h| decode_hop(bitmap, h, false).expect("whole hop")).collect();
     let saved = u16::from_be_bytes([b[2], b[3]]);
     let mut flow = InnerFlow { src, dst, proto, src_port: rd16(l4)?, dst_port: saved };
-    if npt == 2 {
+    if npt == 0 {
+        flow.dst_port = rd16(l4 + 2)?;
+    } else if npt == 2 {
         flow.proto = saved as u8;
         let o = blk + total;
         (flow.src_port, flow.dst_port) = match (rd16(o), rd16(o + 2)) {
@@ -244,7 +262,7 @@ impl Report {
 }
 
 /// Decodes a report packet (UDP payload).
-pub fn decode_packet(p: &[u8], int_port: u16) -> Result<Vec<Report>, String> {
+pub fn decode_packet(p: &[u8], presence: Presence) -> Result<Vec<Report>, String> {
     let g = tr::parse_group(p).map_err(|r| format!("group header: {}", r.name()))?;
     let mut out = Vec::new();
     let mut o = tr::GROUP_HDR_LEN;
@@ -265,7 +283,7 @@ pub fn decode_packet(p: &[u8], int_port: u16) -> Result<Vec<Report>, String> {
         let md = body.get(tr::INT_MAIN_LEN..md_end).ok_or("report metadata cut short")?;
         let sink = decode_hop(bits, md, true).ok_or("report metadata shorter than RepMdBits says")?;
         let stack = if ind.in_type == tr::IN_TYPE_ETHERNET {
-            decode_inner(&body[md_end..], int_port)
+            decode_inner(&body[md_end..], presence)
         } else {
             Err(format!("inner type {} not decoded", ind.in_type))
         };
@@ -372,8 +390,9 @@ mod tests {
     use dataplane::wire::int_md::HopMetadata;
     use dataplane::wire::telemetry_report::emit_group;
 
-    #[test]
-    fn decodes_what_the_switch_exports() {
+    /// A report as s3 would export it for a packet sourced by node 1 and
+    /// transited by node 2 in a domain with `presence`.
+    fn exported(presence: Presence) -> Vec<u8> {
         let spec = crate::traffic::TrafficSpec {
             frame_len: 80,
             ..crate::traffic::TrafficSpec::udp("10.0.1.2".parse().unwrap(), "10.0.2.2".parse().unwrap(), 1)
@@ -381,7 +400,7 @@ mod tests {
         let orig = crate::traffic::frame(&spec, 0); // UDP 1024 -> 5001
         let mut b = VecBuf::new(&orig, 256);
         let m = parse(&orig, 0).unwrap();
-        let p = IntParams { udp_port: 17768, bitmap: 0xf000, max_hops: 8, domain_id: 3, source_pushes: true };
+        let p = IntParams { presence, bitmap: 0xf000, max_hops: 8, domain_id: 3, source_pushes: true };
         let md = |n: u32| HopMetadata {
             node_id: n,
             ingress_port: 1,
@@ -391,7 +410,7 @@ mod tests {
         };
         int::source(&mut b, &m, &p, &md(1), 1500).unwrap();
         let m2 = parse(b.bytes(), 0).unwrap();
-        int::transit(&mut b, &m2, 17768, &md(2), 1500).unwrap();
+        int::transit(&mut b, &m2, presence, &md(2), 1500).unwrap();
         let mut rec =
             ReportRecord { flags: FLAG_F, drop_reason: 0, domain_id: 3, md: md(3), len: 0, data: [0; REPORT_MAX] };
         let n = b.bytes().len();
@@ -401,7 +420,24 @@ mod tests {
         emit_group(&mut pkt, 1, 77, 3);
         let len = encode(&rec, 0x6000, &mut pkt[8..]);
         pkt.truncate(8 + len);
-        let reports = decode_packet(&pkt, 17768).unwrap();
+        pkt
+    }
+
+    #[test]
+    fn decodes_dscp_mode_and_refuses_the_wrong_presence() {
+        let dscp = Presence::Dscp { value: 0x17, mask: 0x3f };
+        let pkt = exported(dscp);
+        let r = &decode_packet(&pkt, dscp).unwrap()[0];
+        let s = r.stack.as_ref().unwrap();
+        assert_eq!((s.npt, s.flow.proto, s.flow.src_port, s.flow.dst_port, s.hops.len()), (0, 17, 1024, 5001, 2));
+        let r = &decode_packet(&pkt, Presence::UdpPort(17768)).unwrap()[0];
+        assert!(r.stack.as_ref().unwrap_err().contains("not UDP to the INT port"), "{:?}", r.stack);
+    }
+
+    #[test]
+    fn decodes_what_the_switch_exports() {
+        let pkt = exported(Presence::UdpPort(17768));
+        let reports = decode_packet(&pkt, Presence::UdpPort(17768)).unwrap();
         assert_eq!(reports.len(), 1);
         let r = &reports[0];
         assert_eq!((r.node_id, r.hw_id, r.seq, r.domain_id), (3, 1, 77, 3));

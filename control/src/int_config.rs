@@ -42,9 +42,19 @@ pub fn instruction_names(bitmap: u16) -> Vec<String> {
 pub struct IntConfig {
     /// This switch's INT node ID (group header and node_id metadata).
     pub node_id: u32,
-    /// Presence by UDP destination port (NPT 1 for UDP, NPT 2 otherwise).
+    /// How INT packets are recognised: "udp_port" (NPT 1 for UDP, NPT 2
+    /// with an inserted UDP header otherwise) or "dscp" (NPT 0, TCP and UDP).
+    #[serde(default = "default_presence")]
+    pub presence: String,
+    /// The INT destination port (presence "udp_port").
     #[serde(default = "default_udp_port")]
     pub udp_port: u16,
+    /// Presence "dscp": DSCP & dscp_mask == dscp_value marks INT. A
+    /// codepoint (mask 0x3f, the default) or one bit (e.g. 0x01/0x01).
+    #[serde(default = "default_dscp_value")]
+    pub dscp_value: u8,
+    #[serde(default = "default_dscp_mask")]
+    pub dscp_mask: u8,
     /// Ports at the edge of the INT domain: flows enter (source) and leave
     /// (sink) through them. The others are core ports.
     #[serde(default)]
@@ -83,8 +93,31 @@ pub struct IntConfig {
 fn yes() -> bool {
     true
 }
+fn default_presence() -> String {
+    "udp_port".into()
+}
 fn default_udp_port() -> u16 {
     17768
+}
+fn default_dscp_value() -> u8 {
+    0x17
+}
+fn default_dscp_mask() -> u8 {
+    0x3f
+}
+
+/// Checks a DSCP presence value/mask pair (`key` names the value's key).
+pub fn dscp_presence(key: &str, value: u8, mask: u8) -> Result<Presence, ConfigError> {
+    if mask == 0 || mask > 0x3f {
+        return Err(cerr(key.replace("value", "mask"), format!("{mask:#x} must be 0x01..=0x3f (six DSCP bits)")));
+    }
+    if value & !mask != 0 {
+        return Err(cerr(key, format!("{value:#x} has bits outside the mask {mask:#x}")));
+    }
+    if value == 0 {
+        return Err(cerr(key, "0 would mark every unclassified packet as INT; pick a reserved codepoint or bit"));
+    }
+    Ok(Presence::Dscp { value, mask })
 }
 fn default_mtu_exceeded() -> String {
     "flag".into()
@@ -345,9 +378,12 @@ impl IntConfig {
     /// `mtu`: each port's MTU (IP bytes) by index.
     pub fn to_plan(&self, ports: &[String], mtu: &[u16]) -> Result<IntPlan, ConfigError> {
         let k = |f: &str| format!("int.{f}");
-        if self.udp_port == 0 {
-            return Err(cerr(k("udp_port"), "must be 1-65535"));
-        }
+        let presence = match self.presence.as_str() {
+            "udp_port" if self.udp_port == 0 => return Err(cerr(k("udp_port"), "must be 1-65535")),
+            "udp_port" => Presence::UdpPort(self.udp_port),
+            "dscp" => dscp_presence(&k("dscp_value"), self.dscp_value, self.dscp_mask)?,
+            p => return Err(cerr(k("presence"), format!("'{p}' is not one of udp_port, dscp"))),
+        };
         let mut edge = 0u32;
         for p in &self.edge_ports {
             edge |= 1 << port_by_name(ports, &k("edge_ports"), p)?;
@@ -373,7 +409,7 @@ impl IntConfig {
         let mut watch = Vec::new();
         let mut spec = IntSpec {
             node_id: self.node_id,
-            presence: Presence::UdpPort(self.udp_port),
+            presence,
             edge_ports: edge,
             mtu: [1500; MAX_PORTS],
             source_pushes: self.source_pushes,
@@ -470,5 +506,20 @@ mod tests {
         assert_eq!(e.key, "int.watch[0].dst");
         let e = plan("node_id = 1\n[[collector]]\naddress = \"nowhere\"").unwrap_err();
         assert_eq!(e.key, "int.collector[0].address");
+        let e = plan("node_id = 1\npresence = \"vxlan\"").unwrap_err();
+        assert_eq!(e.key, "int.presence");
+        let e = plan("node_id = 1\npresence = \"dscp\"\ndscp_value = 0x21\ndscp_mask = 0x01").unwrap_err();
+        assert_eq!(e.key, "int.dscp_value");
+        let e = plan("node_id = 1\npresence = \"dscp\"\ndscp_mask = 0x40").unwrap_err();
+        assert_eq!(e.key, "int.dscp_mask");
+    }
+
+    #[test]
+    fn presence_methods() {
+        assert_eq!(plan("node_id = 1").unwrap().spec.presence, Presence::UdpPort(17768));
+        let p = plan("node_id = 1\npresence = \"dscp\"").unwrap();
+        assert_eq!(p.spec.presence, Presence::Dscp { value: 0x17, mask: 0x3f });
+        let p = plan("node_id = 1\npresence = \"dscp\"\ndscp_value = 0x20\ndscp_mask = 0x20").unwrap();
+        assert_eq!(p.spec.presence, Presence::Dscp { value: 0x20, mask: 0x20 });
     }
 }

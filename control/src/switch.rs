@@ -17,6 +17,7 @@ use dataplane::counters::{CounterValues, Event, MAX_PORTS};
 use dataplane::dpdk::{self, Eal, EalArgs, Mempool, Port, PortSetup};
 use dataplane::flow_table::FlowAction;
 use dataplane::forward::{self, ControlEvent};
+use dataplane::int::Presence;
 use dataplane::parse::FlowKey;
 use dataplane::tables::{NeighbourSpec, PortState, RouteSpec, TableSpec, Tables};
 use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, Shared, WorkerSetup};
@@ -464,11 +465,15 @@ impl Switch {
             .filter(|e| e.name().starts_with("int_"))
             .map(|e| (e.name().to_string(), c.events[*e as usize].into()))
             .collect();
-        let dataplane::int_watch::Presence::UdpPort(udp_port) = s.presence;
+        let presence = match s.presence {
+            Presence::UdpPort(port) => json!({"method": "udp_port", "udp_port": port}),
+            Presence::Dscp { value, mask } => {
+                json!({"method": "dscp", "dscp_value": format!("{value:#04x}"), "dscp_mask": format!("{mask:#04x}")})
+            }
+        };
         Ok(json!({
             "node_id": s.node_id,
-            "presence": "udp_port",
-            "udp_port": udp_port,
+            "presence": presence,
             "edge_ports": edge,
             "core_ports": core,
             "mtu": names.iter().enumerate().map(|(i, n)| (n.clone(), s.mtu[i])).collect::<HashMap<_, _>>(),

@@ -104,7 +104,7 @@ pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>
     let f = frame(spec, i);
     let mut b = dataplane::pktbuf::VecBuf::new(&f, 16 + t.hops as usize * 64);
     let p = dataplane::int::IntParams {
-        udp_port: t.udp_port,
+        presence: dataplane::int::Presence::UdpPort(t.udp_port),
         bitmap: t.bitmap,
         max_hops: t.hops.max(1).saturating_add(t.rhc),
         domain_id: 0,
@@ -124,7 +124,7 @@ pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>
     dataplane::int::source(&mut b, &meta, &p, &md(1), 9000).map_err(|e| format!("INT source: {e:?}"))?;
     for n in 2..=t.hops as u32 {
         let meta = dataplane::parse::parse(b.bytes(), 0).map_err(|r| r.name().to_string())?;
-        dataplane::int::transit(&mut b, &meta, t.udp_port, &md(n), 9000).map_err(|r| r.name().to_string())?;
+        dataplane::int::transit(&mut b, &meta, p.presence, &md(n), 9000).map_err(|r| r.name().to_string())?;
     }
     Ok(b.bytes().to_vec())
 }

@@ -1,25 +1,42 @@
 //! INT-MD v2.1 stages on a packet: source (insert shim + header + own
 //! metadata), transit (push one hop's metadata), sink (extract, then restore
-//! the original packet). Presence by UDP destination port: UDP traffic gets
-//! NPT=1 (the original dport saved in the shim), anything else an inserted
-//! UDP header with NPT=2 (the original IP protocol saved). IPv4, and IPv6
-//! whose upper layer follows the fixed header.
+//! the original packet). IPv4, and IPv6 whose upper layer follows the fixed
+//! header. Two presence methods (one per INT domain):
+//! - UDP destination port: UDP traffic gets NPT=1 (the original dport saved
+//!   in the shim), anything else an inserted UDP header with NPT=2 (the
+//!   original IP protocol saved).
+//! - DSCP: TCP and UDP traffic gets NPT=0, the INT block right after the
+//!   L4 header — for TCP after its options (the data offset is left alone,
+//!   so the options stay where every TCP parser looks for them and INT sits
+//!   where the payload begins); the original DSCP saved in the shim and
+//!   restored by the sink. Other protocols are not instrumented.
 //!
 //! Checksums are updated incrementally (RFC 1624): the INT block always
-//! starts at an even offset inside the UDP payload, so the one's-complement
-//! sum of what is inserted or removed adjusts the UDP checksum directly; a
-//! zero UDP checksum stays zero.
+//! starts at an even offset inside the L4 segment, so the one's-complement
+//! sum of what is inserted or removed adjusts the UDP or TCP checksum
+//! directly; a zero UDP checksum stays zero.
 
-use crate::parse::{PacketMeta, PROTO_UDP};
+use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
 use crate::pktbuf::PacketBuf;
 use crate::wire::checksum;
 use crate::wire::int_md::{self, emit_hop, hop_words, HopMetadata, IntMd, IntMdRepr, Npt, INT_HDR_LEN};
 use crate::DropReason;
 
+/// How INT packets are recognised in a domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    /// UDP destination port: NPT=1 for UDP, NPT=2 (inserted UDP) otherwise.
+    UdpPort(u16),
+    /// A TCP or UDP packet whose DSCP & `mask` is `value` carries INT after
+    /// its L4 header (NPT=0). A codepoint is mask 0x3f; bit mode is a
+    /// one-bit mask. The source sets DSCP to (DSCP & !mask) | value.
+    Dscp { value: u8, mask: u8 },
+}
+
 /// What a switch puts into INT packets (from the configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntParams {
-    pub udp_port: u16,
+    pub presence: Presence,
     pub bitmap: u16,
     /// Hops that may push (the source's RHC, counting itself).
     pub max_hops: u8,
@@ -132,11 +149,80 @@ fn applicable(meta: &PacketMeta) -> bool {
     meta.l4_offset != 0 && (v == 4 || (v == 6 && meta.l4_offset == meta.l3_offset + 40))
 }
 
-/// Offset of the INT block, when the packet carries one on `udp_port`.
-pub fn find(b: &[u8], meta: &PacketMeta, udp_port: u16) -> Option<usize> {
-    (applicable(meta) && meta.key.proto() == PROTO_UDP && meta.key.dst_port() == udp_port)
-        .then_some(meta.l4_offset + 8)
-        .filter(|at| *at <= b.len())
+/// The packet's DSCP (IPv4 TOS or IPv6 traffic class, upper six bits).
+pub fn dscp(b: &[u8], meta: &PacketMeta) -> u8 {
+    let l3 = meta.l3_offset;
+    if meta.key.ip_version() == 4 {
+        b[l3 + 1] >> 2
+    } else {
+        (((b[l3] & 0x0f) << 4) | (b[l3 + 1] >> 4)) >> 2
+    }
+}
+
+/// Rewrites the DSCP, keeping ECN (and the IPv4 header checksum right).
+fn set_dscp(b: &mut [u8], meta: &PacketMeta, d: u8) {
+    let l3 = meta.l3_offset;
+    if meta.key.ip_version() == 4 {
+        let old = rd16(b, l3);
+        b[l3 + 1] = (d << 2) | (b[l3 + 1] & 0x03);
+        let c = checksum::update16(rd16(b, l3 + 10), old, rd16(b, l3));
+        wr16(b, l3 + 10, c);
+    } else {
+        let tc = (d << 2) | ((b[l3 + 1] >> 4) & 0x03);
+        b[l3] = (b[l3] & 0xf0) | (tc >> 4);
+        b[l3 + 1] = (b[l3 + 1] & 0x0f) | (tc << 4);
+    }
+}
+
+/// Where a TCP or UDP segment's payload starts (after TCP options).
+fn l4_payload(b: &[u8], meta: &PacketMeta) -> Option<usize> {
+    let l4 = meta.l4_offset;
+    match meta.key.proto() {
+        PROTO_UDP => Some(l4 + 8),
+        PROTO_TCP => Some(l4 + (*b.get(l4 + 12)? >> 4) as usize * 4).filter(|at| *at >= l4 + 20),
+        _ => None,
+    }
+}
+
+/// Offset of the INT block, when the packet carries one by `presence`.
+pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
+    if !applicable(meta) {
+        return None;
+    }
+    let at = match presence {
+        Presence::UdpPort(port) => {
+            (meta.key.proto() == PROTO_UDP && meta.key.dst_port() == port).then_some(meta.l4_offset + 8)?
+        }
+        Presence::Dscp { value, mask } => {
+            if dscp(b, meta) & mask != value {
+                return None;
+            }
+            l4_payload(b, meta)?
+        }
+    };
+    (at <= meta.l3_end.min(b.len())).then_some(at)
+}
+
+/// Fixes the L4 header after `delta` bytes were inserted into (or removed
+/// from) the segment at an even offset, the one's-complement sum of the
+/// bytes that changed going from `old` to `new`: the UDP length and
+/// checksum (zero stays zero), or the TCP checksum (pseudo-header length).
+/// Called before the IP length changes.
+fn l4_adjust(b: &mut [u8], meta: &PacketMeta, delta: i32, old: u32, new: u32) {
+    let l4 = meta.l4_offset;
+    if meta.key.proto() == PROTO_UDP {
+        let old_len = rd16(b, l4 + 4);
+        let new_len = (old_len as i32 + delta) as u16;
+        wr16(b, l4 + 4, new_len);
+        // Length counts twice: UDP header and pseudo-header.
+        let c = udp_adjust(rd16(b, l4 + 6), old + 2 * old_len as u32, new + 2 * new_len as u32);
+        wr16(b, l4 + 6, c);
+    } else {
+        let old_len = (ip_len(b, meta) - (l4 - meta.l3_offset)) as u32;
+        let new_len = (old_len as i32 + delta) as u32;
+        let c = adjust(rd16(b, l4 + 16), old + old_len, new + new_len);
+        wr16(b, l4 + 16, c);
+    }
 }
 
 /// INT source: inserts shim + header (+ its own metadata).
@@ -150,12 +236,22 @@ pub fn source(
     if !applicable(meta) {
         return Err(Skip::NotApplicable);
     }
-    if find(pkt.bytes(), meta, p.udp_port).is_some() {
+    if find(pkt.bytes(), meta, p.presence).is_some() {
         return Err(Skip::Presence);
     }
-    let hop_ml = hop_words(p.bitmap);
+    let l4 = meta.l4_offset;
     let udp = meta.key.proto() == PROTO_UDP;
-    let extra = if udp { 0 } else { 8 }; // inserted UDP header
+    // Where the block goes, how many bytes precede it there (an inserted
+    // UDP header), and what the shim announces.
+    let (at, extra, npt, saved) = match p.presence {
+        Presence::UdpPort(_) if udp => (l4 + 8, 0, Npt::UdpPort, rd16(pkt.bytes(), l4 + 2)),
+        Presence::UdpPort(_) => (l4, 8, Npt::InsertedUdp, meta.key.proto() as u16),
+        Presence::Dscp { .. } => {
+            let at = l4_payload(pkt.bytes(), meta).filter(|at| *at <= meta.l3_end).ok_or(Skip::NotApplicable)?;
+            (at, 0, Npt::Dscp, (dscp(pkt.bytes(), meta) as u16) << 2)
+        }
+    };
+    let hop_ml = hop_words(p.bitmap);
     let base = ip_len(pkt.bytes(), meta);
     if base + extra + INT_HDR_LEN > mtu {
         return Err(Skip::Mtu);
@@ -164,14 +260,11 @@ pub fn source(
     let push = p.source_pushes && p.max_hops > 0 && base + extra + INT_HDR_LEN + hop_ml * 4 <= mtu;
     let md_len = if push { hop_ml * 4 } else { 0 };
     let n = extra + INT_HDR_LEN + md_len;
-    let at = if udp { meta.l4_offset + 8 } else { meta.l4_offset };
     if !pkt.insert_at(at, n) {
         return Err(Skip::NoRoom);
     }
     let b = pkt.bytes_mut();
-    let l4 = meta.l4_offset;
-    let (npt, saved, blk) =
-        if udp { (Npt::UdpPort, rd16(b, l4 + 2), at) } else { (Npt::InsertedUdp, meta.key.proto() as u16, at + 8) };
+    let blk = at + extra;
     IntMdRepr {
         npt,
         saved,
@@ -190,24 +283,27 @@ pub fn source(
     } else if p.source_pushes && p.max_hops > 0 {
         b[blk + 4] |= 0x02; // M: our own metadata did not fit
     }
-    if udp {
-        let (old_port, old_len) = (rd16(b, l4 + 2), rd16(b, l4 + 4));
-        let new_len = old_len + n as u16;
-        wr16(b, l4 + 2, p.udp_port);
-        wr16(b, l4 + 4, new_len);
-        // Length counts twice: UDP header and pseudo-header.
-        let old = old_port as u32 + 2 * old_len as u32;
-        let new = p.udp_port as u32 + 2 * new_len as u32 + checksum::sum(0, &b[blk..blk + INT_HDR_LEN + md_len]);
-        let c = udp_adjust(rd16(b, l4 + 6), old, new);
-        wr16(b, l4 + 6, c);
-    } else {
-        let l4_len = ip_len(b, meta) - (l4 - meta.l3_offset);
-        let entropy = (meta.key.hash64() as u16) | 0xc000;
-        wr16(b, l4, entropy);
-        wr16(b, l4 + 2, p.udp_port);
-        wr16(b, l4 + 4, (l4_len + n) as u16);
-        wr16(b, l4 + 6, 0); // the inserted UDP header carries no checksum
-        set_ip_proto(b, meta, PROTO_UDP);
+    let inserted = checksum::sum(0, &b[blk..blk + INT_HDR_LEN + md_len]);
+    match p.presence {
+        Presence::UdpPort(port) if udp => {
+            let old_port = rd16(b, l4 + 2);
+            wr16(b, l4 + 2, port);
+            l4_adjust(b, meta, n as i32, old_port as u32, port as u32 + inserted);
+        }
+        Presence::UdpPort(port) => {
+            let l4_len = ip_len(b, meta) - (l4 - meta.l3_offset);
+            let entropy = (meta.key.hash64() as u16) | 0xc000;
+            wr16(b, l4, entropy);
+            wr16(b, l4 + 2, port);
+            wr16(b, l4 + 4, (l4_len + n) as u16);
+            wr16(b, l4 + 6, 0); // the inserted UDP header carries no checksum
+            set_ip_proto(b, meta, PROTO_UDP);
+        }
+        Presence::Dscp { value, mask } => {
+            l4_adjust(b, meta, n as i32, 0, inserted);
+            let d = dscp(b, meta);
+            set_dscp(b, meta, (d & !mask) | (value & mask));
+        }
     }
     ip_len_add(b, meta, n as i32);
     Ok(n)
@@ -218,19 +314,18 @@ pub fn source(
 pub fn transit(
     pkt: &mut impl PacketBuf,
     meta: &PacketMeta,
-    udp_port: u16,
+    presence: Presence,
     md: &HopMetadata,
     mtu: usize,
 ) -> Result<Transit, DropReason> {
-    let blk = find(pkt.bytes(), meta, udp_port).ok_or(DropReason::IntTruncated)?;
+    let blk = find(pkt.bytes(), meta, presence).ok_or(DropReason::IntTruncated)?;
     let (hop_ml, rhc, bitmap) = {
-        let v = IntMd::new_checked(&pkt.bytes()[blk..])?;
+        let v = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?;
         (v.hop_ml(), v.rhc(), v.bitmap())
     };
     if hop_words(bitmap) != hop_ml {
         return Err(DropReason::IntBadHopMl);
     }
-    let l4 = meta.l4_offset;
     let old_hdr = checksum::sum(0, &pkt.bytes()[blk..blk + INT_HDR_LEN]);
     let n = hop_ml * 4;
     let outcome = if rhc == 0 {
@@ -252,36 +347,22 @@ pub fn transit(
     };
     let pushed = if outcome == Transit::Pushed { n } else { 0 };
     let b = pkt.bytes_mut();
-    let mut old = old_hdr;
-    let mut new = checksum::sum(0, &b[blk..blk + INT_HDR_LEN + pushed]);
-    if pushed > 0 {
-        let old_len = rd16(b, l4 + 4);
-        let new_len = old_len + pushed as u16;
-        wr16(b, l4 + 4, new_len);
-        old += 2 * old_len as u32;
-        new += 2 * new_len as u32;
-        ip_len_add(b, meta, pushed as i32);
-    }
-    let c = udp_adjust(rd16(b, l4 + 6), old, new);
-    wr16(b, l4 + 6, c);
+    let new = checksum::sum(0, &b[blk..blk + INT_HDR_LEN + pushed]);
+    l4_adjust(b, meta, pushed as i32, old_hdr, new);
+    ip_len_add(b, meta, pushed as i32);
     Ok(outcome)
 }
 
 /// Removes the metadata stack (keeping shim and header), after it went
 /// into an intermediate report. Returns the bytes removed.
-pub fn strip_stack(pkt: &mut impl PacketBuf, meta: &PacketMeta, udp_port: u16) -> Result<usize, DropReason> {
-    let blk = find(pkt.bytes(), meta, udp_port).ok_or(DropReason::IntTruncated)?;
-    let total = IntMd::new_checked(&pkt.bytes()[blk..])?.total_len();
+pub fn strip_stack(pkt: &mut impl PacketBuf, meta: &PacketMeta, presence: Presence) -> Result<usize, DropReason> {
+    let blk = find(pkt.bytes(), meta, presence).ok_or(DropReason::IntTruncated)?;
+    let total = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?.total_len();
     let n = total - INT_HDR_LEN;
     if n == 0 {
         return Ok(0);
     }
-    let l4 = meta.l4_offset;
-    let b = pkt.bytes();
-    let old_len = rd16(b, l4 + 4);
-    let new_len = old_len - n as u16;
-    let old = checksum::sum(0, &b[blk..blk + total]) + 2 * old_len as u32;
-    let csum = rd16(b, l4 + 6);
+    let old = checksum::sum(0, &pkt.bytes()[blk..blk + total]);
     if !pkt.remove_at(blk + INT_HDR_LEN, n) {
         return Err(DropReason::IntTruncated);
     }
@@ -289,9 +370,8 @@ pub fn strip_stack(pkt: &mut impl PacketBuf, meta: &PacketMeta, udp_port: u16) -
     // relative to the new start, so blk still points at the shim.
     let b = pkt.bytes_mut();
     b[blk + 1] = (int_md::MD_HDR_LEN / 4) as u8;
-    wr16(b, l4 + 4, new_len);
-    let new = checksum::sum(0, &b[blk..blk + INT_HDR_LEN]) + 2 * new_len as u32;
-    wr16(b, l4 + 6, udp_adjust(csum, old, new));
+    let new = checksum::sum(0, &b[blk..blk + INT_HDR_LEN]);
+    l4_adjust(b, meta, -(n as i32), old, new);
     ip_len_add(b, meta, -(n as i32));
     Ok(n)
 }
@@ -302,42 +382,50 @@ pub fn strip_stack(pkt: &mut impl PacketBuf, meta: &PacketMeta, udp_port: u16) -
 pub fn sink(
     pkt: &mut impl PacketBuf,
     meta: &PacketMeta,
-    udp_port: u16,
+    presence: Presence,
     report: &mut [u8],
 ) -> Result<(Sunk, usize), DropReason> {
-    let blk = find(pkt.bytes(), meta, udp_port).ok_or(DropReason::IntTruncated)?;
+    let blk = find(pkt.bytes(), meta, presence).ok_or(DropReason::IntTruncated)?;
     let (total, npt, saved, hops, discard) = {
-        let v = IntMd::new_checked(&pkt.bytes()[blk..])?;
+        let v = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?;
         (v.total_len(), v.npt(), v.saved(), v.hops(), v.flag_d())
     };
+    let l4 = meta.l4_offset;
+    // NPT 1 and 2 describe a block right after a UDP header.
+    let after_udp = meta.key.proto() == PROTO_UDP && blk == l4 + 8;
+    if npt > 2 || (npt != 0 && !after_udp) {
+        return Err(DropReason::IntBadVersion);
+    }
     let copied = report.len().min(meta.l3_end).min(pkt.bytes().len());
     report[..copied].copy_from_slice(&pkt.bytes()[..copied]);
-    let l4 = meta.l4_offset;
+    let old = checksum::sum(0, &pkt.bytes()[blk..blk + total]);
     let removed = match npt {
+        0 => {
+            if !pkt.remove_at(blk, total) {
+                return Err(DropReason::IntTruncated);
+            }
+            let b = pkt.bytes_mut();
+            l4_adjust(b, meta, -(total as i32), old, 0);
+            set_dscp(b, meta, (saved as u8) >> 2);
+            total
+        }
         1 => {
-            let b = pkt.bytes();
-            let (port, old_len) = (rd16(b, l4 + 2), rd16(b, l4 + 4));
-            let new_len = old_len - total as u16;
-            let old = port as u32 + 2 * old_len as u32 + checksum::sum(0, &b[blk..blk + total]);
-            let new = saved as u32 + 2 * new_len as u32;
-            let c = udp_adjust(rd16(b, l4 + 6), old, new);
+            let port = rd16(pkt.bytes(), l4 + 2);
             if !pkt.remove_at(blk, total) {
                 return Err(DropReason::IntTruncated);
             }
             let b = pkt.bytes_mut();
             wr16(b, l4 + 2, saved);
-            wr16(b, l4 + 4, new_len);
-            wr16(b, l4 + 6, c);
+            l4_adjust(b, meta, -(total as i32), port as u32 + old, saved as u32);
             total
         }
-        2 => {
+        _ => {
             if !pkt.remove_at(l4, 8 + total) {
                 return Err(DropReason::IntTruncated);
             }
             set_ip_proto(pkt.bytes_mut(), meta, saved as u8);
             8 + total
         }
-        _ => return Err(DropReason::IntBadVersion),
     };
     ip_len_add(pkt.bytes_mut(), meta, -(removed as i32));
     Ok((Sunk { hops, discard, removed }, copied))
@@ -351,10 +439,11 @@ mod tests {
     use crate::wire::int_md::instr;
 
     const PORT: u16 = 17768;
+    const UDP: Presence = Presence::UdpPort(PORT);
 
     fn params() -> IntParams {
         IntParams {
-            udp_port: PORT,
+            presence: UDP,
             bitmap: instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE | instr::INGRESS_TS,
             max_hops: 8,
             domain_id: 0,
@@ -366,30 +455,76 @@ mod tests {
         HopMetadata { node_id: node, ingress_port: 1, egress_port: 2, hop_latency_ns: 900 + node, ..Default::default() }
     }
 
+    fn fold(mut s: u32) -> u32 {
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16)
+        }
+        s
+    }
+
+    fn sum(d: &[u8]) -> u32 {
+        d.chunks(2).map(|c| (c[0] as u32) << 8 | *c.get(1).unwrap_or(&0) as u32).sum::<u32>()
+    }
+
+    /// Folded sum of the L4 pseudo-header and segment (0xffff when the
+    /// checksum inside is right).
+    fn l4_sum(f: &[u8], m: &PacketMeta) -> u32 {
+        let l3 = m.l3_offset;
+        let len = (m.l3_end - m.l4_offset) as u32;
+        let addrs = if m.key.ip_version() == 4 { &f[l3 + 12..l3 + 20] } else { &f[l3 + 8..l3 + 40] };
+        fold(sum(addrs) + m.key.proto() as u32 + len + sum(&f[m.l4_offset..m.l3_end]))
+    }
+
     /// Full recomputation, written independently of the incremental code.
     fn checksums_valid(f: &[u8]) -> bool {
         let m = parse(f, 0).expect("parses");
-        let l3 = m.l3_offset;
-        let fold = |mut s: u32| {
-            while s > 0xffff {
-                s = (s & 0xffff) + (s >> 16)
-            }
-            s
-        };
-        let sum = |d: &[u8]| d.chunks(2).map(|c| (c[0] as u32) << 8 | *c.get(1).unwrap_or(&0) as u32).sum::<u32>();
-        let mut ok = true;
-        let (pseudo, l4) = if m.key.ip_version() == 4 {
-            ok &= fold(sum(&f[l3..l3 + 20])) == 0xffff;
-            let len = m.l3_end - m.l4_offset;
-            (sum(&f[l3 + 12..l3 + 20]) + m.key.proto() as u32 + len as u32, &f[m.l4_offset..m.l3_end])
-        } else {
-            let len = m.l3_end - m.l4_offset;
-            (sum(&f[l3 + 8..l3 + 40]) + m.key.proto() as u32 + len as u32, &f[m.l4_offset..m.l3_end])
-        };
-        if m.key.proto() == PROTO_UDP && (l4[6], l4[7]) != (0, 0) {
-            ok &= fold(pseudo + sum(l4)) == 0xffff;
+        let (l3, l4) = (m.l3_offset, m.l4_offset);
+        let mut ok = m.key.ip_version() == 6 || fold(sum(&f[l3..l3 + 20])) == 0xffff;
+        match m.key.proto() {
+            PROTO_UDP if (f[l4 + 6], f[l4 + 7]) != (0, 0) => ok &= l4_sum(f, &m) == 0xffff,
+            PROTO_TCP => ok &= l4_sum(f, &m) == 0xffff,
+            _ => {}
         }
         ok
+    }
+
+    /// A TCP segment with `opts` bytes of options, the given DSCP and ECN 1,
+    /// checksums computed from scratch.
+    fn tcp(v6: bool, dscp: u8, opts: usize, payload: &[u8]) -> Vec<u8> {
+        let filler = vec![0u8; 12 + opts + payload.len()];
+        let mut f = if v6 {
+            udp6([0x20; 16], [0x30; 16], 1, 2, &filler)
+        } else {
+            udp4([10, 0, 1, 2], [10, 0, 2, 2], 1, 2, &filler)
+        };
+        let (l3, l4) = (14, if v6 { 54 } else { 34 });
+        if v6 {
+            f[l3 + 6] = PROTO_TCP;
+            let tc = dscp << 2 | 1;
+            f[l3] = 0x60 | tc >> 4;
+            f[l3 + 1] = tc << 4;
+        } else {
+            f[l3 + 1] = dscp << 2 | 1;
+            f[l3 + 9] = PROTO_TCP;
+            f[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
+            let c = !fold(sum(&f[l3..l3 + 20])) as u16;
+            f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+        }
+        let t = &mut f[l4..];
+        t[..4].copy_from_slice(&[0x0f, 0xa0, 0x14, 0x51]); // 4000 -> 5201
+        t[4..12].copy_from_slice(&[0, 0, 0, 1, 0, 0, 0, 2]);
+        t[12] = (((20 + opts) / 4) << 4) as u8;
+        t[13] = 0x18; // PSH ACK
+        t[14..20].copy_from_slice(&[2, 0, 0, 0, 0, 0]);
+        for (i, o) in t[20..20 + opts].iter_mut().enumerate() {
+            *o = if i + 1 == opts { 0 } else { 1 }; // NOPs, then end of options
+        }
+        t[20 + opts..].copy_from_slice(payload);
+        let m = parse(&f, 0).unwrap();
+        let c = !l4_sum(&f, &m) as u16;
+        f[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
+        assert!(checksums_valid(&f));
+        f
     }
 
     fn pkt(frame: &[u8]) -> (VecBuf, PacketMeta) {
@@ -397,18 +532,21 @@ mod tests {
     }
 
     fn run_chain(orig: &[u8], hops: u32) -> (Vec<u8>, Vec<u8>, Sunk) {
-        let p = params();
+        run_chain_with(&params(), orig, hops)
+    }
+
+    fn run_chain_with(p: &IntParams, orig: &[u8], hops: u32) -> (Vec<u8>, Vec<u8>, Sunk) {
         let (mut b, m) = pkt(orig);
-        source(&mut b, &m, &p, &md(1), 1500).unwrap();
+        source(&mut b, &m, p, &md(1), 1500).unwrap();
         assert!(checksums_valid(b.bytes()), "after source");
         for node in 2..=hops {
             let m = parse(b.bytes(), 0).unwrap();
-            assert_eq!(transit(&mut b, &m, PORT, &md(node), 1500).unwrap(), Transit::Pushed);
+            assert_eq!(transit(&mut b, &m, p.presence, &md(node), 1500).unwrap(), Transit::Pushed);
             assert!(checksums_valid(b.bytes()), "after transit {node}");
         }
         let m = parse(b.bytes(), 0).unwrap();
         let mut report = vec![0u8; 512];
-        let (s, n) = sink(&mut b, &m, PORT, &mut report).unwrap();
+        let (s, n) = sink(&mut b, &m, p.presence, &mut report).unwrap();
         report.truncate(n);
         (b.bytes().to_vec(), report, s)
     }
@@ -422,7 +560,7 @@ mod tests {
         assert_eq!((s.hops, s.discard), (3, false));
         // The report holds the packet with its stack: newest hop first.
         let m = parse(&report, 0).unwrap();
-        let blk = find(&report, &m, PORT).unwrap();
+        let blk = find(&report, &m, UDP).unwrap();
         let v = IntMd::new_checked(&report[blk..]).unwrap();
         assert_eq!((v.npt(), v.saved(), v.hops(), v.rhc()), (1, 5001, 3, 5));
         assert_eq!(&v.hop(0)[..4], &3u32.to_be_bytes());
@@ -473,11 +611,11 @@ mod tests {
         source(&mut b, &m, &p, &md(1), 1500).unwrap();
         for (node, want) in [(2, Transit::Pushed), (3, Transit::Exhausted), (4, Transit::Exhausted)] {
             let m = parse(b.bytes(), 0).unwrap();
-            assert_eq!(transit(&mut b, &m, PORT, &md(node), 1500).unwrap(), want);
+            assert_eq!(transit(&mut b, &m, UDP, &md(node), 1500).unwrap(), want);
             assert!(checksums_valid(b.bytes()));
         }
         let m = parse(b.bytes(), 0).unwrap();
-        let v = IntMd::new_checked(&b.bytes()[find(b.bytes(), &m, PORT).unwrap()..]).unwrap();
+        let v = IntMd::new_checked(&b.bytes()[find(b.bytes(), &m, UDP).unwrap()..]).unwrap();
         assert!(v.flag_e() && !v.flag_m());
         assert_eq!((v.hops(), v.rhc()), (2, 0));
     }
@@ -492,10 +630,10 @@ mod tests {
         let m = parse(b.bytes(), 0).unwrap();
         // One byte short of room for this hop's push.
         let mtu = ip_len + hop_words(p.bitmap) * 4 - 1;
-        assert_eq!(transit(&mut b, &m, PORT, &md(2), mtu).unwrap(), Transit::MtuExceeded);
+        assert_eq!(transit(&mut b, &m, UDP, &md(2), mtu).unwrap(), Transit::MtuExceeded);
         assert!(checksums_valid(b.bytes()));
         let m = parse(b.bytes(), 0).unwrap();
-        assert!(IntMd::new_checked(&b.bytes()[find(b.bytes(), &m, PORT).unwrap()..]).unwrap().flag_m());
+        assert!(IntMd::new_checked(&b.bytes()[find(b.bytes(), &m, UDP).unwrap()..]).unwrap().flag_m());
         // A source that cannot fit even shim + header does not start INT.
         let (mut b, m) = pkt(&orig);
         assert_eq!(source(&mut b, &m, &p, &md(1), orig.len() - 14 + 15), Err(Skip::Mtu));
@@ -504,7 +642,7 @@ mod tests {
         let (mut b, m) = pkt(&orig);
         assert_eq!(source(&mut b, &m, &p, &md(1), orig.len() - 14 + 16), Ok(16));
         let m = parse(b.bytes(), 0).unwrap();
-        let v = IntMd::new_checked(&b.bytes()[find(b.bytes(), &m, PORT).unwrap()..]).unwrap();
+        let v = IntMd::new_checked(&b.bytes()[find(b.bytes(), &m, UDP).unwrap()..]).unwrap();
         assert!(v.flag_m() && v.hops() == 0);
     }
 
@@ -526,14 +664,99 @@ mod tests {
             f[idx] = val;
             let mut bb = VecBuf::new(&f, 64);
             let m = parse(&f, 0).unwrap();
-            assert_eq!(transit(&mut bb, &m, PORT, &md(2), 1500), Err(want));
+            assert_eq!(transit(&mut bb, &m, UDP, &md(2), 1500), Err(want));
             assert_eq!(bb.bytes(), &f[..], "left untouched");
             let mut r = [0u8; 64];
-            assert_eq!(sink(&mut bb, &m, PORT, &mut r).map(|_| ()), Err(want));
+            assert_eq!(sink(&mut bb, &m, UDP, &mut r).map(|_| ()), Err(want));
         }
         // Already carrying INT: a second source leaves it.
         let m = parse(&good, 0).unwrap();
         let mut bb = VecBuf::new(&good, 64);
         assert_eq!(source(&mut bb, &m, &p, &md(9), 1500), Err(Skip::Presence));
+    }
+
+    const CODEPOINT: Presence = Presence::Dscp { value: 0x17, mask: 0x3f };
+
+    #[test]
+    fn dscp_mode_follows_the_spec_example() {
+        // wire-formats §1: bitmap 0x9000, HopML 2, RHC 8 -> 6 after two
+        // pushes, shim `10 07 00 <dscp << 2>`.
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"dscp");
+        let p = IntParams { presence: CODEPOINT, bitmap: 0x9000, ..params() };
+        let (mut b, m) = pkt(&orig);
+        assert_eq!(source(&mut b, &m, &p, &md(1), 1500), Ok(16 + 8));
+        let m = parse(b.bytes(), 0).unwrap();
+        transit(&mut b, &m, CODEPOINT, &md(2), 1500).unwrap();
+        let f = b.bytes();
+        assert_eq!(f[15] >> 2, 0x17, "DSCP set to the codepoint");
+        assert_eq!(rd16(f, 16) as usize, orig.len() - 14 + 32, "IP total length");
+        assert_eq!(rd16(f, 36), 5001, "ports untouched");
+        assert_eq!(&f[42..46], &[0x10, 0x07, 0x00, 0x00]);
+        assert_eq!(&f[46..58], &[0x20, 0, 0x02, 0x06, 0x90, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&f[58..62], &2u32.to_be_bytes(), "newest hop first");
+        assert_eq!(&f[66..70], &1u32.to_be_bytes());
+        assert!(checksums_valid(f));
+    }
+
+    #[test]
+    fn dscp_mode_udp_and_tcp_with_options_round_trip() {
+        let p = IntParams { presence: CODEPOINT, ..params() };
+        for orig in [
+            udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"v4 udp"),
+            udp6([0x20; 16], [0x30; 16], 1000, 2000, b"v6 udp, odd"),
+            tcp(false, 0x0a, 12, b"tcp v4 payload"),
+            tcp(false, 0, 0, b""),
+            tcp(true, 0x2e, 8, b"tcp v6 payload, odd"),
+        ] {
+            let (after, report, s) = run_chain_with(&p, &orig, 3);
+            assert_eq!(after, orig, "sink restores every byte (DSCP, ECN, lengths, checksums)");
+            assert_eq!(s.hops, 3);
+            let m = parse(&report, 0).unwrap();
+            let blk = find(&report, &m, CODEPOINT).expect("INT after the L4 header");
+            let l4_hdr = if m.key.proto() == PROTO_TCP { (report[m.l4_offset + 12] >> 4) as usize * 4 } else { 8 };
+            assert_eq!(blk, m.l4_offset + l4_hdr, "after TCP options");
+            let v = IntMd::new_checked(&report[blk..]).unwrap();
+            assert_eq!((v.npt(), v.saved() >> 2), (0, dscp(&orig, &parse(&orig, 0).unwrap()) as u16));
+            // Ports and protocol stay as the host sent them.
+            assert_eq!((m.key.proto(), m.key.dst_port()), (parse(&orig, 0).unwrap().key.proto(), m.key.dst_port()));
+        }
+    }
+
+    #[test]
+    fn dscp_bit_mode_keeps_the_other_bits() {
+        let bit = Presence::Dscp { value: 0x01, mask: 0x01 };
+        let p = IntParams { presence: bit, ..params() };
+        let orig = tcp(true, 0x0a, 4, b"af11");
+        let (mut b, m) = pkt(&orig);
+        source(&mut b, &m, &p, &md(1), 1500).unwrap();
+        let m2 = parse(b.bytes(), 0).unwrap();
+        assert_eq!(dscp(b.bytes(), &m2), 0x0b);
+        assert_eq!(b.bytes()[15] & 0x30, 0x10, "ECN kept");
+        assert!(find(b.bytes(), &m2, bit).is_some());
+        assert!(checksums_valid(b.bytes()));
+        let (after, _, _) = run_chain_with(&p, &orig, 2);
+        assert_eq!(after, orig);
+    }
+
+    #[test]
+    fn dscp_mode_leaves_other_protocols_and_refuses_mismatched_npt() {
+        let p = IntParams { presence: CODEPOINT, ..params() };
+        let mut icmp = udp4([10, 0, 1, 2], [10, 0, 2, 2], 1, 2, b"ping");
+        icmp[23] = 1;
+        icmp[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum::checksum(&icmp[14..34]);
+        icmp[24..26].copy_from_slice(&c.to_be_bytes());
+        let (mut b, m) = pkt(&icmp);
+        assert_eq!(source(&mut b, &m, &p, &md(1), 1500), Err(Skip::NotApplicable));
+        assert_eq!(b.bytes(), &icmp[..]);
+        // A TCP packet claiming NPT=1 (a UDP-only encoding) is not restored.
+        let (mut b, m) = pkt(&tcp(false, 0, 0, b"x"));
+        source(&mut b, &m, &p, &md(1), 1500).unwrap();
+        let mut f = b.bytes().to_vec();
+        f[54] = 0x14; // type 1, NPT 1
+        let m = parse(&f, 0).unwrap();
+        let mut bb = VecBuf::new(&f, 64);
+        assert_eq!(sink(&mut bb, &m, CODEPOINT, &mut []).map(|_| ()), Err(DropReason::IntBadVersion));
+        assert_eq!(bb.bytes(), &f[..]);
     }
 }

@@ -7,7 +7,7 @@
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowTable;
 use crate::int::{self, Skip, Transit};
-use crate::int_watch::{mapped_v4, IntSpec, Presence, Role, WatchFields};
+use crate::int_watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::parse::PacketMeta;
 use crate::pktbuf::PacketBuf;
 use crate::wire::int_md::{HopMetadata, IntMd};
@@ -148,20 +148,6 @@ pub struct IntCtx<'a, R: ReportSink> {
     pub reports: &'a mut R,
 }
 
-fn udp_port(spec: &IntSpec) -> u16 {
-    let Presence::UdpPort(p) = spec.presence;
-    p
-}
-
-fn dscp(b: &[u8], meta: &PacketMeta) -> u8 {
-    let l3 = meta.l3_offset;
-    if meta.key.ip_version() == 4 {
-        b[l3 + 1] >> 2
-    } else {
-        (((b[l3] & 0x0f) << 4) | (b[l3 + 1] >> 4)) >> 2
-    }
-}
-
 /// The watch-rule fields of a packet; for one carrying INT at `blk`, the
 /// protocol and ports from before its source (what NPT saved).
 fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<(usize, u8, u16, usize)>) -> WatchFields {
@@ -175,10 +161,11 @@ fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<(usize, u
         proto: k.proto(),
         src_port: k.src_port(),
         dst_port: k.dst_port(),
-        dscp: dscp(b, meta),
+        dscp: int::dscp(b, meta),
         in_port,
     };
     match blk {
+        Some((_, 0, saved, _)) => f.dscp = (saved as u8) >> 2,
         Some((_, 1, saved, _)) => f.dst_port = saved,
         Some((blk, 2, saved, total)) => {
             f.proto = saved as u8;
@@ -248,8 +235,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
 ) -> Result<(), DropReason> {
     let spec = ctx.spec;
     let (in_port, out_port) = hop.ports();
-    let port = udp_port(spec);
-    let Some(blk) = int::find(pkt.bytes(), meta, port) else {
+    let presence = spec.presence;
+    let Some(blk) = int::find(pkt.bytes(), meta, presence) else {
         // No INT yet: only an edge port admits flows into the domain.
         if meta.key.ip_version() == 0 || !spec.is_edge(in_port as usize) {
             return Ok(());
@@ -257,7 +244,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         let f = watch_fields(pkt.bytes(), meta, in_port, None);
         let Some(Role::Source(sp)) = spec.lookup(&f).map(|r| r.role) else { return Ok(()) };
         let p = int::IntParams {
-            udp_port: port,
+            presence,
             bitmap: sp.bitmap,
             max_hops: sp.max_hops,
             domain_id: sp.domain_id,
@@ -298,7 +285,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     let md = measured.metadata(spec.node_id, ctx.clock);
     if role == Role::Transit {
         let mtu = spec.mtu[out_port as usize] as usize;
-        return match int::transit(pkt, meta, port, &md, mtu) {
+        return match int::transit(pkt, meta, presence, &md, mtu) {
             Ok(Transit::Pushed) => {
                 ctx.counters.event(Event::IntTransited);
                 Ok(())
@@ -314,9 +301,9 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
                 rec.data[..n].copy_from_slice(&pkt.bytes()[..n]);
                 rec.len = n as u16;
                 queue(ctx, rec);
-                int::strip_stack(pkt, meta, port)?;
+                int::strip_stack(pkt, meta, presence)?;
                 ctx.counters.event(Event::IntStripped);
-                match int::transit(pkt, meta, port, &md, mtu)? {
+                match int::transit(pkt, meta, presence, &md, mtu)? {
                     Transit::Pushed => ctx.counters.event(Event::IntTransited),
                     _ => ctx.counters.event(Event::IntMtuExceeded),
                 }
@@ -337,11 +324,11 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     let (sunk, rec) = if due {
         let mut rec = record(flags, md, domain);
         let want = report_len(spec, meta, blk + total);
-        let (s, n) = int::sink(pkt, meta, port, &mut rec.data[..want])?;
+        let (s, n) = int::sink(pkt, meta, presence, &mut rec.data[..want])?;
         rec.len = n as u16;
         (s, Some(rec))
     } else {
-        (int::sink(pkt, meta, port, &mut [])?.0, None)
+        (int::sink(pkt, meta, presence, &mut [])?.0, None)
     };
     ctx.counters.event(Event::IntSunk);
     if let Some(rec) = rec {
@@ -368,7 +355,7 @@ pub fn dropped<R: ReportSink>(
     if meta.key.ip_version() == 0 {
         return;
     }
-    let blk = int::find(pkt, meta, udp_port(spec));
+    let blk = int::find(pkt, meta, spec.presence);
     let (domain, int_end) = match blk {
         Some(b) => match IntMd::new_checked(&pkt[b..meta.l3_end.min(pkt.len()).max(b)]) {
             Ok(v) => (v.domain_id(), b + v.total_len()),
@@ -395,7 +382,7 @@ pub fn dropped<R: ReportSink>(
 mod tests {
     use super::*;
     use crate::counters::MAX_PORTS;
-    use crate::int_watch::{ReportParams, SourceParams, Ternary, WatchRule};
+    use crate::int_watch::{Presence, ReportParams, SourceParams, Ternary, WatchRule};
     use crate::parse::{parse, tests::udp4};
     use crate::pktbuf::VecBuf;
     use crate::wire::int_md::instr;
@@ -493,6 +480,41 @@ mod tests {
     }
 
     #[test]
+    fn dscp_domain_matches_the_original_dscp_along_the_path() {
+        // A source rule for DSCP 10 (AF11): the transit and the sink still
+        // see the flow as DSCP 10 (what NPT=0 saved), not the codepoint.
+        let dscp_spec = |node, edge| {
+            let mut s = spec(node, edge);
+            s.presence = Presence::Dscp { value: 0x17, mask: 0x3f };
+            let mut none = WatchRule::any("not-af11", Role::None);
+            none.dscp = Ternary { value: 0, mask: 0x3f };
+            none.priority = 10;
+            s.upsert(none);
+            s
+        };
+        let mut orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
+        orig[15] = 10 << 2;
+        orig[24..26].copy_from_slice(&[0, 0]);
+        let c = crate::wire::checksum::checksum(&orig[14..34]);
+        orig[24..26].copy_from_slice(&c.to_be_bytes());
+        let mut b = VecBuf::new(&orig, 256);
+        let (mut s1, mut s2, mut s3) =
+            (Node::new(dscp_spec(1, 0b01)), Node::new(dscp_spec(2, 0)), Node::new(dscp_spec(3, 0b10)));
+        s1.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(b.bytes()[15] >> 2, 0x17);
+        s2.run(&mut b, hop(0, 1)).unwrap();
+        s3.run(&mut b, hop(0, 1)).unwrap();
+        let ev = |n: &Node, e: Event| n.c.events[e as usize];
+        assert_eq!((ev(&s1, Event::IntSourced), ev(&s2, Event::IntTransited), ev(&s3, Event::IntSunk)), (1, 1, 1));
+        assert_eq!(b.bytes(), &orig[..]);
+        // DSCP 0 matches the `none` rule at the source: no INT.
+        let plain = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
+        let mut b = VecBuf::new(&plain, 256);
+        s1.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!((ev(&s1, Event::IntSourced), b.bytes()), (1, &plain[..]));
+    }
+
+    #[test]
     fn none_rule_and_tracked_flow_report_interval() {
         let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x");
         let mut s1 = Node::new(spec(1, 0b01));
@@ -560,7 +582,7 @@ mod tests {
         assert_eq!(t.reports[0].flags, FLAG_I);
         assert_eq!(t.c.events[Event::IntStripped as usize], 1);
         let m = parse(b.bytes(), 0).unwrap();
-        let blk = int::find(b.bytes(), &m, PORT).unwrap();
+        let blk = int::find(b.bytes(), &m, Presence::UdpPort(PORT)).unwrap();
         let v = IntMd::new_checked(&b.bytes()[blk..]).unwrap();
         // The source's hop went into the report; only ours is on the stack now.
         assert_eq!(v.hops(), 1);

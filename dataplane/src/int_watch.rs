@@ -13,12 +13,7 @@
 
 use crate::counters::MAX_PORTS;
 
-/// How INT packets are recognised in this domain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Presence {
-    /// UDP destination port: NPT=1 for UDP, NPT=2 (inserted UDP) otherwise.
-    UdpPort(u16),
-}
+pub use crate::int::Presence;
 
 /// What the source puts into the INT header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

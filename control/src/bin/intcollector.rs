@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use control::ampm_collector::Joiner;
 use control::collector::{decode_packet, Tracker};
+use dataplane::int::Presence;
 
 #[derive(Parser)]
 #[command(
@@ -36,6 +37,10 @@ struct Cli {
     /// UDP port that marks INT in the inner packets (the switches' int.udp_port).
     #[arg(long, default_value_t = 17768)]
     int_port: u16,
+    /// The domain marks INT by DSCP instead (int.presence = "dscp"):
+    /// VALUE[/MASK], e.g. 0x17 (codepoint, mask 0x3f) or 0x01/0x01 (one bit).
+    #[arg(long, value_name = "VALUE[/MASK]")]
+    int_dscp: Option<String>,
     /// JSON lines instead of text.
     #[arg(long)]
     json: bool,
@@ -110,7 +115,26 @@ fn ampm_line(v: &serde_json::Value) -> String {
     )
 }
 
+/// `--int-dscp VALUE[/MASK]` -> the presence method to decode inner packets by.
+fn presence(cli: &Cli) -> Result<Presence, String> {
+    let Some(arg) = &cli.int_dscp else { return Ok(Presence::UdpPort(cli.int_port)) };
+    let num = |t: &str| {
+        let t = t.trim();
+        let r = match t.strip_prefix("0x") {
+            Some(h) => u8::from_str_radix(h, 16),
+            None => t.parse(),
+        };
+        r.map_err(|_| format!("--int-dscp: '{t}' is not a number 0-63"))
+    };
+    let (value, mask) = match arg.split_once('/') {
+        Some((v, m)) => (num(v)?, num(m)?),
+        None => (num(arg)?, 0x3f),
+    };
+    control::int_config::dscp_presence("--int-dscp value", value, mask).map_err(|e| format!("{}: {}", e.key, e.reason))
+}
+
 fn run(cli: &Cli) -> Result<(), String> {
+    let presence = presence(cli)?;
     let sock = UdpSocket::bind(&cli.listen).map_err(|e| format!("--listen {}: {e}", cli.listen))?;
     sock.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -148,7 +172,7 @@ fn run(cli: &Cli) -> Result<(), String> {
             }
             continue;
         }
-        match decode_packet(&buf[..n], cli.int_port) {
+        match decode_packet(&buf[..n], presence) {
             Ok(reports) => {
                 if let Some(r) = reports.first() {
                     t.packet(r.node_id, r.hw_id, r.seq);

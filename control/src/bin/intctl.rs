@@ -804,10 +804,16 @@ fn print_text(cmd: &str, r: &Value) {
             }
         }
         "show_int" => {
+            let pr = &r["presence"];
+            let presence = if pr["method"] == "dscp" {
+                format!("dscp {}/{}", s(&pr["dscp_value"]), s(&pr["dscp_mask"]))
+            } else {
+                format!("udp_port {}", s(&pr["udp_port"]))
+            };
             println!(
-                "node {}  presence udp_port {}  edge {}  core {}  mtu_exceeded {}  report_md {}",
+                "node {}  presence {}  edge {}  core {}  mtu_exceeded {}  report_md {}",
                 s(&r["node_id"]),
-                s(&r["udp_port"]),
+                presence,
                 r["edge_ports"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
                 r["core_ports"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
                 s(&r["mtu_exceeded"]),
