@@ -83,18 +83,11 @@ impl Switch {
     }
 
     /// CLOCK_REALTIME, the time line the workers' AM-PM intervals follow.
-    fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
     }
 
     /// Export tick of the control loop.
-    pub(crate) fn ampm_poll(&mut self) {
-        let now = self.now_ns();
-        if let (Some(ex), Some(setup)) = (&mut self.ampm_exporter, &self.spec.ampm) {
-            ex.poll(now, &self.shared, &setup.flows);
-        }
-    }
-
     /// Timing, current interval and color, every flow with its counters.
     pub fn ampm_json(&self) -> Result<Value, ApiError> {
         let s = self.ampm_setup()?;

@@ -3,14 +3,13 @@
 //! per-interval counter records. Flows from the file and from `intctl ampm
 //! add` go through the same conversion.
 
-use std::net::SocketAddr;
-
 use dataplane::ampm::{AmpmFlow, AmpmSetup, Carrier, Method, MpRole, TimeFormat, Timing};
 use dataplane::classifier::{field, Key};
 use serde::{Deserialize, Serialize};
 
+use crate::collector_tx::CollectorPlan;
 use crate::config::ConfigError;
-use crate::int_config::{collector_addrs, CollectorConfig, WatchConfig};
+use crate::int_config::{collector_plans, CollectorConfig, WatchConfig};
 
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { key: key.into(), reason: reason.into() }
@@ -99,7 +98,7 @@ pub struct AmpmFlowConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AmpmPlan {
     pub setup: AmpmSetup,
-    pub collectors: Vec<(SocketAddr, Option<SocketAddr>)>,
+    pub collectors: Vec<CollectorPlan>,
 }
 
 /// "1s", "500ms", "250us", "1073741824ns", "0.5s" -> ns (f64).
@@ -256,7 +255,8 @@ impl AmpmFlowConfig {
 }
 
 impl AmpmConfig {
-    pub fn to_plan(&self, ports: &[String]) -> Result<AmpmPlan, ConfigError> {
+    /// `mtu`: each port's MTU (IP bytes), for collectors behind a port.
+    pub fn to_plan(&self, ports: &[String], mtu: &[u16]) -> Result<AmpmPlan, ConfigError> {
         let t = timing(&self.interval, &self.time_format, self.sub_bits)?;
         if self.max_flows == 0 || self.max_flows > 1 << 20 {
             return Err(cerr("ampm.max_flows", "must be 1-1048576"));
@@ -275,7 +275,7 @@ impl AmpmConfig {
             }
             setup.flows.push(f.to_flow(ports, i as u32).map_err(at)?);
         }
-        let collectors = collector_addrs("ampm", &self.collector)?;
+        let collectors = collector_plans("ampm", &self.collector, ports, mtu, crate::ampm_export::DATAGRAM)?;
         Ok(AmpmPlan { setup, collectors })
     }
 }
@@ -286,7 +286,7 @@ mod tests {
 
     fn parse(s: &str) -> Result<AmpmPlan, ConfigError> {
         let c: AmpmConfig = toml::from_str(s).map_err(|e| cerr("toml", e.to_string()))?;
-        c.to_plan(&["p0".into(), "p1".into()])
+        c.to_plan(&["p0".into(), "p1".into()], &[1500, 1500])
     }
 
     #[test]

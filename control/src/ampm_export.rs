@@ -14,17 +14,16 @@
 //! CLOCK_REALTIME time line, so records of different MPs join on
 //! (flow_mon_id, interval).
 
-use std::net::{SocketAddr, UdpSocket};
-
-use crate::int_export::collector_socket;
 use std::sync::atomic::Ordering::Relaxed;
+
+use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
 
 use dataplane::ampm::{AmpmFlow, Timing};
 use dataplane::worker::Shared;
 use serde_json::{json, Value};
 
 /// Bytes of JSON lines per datagram.
-const DATAGRAM: usize = 1400;
+pub const DATAGRAM: usize = 1400;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ColorSnap {
@@ -51,8 +50,7 @@ pub fn sum(shared: &Shared, slot: usize, color: usize) -> ColorSnap {
 }
 
 struct Collector {
-    addr: SocketAddr,
-    sock: UdpSocket,
+    tx: CollectorTx,
     seq: u64,
     datagrams: u64,
     send_errors: u64,
@@ -77,13 +75,13 @@ impl AmpmExporter {
         node_id: u32,
         timing: Timing,
         slots: usize,
-        collectors: &[(SocketAddr, Option<SocketAddr>)],
+        collectors: &[CollectorPlan],
+        ports: &dyn PortOut,
     ) -> Result<AmpmExporter, String> {
         let mut cs = Vec::new();
-        for (i, (addr, bind)) in collectors.iter().enumerate() {
-            let sock = collector_socket(addr, bind).map_err(|e| format!("ampm.collector[{i}]: {e}"))?;
-            sock.set_nonblocking(true).map_err(|e| e.to_string())?;
-            cs.push(Collector { addr: *addr, sock, seq: 0, datagrams: 0, send_errors: 0 });
+        for (i, c) in collectors.iter().enumerate() {
+            let tx = CollectorTx::open(c, ports, true).map_err(|e| format!("ampm.collector[{i}]: {e}"))?;
+            cs.push(Collector { tx, seq: 0, datagrams: 0, send_errors: 0 });
         }
         Ok(AmpmExporter {
             node_id,
@@ -108,7 +106,7 @@ impl AmpmExporter {
     }
 
     /// Exports the interval that became due, if one did. Returns records made.
-    pub fn poll(&mut self, now_ns: u64, shared: &Shared, flows: &[AmpmFlow]) -> usize {
+    pub fn poll(&mut self, now_ns: u64, shared: &Shared, flows: &[AmpmFlow], out: &mut dyn PortOut) -> usize {
         let (j, slot) = self.timing.position(now_ns);
         let second_half = slot >> (self.timing.sub_bits - 1) == 1;
         let Some(due) = (if second_half { j.checked_sub(1) } else { j.checked_sub(2) }) else { return 0 };
@@ -168,14 +166,14 @@ impl AmpmExporter {
                 c.seq += 1;
                 let line = r.to_string();
                 if !buf.is_empty() && buf.len() + line.len() + 1 > DATAGRAM {
-                    send(c, &buf);
+                    send(c, &buf, out);
                     buf.clear();
                 }
                 buf.push_str(&line);
                 buf.push('\n');
             }
             if !buf.is_empty() {
-                send(c, &buf);
+                send(c, &buf, out);
             }
         }
         lines.len()
@@ -187,7 +185,8 @@ impl AmpmExporter {
             "intervals_missed": self.intervals_missed,
             "last_interval": self.last_interval,
             "collectors": self.collectors.iter().map(|c| json!({
-                "address": c.addr.to_string(),
+                "address": c.tx.addr.to_string(),
+                "via": c.tx.via(),
                 "datagrams": c.datagrams,
                 "next_seq": c.seq,
                 "send_errors": c.send_errors,
@@ -196,8 +195,8 @@ impl AmpmExporter {
     }
 }
 
-fn send(c: &mut Collector, buf: &str) {
-    match c.sock.send_to(buf.as_bytes(), c.addr) {
+fn send(c: &mut Collector, buf: &str, out: &mut dyn PortOut) {
+    match c.tx.send(buf.as_bytes(), out) {
         Ok(_) => c.datagrams += 1,
         Err(_) => c.send_errors += 1,
     }

@@ -493,15 +493,13 @@ impl Config {
             .enumerate()
             .map(|(i, f)| f.to_rule(&names).map_err(at("flow", i)))
             .collect::<Result<_, _>>()?;
+        let mtu: Vec<u16> = ports.iter().map(|p| p.mtu.unwrap_or(1500)).collect();
         let int = match &self.int {
-            Some(i) => {
-                let mtu: Vec<u16> = ports.iter().map(|p| p.mtu.unwrap_or(1500)).collect();
-                Some(i.to_plan(&names, &mtu)?)
-            }
+            Some(i) => Some(i.to_plan(&names, &mtu)?),
             None => None,
         };
         let ampm = match &self.ampm {
-            Some(a) => Some(a.to_plan(&names)?),
+            Some(a) => Some(a.to_plan(&names, &mtu)?),
             None => None,
         };
         Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, flows, int, ampm })

@@ -10,7 +10,8 @@ use dataplane::int_watch::{IntSpec, Presence, ReportParams, Role, SourceParams, 
 use dataplane::wire::int_md::instr;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{parse_prefix, parse_proto, port_by_name, ConfigError};
+use crate::collector_tx::CollectorPlan;
+use crate::config::{parse_mac, parse_prefix, parse_proto, port_by_name, ConfigError};
 
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { key: key.into(), reason: reason.into() }
@@ -165,28 +166,57 @@ pub struct WatchConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CollectorConfig {
-    /// "ADDR:PORT" the reports go to (kernel UDP socket).
+    /// "ADDR:PORT" the reports go to.
     pub address: String,
-    /// Local "ADDR:PORT" to send from (default: any).
+    /// Local "ADDR:PORT" to send from (default: any; through a port: the
+    /// port's first address of the family and source port 32766).
     pub bind: Option<String>,
+    /// Send through this DPDK port instead of a kernel UDP socket.
+    pub port: Option<String>,
+    /// Destination MAC through `port` (default: the neighbour table's entry
+    /// for `address`, resolved by ARP / ND in router mode).
+    pub mac: Option<String>,
 }
 
-/// The (address, bind) pairs of a section's `[[SECTION.collector]]` entries.
-pub fn collector_addrs(
+/// The validated collectors of a section's `[[SECTION.collector]]` entries.
+/// `mtu`: each port's MTU (IP bytes), `max_payload`: the largest datagram.
+pub fn collector_plans(
     section: &str,
     list: &[CollectorConfig],
-) -> Result<Vec<(SocketAddr, Option<SocketAddr>)>, ConfigError> {
+    ports: &[String],
+    mtu: &[u16],
+    max_payload: usize,
+) -> Result<Vec<CollectorPlan>, ConfigError> {
     let mut collectors = Vec::new();
     for (i, c) in list.iter().enumerate() {
         let ck = |f: &str| format!("{section}.collector[{i}].{f}");
-        let a: SocketAddr =
+        let addr: SocketAddr =
             c.address.parse().map_err(|_| cerr(ck("address"), format!("'{}' is not ADDR:PORT", c.address)))?;
-        let b = c
+        let bind = c
             .bind
             .as_deref()
             .map(|b| b.parse::<SocketAddr>().map_err(|_| cerr(ck("bind"), format!("'{b}' is not ADDR:PORT"))))
             .transpose()?;
-        collectors.push((a, b));
+        let port = c.port.as_deref().map(|p| port_by_name(ports, &ck("port"), p)).transpose()?;
+        let mac = match (&c.mac, port) {
+            (Some(_), None) => return Err(cerr(ck("mac"), "only with port (a kernel socket resolves by itself)")),
+            (Some(m), Some(_)) => Some(parse_mac(m).map_err(|e| cerr(ck("mac"), e))?),
+            (None, _) => None,
+        };
+        if let Some(p) = port {
+            let headers = if addr.is_ipv6() { 48 } else { 28 };
+            let m = mtu.get(p as usize).copied().unwrap_or(1500) as usize;
+            if max_payload + headers > m {
+                return Err(cerr(
+                    ck("port"),
+                    format!("datagrams of {max_payload} bytes + {headers} header bytes exceed the port's MTU {m}"),
+                ));
+            }
+            if bind.is_some_and(|b| b.is_ipv6() != addr.is_ipv6()) {
+                return Err(cerr(ck("bind"), "must be of the address's family"));
+            }
+        }
+        collectors.push(CollectorPlan { addr, bind, port, mac });
     }
     Ok(collectors)
 }
@@ -195,7 +225,7 @@ pub fn collector_addrs(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IntPlan {
     pub spec: IntSpec,
-    pub collectors: Vec<(SocketAddr, Option<SocketAddr>)>,
+    pub collectors: Vec<CollectorPlan>,
     pub ring_size: usize,
     pub hw_id: u8,
     pub max_packet: usize,
@@ -428,7 +458,7 @@ impl IntConfig {
             watch.push(r.name.clone());
             spec.upsert(r);
         }
-        let collectors = collector_addrs("int", &self.collector)?;
+        let collectors = collector_plans("int", &self.collector, ports, mtu, self.report_max_packet)?;
         Ok(IntPlan {
             spec,
             collectors,
@@ -506,6 +536,16 @@ mod tests {
         assert_eq!(e.key, "int.watch[0].dst");
         let e = plan("node_id = 1\n[[collector]]\naddress = \"nowhere\"").unwrap_err();
         assert_eq!(e.key, "int.collector[0].address");
+        let e = plan("node_id = 1\n[[collector]]\naddress = \"10.0.0.1:1\"\nmac = \"02:00:00:00:00:01\"").unwrap_err();
+        assert_eq!(e.key, "int.collector[0].mac");
+        let e = plan("node_id = 1\n[[collector]]\naddress = \"10.0.0.1:1\"\nport = \"p7\"").unwrap_err();
+        assert_eq!(e.key, "int.collector[0].port");
+        let e = plan("node_id = 1\nreport_max_packet = 1480\n[[collector]]\naddress = \"10.0.0.1:1\"\nport = \"p1\"")
+            .unwrap_err();
+        assert!(e.key == "int.collector[0].port" && e.reason.contains("MTU 1500"), "{e:?}");
+        let p =
+            plan("node_id = 1\n[[collector]]\naddress = \"10.0.0.1:1\"\nport = \"p1\"\nmac = \"02:00:00:00:00:01\"");
+        assert_eq!(p.unwrap().collectors[0].mac, Some([2, 0, 0, 0, 0, 1]));
         let e = plan("node_id = 1\npresence = \"vxlan\"").unwrap_err();
         assert_eq!(e.key, "int.presence");
         let e = plan("node_id = 1\npresence = \"dscp\"\ndscp_value = 0x21\ndscp_mask = 0x01").unwrap_err();

@@ -8,9 +8,7 @@
 //! metadata in RepMdBits order (bit 15, set on drop reports: queue ID,
 //! drop reason, 16 bits of padding), then the inner packet padded to 4 bytes.
 
-use std::net::{SocketAddr, UdpSocket};
-use std::time::Duration;
-
+use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
 use dataplane::int_stage::ReportRecord;
 use dataplane::wire::int_md::{emit_hop, hop_words};
 use dataplane::wire::telemetry_report::{
@@ -69,8 +67,7 @@ pub fn encode(rec: &ReportRecord, md_bits: u16, out: &mut [u8]) -> usize {
 }
 
 struct Collector {
-    addr: SocketAddr,
-    sock: UdpSocket,
+    tx: CollectorTx,
     seq: u32,
     packets: u64,
     reports: u64,
@@ -101,15 +98,13 @@ impl Exporter {
         md_bits: u16,
         max_packet: usize,
         rings: Vec<rtrb::Consumer<ReportRecord>>,
-        collectors: &[(SocketAddr, Option<SocketAddr>)],
+        collectors: &[CollectorPlan],
+        ports: &dyn PortOut,
     ) -> Result<Exporter, String> {
         let mut cs = Vec::new();
-        for (i, (addr, bind)) in collectors.iter().enumerate() {
-            let sock = collector_socket(addr, bind).map_err(|e| format!("int.collector[{i}]: {e}"))?;
-            sock.connect(addr).map_err(|e| format!("int.collector[{i}]: cannot reach {addr}: {e}"))?;
-            // A full socket buffer may hold the control core briefly, never forever.
-            let _ = sock.set_write_timeout(Some(Duration::from_millis(20)));
-            cs.push(Collector { addr: *addr, sock, seq: 0, packets: 0, reports: 0, send_errors: 0, last_error: None });
+        for (i, c) in collectors.iter().enumerate() {
+            let tx = CollectorTx::open(c, ports, false).map_err(|e| format!("int.collector[{i}]: {e}"))?;
+            cs.push(Collector { tx, seq: 0, packets: 0, reports: 0, send_errors: 0, last_error: None });
         }
         let n = rings.len();
         Ok(Exporter {
@@ -129,7 +124,7 @@ impl Exporter {
 
     /// Drains up to `budget` records from the rings and sends them (nothing
     /// is held back between calls); returns how many were taken.
-    pub fn poll(&mut self, budget: usize) -> usize {
+    pub fn poll(&mut self, budget: usize, out: &mut dyn PortOut) -> usize {
         if self.paused {
             return 0;
         }
@@ -143,7 +138,7 @@ impl Exporter {
                 self.received[ri] += 1;
                 let n = encoded_len(&rec, self.md_bits);
                 if off + n > self.max_packet && in_packet > 0 {
-                    self.send(off, in_packet);
+                    self.send(off, in_packet, out);
                     (off, in_packet) = (GROUP_HDR_LEN, 0);
                 }
                 encode(&rec, self.md_bits, &mut self.buf[off..off + n]);
@@ -152,18 +147,18 @@ impl Exporter {
             }
         }
         if in_packet > 0 {
-            self.send(off, in_packet);
+            self.send(off, in_packet, out);
         }
         taken
     }
 
     /// Sends the packet in `buf[..len]` to every collector.
-    fn send(&mut self, len: usize, reports: usize) {
+    fn send(&mut self, len: usize, reports: usize, out: &mut dyn PortOut) {
         self.packets += 1;
         self.reports += reports as u64;
         for c in &mut self.collectors {
             emit_group(&mut self.buf[..GROUP_HDR_LEN], self.hw_id, c.seq, self.node_id);
-            match c.sock.send(&self.buf[..len]) {
+            match c.tx.send(&self.buf[..len], out) {
                 Ok(_) => {
                     c.seq = (c.seq + 1) & 0x3f_ffff;
                     c.packets += 1;
@@ -173,7 +168,7 @@ impl Exporter {
                     // Not sent, so no sequence number used: the collector sees
                     // no gap, this counter says what was lost here.
                     c.send_errors += 1;
-                    c.last_error = Some(e.to_string());
+                    c.last_error = Some(e);
                 }
             }
         }
@@ -205,7 +200,8 @@ impl Exporter {
             .iter()
             .map(|c| {
                 json!({
-                    "address": c.addr.to_string(),
+                    "address": c.tx.addr.to_string(),
+                    "via": c.tx.via(),
                     "packets": c.packets,
                     "reports": c.reports,
                     "send_errors": c.send_errors,
@@ -226,25 +222,15 @@ impl Exporter {
     }
 }
 
-/// A UDP socket to send to a collector from: bound to `bind`, or to any
-/// address of the collector's family.
-pub fn collector_socket(addr: &SocketAddr, bind: &Option<SocketAddr>) -> Result<UdpSocket, String> {
-    let local = bind.unwrap_or_else(|| {
-        if addr.is_ipv4() {
-            SocketAddr::from(([0, 0, 0, 0], 0))
-        } else {
-            SocketAddr::from(([0u16; 8], 0))
-        }
-    });
-    UdpSocket::bind(local).map_err(|e| format!("cannot bind {local}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collector_tx::NoPorts;
     use dataplane::int_stage::REPORT_MAX;
     use dataplane::wire::int_md::HopMetadata;
     use dataplane::wire::telemetry_report::{parse_group, FLAG_F};
+    use std::net::UdpSocket;
+    use std::time::Duration;
 
     fn rec(len: usize, flags: u8) -> ReportRecord {
         let mut r = ReportRecord {
@@ -286,11 +272,12 @@ mod tests {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let (mut p, c) = rtrb::RingBuffer::new(64);
-        let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[(rx.local_addr().unwrap(), None)]).unwrap();
+        let plan = CollectorPlan { addr: rx.local_addr().unwrap(), bind: None, port: None, mac: None };
+        let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[plan], &NoPorts).unwrap();
         for _ in 0..10 {
             p.push(rec(100, 0)).unwrap();
         }
-        assert_eq!(ex.poll(1000), 10);
+        assert_eq!(ex.poll(1000, &mut NoPorts), 10);
         // 4+8+4+100 = 116 bytes each: two per 300-byte packet -> 5 packets.
         let mut seqs = Vec::new();
         let mut buf = [0u8; 2048];
@@ -304,7 +291,7 @@ mod tests {
         assert_eq!(seqs, vec![0, 1, 2, 3, 4]);
         ex.paused = true;
         p.push(rec(100, 0)).unwrap();
-        assert_eq!(ex.poll(1000), 0);
+        assert_eq!(ex.poll(1000, &mut NoPorts), 0);
         assert_eq!(ex.pending(), vec![1]);
         let j = ex.json(&[0]);
         assert_eq!((j["reports"].as_u64(), j["packets"].as_u64()), (Some(10), Some(5)));

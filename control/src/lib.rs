@@ -9,6 +9,7 @@ pub mod api;
 pub mod capture;
 pub mod client;
 pub mod collector;
+pub mod collector_tx;
 pub mod config;
 pub mod demo;
 pub mod int_config;

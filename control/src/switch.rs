@@ -20,12 +20,13 @@ use dataplane::forward::{self, ControlEvent};
 use dataplane::int::Presence;
 use dataplane::parse::FlowKey;
 use dataplane::tables::{NeighbourSpec, PortState, RouteSpec, TableSpec, Tables};
-use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, Shared, WorkerSetup};
+use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, Shared, WorkerSetup, WorkerShared};
 use dataplane::DropReason;
 use serde_json::{json, Value};
 
 use crate::api::ApiError;
 use crate::capture::CaptureJob;
+use crate::collector_tx::PortOut;
 use crate::config::{format_mac, Plan, WorkerPlan};
 use crate::int_export::Exporter;
 use crate::server::Server;
@@ -90,6 +91,52 @@ pub struct Switch {
     pub(crate) ampm_exporter: Option<crate::ampm_export::AmpmExporter>,
     /// Each AM-PM flow as configured (for `show ampm`), by name.
     pub(crate) ampm_configs: HashMap<String, crate::ampm_config::AmpmFlowConfig>,
+}
+
+/// Exported frames out of data-plane ports: copied into an mbuf here and
+/// sent by worker 0 (its `inject` queue, never waited on); destination MACs
+/// from the neighbour table.
+struct PortSender<'a> {
+    pool: &'a Mempool,
+    spec: &'a TableSpec,
+    /// None: the workers are not running (nothing can be sent).
+    worker: Option<&'a WorkerShared>,
+    /// Next hops to resolve.
+    resolve: Vec<(IpAddr, u16)>,
+}
+
+impl<'a> PortSender<'a> {
+    fn new(pool: &'a Mempool, spec: &'a TableSpec, worker: Option<&'a WorkerShared>) -> PortSender<'a> {
+        PortSender { pool, spec, worker, resolve: Vec::new() }
+    }
+}
+
+impl PortOut for PortSender<'_> {
+    fn port_info(&self, port: u16, v6: bool) -> Option<([u8; 6], Option<IpAddr>)> {
+        let p = self.spec.ports.get(port as usize)?;
+        let ip = if v6 {
+            p.ipv6.first().map(|(a, _)| IpAddr::from(*a))
+        } else {
+            p.ipv4.first().map(|(a, _)| IpAddr::from(*a))
+        };
+        Some((p.mac, ip))
+    }
+
+    fn neighbour(&mut self, port: u16, ip: IpAddr) -> Option<[u8; 6]> {
+        let known = self.spec.neighbours.iter().find(|n| n.ip == ip && n.port == port).map(|n| n.mac);
+        if known.is_none() && !self.resolve.contains(&(ip, port)) {
+            self.resolve.push((ip, port));
+        }
+        known
+    }
+
+    fn transmit(&mut self, port: u16, frame: &[u8]) -> Result<(), String> {
+        let w = self.worker.ok_or("the workers have stopped")?;
+        let len = u16::try_from(frame.len()).map_err(|_| "frame longer than 65535 bytes".to_string())?;
+        let mut m = self.pool.alloc().ok_or("no mbuf free")?;
+        m.append(len).ok_or("frame longer than an mbuf")?.copy_from_slice(frame);
+        w.inject.push((port, m)).map_err(|_| "worker 0's hand-off queue is full".to_string())
+    }
 }
 
 fn eal_args(plan: &Plan) -> EalArgs {
@@ -229,6 +276,7 @@ impl Switch {
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
         }
+        let port_info = PortSender::new(&pool, &spec, None);
         let exporter = match &plan.int {
             Some(ip) => Some(Exporter::new(
                 ip.spec.node_id,
@@ -237,6 +285,7 @@ impl Switch {
                 ip.max_packet,
                 consumers,
                 &ip.collectors,
+                &port_info,
             )?),
             None => None,
         };
@@ -246,6 +295,7 @@ impl Switch {
                 a.setup.timing,
                 a.setup.capacity,
                 &a.collectors,
+                &port_info,
             )?),
             None => None,
         };
@@ -792,6 +842,22 @@ impl Switch {
         }
     }
 
+    /// Runs the report and AM-PM exporters; true when reports were sent.
+    /// Frames for collectors behind a DPDK port go out through worker 0;
+    /// unknown next hops get resolved.
+    fn export(&mut self) -> bool {
+        let mut out = PortSender::new(&self.pool, &self.spec, Some(&self.shared.workers[0]));
+        let busy = self.exporter.as_mut().is_some_and(|ex| ex.poll(1 << 16, &mut out) > 0);
+        let now = self.now_ns();
+        if let (Some(ex), Some(setup)) = (&mut self.ampm_exporter, &self.spec.ampm) {
+            ex.poll(now, &self.shared, &setup.flows, &mut out);
+        }
+        for (ip, port) in std::mem::take(&mut out.resolve) {
+            self.resolve(ip, port);
+        }
+        busy
+    }
+
     /// Sends an ARP request or neighbour solicitation through worker 0.
     fn resolve(&mut self, ip: IpAddr, port: u16) {
         let now = Instant::now();
@@ -839,10 +905,7 @@ impl Switch {
             }
             self.drain_events()?;
             self.reap_retired();
-            if let Some(ex) = &mut self.exporter {
-                busy |= ex.poll(1 << 16) > 0;
-            }
-            self.ampm_poll();
+            busy |= self.export();
             self.sample_load();
             crate::capture::progress(self);
             if opts.stats_interval_s > 0 && last_print.elapsed() >= Duration::from_secs(opts.stats_interval_s) {
@@ -910,7 +973,9 @@ impl Switch {
         }
         let _ = self.drain_events();
         if let Some(ex) = &mut self.exporter {
-            while ex.poll(1 << 16) > 0 {}
+            // Collectors behind a DPDK port count what is left as send errors.
+            let mut out = PortSender::new(&self.pool, &self.spec, None);
+            while ex.poll(1 << 16, &mut out) > 0 {}
         }
         let c = self.counters();
         let flows: u64 = self.shared.workers.iter().map(|w| w.flows_in_use.load(Ordering::Relaxed)).sum();

@@ -157,7 +157,7 @@ impl WorkerShared {
             held: ArrayQueue::new(256),
             reinject: ArrayQueue::new(1024),
             flow_commands: ArrayQueue::new(4096),
-            inject: ArrayQueue::new(256),
+            inject: ArrayQueue::new(4096),
             events: ArrayQueue::new(1024),
             flows_in_use: AtomicU64::new(0),
             macs_in_use: AtomicU64::new(0),

@@ -887,7 +887,7 @@ fn print_text(cmd: &str, r: &Value) {
                     .collect(),
             );
             table(
-                &["COLLECTOR", "PACKETS", "REPORTS", "SEND ERRORS", "NEXT SEQ", "LAST ERROR"],
+                &["COLLECTOR", "VIA", "PACKETS", "REPORTS", "SEND ERRORS", "NEXT SEQ", "LAST ERROR"],
                 r["collectors"]
                     .as_array()
                     .into_iter()
@@ -895,6 +895,7 @@ fn print_text(cmd: &str, r: &Value) {
                     .map(|x| {
                         vec![
                             s(&x["address"]),
+                            s(&x["via"]),
                             s(&x["packets"]),
                             s(&x["reports"]),
                             s(&x["send_errors"]),
