@@ -615,6 +615,15 @@ fn dscp_of(b: &[u8], meta: &PacketMeta) -> u8 {
     }
 }
 
+/// Starts loading the packet's per-flow rule (a burst's first pass calls
+/// this so `apply` finds it in the cache).
+#[inline]
+pub fn prefetch(spec: &AmpmSpec, b: &[u8], meta: &PacketMeta) {
+    if matches!(meta.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
+        spec.flow_rules.prefetch(&flow_key(b, meta));
+    }
+}
+
 /// Runs AM-PM on one packet. `meta` is kept valid when an option header is
 /// inserted or removed.
 pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta) -> Outcome {

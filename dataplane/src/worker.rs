@@ -361,6 +361,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     };
                     if let Ok(meta) = &metas[i] {
                         flows.prefetch(&meta.key);
+                        if let Some(a) = tables.ampm.as_ref() {
+                            ampm::prefetch(a, m.data(), meta);
+                        }
                     }
                 }
             }
