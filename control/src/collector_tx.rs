@@ -36,8 +36,9 @@ pub trait PortOut {
     fn port_info(&self, port: u16, v6: bool) -> Option<([u8; 6], Option<IpAddr>)>;
     /// The MAC of `ip` on `port`; None while unknown (a resolution is started).
     fn neighbour(&mut self, port: u16, ip: IpAddr) -> Option<[u8; 6]>;
-    /// Queues one frame for transmission on `port`; never waits.
-    fn transmit(&mut self, port: u16, frame: &[u8]) -> Result<(), String>;
+    /// Queues one frame of `len` bytes for transmission on `port`, written
+    /// by `fill` straight into the packet buffer; never waits.
+    fn transmit(&mut self, port: u16, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), String>;
 }
 
 /// For exporters without port-bound collectors (and tests).
@@ -50,7 +51,7 @@ impl PortOut for NoPorts {
     fn neighbour(&mut self, _: u16, _: IpAddr) -> Option<[u8; 6]> {
         None
     }
-    fn transmit(&mut self, port: u16, _: &[u8]) -> Result<(), String> {
+    fn transmit(&mut self, port: u16, _: usize, _: &mut dyn FnMut(&mut [u8])) -> Result<(), String> {
         Err(format!("no DPDK port {port} to send through"))
     }
 }
@@ -64,8 +65,6 @@ enum Via {
 pub struct CollectorTx {
     pub addr: SocketAddr,
     via: Via,
-    /// Frame buffer for the port path (allocated once).
-    frame: Vec<u8>,
 }
 
 impl CollectorTx {
@@ -102,7 +101,7 @@ impl CollectorTx {
                 Via::Port { port, src, mac: c.mac }
             }
         };
-        Ok(CollectorTx { addr: c.addr, via, frame: Vec::new() })
+        Ok(CollectorTx { addr: c.addr, via })
     }
 
     /// Sends one datagram. An error means it was not sent (counted by the caller).
@@ -118,9 +117,11 @@ impl CollectorTx {
                     }
                 };
                 let (own_mac, _) = out.port_info(port, src.is_ipv6()).ok_or_else(|| format!("no port {port}"))?;
-                self.frame.resize(62 + payload.len(), 0);
-                let n = udp_frame(&mut self.frame, own_mac, dst_mac, src, self.addr, payload);
-                out.transmit(port, &self.frame[..n])
+                let headers = if src.is_ipv6() { 14 + 40 + 8 } else { 14 + 20 + 8 };
+                let dst = self.addr;
+                out.transmit(port, headers + payload.len(), &mut |buf| {
+                    udp_frame(buf, own_mac, dst_mac, src, dst, payload);
+                })
             }
         }
     }
@@ -147,8 +148,8 @@ pub fn socket(addr: &SocketAddr, bind: &Option<SocketAddr>) -> Result<UdpSocket,
     UdpSocket::bind(local).map_err(|e| format!("cannot bind {local}: {e}"))
 }
 
-/// Writes Ethernet + IP + UDP + `payload` into `out` (at least 62 bytes
-/// more than the payload); returns the frame length. `src` and `dst` are of
+/// Writes Ethernet + IP + UDP + `payload` into `out` (14 + 20 or 40 + 8
+/// bytes more than the payload); returns the frame length. `src` and `dst` are of
 /// one family.
 pub fn udp_frame(
     out: &mut [u8],
@@ -204,8 +205,10 @@ mod tests {
             self.asked.push(ip);
             (ip == "10.9.0.2".parse::<IpAddr>().unwrap()).then_some([2, 0, 0, 0, 0, 0x22])
         }
-        fn transmit(&mut self, port: u16, frame: &[u8]) -> Result<(), String> {
-            self.sent.push((port, frame.to_vec()));
+        fn transmit(&mut self, port: u16, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), String> {
+            let mut f = vec![0xee; len];
+            fill(&mut f);
+            self.sent.push((port, f));
             Ok(())
         }
     }

@@ -123,7 +123,8 @@ impl Exporter {
     }
 
     /// Drains up to `budget` records from the rings and sends them (nothing
-    /// is held back between calls); returns how many were taken.
+    /// is held back between calls); returns how many were taken. Records
+    /// are encoded straight from the ring's slots (no copy out of the ring).
     pub fn poll(&mut self, budget: usize, out: &mut dyn PortOut) -> usize {
         if self.paused {
             return 0;
@@ -131,21 +132,30 @@ impl Exporter {
         let mut taken = 0;
         let mut off = GROUP_HDR_LEN;
         let mut in_packet = 0;
-        for ri in 0..self.rings.len() {
-            while taken < budget {
-                let Ok(rec) = self.rings[ri].pop() else { break };
-                taken += 1;
-                self.received[ri] += 1;
-                let n = encoded_len(&rec, self.md_bits);
-                if off + n > self.max_packet && in_packet > 0 {
+        // Out of `self` while its slots are read (send borrows `self`).
+        let mut rings = std::mem::take(&mut self.rings);
+        for (ri, ring) in rings.iter_mut().enumerate() {
+            let n = ring.slots().min(budget - taken);
+            if n == 0 {
+                continue;
+            }
+            let Ok(chunk) = ring.read_chunk(n) else { continue };
+            let (a, b) = chunk.as_slices();
+            for rec in a.iter().chain(b.iter()) {
+                let len = encoded_len(rec, self.md_bits);
+                if off + len > self.max_packet && in_packet > 0 {
                     self.send(off, in_packet, out);
                     (off, in_packet) = (GROUP_HDR_LEN, 0);
                 }
-                encode(&rec, self.md_bits, &mut self.buf[off..off + n]);
-                off += n;
+                encode(rec, self.md_bits, &mut self.buf[off..off + len]);
+                off += len;
                 in_packet += 1;
             }
+            chunk.commit_all();
+            taken += n;
+            self.received[ri] += n as u64;
         }
+        self.rings = rings;
         if in_packet > 0 {
             self.send(off, in_packet, out);
         }
