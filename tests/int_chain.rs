@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use intswitch_tests::{intctl_bin, ns_try, tcp_transfer, Testbed};
+use intswitch_tests::{collector_reports, intctl_bin, ns_try, report_flow, tcp_transfer, Testbed, CHAIN3_FLOWS};
 use serde_json::Value;
 
 const UDP_DATAGRAMS: usize = 200;
@@ -91,45 +91,30 @@ fn chain3_int_source_transit_sink_and_reports() {
     // intcollector: 3 hops (1, 2, 3) per report, plausible values, every
     // sequence number once, and all four flows.
     std::thread::sleep(Duration::from_millis(500));
-    let log = std::fs::read_to_string(tb.log("c3")).unwrap();
+    let reports = collector_reports(&tb.log("c3"));
     let mut seqs = BTreeSet::new();
-    let mut flows = HashSet::new();
-    let mut reports = 0u64;
-    for line in log.lines().filter(|l| l.starts_with('{')) {
-        let v: Value = serde_json::from_str(line).unwrap();
-        if v.get("summary").is_some() {
-            continue;
-        }
-        assert!(v.get("error").is_none(), "{line}");
-        reports += 1;
+    for v in &reports {
         seqs.insert(v["seq"].as_u64().unwrap());
         let hops = v["hops"].as_array().unwrap();
         let nodes: Vec<u64> = hops.iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
-        assert_eq!(nodes, vec![1, 2, 3], "{line}");
+        assert_eq!(nodes, vec![1, 2, 3], "{v}");
         let mut last_ts = 0;
         for h in hops {
             let lat = h["hop_latency_ns"].as_u64().unwrap();
-            assert!(lat > 0 && lat < 50_000_000, "hop latency {lat} ns: {line}");
-            assert_eq!((h["ingress_port"].as_u64(), h["egress_port"].as_u64()), (Some(0), Some(1)), "{line}");
+            assert!(lat > 0 && lat < 50_000_000, "hop latency {lat} ns: {v}");
+            assert_eq!((h["ingress_port"].as_u64(), h["egress_port"].as_u64()), (Some(0), Some(1)), "{v}");
             // One host clock: ingress times follow the path (1 ms slack for
             // each switch's TSC calibration).
             let ts = h["ingress_ts_ns"].as_u64().unwrap();
-            assert!(ts + 1_000_000 >= last_ts, "{line}");
+            assert!(ts + 1_000_000 >= last_ts, "{v}");
             last_ts = ts;
         }
-        let f = &v["flow"];
-        flows.insert((
-            f["dst"].as_str().unwrap().to_string(),
-            f["proto"].as_u64().unwrap(),
-            f["dst_port"].as_u64().unwrap(),
-        ));
     }
-    assert_eq!(reports, sourced, "intcollector saw every report");
+    assert_eq!(reports.len() as u64, sourced, "intcollector saw every report");
     let (lo, hi) = (*seqs.first().unwrap(), *seqs.last().unwrap());
     assert_eq!(hi - lo + 1, seqs.len() as u64, "sequence numbers without gaps");
-    for f in
-        [("10.31.2.2", 17, 5001), ("2001:db8:31:2::2", 17, 5002), ("10.31.2.2", 6, 5201), ("2001:db8:31:2::2", 6, 5201)]
-    {
+    let flows: HashSet<_> = reports.iter().map(report_flow).collect();
+    for f in CHAIN3_FLOWS {
         assert!(flows.contains(&(f.0.to_string(), f.1, f.2)), "flow {f:?} not reported: {flows:?}");
     }
 

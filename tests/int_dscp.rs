@@ -11,7 +11,9 @@ use std::process::{Command, Output};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use intswitch_tests::{intctl_bin, ns_try, tcp_transfer, udp_exchange, Testbed};
+use intswitch_tests::{
+    collector_reports, intctl_bin, ns_try, report_flow, tcp_transfer, udp_exchange, Testbed, CHAIN3_FLOWS,
+};
 use serde_json::Value;
 
 const DATAGRAMS: usize = 100;
@@ -145,29 +147,14 @@ fn chain3_int_by_dscp_over_tcp_and_udp() {
     // intcollector with --int-dscp: three hops per report, each flow with
     // its own protocol and ports.
     std::thread::sleep(Duration::from_millis(500));
-    let log = std::fs::read_to_string(tb.log("c3")).unwrap();
-    let mut flows = HashSet::new();
-    let mut reports = 0;
-    for line in log.lines().filter(|l| l.starts_with('{')) {
-        let v: Value = serde_json::from_str(line).unwrap();
-        if v.get("summary").is_some() {
-            continue;
-        }
-        assert!(v.get("error").is_none(), "{line}");
-        reports += 1;
+    let reports = collector_reports(&tb.log("c3"));
+    for v in &reports {
         let nodes: Vec<u64> = v["hops"].as_array().unwrap().iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
-        assert_eq!(nodes, vec![1, 2, 3], "{line}");
-        let f = &v["flow"];
-        flows.insert((
-            f["dst"].as_str().unwrap().to_string(),
-            f["proto"].as_u64().unwrap(),
-            f["dst_port"].as_u64().unwrap(),
-        ));
+        assert_eq!(nodes, vec![1, 2, 3], "{v}");
     }
-    assert_eq!(reports, sourced, "intcollector decoded every report");
-    for f in
-        [("10.31.2.2", 17, 5001), ("2001:db8:31:2::2", 17, 5002), ("10.31.2.2", 6, 5201), ("2001:db8:31:2::2", 6, 5201)]
-    {
+    assert_eq!(reports.len() as u64, sourced, "intcollector decoded every report");
+    let flows: HashSet<_> = reports.iter().map(report_flow).collect();
+    for f in CHAIN3_FLOWS {
         assert!(flows.contains(&(f.0.to_string(), f.1, f.2)), "flow {f:?} not reported: {flows:?}");
     }
 

@@ -314,6 +314,31 @@ time.sleep(0.003)\n"
     assert!(ok && out.trim() == count.to_string(), "UDP to {dst}:{port}: {out}");
 }
 
+/// The report lines of an intcollector `--json` log (not the summary),
+/// each checked to carry no decode error.
+pub fn collector_reports(log: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v.get("summary").is_none() {
+            assert!(v.get("error").is_none(), "{line}");
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// A decoded report's inner flow: (destination, protocol, destination port).
+pub fn report_flow(v: &serde_json::Value) -> (String, u64, u64) {
+    let f = &v["flow"];
+    (f["dst"].as_str().unwrap().to_string(), f["proto"].as_u64().unwrap(), f["dst_port"].as_u64().unwrap())
+}
+
+/// The four flows the chain3 tests send from h1 to h2 (UDP and TCP, v4 and v6).
+pub const CHAIN3_FLOWS: [(&str, u64, u64); 4] =
+    [("10.31.2.2", 17, 5001), ("2001:db8:31:2::2", 17, 5002), ("10.31.2.2", 6, 5201), ("2001:db8:31:2::2", 6, 5201)];
+
 pub fn ping(from: &str, to: &str) {
     // One warm-up (address resolution), then three that must all come back.
     let _ = ns_try(from, &["ping", "-c", "1", "-W", "2", to]);
