@@ -4,16 +4,26 @@
 //! Hop-by-Hop / Destination options); both MPs export interval records to
 //! intcollector, which joins them. Three phases: no impairment (no loss),
 //! loss on the MP1->MP2 link (summed loss = the link emulation's drops),
-//! delay (measured one-way delay follows the configured one).
+//! delay (measured one-way delay follows the configured one). A second
+//! test runs the no-impairment phase with `time_format = "ns"` (interval
+//! 2^29 ns) instead of the paper's seconds/fraction split.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use intswitch_tests::{ns, ping, repo_root, Testbed};
 use serde_json::Value;
 
 const T_NS: u64 = 500_000_000;
+/// The `ns` variant's interval: 2^29 ns.
+const T_NS_POW2: u64 = 1 << 29;
+
+/// The two tests run one after the other: the delay phase's precision
+/// needs the machine to itself.
+static SERIAL: Mutex<()> = Mutex::new(());
 const PPS: f64 = 1600.0;
 const SECS: f64 = 4.0;
 
@@ -81,8 +91,9 @@ fn send(h1: &str, flows: &[&Flow]) -> (u64, u64, HashMap<String, u64>) {
 }
 
 /// Joined intervals of a phase, by flow (waits for the last exports).
-fn intervals(tb: &Testbed, t0: u64, t1: u64) -> HashMap<String, Vec<Value>> {
-    let want_last = t1 / T_NS;
+/// `t_ns`: the interval.
+fn intervals(tb: &Testbed, t0: u64, t1: u64, t_ns: u64) -> HashMap<String, Vec<Value>> {
+    let want_last = t1 / t_ns;
     let mut out: HashMap<String, Vec<Value>> = HashMap::new();
     for _ in 0..40 {
         out.clear();
@@ -90,7 +101,8 @@ fn intervals(tb: &Testbed, t0: u64, t1: u64) -> HashMap<String, Vec<Value>> {
         for l in log.lines().filter(|l| l.contains("\"loss_packets\"") && !l.contains("ampm_summary")) {
             let v: Value = serde_json::from_str(l).unwrap();
             let start = v["start_ns"].as_u64().unwrap();
-            if start + T_NS >= t0 && start <= t1 {
+            assert_eq!(v["interval"].as_u64().unwrap() * t_ns, start, "interval index and start agree: {l}");
+            if start + t_ns >= t0 && start <= t1 {
                 out.entry(v["flow"].as_str().unwrap().to_string()).or_default().push(v);
             }
         }
@@ -138,23 +150,21 @@ fn pin_neighbours(tb: &Testbed) {
     }
 }
 
-#[test]
-fn ampm_loss_and_delay_every_method_and_carrier() {
-    let tb = Testbed::up(&Testbed::shipped("ampm"));
+/// Phase 1 (no impairment): every interval of every loss flow loses 0 and
+/// the initiator counted exactly what h1 sent, which h2 received. Returns
+/// the median pulse delay (the baseline).
+fn no_loss_phase(tb: &Testbed, t_ns: u64) -> i64 {
     let (h1, h2) = (tb.ns("h1"), tb.ns("h2"));
     for (from, to) in [(&h1, "10.32.0.2"), (&h1, "2001:db8:32::2"), (&h2, "10.32.0.1"), (&h2, "2001:db8:32::1")] {
         ping(from, to);
     }
-    pin_neighbours(&tb);
+    pin_neighbours(tb);
     let all: Vec<&Flow> = FLOWS.iter().collect();
-
-    // Phase 1: no impairment: every interval of every loss flow loses 0 and
-    // the initiator counted exactly what h1 sent.
     let s = sink(&h2, SECS + 2.5);
     let (t0, t1, sent) = send(&h1, &all);
     let got = s.wait_with_output().unwrap();
     let received: Value = serde_json::from_slice(&got.stdout).unwrap();
-    let iv = intervals(&tb, t0, t1);
+    let iv = intervals(tb, t0, t1, t_ns);
     for f in FLOWS.iter().filter(|f| f.loss) {
         let v = &iv[f.name];
         assert!(v.iter().all(|x| x["loss_packets"] == 0 && x["loss_bytes"] == 0), "{}: {v:?}", f.name);
@@ -164,7 +174,16 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
     let base = delays(&iv);
     assert!(base.len() >= 6 * 6, "pulses in most intervals: {base:?}");
     assert!(base.iter().all(|d| (0..2_000_000).contains(d)), "{base:?}");
-    let base_median = median(base);
+    median(base)
+}
+
+#[test]
+fn ampm_loss_and_delay_every_method_and_carrier() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tb = Testbed::up(&Testbed::shipped("ampm"));
+    let (h1, h2) = (tb.ns("h1"), tb.ns("h2"));
+    let all: Vec<&Flow> = FLOWS.iter().collect();
+    let base_median = no_loss_phase(&tb, T_NS);
 
     // Phase 2: 10 % loss on MP1 -> MP2: the loss summed over intervals and
     // flows is exactly what the link emulation dropped, and the initiator's
@@ -175,7 +194,7 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
     let s = sink(&h2, SECS + 2.5);
     let (t0, t1, sent) = send(&h1, &loss_flows);
     let _ = s.wait_with_output();
-    let iv = intervals(&tb, t0, t1);
+    let iv = intervals(&tb, t0, t1, T_NS);
     let dropped = impair_loss(&tb) - drop0;
     let (tx1, tx2) = (p1_tx(&tb, "mp1") - tx1_0, p1_tx(&tb, "mp2") - tx2_0);
     let total_loss: i64 = loss_flows.iter().map(|f| sum(&iv[f.name], "loss_packets")).sum();
@@ -208,7 +227,7 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
     let s = sink(&h2, SECS + 2.5);
     let (t0, t1, _) = send(&h1, &all);
     let _ = s.wait_with_output();
-    let iv = intervals(&tb, t0, t1);
+    let iv = intervals(&tb, t0, t1, T_NS);
     let d = delays(&iv);
     assert!(d.len() >= 6 * 6, "{d:?}");
     // Never below the configured delay; a scheduling stall on a small
@@ -237,4 +256,26 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
     assert_eq!(rules["tables"][0]["lookup"], "direct");
     let (ok, out) = tb.down();
     assert!(ok, "{out}");
+}
+
+/// The same testbed with CLOCK_REALTIME nanoseconds as the time bits
+/// (`time_format = "ns"`, T = 2^29 ns) on both MPs: no loss, exact counts.
+#[test]
+fn ampm_ns_time_format_no_loss() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let text = std::fs::read_to_string(Testbed::shipped("ampm")).unwrap();
+    let text = text.replace("name = \"ampm\"", "name = \"ampmns\"").replace(
+        "interval = \"500ms\"\ntime_format = \"sec_frac\"",
+        "interval = \"536870912ns\"\ntime_format = \"ns\"",
+    );
+    assert_eq!(text.matches("time_format = \"ns\"").count(), 2);
+    let file = std::env::temp_dir().join(format!("ampmns-{}.toml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let tb = Testbed::up(&file);
+    let show = tb.intctl("mp1", &["ampm", "show"]);
+    assert_eq!((show["time_format"].as_str(), show["interval_ns"].as_u64()), (Some("ns"), Some(T_NS_POW2)), "{show}");
+    no_loss_phase(&tb, T_NS_POW2);
+    let (ok, out) = tb.down();
+    assert!(ok, "{out}");
+    let _ = std::fs::remove_file::<PathBuf>(file);
 }

@@ -87,7 +87,6 @@ impl Switch {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
     }
 
-    /// Export tick of the control loop.
     /// Timing, current interval and color, every flow with its counters.
     pub fn ampm_json(&self) -> Result<Value, ApiError> {
         let s = self.ampm_setup()?;

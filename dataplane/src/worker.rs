@@ -313,7 +313,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             }
         }
 
-        let now = dpdk::tsc();
         let mut got = 0usize;
         let cap_rx = shared.capture_rx.load(Ordering::Relaxed);
         let cap_tx = shared.capture_tx.load(Ordering::Relaxed);
@@ -324,6 +323,13 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             if n == 0 {
                 continue;
             }
+            // This burst's receive time, read right after it arrived (not
+            // before the poll round: earlier ports' bursts take time).
+            // CLOCK_REALTIME first: should the thread stall in between, the
+            // AM-PM time is the earlier one, so a delay measured against it
+            // can only grow, never fall below what the path really took.
+            let burst_rt = tables.ampm.as_ref().map(|_| realtime_ns());
+            let now = dpdk::tsc();
             got += n;
             let ip = in_port as usize;
             if !tables.ports.get(ip).is_some_and(|p| p.up) {
@@ -350,7 +356,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // CLOCK_REALTIME itself (vDSO, once per burst), not the TSC
             // extrapolation: MPs in other processes and on other hosts
             // (PTP-disciplined) must agree on interval edges and timestamps.
-            let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, realtime_ns()));
+            let ampm_now = tables.ampm.as_ref().zip(burst_rt).map(|(a, rt)| BurstTime::new(&a.timing, rt));
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
