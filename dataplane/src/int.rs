@@ -319,6 +319,17 @@ pub fn transit(
     mtu: usize,
 ) -> Result<Transit, DropReason> {
     let blk = find(pkt.bytes(), meta, presence).ok_or(DropReason::IntTruncated)?;
+    transit_at(pkt, meta, blk, md, mtu)
+}
+
+/// `transit` on the INT block at `blk` (what `find` returned).
+pub fn transit_at(
+    pkt: &mut impl PacketBuf,
+    meta: &PacketMeta,
+    blk: usize,
+    md: &HopMetadata,
+    mtu: usize,
+) -> Result<Transit, DropReason> {
     let (hop_ml, rhc, bitmap) = {
         let v = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?;
         (v.hop_ml(), v.rhc(), v.bitmap())
@@ -357,6 +368,11 @@ pub fn transit(
 /// into an intermediate report. Returns the bytes removed.
 pub fn strip_stack(pkt: &mut impl PacketBuf, meta: &PacketMeta, presence: Presence) -> Result<usize, DropReason> {
     let blk = find(pkt.bytes(), meta, presence).ok_or(DropReason::IntTruncated)?;
+    strip_stack_at(pkt, meta, blk)
+}
+
+/// `strip_stack` on the INT block at `blk` (what `find` returned).
+pub fn strip_stack_at(pkt: &mut impl PacketBuf, meta: &PacketMeta, blk: usize) -> Result<usize, DropReason> {
     let total = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?.total_len();
     let n = total - INT_HDR_LEN;
     if n == 0 {
@@ -386,6 +402,16 @@ pub fn sink(
     report: &mut [u8],
 ) -> Result<(Sunk, usize), DropReason> {
     let blk = find(pkt.bytes(), meta, presence).ok_or(DropReason::IntTruncated)?;
+    sink_at(pkt, meta, blk, report)
+}
+
+/// `sink` on the INT block at `blk` (what `find` returned).
+pub fn sink_at(
+    pkt: &mut impl PacketBuf,
+    meta: &PacketMeta,
+    blk: usize,
+    report: &mut [u8],
+) -> Result<(Sunk, usize), DropReason> {
     let (total, npt, saved, hops, discard) = {
         let v = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?;
         (v.total_len(), v.npt(), v.saved(), v.hops(), v.flag_d())

@@ -285,7 +285,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     let md = measured.metadata(spec.node_id, ctx.clock);
     if role == Role::Transit {
         let mtu = spec.mtu[out_port as usize] as usize;
-        return match int::transit(pkt, meta, presence, &md, mtu) {
+        return match int::transit_at(pkt, meta, blk, &md, mtu) {
             Ok(Transit::Pushed) => {
                 ctx.counters.event(Event::IntTransited);
                 Ok(())
@@ -301,9 +301,9 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
                 rec.data[..n].copy_from_slice(&pkt.bytes()[..n]);
                 rec.len = n as u16;
                 queue(ctx, rec);
-                int::strip_stack(pkt, meta, presence)?;
+                int::strip_stack_at(pkt, meta, blk)?;
                 ctx.counters.event(Event::IntStripped);
-                match int::transit(pkt, meta, presence, &md, mtu)? {
+                match int::transit_at(pkt, meta, blk, &md, mtu)? {
                     Transit::Pushed => ctx.counters.event(Event::IntTransited),
                     _ => ctx.counters.event(Event::IntMtuExceeded),
                 }
@@ -324,11 +324,11 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     let (sunk, rec) = if due {
         let mut rec = record(flags, md, domain);
         let want = report_len(spec, meta, blk + total);
-        let (s, n) = int::sink(pkt, meta, presence, &mut rec.data[..want])?;
+        let (s, n) = int::sink_at(pkt, meta, blk, &mut rec.data[..want])?;
         rec.len = n as u16;
         (s, Some(rec))
     } else {
-        (int::sink(pkt, meta, presence, &mut [])?.0, None)
+        (int::sink_at(pkt, meta, blk, &mut [])?.0, None)
     };
     ctx.counters.event(Event::IntSunk);
     if let Some(rec) = rec {
