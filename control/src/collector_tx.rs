@@ -32,7 +32,8 @@ pub struct CollectorPlan {
 
 /// What a port-bound collector needs from the switch.
 pub trait PortOut {
-    /// The port's MAC and its first address of the family, when it has one.
+    /// The port's MAC and its first address of the family, when it has one
+    /// (asked once, when a collector is opened).
     fn port_info(&self, port: u16, v6: bool) -> Option<([u8; 6], Option<IpAddr>)>;
     /// The MAC of `ip` on `port`; None while unknown (a resolution is started).
     fn neighbour(&mut self, port: u16, ip: IpAddr) -> Option<[u8; 6]>;
@@ -58,7 +59,7 @@ impl PortOut for NoPorts {
 
 enum Via {
     Socket(UdpSocket),
-    Port { port: u16, src: SocketAddr, mac: Option<[u8; 6]> },
+    Port { port: u16, src: SocketAddr, src_mac: [u8; 6], mac: Option<[u8; 6]> },
 }
 
 /// One collector's sending end.
@@ -85,7 +86,7 @@ impl CollectorTx {
             }
             Some(port) => {
                 let v6 = c.addr.is_ipv6();
-                let (_, own) = ports.port_info(port, v6).ok_or_else(|| format!("no port {port}"))?;
+                let (src_mac, own) = ports.port_info(port, v6).ok_or_else(|| format!("no port {port}"))?;
                 let src = match (c.bind, own) {
                     (Some(b), _) if b.is_ipv6() != v6 => return Err(format!("bind {b} is not of {}'s family", c.addr)),
                     (Some(b), _) if b.port() == 0 => SocketAddr::new(b.ip(), DEFAULT_SOURCE_PORT),
@@ -98,7 +99,7 @@ impl CollectorTx {
                         ))
                     }
                 };
-                Via::Port { port, src, mac: c.mac }
+                Via::Port { port, src, src_mac, mac: c.mac }
             }
         };
         Ok(CollectorTx { addr: c.addr, via })
@@ -108,19 +109,18 @@ impl CollectorTx {
     pub fn send(&mut self, payload: &[u8], out: &mut dyn PortOut) -> Result<(), String> {
         match &self.via {
             Via::Socket(s) => s.send(payload).map(|_| ()).map_err(|e| e.to_string()),
-            Via::Port { port, src, mac } => {
-                let (port, src) = (*port, *src);
+            Via::Port { port, src, src_mac, mac } => {
+                let (port, src, src_mac) = (*port, *src, *src_mac);
                 let dst_mac = match mac {
                     Some(m) => *m,
                     None => {
                         out.neighbour(port, self.addr.ip()).ok_or_else(|| format!("{} unresolved", self.addr.ip()))?
                     }
                 };
-                let (own_mac, _) = out.port_info(port, src.is_ipv6()).ok_or_else(|| format!("no port {port}"))?;
                 let headers = if src.is_ipv6() { 14 + 40 + 8 } else { 14 + 20 + 8 };
                 let dst = self.addr;
                 out.transmit(port, headers + payload.len(), &mut |buf| {
-                    udp_frame(buf, own_mac, dst_mac, src, dst, payload);
+                    udp_frame(buf, src_mac, dst_mac, src, dst, payload);
                 })
             }
         }

@@ -107,19 +107,20 @@ fn default_dscp_mask() -> u8 {
     0x3f
 }
 
-/// Checks a DSCP presence value/mask pair (`key` names the value's key).
-pub fn dscp_presence(key: &str, value: u8, mask: u8) -> Result<Presence, ConfigError> {
+/// Checks a DSCP presence value/mask pair; errors name `keys` (value, mask).
+pub fn dscp_presence(keys: (&str, &str), value: u8, mask: u8) -> Result<Presence, ConfigError> {
     if mask == 0 || mask > 0x3f {
-        return Err(cerr(key.replace("value", "mask"), format!("{mask:#x} must be 0x01..=0x3f (six DSCP bits)")));
+        return Err(cerr(keys.1, format!("{mask:#x} must be 0x01..=0x3f (six DSCP bits)")));
     }
     if value & !mask != 0 {
-        return Err(cerr(key, format!("{value:#x} has bits outside the mask {mask:#x}")));
+        return Err(cerr(keys.0, format!("{value:#x} has bits outside the mask {mask:#x}")));
     }
     if value == 0 {
-        return Err(cerr(key, "0 would mark every unclassified packet as INT; pick a reserved codepoint or bit"));
+        return Err(cerr(keys.0, "0 would mark every unclassified packet as INT; pick a reserved codepoint or bit"));
     }
     Ok(Presence::Dscp { value, mask })
 }
+
 fn default_mtu_exceeded() -> String {
     "flag".into()
 }
@@ -411,7 +412,7 @@ impl IntConfig {
         let presence = match self.presence.as_str() {
             "udp_port" if self.udp_port == 0 => return Err(cerr(k("udp_port"), "must be 1-65535")),
             "udp_port" => Presence::UdpPort(self.udp_port),
-            "dscp" => dscp_presence(&k("dscp_value"), self.dscp_value, self.dscp_mask)?,
+            "dscp" => dscp_presence((&k("dscp_value"), &k("dscp_mask")), self.dscp_value, self.dscp_mask)?,
             p => return Err(cerr(k("presence"), format!("'{p}' is not one of udp_port, dscp"))),
         };
         let mut edge = 0u32;

@@ -325,10 +325,13 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             }
             // This burst's receive time, read right after it arrived (not
             // before the poll round: earlier ports' bursts take time).
-            // CLOCK_REALTIME first: should the thread stall in between, the
-            // AM-PM time is the earlier one, so a delay measured against it
-            // can only grow, never fall below what the path really took.
-            let burst_rt = tables.ampm.as_ref().map(|_| realtime_ns());
+            // AM-PM's time bits: CLOCK_REALTIME itself (vDSO, once per
+            // burst), not the TSC extrapolation: MPs in other processes and
+            // on other hosts (PTP-disciplined) must agree on interval edges
+            // and timestamps. Read before the TSC: should the thread stall in
+            // between, a delay measured against it can only grow, never fall
+            // below what the path really took.
+            let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, realtime_ns()));
             let now = dpdk::tsc();
             got += n;
             let ip = in_port as usize;
@@ -352,11 +355,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // misses; with a small table one pass is cheaper.
             // The INT stage needs each packet's parse too.
             let two_pass = tables.int.is_some() || tables.ampm.is_some() || flows.len() >= PREFETCH_MIN_FLOWS;
-            // AM-PM's time bits: one receive time for the whole burst.
-            // CLOCK_REALTIME itself (vDSO, once per burst), not the TSC
-            // extrapolation: MPs in other processes and on other hosts
-            // (PTP-disciplined) must agree on interval edges and timestamps.
-            let ampm_now = tables.ampm.as_ref().zip(burst_rt).map(|(a, rt)| BurstTime::new(&a.timing, rt));
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");

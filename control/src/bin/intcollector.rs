@@ -130,7 +130,8 @@ fn presence(cli: &Cli) -> Result<Presence, String> {
         Some((v, m)) => (num(v)?, num(m)?),
         None => (num(arg)?, 0x3f),
     };
-    control::int_config::dscp_presence("--int-dscp value", value, mask).map_err(|e| format!("{}: {}", e.key, e.reason))
+    control::int_config::dscp_presence(("--int-dscp value", "--int-dscp mask"), value, mask)
+        .map_err(|e| format!("{}: {}", e.key, e.reason))
 }
 
 fn run(cli: &Cli) -> Result<(), String> {
