@@ -90,8 +90,7 @@ fn chain3_int_source_transit_sink_and_reports() {
 
     // intcollector: 3 hops (1, 2, 3) per report, plausible values, every
     // sequence number once, and all four flows.
-    std::thread::sleep(Duration::from_millis(500));
-    let reports = collector_reports(&tb.log("c3"));
+    let reports = collector_reports(&tb.log("c3"), sourced);
     let mut seqs = BTreeSet::new();
     for v in &reports {
         seqs.insert(v["seq"].as_u64().unwrap());

@@ -146,8 +146,7 @@ fn chain3_int_by_dscp_over_tcp_and_udp() {
 
     // intcollector with --int-dscp: three hops per report, each flow with
     // its own protocol and ports.
-    std::thread::sleep(Duration::from_millis(500));
-    let reports = collector_reports(&tb.log("c3"));
+    let reports = collector_reports(&tb.log("c3"), sourced);
     for v in &reports {
         let nodes: Vec<u64> = v["hops"].as_array().unwrap().iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
         assert_eq!(nodes, vec![1, 2, 3], "{v}");

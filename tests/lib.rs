@@ -315,18 +315,26 @@ time.sleep(0.003)\n"
 }
 
 /// The report lines of an intcollector `--json` log (not the summary),
-/// each checked to carry no decode error.
-pub fn collector_reports(log: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
-    let mut out = Vec::new();
-    for line in text.lines().filter(|l| l.starts_with('{')) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        if v.get("summary").is_none() {
-            assert!(v.get("error").is_none(), "{line}");
-            out.push(v);
+/// each checked to carry no decode error; waits (up to 10 s) until `want`
+/// of them are there, since the last reports and the collector's output
+/// may still be on their way.
+pub fn collector_reports(log: &Path, want: u64) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| l.starts_with('{')) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if v.get("summary").is_none() {
+                assert!(v.get("error").is_none(), "{line}");
+                out.push(v);
+            }
         }
+        if out.len() as u64 >= want || std::time::Instant::now() >= deadline {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    out
 }
 
 /// A decoded report's inner flow: (destination, protocol, destination port).
