@@ -109,7 +109,7 @@ fn chain3_int_source_transit_sink_and_reports() {
             last_ts = ts;
         }
     }
-    assert_eq!(reports.len() as u64, sourced, "intcollector saw every report");
+    assert_eq!(reports.len() as u64, sourced, "intcollector saw every report\n{}", tb.report_path("s3"));
     let (lo, hi) = (*seqs.first().unwrap(), *seqs.last().unwrap());
     assert_eq!(hi - lo + 1, seqs.len() as u64, "sequence numbers without gaps");
     let flows: HashSet<_> = reports.iter().map(report_flow).collect();

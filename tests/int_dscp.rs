@@ -151,7 +151,7 @@ fn chain3_int_by_dscp_over_tcp_and_udp() {
         let nodes: Vec<u64> = v["hops"].as_array().unwrap().iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
         assert_eq!(nodes, vec![1, 2, 3], "{v}");
     }
-    assert_eq!(reports.len() as u64, sourced, "intcollector decoded every report");
+    assert_eq!(reports.len() as u64, sourced, "intcollector decoded every report\n{}", tb.report_path("s3"));
     let flows: HashSet<_> = reports.iter().map(report_flow).collect();
     for f in CHAIN3_FLOWS {
         assert!(flows.contains(&(f.0.to_string(), f.1, f.2)), "flow {f:?} not reported: {flows:?}");

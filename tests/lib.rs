@@ -431,6 +431,15 @@ impl Testbed {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// Where a sink's reports went, for assertion messages: the switch's
+    /// `show reports` and the kernel's UDP counters in its namespace (a
+    /// collector that fell behind shows as RcvbufErrors there).
+    pub fn report_path(&self, switch: &str) -> String {
+        let snmp = ns_try(&self.ns(switch), &["cat", "/proc/net/snmp"]).1;
+        let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+        format!("{switch} show reports: {}\n{switch} kernel: {}", self.intctl(switch, &["show", "reports"]), udp.join(" / "))
+    }
+
     /// Runs a `testbed.sh` command against this testbed's state.
     pub fn run(&self, args: &[&str]) -> (bool, String) {
         let out = Self::script(&self.state, args);

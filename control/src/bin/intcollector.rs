@@ -56,6 +56,10 @@ struct Cli {
     /// AM-PM: measurement points per flow (initiator, transits, terminator).
     #[arg(long, default_value_t = 2)]
     ampm_mps: usize,
+    /// Socket receive buffer in bytes: absorbs report bursts while this
+    /// process is not scheduled (above net.core.rmem_max needs root).
+    #[arg(long, default_value_t = 8 << 20, value_name = "BYTES")]
+    rcvbuf: usize,
 }
 
 fn main() -> ExitCode {
@@ -134,15 +138,39 @@ fn presence(cli: &Cli) -> Result<Presence, String> {
         .map_err(|e| format!("{}: {}", e.key, e.reason))
 }
 
+/// Asks for `want` bytes of socket receive buffer; past net.core.rmem_max
+/// the kernel clamps silently, so root retries with SO_RCVBUFFORCE. Returns
+/// what the socket has (the kernel reports twice the payload it grants).
+fn grow_receive_buffer(sock: &UdpSocket, want: usize) -> usize {
+    use nix::sys::socket::{getsockopt, setsockopt, sockopt};
+    let have = || getsockopt(sock, sockopt::RcvBuf).map(|b| b / 2).unwrap_or(0);
+    let _ = setsockopt(sock, sockopt::RcvBuf, &want);
+    if have() < want {
+        let _ = setsockopt(sock, sockopt::RcvBufForce, &want);
+    }
+    have()
+}
+
 fn run(cli: &Cli) -> Result<(), String> {
     let presence = presence(cli)?;
     let sock = UdpSocket::bind(&cli.listen).map_err(|e| format!("--listen {}: {e}", cli.listen))?;
     sock.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+    let rcvbuf = grow_receive_buffer(&sock, cli.rcvbuf);
+    if rcvbuf < cli.rcvbuf {
+        eprintln!(
+            "intcollector: receive buffer {rcvbuf} bytes, not the {} asked for (raise net.core.rmem_max or run as root); \
+             report bursts beyond it are dropped by the kernel and show up as sequence gaps",
+            cli.rcvbuf
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }
-    eprintln!("intcollector: listening on {}", sock.local_addr().map_err(|e| e.to_string())?);
+    eprintln!(
+        "intcollector: listening on {} (receive buffer {rcvbuf} bytes)",
+        sock.local_addr().map_err(|e| e.to_string())?
+    );
     let started = Instant::now();
     let mut t = Tracker::default();
     let mut am = Joiner::new(cli.ampm_mps);
@@ -164,7 +192,7 @@ fn run(cli: &Cli) -> Result<(), String> {
             }
             Err(e) => return Err(format!("receive: {e}")),
         };
-        if buf[0] == b'{' {
+        if n > 0 && buf[0] == b'{' {
             for v in am.datagram(&String::from_utf8_lossy(&buf[..n])) {
                 if !cli.quiet {
                     let line = if cli.json { v.to_string() } else { ampm_line(&v) };
