@@ -354,7 +354,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // prefetches each flow's slot so pass 2's lookups overlap their
             // misses; with a small table one pass is cheaper.
             // The INT stage needs each packet's parse too.
-            let two_pass = tables.int.is_some() || tables.ampm.is_some() || flows.len() >= PREFETCH_MIN_FLOWS;
+            let prefetch_flows = flows.len() >= PREFETCH_MIN_FLOWS;
+            let two_pass = tables.int.is_some() || tables.ampm.is_some() || prefetch_flows;
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
@@ -364,7 +365,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                         crate::parse::parse(m.data(), in_port)
                     };
                     if let Ok(meta) = &metas[i] {
-                        flows.prefetch(&meta.key);
+                        if prefetch_flows {
+                            flows.prefetch(&meta.key);
+                        }
                         if let Some(a) = tables.ampm.as_ref() {
                             ampm::prefetch(a, m.data(), meta);
                         }
