@@ -42,8 +42,13 @@ pub const INSTR_BYTES: [usize; 16] = [4, 4, 4, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 
 
 /// Per-hop metadata length in 4-byte words for a bitmap.
 pub fn hop_words(bitmap: u16) -> usize {
-    (0..16).filter(|b| bitmap & (0x8000 >> b) != 0).map(|b| INSTR_BYTES[b] / 4).sum()
+    // One word per set bit, one more for each 8-byte one.
+    (bitmap.count_ones() + (bitmap & WIDE).count_ones()) as usize
 }
+
+/// The instructions whose value takes 8 bytes (the two timestamps and the
+/// L2 interface pair).
+const WIDE: u16 = instr::INGRESS_TS | instr::EGRESS_TS | instr::L2_PORTS;
 
 /// A checked view of shim + header + stack at the start of `buffer`.
 ///
@@ -318,6 +323,37 @@ mod tests {
                 0xff, 0xff
             ]
         );
+    }
+
+    #[test]
+    fn every_instruction_in_bitmap_order() {
+        let m = HopMetadata {
+            node_id: 0x0a0b0c0d,
+            ingress_port: 0x1112,
+            egress_port: 0x1314,
+            hop_latency_ns: 0x21222324,
+            queue_id: 0x31,
+            queue_occupancy: 0xff32_3334, // 24 bits on the wire
+            ingress_ts_ns: 0x4142_4344_4546_4748,
+            egress_ts_ns: 0x5152_5354_5556_5758,
+            l2_ingress: 0x61626364,
+            l2_egress: 0x65666768,
+            tx_util: Some(0x71727374),
+            buffer_id: 0x81,
+            buffer_occupancy: 0x0082_8384,
+        };
+        let mut out = vec![0u8; hop_words(0xffff) * 4];
+        emit_hop(0xffff, &m, &mut out);
+        let mut want = vec![0x0a, 0x0b, 0x0c, 0x0d, 0x11, 0x12, 0x13, 0x14, 0x21, 0x22, 0x23, 0x24, 0x31, 0x32, 0x33, 0x34];
+        want.extend([0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58]);
+        want.extend([0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x71, 0x72, 0x73, 0x74, 0x81, 0x82, 0x83, 0x84]);
+        want.extend([0xff; 7 * 4]); // six reserved bits and the checksum complement
+        assert_eq!(out, want);
+        // Egress timestamp and buffer alone; no tx_util reads as all-ones.
+        let m = HopMetadata { tx_util: None, ..m };
+        let mut out = vec![0u8; 16];
+        emit_hop(instr::EGRESS_TS | instr::TX_UTIL | instr::BUFFER, &m, &mut out);
+        assert_eq!(out, [0x51, 0x52, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58, 0xff, 0xff, 0xff, 0xff, 0x81, 0x82, 0x83, 0x84]);
     }
 
     #[test]
