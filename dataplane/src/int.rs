@@ -233,11 +233,23 @@ pub fn source(
     own: &HopMetadata,
     mtu: usize,
 ) -> Result<usize, Skip> {
-    if !applicable(meta) {
-        return Err(Skip::NotApplicable);
-    }
     if find(pkt.bytes(), meta, p.presence).is_some() {
         return Err(Skip::Presence);
+    }
+    source_unmarked(pkt, meta, p, own, mtu)
+}
+
+/// [`source`] on a packet the caller already found to carry no INT (the
+/// stage's `find` decided the role).
+pub fn source_unmarked(
+    pkt: &mut impl PacketBuf,
+    meta: &PacketMeta,
+    p: &IntParams,
+    own: &HopMetadata,
+    mtu: usize,
+) -> Result<usize, Skip> {
+    if !applicable(meta) {
+        return Err(Skip::NotApplicable);
     }
     let l4 = meta.l4_offset;
     let udp = meta.key.proto() == PROTO_UDP;

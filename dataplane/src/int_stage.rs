@@ -251,7 +251,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             source_pushes: spec.source_pushes,
         };
         let md = hop.measure().metadata(spec.node_id, ctx.clock);
-        match int::source(pkt, meta, &p, &md, spec.mtu[out_port as usize] as usize) {
+        match int::source_unmarked(pkt, meta, &p, &md, spec.mtu[out_port as usize] as usize) {
             Ok(_) => ctx.counters.event(Event::IntSourced),
             Err(Skip::Mtu) => ctx.counters.event(Event::IntSourceSkippedMtu),
             Err(Skip::NoRoom) => ctx.counters.event(Event::IntNoRoom),
