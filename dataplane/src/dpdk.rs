@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use dpdk_ffi as ffi;
 
-use crate::counters::MAX_PORTS;
 
 /// Largest burst the wrapper moves in one call.
 pub const MAX_BURST: usize = 64;
@@ -860,11 +859,11 @@ impl TxBuffer {
     }
 
     /// Sends the same buffer out of every TX buffer named by `targets`
-    /// (refcount bumped once per extra copy). Returns what each buffer refused.
-    pub fn push_flood(m: Mbuf, bufs: &mut [TxBuffer], targets: &[usize]) -> [(usize, u64); MAX_PORTS] {
-        let mut refused = [(0, 0); MAX_PORTS];
+    /// (refcount bumped once per extra copy); `refused(target, packets,
+    /// bytes)` hears what each buffer could not send.
+    pub fn push_flood(m: Mbuf, bufs: &mut [TxBuffer], targets: &[usize], mut refused: impl FnMut(usize, usize, u64)) {
         if targets.is_empty() {
-            return refused; // dropping `m` frees it
+            return; // dropping `m` frees it
         }
         let extra = targets.len() - 1;
         if extra > 0 {
@@ -874,9 +873,9 @@ impl TxBuffer {
         let raw = m.into_raw();
         for &t in targets {
             // SAFETY: each push consumes one of the references created above.
-            refused[t] = bufs[t].push(Mbuf(unsafe { NonNull::new_unchecked(raw) }));
+            let (n, b) = bufs[t].push(Mbuf(unsafe { NonNull::new_unchecked(raw) }));
+            refused(t, n, b);
         }
-        refused
     }
 
     /// Sends what is queued; retries a few times, then frees what the device

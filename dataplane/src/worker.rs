@@ -682,15 +682,17 @@ impl Egress {
             }
         }
         c.event(Event::Flooded);
+        if n == 1 {
+            // One other port (a two-port bridge): a plain send, no refcount.
+            self.push(self.flood[0], m, c);
+            return;
+        }
         let len = m.pkt_len() as u64;
         for &p in &self.flood[..n] {
             c.tx_packets[p] += 1;
             c.tx_bytes[p] += len;
         }
-        let refused = TxBuffer::push_flood(m, &mut self.tx, &self.flood[..n]);
-        for (p, (rn, rb)) in refused.iter().enumerate().take(nports) {
-            account_refused(c, p, *rn, *rb);
-        }
+        TxBuffer::push_flood(m, &mut self.tx, &self.flood[..n], |p, rn, rb| account_refused(c, p, rn, rb));
     }
 
     /// Sends what the link emulations hold that is due by `now`.
