@@ -92,8 +92,12 @@ run_case() { # name pcap config
 $bin gen-traffic --out "$work/l2.pcap" --count 4096 --flows 64 --size 60 --dst-mac 02:00:00:00:00:02
 config xconnect "$work/l2.pcap" 'peer = "p1"' 'peer = "p0"' "" >"$work/xc.toml"
 run_case xconnect "$work/l2.pcap" "$work/xc.toml"
-config bridge "$work/l2.pcap" "" "" "" >"$work/br.toml"
+# L2: the destination pinned to p1 (known unicast, the usual case), and
+# unknown unicast (flooded to the one other port).
+config bridge "$work/l2.pcap" "" "" $'[[bridge.static_mac]]\nmac = "02:00:00:00:00:02"\nport = "p1"' >"$work/br.toml"
 run_case l2-bridge "$work/l2.pcap" "$work/br.toml"
+config bridge "$work/l2.pcap" "" "" "" >"$work/br-flood.toml"
+run_case l2-bridge-unknown-unicast-flood "$work/l2.pcap" "$work/br-flood.toml"
 
 # L3: 10k /24 routes via a gateway, 100k flows learned into the flow table.
 $bin gen-traffic --out "$work/l3.pcap" --count 100000 --flows 100000 --size 60 \

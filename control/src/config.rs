@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use dataplane::flow_table::FlowAction;
 use dataplane::parse::FlowKey;
-use dataplane::tables::{Mode, NeighbourSpec, RouteSpec};
+use dataplane::tables::{Mode, NeighbourSpec, RouteSpec, StaticMac};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -119,11 +119,35 @@ impl Default for FlowTableConfig {
 pub struct BridgeConfig {
     pub mac_capacity: usize,
     pub aging_s: u64,
+    /// `[[bridge.static_mac]]`: addresses pinned to a port.
+    pub static_mac: Vec<StaticMacConfig>,
 }
 
 impl Default for BridgeConfig {
     fn default() -> Self {
-        BridgeConfig { mac_capacity: 16384, aging_s: 300 }
+        BridgeConfig { mac_capacity: 16384, aging_s: 300, static_mac: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StaticMacConfig {
+    pub mac: String,
+    pub port: String,
+    #[serde(default)]
+    pub vlan: u16,
+}
+
+impl StaticMacConfig {
+    pub fn to_spec(&self, ports: &[String]) -> Result<StaticMac, ConfigError> {
+        let mac = parse_mac(&self.mac).map_err(|e| cerr("mac", e))?;
+        if mac[0] & 1 != 0 {
+            return Err(cerr("mac", format!("'{}' is a group address; only unicast addresses are pinned", self.mac)));
+        }
+        if self.vlan > 4095 {
+            return Err(cerr("vlan", format!("{} is not a VLAN ID (0-4095)", self.vlan)));
+        }
+        Ok(StaticMac { vlan: self.vlan, mac, port: port_by_name(ports, "port", &self.port)? })
     }
 }
 
@@ -326,6 +350,7 @@ pub struct Plan {
     pub workers: Vec<WorkerPlan>,
     pub routes: Vec<RouteSpec>,
     pub neighbours: Vec<NeighbourSpec>,
+    pub static_macs: Vec<StaticMac>,
     pub flows: Vec<(FlowKey, FlowAction)>,
     pub int: Option<crate::int_config::IntPlan>,
     pub ampm: Option<crate::ampm_config::AmpmPlan>,
@@ -487,6 +512,17 @@ impl Config {
             .enumerate()
             .map(|(i, n)| n.to_spec(&names).map_err(at("neighbour", i)))
             .collect::<Result<_, _>>()?;
+        let mut static_macs: Vec<StaticMac> = Vec::new();
+        if mode != Mode::Bridge && !self.bridge.static_mac.is_empty() {
+            return Err(cerr("bridge.static_mac", format!("static MAC entries need mode = \"bridge\", not \"{}\"", self.mode)));
+        }
+        for (i, s) in self.bridge.static_mac.iter().enumerate() {
+            let spec = s.to_spec(&names).map_err(at("bridge.static_mac", i))?;
+            if static_macs.iter().any(|o| (o.vlan, o.mac) == (spec.vlan, spec.mac)) {
+                return Err(cerr(format!("bridge.static_mac[{i}].mac"), format!("'{}' is pinned twice", s.mac)));
+            }
+            static_macs.push(spec);
+        }
         let flows = self
             .flows
             .iter()
@@ -502,7 +538,7 @@ impl Config {
             Some(a) => Some(a.to_plan(&names, &mtu)?),
             None => None,
         };
-        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, flows, int, ampm })
+        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, static_macs, flows, int, ampm })
     }
 }
 
@@ -660,6 +696,33 @@ action = "drop"
             .replace("device = \"net_ring1\"", "device = \"net_ring1\"\npeer = \"p0\"");
         let p = Config::from_toml(&x).unwrap().validate().unwrap();
         assert_eq!(p.ports[0].peer, Some(1));
+    }
+
+    #[test]
+    fn bridge_static_macs() {
+        let br = BASE.replace("mode = \"router\"", "mode = \"bridge\"");
+        let entry = |mac: &str, port: &str, vlan: u16| {
+            format!("\n[[bridge.static_mac]]\nmac = \"{mac}\"\nport = \"{port}\"\nvlan = {vlan}\n")
+        };
+        let ok = format!("{br}{}{}", entry("02:00:00:00:00:02", "p1", 0), entry("02:00:00:00:00:02", "p0", 10));
+        let p = Config::from_toml(&ok).unwrap().validate().unwrap();
+        assert_eq!(p.static_macs.len(), 2);
+        assert_eq!((p.static_macs[1].mac, p.static_macs[1].port, p.static_macs[1].vlan), ([2, 0, 0, 0, 0, 2], 0, 10));
+        for (extra, want) in [
+            (entry("02:00:00:00:00:02", "p9", 0), "bridge.static_mac[0].port: no port named 'p9'"),
+            (entry("01:00:5e:00:00:01", "p1", 0), "bridge.static_mac[0].mac: '01:00:5e:00:00:01' is a group address"),
+            (entry("02:00:00:00:00:02", "p1", 4096), "bridge.static_mac[0].vlan"),
+            (entry("02:00", "p1", 0), "bridge.static_mac[0].mac"),
+            (
+                format!("{}{}", entry("02:00:00:00:00:02", "p1", 0), entry("02:00:00:00:00:02", "p0", 0)),
+                "bridge.static_mac[1].mac: '02:00:00:00:00:02' is pinned twice",
+            ),
+        ] {
+            let e = err_of(&format!("{br}{extra}"));
+            assert!(e.contains(want), "{e} !~ {want}");
+        }
+        let e = err_of(&format!("{BASE}{}", entry("02:00:00:00:00:02", "p1", 0)));
+        assert!(e.contains("bridge.static_mac: static MAC entries need mode = \"bridge\""), "{e}");
     }
 
     #[test]

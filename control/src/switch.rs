@@ -226,6 +226,7 @@ impl Switch {
             xconnect: plan.ports.iter().map(|p| p.peer).collect(),
             routes: Vec::new(),
             neighbours: Vec::new(),
+            static_macs: plan.static_macs.clone(),
             int: None,
             ampm: plan.ampm.as_ref().map(|a| a.setup.clone()),
         };

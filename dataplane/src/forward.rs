@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::{FlowAction, FlowTable};
-use crate::mac_table::{Learned, MacTable};
+use crate::mac_table::{self, Learned, MacTable};
 use crate::parse::{self, L3Kind, PacketMeta, PROTO_ICMP, PROTO_ICMPV6};
 use crate::tables::{v4_key, v6_key, Mode, Tables};
 use crate::wire::arp::{self, ArpPacket, ArpRepr};
@@ -140,7 +140,10 @@ fn tx_if_up(t: &Tables, port: u16) -> Verdict {
 fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u16) -> Verdict {
     let eth = EthernetFrame::new_checked(frame).expect("parsed");
     let (src, dst) = (eth.src(), eth.dst());
-    if !ethernet::is_multicast(&src) {
+    let statics = &ctx.tables.static_macs;
+    // A static address is never learned (nor moved by a frame that claims
+    // it from another port).
+    if !ethernet::is_multicast(&src) && (statics.is_empty() || statics.get(&mac_table::key(vlan, &src)).is_none()) {
         match ctx.macs.learn(vlan, &src, in_port, ctx.now) {
             Learned::New => ctx.counters.event(Event::MacLearned),
             Learned::Moved => ctx.counters.event(Event::MacMoved),
@@ -154,7 +157,8 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     if ethernet::is_multicast(&dst) {
         return Verdict::Flood;
     }
-    match ctx.macs.lookup(vlan, &dst) {
+    let pinned = if statics.is_empty() { None } else { statics.get(&mac_table::key(vlan, &dst)).copied() };
+    match pinned.or_else(|| ctx.macs.lookup(vlan, &dst)) {
         Some(p) if p == in_port => Verdict::Drop(DropReason::L2SameSegment),
         Some(p) => tx_if_up(ctx.tables, p),
         None => Verdict::Flood,
@@ -548,6 +552,31 @@ mod tests {
         assert_eq!(e.run(&mut g, 0), Verdict::Drop(DropReason::L2SameSegment));
         let mut b = to(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), BROADCAST);
         assert_eq!(e.run(&mut b, 0), Verdict::Flood);
+    }
+
+    #[test]
+    fn bridge_static_entries_are_pinned() {
+        let mut s = two_port_router();
+        s.mode = Mode::Bridge;
+        let h2 = [2, 0, 0, 0, 0, 2];
+        s.static_macs = vec![crate::tables::StaticMac { vlan: 0, mac: h2, port: 1 }];
+        let mut e = Env::new(Mode::Bridge);
+        e.t = Tables::build(&s, 2).unwrap();
+        // Known before any frame from it: no flood.
+        let mut f = to(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), h2);
+        assert_eq!(e.run(&mut f, 0), Verdict::Tx(1));
+        // A frame claiming h2 from port 0 neither learns nor moves it.
+        let mut g = udp4([2, 2, 2, 2], [1, 1, 1, 1], 2, 1, b"y");
+        g[0..6].copy_from_slice(&H1);
+        g[6..12].copy_from_slice(&h2);
+        assert_eq!(e.run(&mut g, 0), Verdict::Drop(DropReason::L2SameSegment), "H1 was learned on port 0");
+        assert_eq!((e.macs.lookup(0, &h2), e.c.events[Event::MacMoved as usize]), (None, 0));
+        assert_eq!(e.run(&mut f, 0), Verdict::Tx(1));
+        // Traffic to h2 arriving on its own port stays there.
+        assert_eq!(e.run(&mut f, 1), Verdict::Drop(DropReason::L2SameSegment));
+        let mut v = s.clone();
+        v.static_macs[0].port = 7;
+        assert!(Tables::build(&v, 3).is_err(), "a static entry on a port that does not exist");
     }
 
     #[test]

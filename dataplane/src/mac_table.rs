@@ -14,8 +14,9 @@ pub struct MacTable {
     cursor: usize,
 }
 
+/// The table key of (VLAN, MAC); static entries in `Tables` use it too.
 #[inline]
-fn key(vlan: u16, mac: &[u8; 6]) -> u64 {
+pub fn key(vlan: u16, mac: &[u8; 6]) -> u64 {
     let mut b = [0u8; 8];
     b[..6].copy_from_slice(mac);
     b[6..].copy_from_slice(&vlan.to_le_bytes());

@@ -59,6 +59,14 @@ pub struct NeighbourSpec {
     pub permanent: bool,
 }
 
+/// A bridge address pinned to a port (never learned, moved or aged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticMac {
+    pub vlan: u16,
+    pub mac: [u8; 6],
+    pub port: u16,
+}
+
 /// The control core's canonical description of the forwarding state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSpec {
@@ -68,6 +76,8 @@ pub struct TableSpec {
     pub xconnect: Vec<Option<u16>>,
     pub routes: Vec<RouteSpec>,
     pub neighbours: Vec<NeighbourSpec>,
+    /// Bridge mode: addresses pinned to ports.
+    pub static_macs: Vec<StaticMac>,
     /// INT domain configuration (None: INT off).
     pub int: Option<crate::int_watch::IntSpec>,
     /// AM-PM measurement points (None: AM-PM off).
@@ -100,6 +110,8 @@ pub struct Tables {
     /// The switch's own addresses -> port.
     pub local4: FixedMap<u64, u16>,
     pub local6: FixedMap<u128, u16>,
+    /// Static bridge entries: `mac_table::key(vlan, mac)` -> port.
+    pub static_macs: FixedMap<u64, u16>,
     pub int: Option<crate::int_watch::IntSpec>,
     pub ampm: Option<crate::ampm::AmpmSpec>,
 }
@@ -174,6 +186,15 @@ impl Tables {
                 local6.insert(v6_key(*a), i as u16).map_err(|_| "too many local IPv6 addresses".to_string())?;
             }
         }
+        let mut static_macs = FixedMap::with_capacity(spec.static_macs.len().max(1));
+        for s in &spec.static_macs {
+            if s.port >= nports {
+                return Err(format!("static MAC on port index {} of {}", s.port, nports));
+            }
+            static_macs
+                .insert(crate::mac_table::key(s.vlan, &s.mac), s.port)
+                .map_err(|_| "static MAC table full".to_string())?;
+        }
         Ok(Tables {
             generation,
             mode: spec.mode,
@@ -186,6 +207,7 @@ impl Tables {
             neigh6,
             local4,
             local6,
+            static_macs,
             int: spec.int.clone(),
             ampm: spec.ampm.as_ref().map(|a| a.compile()),
         })
@@ -243,6 +265,7 @@ pub(crate) mod tests {
                 port: 1,
                 gateway: Some("10.0.2.254".parse().unwrap()),
             }],
+            static_macs: Vec::new(),
             neighbours: vec![NeighbourSpec {
                 ip: "10.0.2.254".parse().unwrap(),
                 mac: [2, 0, 0, 0, 0, 0xfe],
