@@ -437,7 +437,11 @@ impl Testbed {
     pub fn report_path(&self, switch: &str) -> String {
         let snmp = ns_try(&self.ns(switch), &["cat", "/proc/net/snmp"]).1;
         let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
-        format!("{switch} show reports: {}\n{switch} kernel: {}", self.intctl(switch, &["show", "reports"]), udp.join(" / "))
+        format!(
+            "{switch} show reports: {}\n{switch} kernel: {}",
+            self.intctl(switch, &["show", "reports"]),
+            udp.join(" / ")
+        )
     }
 
     /// Runs a `testbed.sh` command against this testbed's state.

@@ -514,7 +514,10 @@ impl Config {
             .collect::<Result<_, _>>()?;
         let mut static_macs: Vec<StaticMac> = Vec::new();
         if mode != Mode::Bridge && !self.bridge.static_mac.is_empty() {
-            return Err(cerr("bridge.static_mac", format!("static MAC entries need mode = \"bridge\", not \"{}\"", self.mode)));
+            return Err(cerr(
+                "bridge.static_mac",
+                format!("static MAC entries need mode = \"bridge\", not \"{}\"", self.mode),
+            ));
         }
         for (i, s) in self.bridge.static_mac.iter().enumerate() {
             let spec = s.to_spec(&names).map_err(at("bridge.static_mac", i))?;

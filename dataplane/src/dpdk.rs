@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use dpdk_ffi as ffi;
 
-
 /// Largest burst the wrapper moves in one call.
 pub const MAX_BURST: usize = 64;
 
