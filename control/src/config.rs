@@ -512,13 +512,13 @@ impl Config {
             .enumerate()
             .map(|(i, n)| n.to_spec(&names).map_err(at("neighbour", i)))
             .collect::<Result<_, _>>()?;
-        let mut static_macs: Vec<StaticMac> = Vec::new();
         if mode != Mode::Bridge && !self.bridge.static_mac.is_empty() {
             return Err(cerr(
                 "bridge.static_mac",
                 format!("static MAC entries need mode = \"bridge\", not \"{}\"", self.mode),
             ));
         }
+        let mut static_macs: Vec<StaticMac> = Vec::new();
         for (i, s) in self.bridge.static_mac.iter().enumerate() {
             let spec = s.to_spec(&names).map_err(at("bridge.static_mac", i))?;
             if static_macs.iter().any(|o| (o.vlan, o.mac) == (spec.vlan, spec.mac)) {

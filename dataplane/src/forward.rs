@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::{FlowAction, FlowTable};
-use crate::mac_table::{self, Learned, MacTable};
+use crate::mac_table::{Learned, MacTable};
 use crate::parse::{self, L3Kind, PacketMeta, PROTO_ICMP, PROTO_ICMPV6};
 use crate::tables::{v4_key, v6_key, Mode, Tables};
 use crate::wire::arp::{self, ArpPacket, ArpRepr};
@@ -140,10 +140,9 @@ fn tx_if_up(t: &Tables, port: u16) -> Verdict {
 fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u16) -> Verdict {
     let eth = EthernetFrame::new_checked(frame).expect("parsed");
     let (src, dst) = (eth.src(), eth.dst());
-    let statics = &ctx.tables.static_macs;
     // A static address is never learned (nor moved by a frame that claims
     // it from another port).
-    if !ethernet::is_multicast(&src) && (statics.is_empty() || statics.get(&mac_table::key(vlan, &src)).is_none()) {
+    if !ethernet::is_multicast(&src) && ctx.tables.static_port(vlan, &src).is_none() {
         match ctx.macs.learn(vlan, &src, in_port, ctx.now) {
             Learned::New => ctx.counters.event(Event::MacLearned),
             Learned::Moved => ctx.counters.event(Event::MacMoved),
@@ -157,8 +156,7 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     if ethernet::is_multicast(&dst) {
         return Verdict::Flood;
     }
-    let pinned = if statics.is_empty() { None } else { statics.get(&mac_table::key(vlan, &dst)).copied() };
-    match pinned.or_else(|| ctx.macs.lookup(vlan, &dst)) {
+    match ctx.tables.static_port(vlan, &dst).or_else(|| ctx.macs.lookup(vlan, &dst)) {
         Some(p) if p == in_port => Verdict::Drop(DropReason::L2SameSegment),
         Some(p) => tx_if_up(ctx.tables, p),
         None => Verdict::Flood,

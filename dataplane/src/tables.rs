@@ -213,6 +213,16 @@ impl Tables {
         })
     }
 
+    /// The port a static bridge entry pins (VLAN, MAC) to. Without static
+    /// entries (the usual case) no hash is computed.
+    #[inline]
+    pub fn static_port(&self, vlan: u16, mac: &[u8; 6]) -> Option<u16> {
+        if self.static_macs.is_empty() {
+            return None;
+        }
+        self.static_macs.get(&crate::mac_table::key(vlan, mac)).copied()
+    }
+
     /// Port (index) whose configured IPv4 subnet contains `ip`, with our address there.
     pub fn v4_source_for(&self, ip: [u8; 4]) -> Option<(u16, [u8; 4])> {
         self.ports.iter().enumerate().find_map(|(i, p)| {
