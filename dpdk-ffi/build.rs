@@ -58,6 +58,7 @@ fn main() {
         .allowlist_function("rte_eal_.*")
         .allowlist_function("rte_eth_.*")
         .allowlist_function("rte_pktmbuf_pool_create")
+        .allowlist_function("rte_pktmbuf_pool_create_by_ops")
         .allowlist_function("rte_pktmbuf_copy")
         .allowlist_function("rte_version")
         .allowlist_function("rte_mempool_.*")

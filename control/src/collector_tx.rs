@@ -179,8 +179,12 @@ pub fn udp_frame(
         }
         _ => unreachable!("CollectorTx::open checks the families agree"),
     };
+    // Summed where the exporter just wrote it (cache-hot), not read back
+    // from the packet buffer.
+    let payload_sum = checksum::sum(pseudo, payload);
     out[l4 + 8..l4 + udp_len].copy_from_slice(payload);
-    UdpRepr { src_port: src.port(), dst_port: dst.port(), payload_len: payload.len() }.emit(&mut out[l4..], pseudo);
+    UdpRepr { src_port: src.port(), dst_port: dst.port(), payload_len: payload.len() }
+        .emit_header(&mut out[l4..], payload_sum);
     l4 + udp_len
 }
 

@@ -75,6 +75,8 @@ impl Default for EalConfig {
 pub struct DataplaneConfig {
     pub mbufs: u32,
     pub mbuf_cache: u32,
+    /// Mempool driver of the packet pool ("ring_mp_mc", "stack", ...).
+    pub mempool_ops: String,
     pub rx_desc: u16,
     pub tx_desc: u16,
     pub burst: usize,
@@ -89,6 +91,7 @@ impl Default for DataplaneConfig {
         DataplaneConfig {
             mbufs: 16383,
             mbuf_cache: 256,
+            mempool_ops: "ring_mp_mc".into(),
             rx_desc: 1024,
             tx_desc: 1024,
             burst: 32,
@@ -393,6 +396,15 @@ impl Config {
         if d.mbufs < 1024 {
             return Err(cerr("dataplane.mbufs", "must be at least 1024"));
         }
+        // DPDK's RTE_MEMPOOL_OPS_NAMESIZE is 32 with the NUL; whether the
+        // driver exists is known once EAL has loaded its plugins (start).
+        let ops = &d.mempool_ops;
+        if ops.is_empty() || ops.len() > 31 || !ops.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(cerr(
+                "dataplane.mempool_ops",
+                format!("'{ops}' is not a mempool driver name (e.g. ring_mp_mc, stack)"),
+            ));
+        }
         if self.flow_table.capacity == 0 {
             return Err(cerr("flow_table.capacity", "must be at least 1"));
         }
@@ -686,6 +698,22 @@ action = "drop"
         ] {
             let e = err_of(&BASE.replacen(from, to, 1));
             assert!(e.contains(want), "{e} !~ {want}");
+        }
+    }
+
+    #[test]
+    fn mempool_driver_name() {
+        let c = Config::from_toml(BASE).unwrap();
+        assert_eq!(c.dataplane.mempool_ops, "ring_mp_mc");
+        let with = |ops: &str| {
+            BASE.replacen("mode = \"router\"", &format!("mode = \"router\"\n[dataplane]\nmempool_ops = \"{ops}\""), 1)
+        };
+        let c = Config::from_toml(&with("stack")).unwrap();
+        assert_eq!(c.dataplane.mempool_ops, "stack");
+        c.validate().unwrap();
+        for bad in ["", "ring mp", "x\\u0000", &"s".repeat(32)] {
+            let e = err_of(&with(bad));
+            assert!(e.contains("dataplane.mempool_ops"), "{bad}: {e}");
         }
     }
 

@@ -89,6 +89,9 @@ pub struct Exporter {
     pub paused: bool,
     reports: u64,
     packets: u64,
+    /// Time spent in polls that exported something (encode + send): the
+    /// control core's export load, and with `reports` its capacity.
+    busy: std::time::Duration,
 }
 
 impl Exporter {
@@ -119,6 +122,7 @@ impl Exporter {
             paused: false,
             reports: 0,
             packets: 0,
+            busy: std::time::Duration::ZERO,
         })
     }
 
@@ -129,6 +133,16 @@ impl Exporter {
         if self.paused {
             return 0;
         }
+        let started = std::time::Instant::now();
+        let taken = self.export(budget, out);
+        if taken > 0 {
+            self.busy += started.elapsed();
+        }
+        taken
+    }
+
+    /// `poll`'s work, timed by it.
+    fn export(&mut self, budget: usize, out: &mut dyn PortOut) -> usize {
         let mut taken = 0;
         let mut off = GROUP_HDR_LEN;
         let mut in_packet = 0;
@@ -220,12 +234,16 @@ impl Exporter {
                 })
             })
             .collect();
+        let busy_s = self.busy.as_secs_f64();
         json!({
             "paused": self.paused,
             "node_id": self.node_id,
             "hw_id": self.hw_id,
             "reports": self.reports,
             "packets": self.packets,
+            "busy_s": busy_s,
+            // What one control core sustains: reports per second of export work.
+            "reports_per_busy_s": if busy_s > 0.0 { (self.reports as f64 / busy_s).round() } else { 0.0 },
             "rings": rings,
             "collectors": collectors,
         })
@@ -284,6 +302,9 @@ mod tests {
         let (mut p, c) = rtrb::RingBuffer::new(64);
         let plan = CollectorPlan { addr: rx.local_addr().unwrap(), bind: None, port: None, mac: None };
         let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[plan], &NoPorts).unwrap();
+        // An empty poll is not export work.
+        assert_eq!(ex.poll(1000, &mut NoPorts), 0);
+        assert_eq!(ex.json(&[0])["busy_s"].as_f64(), Some(0.0));
         for _ in 0..10 {
             p.push(rec(100, 0)).unwrap();
         }
@@ -305,5 +326,9 @@ mod tests {
         assert_eq!(ex.pending(), vec![1]);
         let j = ex.json(&[0]);
         assert_eq!((j["reports"].as_u64(), j["packets"].as_u64()), (Some(10), Some(5)));
+        // The poll that sent them was timed: capacity = reports / busy time.
+        let busy = j["busy_s"].as_f64().unwrap();
+        assert!(busy > 0.0);
+        assert_eq!(j["reports_per_busy_s"].as_f64(), Some((10.0 / busy).round()));
     }
 }

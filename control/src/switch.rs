@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dataplane::counters::{CounterValues, Event, MAX_PORTS};
-use dataplane::dpdk::{self, Eal, EalArgs, Mempool, Port, PortSetup};
+use dataplane::dpdk::{self, Eal, EalArgs, MbufStash, Mempool, Port, PortSetup};
 use dataplane::flow_table::FlowAction;
 use dataplane::forward::{self, ControlEvent};
 use dataplane::int::Presence;
@@ -63,6 +63,8 @@ const RESOLVE_INTERVAL: Duration = Duration::from_millis(500);
 const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct Switch {
+    /// Mbufs for frames the control core builds (port-bound exports).
+    export_mbufs: MbufStash,
     plan: Plan,
     eal: Eal,
     pool: Mempool,
@@ -102,17 +104,17 @@ const NAP_MAX: Duration = Duration::from_millis(1);
 /// sent by worker 0 (its `inject` queue, never waited on); destination MACs
 /// from the neighbour table.
 struct PortSender<'a> {
-    pool: &'a Mempool,
     spec: &'a TableSpec,
-    /// None: the workers are not running (nothing can be sent).
-    worker: Option<&'a WorkerShared>,
+    /// Worker 0 and the mbufs frames are built in; None: the workers are
+    /// not running (nothing can be sent).
+    tx: Option<(&'a WorkerShared, &'a mut MbufStash)>,
     /// Next hops to resolve.
     resolve: Vec<(IpAddr, u16)>,
 }
 
 impl<'a> PortSender<'a> {
-    fn new(pool: &'a Mempool, spec: &'a TableSpec, worker: Option<&'a WorkerShared>) -> PortSender<'a> {
-        PortSender { pool, spec, worker, resolve: Vec::new() }
+    fn new(spec: &'a TableSpec, tx: Option<(&'a WorkerShared, &'a mut MbufStash)>) -> PortSender<'a> {
+        PortSender { spec, tx, resolve: Vec::new() }
     }
 }
 
@@ -136,9 +138,9 @@ impl PortOut for PortSender<'_> {
     }
 
     fn transmit(&mut self, port: u16, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), String> {
-        let w = self.worker.ok_or("the workers have stopped")?;
+        let (w, mbufs) = self.tx.as_mut().ok_or("the workers have stopped")?;
         let len = u16::try_from(len).map_err(|_| "frame longer than 65535 bytes".to_string())?;
-        let mut m = self.pool.alloc().ok_or("no mbuf free")?;
+        let mut m = mbufs.take().ok_or("no mbuf free")?;
         fill(m.append(len).ok_or("frame longer than an mbuf")?);
         w.inject.push((port, m)).map_err(|_| "worker 0's hand-off queue is full".to_string())
     }
@@ -184,8 +186,8 @@ impl Switch {
             }
         }
         let d = &plan.raw.dataplane;
-        let pool =
-            Mempool::new(&eal, "intswitch_pool", d.mbufs, d.mbuf_cache, 2048 + 128).map_err(|e| e.to_string())?;
+        let pool = Mempool::new(&eal, "intswitch_pool", d.mbufs, d.mbuf_cache, 2048 + 128, &d.mempool_ops)
+            .map_err(|e| format!("dataplane.mbufs = {} / dataplane.mempool_ops = '{}': {e}", d.mbufs, d.mempool_ops))?;
         let mut ports = Vec::new();
         for (pi, p) in plan.ports.iter().enumerate() {
             let rxq = workers
@@ -282,7 +284,7 @@ impl Switch {
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
         }
-        let port_info = PortSender::new(&pool, &spec, None);
+        let port_info = PortSender::new(&spec, None);
         let exporter = match &plan.int {
             Some(ip) => Some(Exporter::new(
                 ip.spec.node_id,
@@ -317,6 +319,7 @@ impl Switch {
             ampm_configs,
             plan,
             eal,
+            export_mbufs: MbufStash::new(&pool),
             pool,
             ports,
             spec,
@@ -852,9 +855,9 @@ impl Switch {
     /// Frames for collectors behind a DPDK port go out through worker 0;
     /// unknown next hops get resolved.
     fn export(&mut self) -> bool {
-        let mut out = PortSender::new(&self.pool, &self.spec, Some(&self.shared.workers[0]));
-        let busy = self.exporter.as_mut().is_some_and(|ex| ex.poll(1 << 16, &mut out) > 0);
         let now = self.now_ns();
+        let mut out = PortSender::new(&self.spec, Some((&self.shared.workers[0], &mut self.export_mbufs)));
+        let busy = self.exporter.as_mut().is_some_and(|ex| ex.poll(1 << 16, &mut out) > 0);
         if let (Some(ex), Some(setup)) = (&mut self.ampm_exporter, &self.spec.ampm) {
             ex.poll(now, &self.shared, &setup.flows, &mut out);
         }
@@ -988,7 +991,7 @@ impl Switch {
         let _ = self.drain_events();
         if let Some(ex) = &mut self.exporter {
             // Collectors behind a DPDK port count what is left as send errors.
-            let mut out = PortSender::new(&self.pool, &self.spec, None);
+            let mut out = PortSender::new(&self.spec, None);
             while ex.poll(1 << 16, &mut out) > 0 {}
         }
         let c = self.counters();

@@ -183,6 +183,7 @@ pub fn parse(frame: &[u8], in_port: u16) -> Result<PacketMeta, DropReason> {
 }
 
 /// Ports of a TCP or UDP header (0, 0 for other protocols).
+#[inline(always)]
 fn parse_l4(l4: &[u8], proto: u8) -> Result<(u16, u16), DropReason> {
     match proto {
         PROTO_UDP => {

@@ -862,12 +862,14 @@ fn print_text(cmd: &str, r: &Value) {
         }
         "show_reports" => {
             println!(
-                "export {}  node {} hw_id {}  reports {}  packets {}",
+                "export {}  node {} hw_id {}  reports {}  packets {}  busy {:.3} s ({} reports per busy second)",
                 if r["paused"] == true { "paused" } else { "running" },
                 s(&r["node_id"]),
                 s(&r["hw_id"]),
                 s(&r["reports"]),
-                s(&r["packets"])
+                s(&r["packets"]),
+                r["busy_s"].as_f64().unwrap_or(0.0),
+                s(&r["reports_per_busy_s"])
             );
             table(
                 &["RING", "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],

@@ -61,12 +61,21 @@ impl UdpRepr {
     /// Writes the header; `pseudo` is the pseudo-header sum, payload must already
     /// be in `buf[8..]`. A computed 0 becomes 0xffff (RFC 768).
     pub fn emit(&self, buf: &mut [u8], pseudo: u32) {
+        let payload_sum = super::checksum::sum(pseudo, &buf[HDR_LEN..HDR_LEN + self.payload_len]);
+        self.emit_header(buf, payload_sum);
+    }
+
+    /// Writes the header into `buf[..8]` given `payload_sum`, the checksum
+    /// sum of the pseudo-header and the payload (`checksum::sum(pseudo,
+    /// payload)`): a sender that still holds the payload in cache sums it
+    /// there instead of reading back the packet buffer it copied it to.
+    pub fn emit_header(&self, buf: &mut [u8], payload_sum: u32) {
         let len = HDR_LEN + self.payload_len;
         buf[0..2].copy_from_slice(&self.src_port.to_be_bytes());
         buf[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
         buf[4..6].copy_from_slice(&(len as u16).to_be_bytes());
         buf[6..8].copy_from_slice(&[0, 0]);
-        let mut c = !super::checksum::fold(super::checksum::sum(pseudo, &buf[..len]));
+        let mut c = !super::checksum::fold(super::checksum::sum(payload_sum, &buf[..HDR_LEN]));
         if c == 0 {
             c = 0xffff;
         }
@@ -98,5 +107,23 @@ mod tests {
         let ps = checksum::pseudo_v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 12);
         UdpRepr { src_port: 1000, dst_port: 2000, payload_len: 4 }.emit(&mut b, ps);
         assert_eq!(checksum::fold(checksum::sum(ps, &b)), 0xffff);
+    }
+
+    #[test]
+    fn header_from_payload_sum_matches_emit() {
+        // Odd payload lengths too: the payload starts at an even offset, so
+        // summing it on its own pads the same last byte.
+        for len in [0usize, 1, 5, 64, 1471] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let ps = checksum::pseudo_v4([192, 0, 2, 1], [198, 51, 100, 7], 17, (8 + len) as u16);
+            let r = UdpRepr { src_port: 32766, dst_port: 32767, payload_len: len };
+            let mut a = vec![0u8; 8 + len];
+            a[8..].copy_from_slice(&payload);
+            let mut b = a.clone();
+            r.emit(&mut a, ps);
+            r.emit_header(&mut b, checksum::sum(ps, &payload));
+            assert_eq!(a, b, "payload of {len} bytes");
+            assert_eq!(checksum::fold(checksum::sum(ps, &b)), 0xffff);
+        }
     }
 }
