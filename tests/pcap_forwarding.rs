@@ -104,7 +104,7 @@ fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
         &d.path("in0.pcap"),
         &[good.clone(), bad_len, v6f.clone(), truncated, arp.clone(), vlan.clone(), dropped_by_flow],
     );
-    write_pcap(&d.path("in1.pcap"), &[v6f.clone()]);
+    write_pcap(&d.path("in1.pcap"), std::slice::from_ref(&v6f));
     let cfg = format!(
         "{}{}{}[[flow]]\nin_port = \"p0\"\nsrc = \"10.0.0.9\"\ndst = \"10.0.0.2\"\nproto = \"udp\"\nsrc_port = 12345\ndst_port = 5001\naction = \"drop\"\n",
         header("xc", "xconnect", &d),
@@ -134,7 +134,7 @@ fn bridge_floods_unknown_then_forwards_learned() {
     let b_to_a = ipv4_udp(H1, H2, [10, 0, 0, 2], [10, 0, 0, 1], 64, b"ba");
     // p0's burst is processed before p1's in the same poll: H1 is learned first.
     write_pcap(&d.path("in0.pcap"), &[a_to_b.clone(), bcast.clone()]);
-    write_pcap(&d.path("in1.pcap"), &[b_to_a.clone()]);
+    write_pcap(&d.path("in1.pcap"), std::slice::from_ref(&b_to_a));
     write_pcap(&d.path("in2.pcap"), &[]);
     let cfg = format!(
         "{}{}{}{}",

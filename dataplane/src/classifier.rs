@@ -45,8 +45,15 @@ pub mod field {
 }
 
 /// A classifier key.
-#[derive(Debug, Clone, Copy, Eq, Default, Hash)]
+#[derive(Debug, Clone, Copy, Eq, Default)]
 pub struct Key(pub [u64; KEY_WORDS]);
+
+// Equal keys have equal words, so hashing the words agrees with `eq`.
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h);
+    }
+}
 
 impl PartialEq for Key {
     /// Branch-free over the eight words: the derived slice comparison

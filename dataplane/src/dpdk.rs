@@ -859,9 +859,9 @@ impl RxQueue {
         let max = max.min(MAX_BURST);
         // SAFETY: burst has room for `max` pointers; this queue is polled by one lcore only.
         let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16) } as usize;
-        for i in 0..n {
+        for (slot, &p) in out.iter_mut().zip(&self.burst[..n]) {
             // SAFETY: DPDK returned n valid mbufs whose ownership passes to us.
-            out[i] = Some(Mbuf(unsafe { NonNull::new_unchecked(self.burst[i]) }));
+            *slot = Some(Mbuf(unsafe { NonNull::new_unchecked(p) }));
         }
         n
     }

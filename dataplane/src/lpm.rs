@@ -230,7 +230,7 @@ mod tests {
             // Reference: longest match, the later route winning ties.
             let mut best: Option<(u8, u32)> = None;
             for r in &routes {
-                if mask(a, r.len) == mask(r.addr, r.len) && best.map_or(true, |(bl, _)| r.len >= bl) {
+                if mask(a, r.len) == mask(r.addr, r.len) && best.is_none_or(|(bl, _)| r.len >= bl) {
                     best = Some((r.len, r.value));
                 }
             }

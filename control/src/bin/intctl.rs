@@ -129,6 +129,7 @@ enum Show {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per invocation
 enum IntOp {
     /// Watchlist rules: ternary match on 5-tuple, DSCP and input port -> role.
     Watch {
@@ -143,6 +144,7 @@ enum IntOp {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per invocation
 enum AmpmOp {
     /// Timing, current interval/color/sub-interval, flows and their per-color counters, export.
     Show,
@@ -226,6 +228,7 @@ enum RuleOp {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per invocation
 enum WatchOp {
     /// Add a rule, or replace the rule of the same name.
     Add {
@@ -964,7 +967,7 @@ fn monitor(c: &mut Client, interval: f64, iterations: Option<u64>, json_out: boo
     let mut prev = c.call("show_counters", json!({})).map_err(explain)?;
     let mut t_prev = Instant::now();
     let mut n = 0u64;
-    while iterations.map_or(true, |max| n < max) {
+    while iterations.is_none_or(|max| n < max) {
         std::thread::sleep(Duration::from_secs_f64(interval));
         let cur = c.call("show_counters", json!({})).map_err(explain)?;
         let now = Instant::now();

@@ -233,7 +233,7 @@ pub fn emit_hop(bitmap: u16, m: &HopMetadata, out: &mut [u8]) {
             1 => ((m.ingress_port as u32) << 16) | m.egress_port as u32,
             2 => m.hop_latency_ns,
             3 => ((m.queue_id as u32) << 24) | (m.queue_occupancy & 0xff_ffff),
-            4 | 5 | 6 => {
+            4..=6 => {
                 let v: u64 = match bit {
                     4 => m.ingress_ts_ns,
                     5 => m.egress_ts_ns,

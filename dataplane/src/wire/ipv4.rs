@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn options_are_skipped() {
-        let mut b = vec![0u8; 32];
+        let mut b = [0u8; 32];
         b[0] = 0x46; // IHL 6: 4 bytes of options
         b[2..4].copy_from_slice(&32u16.to_be_bytes());
         b[9] = 6;
