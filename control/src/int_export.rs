@@ -243,7 +243,7 @@ impl Exporter {
             "packets": self.packets,
             "busy_s": busy_s,
             // What one control core sustains: reports per second of export work.
-            "reports_per_busy_s": if busy_s > 0.0 { (self.reports as f64 / busy_s).round() } else { 0.0 },
+            "reports_per_busy_s": if busy_s > 0.0 { (self.reports as f64 / busy_s) as u64 } else { 0 },
             "rings": rings,
             "collectors": collectors,
         })
@@ -329,6 +329,6 @@ mod tests {
         // The poll that sent them was timed: capacity = reports / busy time.
         let busy = j["busy_s"].as_f64().unwrap();
         assert!(busy > 0.0);
-        assert_eq!(j["reports_per_busy_s"].as_f64(), Some((10.0 / busy).round()));
+        assert_eq!(j["reports_per_busy_s"].as_u64(), Some((10.0 / busy) as u64));
     }
 }
