@@ -381,11 +381,6 @@ impl MbufStash {
         // A pool with fewer than a bulk left still serves single mbufs.
         self.mbufs.pop().or_else(|| self.pool.alloc())
     }
-
-    /// Mbufs held for later `take`s.
-    pub fn held(&self) -> usize {
-        self.mbufs.len()
-    }
 }
 
 /// One owned packet buffer; freed back to its pool on drop.
@@ -860,7 +855,8 @@ impl RxQueue {
         // SAFETY: burst has room for `max` pointers; this queue is polled by one lcore only.
         let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16) } as usize;
         for (slot, &p) in out.iter_mut().zip(&self.burst[..n]) {
-            // SAFETY: DPDK returned n valid mbufs whose ownership passes to us.
+            // SAFETY: each of the first n pointers is a non-null mbuf DPDK just
+            // handed over; its ownership passes to this one handle.
             *slot = Some(Mbuf(unsafe { NonNull::new_unchecked(p) }));
         }
         n
@@ -927,7 +923,8 @@ impl TxBuffer {
         }
         let raw = m.into_raw();
         for &t in targets {
-            // SAFETY: each push consumes one of the references created above.
+            // SAFETY: `raw` came from a live Mbuf (non-null); each push consumes
+            // one of the references created above.
             let (n, b) = bufs[t].push(Mbuf(unsafe { NonNull::new_unchecked(raw) }));
             refused(t, n, b);
         }
