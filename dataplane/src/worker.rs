@@ -299,7 +299,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, dpdk::tsc(), setup.learn_flows);
             while let Some((in_port, mut m)) = me.reinject.pop() {
                 let mut meta = crate::parse::parse(m.data(), in_port);
-                let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, meta);
+                let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, &meta);
                 if let (Some(a), Ok(meta)) = (tables.ampm.as_ref(), &mut meta) {
                     let t = BurstTime::new(&a.timing, realtime_ns());
                     ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, &t, &mut m, meta, v);
@@ -350,12 +350,12 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     mirror(&me, &setup.pool, m, in_port, false, &mut c);
                 }
             }
-            // With a table larger than the caches, pass 1 parses the burst and
-            // prefetches each flow's slot so pass 2's lookups overlap their
-            // misses; with a small table one pass is cheaper.
-            // The INT stage needs each packet's parse too.
+            // With a table larger than the caches (or AM-PM's per-flow
+            // state), pass 1 parses the burst and prefetches each flow's slot
+            // so pass 2's lookups overlap their misses; otherwise one pass is
+            // cheaper (a burst of parses kept in an array costs ~7 ns a packet).
             let prefetch_flows = flows.len() >= PREFETCH_MIN_FLOWS;
-            let two_pass = tables.int.is_some() || tables.ampm.is_some() || prefetch_flows;
+            let two_pass = tables.ampm.is_some() || prefetch_flows;
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
@@ -379,13 +379,14 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 let mut m = pkts[i].take().expect("received");
                 ctx.counters.rx_packets[ip] += 1;
                 ctx.counters.rx_bytes[ip] += m.pkt_len() as u64;
-                let mut v = if two_pass {
-                    forward::process_parsed(&mut ctx, m.data_mut(), in_port, metas[i])
+                let mut meta = if two_pass {
+                    metas[i]
                 } else if m.segments() != 1 {
-                    Verdict::Drop(DropReason::MultiSegment)
+                    Err(DropReason::MultiSegment)
                 } else {
-                    forward::process(&mut ctx, m.data_mut(), in_port)
+                    crate::parse::parse(m.data(), in_port)
                 };
+                let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, &meta);
                 if let (Verdict::Drop(DropReason::NeighbourUnresolved), Some(hop)) = (v, ctx.unresolved.take()) {
                     // Hold it while the control core resolves the next hop.
                     match me.held.push((in_port, hop, m)) {
@@ -396,25 +397,12 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                         Err((_, _, back)) => m = back,
                     }
                 }
-                if let (Some(a), Some(t), Ok(meta)) = (tables.ampm.as_ref(), ampm_now.as_ref(), &mut metas[i]) {
+                if let (Some(a), Some(t), Ok(meta)) = (tables.ampm.as_ref(), ampm_now.as_ref(), &mut meta) {
                     ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, t, &mut m, meta, v);
                 }
-                if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &metas[i]) {
-                    if two_pass {
-                        let w =
-                            IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: now, out: &out, shared: &shared };
-                        v = int_verdict(
-                            spec,
-                            &w,
-                            &mut m,
-                            meta,
-                            v,
-                            in_port,
-                            &mut setup.reports,
-                            ctx.flows,
-                            ctx.counters,
-                        );
-                    }
+                if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
+                    let w = IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: now, out: &out, shared: &shared };
+                    v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
                 }
                 if cap_tx != 0 {
                     if let Verdict::Tx(p) | Verdict::TxLen(p, _) = v {

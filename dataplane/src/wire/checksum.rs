@@ -19,6 +19,13 @@ pub fn sum(initial: u32, data: &[u8]) -> u32 {
     if let [b] = pairs.remainder() {
         acc += (*b as u64) << 8;
     }
+    fold_words(acc)
+}
+
+/// Folds a 64-bit sum of 32-bit big-endian words (and 16-bit ones) to at
+/// most 17 bits, as `sum` returns it.
+#[inline]
+pub fn fold_words(acc: u64) -> u32 {
     let s = (acc & 0xffff_ffff) + (acc >> 32);
     let s = (s & 0xffff) + (s >> 16);
     let s = (s & 0xffff) + (s >> 16);
@@ -27,10 +34,11 @@ pub fn sum(initial: u32, data: &[u8]) -> u32 {
 
 /// Folds a 32-bit accumulator into a 16-bit one's-complement sum.
 #[inline]
-pub fn fold(mut s: u32) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
+pub fn fold(s: u32) -> u16 {
+    // Two rounds always suffice: the first leaves at most 0x1fffe, the
+    // second at most 0xffff (no data-dependent loop on the hot path).
+    let s = (s & 0xffff) + (s >> 16);
+    let s = (s & 0xffff) + (s >> 16);
     s as u16
 }
 
@@ -70,6 +78,23 @@ mod tests {
         let d = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
         assert_eq!(fold(sum(0, &d)), 0xddf2);
         assert_eq!(checksum(&d), !0xddf2);
+    }
+
+    #[test]
+    fn fold_matches_repeated_folding_at_the_extremes() {
+        let slow = |mut s: u32| {
+            while s > 0xffff {
+                s = (s & 0xffff) + (s >> 16);
+            }
+            s as u16
+        };
+        for s in [0, 1, 0xffff, 0x1_0000, 0x1_fffe, 0x1_ffff, 0xffff_0000, 0xfffe_ffff, 0xffff_ffff, 0x8000_8000] {
+            assert_eq!(fold(s), slow(s), "{s:#x}");
+        }
+        // 32-bit words summed into 64 bits, folded, equal the 16-bit sum.
+        let words = [0xffff_ffffu32, 0x1234_5678, 0xdead_beef, 0xffff_0001];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+        assert_eq!(fold_words(words.iter().map(|w| *w as u64).sum()), sum(0, &bytes));
     }
 
     #[test]

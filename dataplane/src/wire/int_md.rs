@@ -2,6 +2,7 @@
 //! and the per-hop metadata stack (newest hop first). Layout: P4.org INT
 //! dataplane spec v2.1 §5, summarised in shared/reference/wire-formats.md §1.
 
+use crate::wire::checksum;
 use crate::DropReason;
 
 pub const SHIM_LEN: usize = 4;
@@ -183,20 +184,26 @@ pub struct IntMdRepr {
 }
 
 impl IntMdRepr {
-    /// Writes shim + header into `buf[..16]`.
-    pub fn emit(&self, buf: &mut [u8]) {
-        buf[0] = INT_TYPE_MD << 4 | (self.npt as u8) << 2;
-        buf[1] = (MD_HDR_LEN / 4) as u8 + self.stack_words;
-        buf[2..4].copy_from_slice(&self.saved.to_be_bytes());
-        let h = &mut buf[SHIM_LEN..INT_HDR_LEN];
-        h[0] = VERSION << 4 | if self.flag_d { 0x08 } else { 0 };
-        h[1] = 0;
-        h[2] = self.hop_ml & 0x1f;
-        h[3] = self.rhc;
-        h[4..6].copy_from_slice(&self.bitmap.to_be_bytes());
-        h[6..8].copy_from_slice(&self.domain_id.to_be_bytes());
-        h[8..10].copy_from_slice(&self.ds_instruction.to_be_bytes());
-        h[10..12].copy_from_slice(&self.ds_flags.to_be_bytes());
+    /// Writes shim + header into `buf[..16]` and returns their
+    /// one's-complement sum (as `checksum::sum` would give). Built as four
+    /// words and stored word-wise: summing bytes just stored one at a time
+    /// would stall on store forwarding.
+    pub fn emit(&self, buf: &mut [u8]) -> u32 {
+        let len = (MD_HDR_LEN / 4) as u32 + self.stack_words as u32;
+        let words = [
+            ((INT_TYPE_MD << 4 | (self.npt as u8) << 2) as u32) << 24 | (len & 0xff) << 16 | self.saved as u32,
+            ((VERSION << 4 | if self.flag_d { 0x08 } else { 0 }) as u32) << 24
+                | ((self.hop_ml & 0x1f) as u32) << 8
+                | self.rhc as u32,
+            (self.bitmap as u32) << 16 | self.domain_id as u32,
+            (self.ds_instruction as u32) << 16 | self.ds_flags as u32,
+        ];
+        let mut acc = 0u64;
+        for (w, out) in words.iter().zip(buf[..INT_HDR_LEN].chunks_exact_mut(4)) {
+            out.copy_from_slice(&w.to_be_bytes());
+            acc += *w as u64;
+        }
+        checksum::fold_words(acc)
     }
 }
 
@@ -220,36 +227,53 @@ pub struct HopMetadata {
 
 /// Writes the metadata `bitmap` selects, in bitmap order, into `out`
 /// (exactly `hop_words(bitmap) * 4` bytes). Reserved bits and the checksum
-/// complement are written as 0xFFFFFFFF.
-pub fn emit_hop(bitmap: u16, m: &HopMetadata, out: &mut [u8]) {
-    let mut o = 0;
-    let mut bits = bitmap;
-    // Visit only the set bits, MSB first.
-    while bits != 0 {
-        let bit = bits.leading_zeros();
-        bits &= !(0x8000 >> bit);
-        let w: u32 = match bit {
-            0 => m.node_id,
-            1 => ((m.ingress_port as u32) << 16) | m.egress_port as u32,
-            2 => m.hop_latency_ns,
-            3 => ((m.queue_id as u32) << 24) | (m.queue_occupancy & 0xff_ffff),
-            4..=6 => {
-                let v: u64 = match bit {
-                    4 => m.ingress_ts_ns,
-                    5 => m.egress_ts_ns,
-                    _ => ((m.l2_ingress as u64) << 32) | m.l2_egress as u64,
-                };
-                out[o..o + 8].copy_from_slice(&v.to_be_bytes());
-                o += 8;
-                continue;
-            }
-            7 => m.tx_util.unwrap_or(u32::MAX),
-            8 => ((m.buffer_id as u32) << 24) | (m.buffer_occupancy & 0xff_ffff),
-            _ => u32::MAX,
-        };
+/// complement are written as 0xFFFFFFFF. Returns the one's-complement sum
+/// of what it wrote (as `checksum::sum` would give), summed from the values.
+pub fn emit_hop(bitmap: u16, m: &HopMetadata, out: &mut [u8]) -> u32 {
+    // Straight-line, one test per instruction in bitmap order: a flow's
+    // bitmap does not change, so every branch predicts (a loop over the set
+    // bits dispatched through a jump table mispredicted on each word).
+    let (mut o, mut acc) = (0, 0u64);
+    let mut put = |w: u32| {
         out[o..o + 4].copy_from_slice(&w.to_be_bytes());
         o += 4;
+        acc += w as u64;
+    };
+    if bitmap & instr::NODE_ID != 0 {
+        put(m.node_id);
     }
+    if bitmap & instr::L1_PORTS != 0 {
+        put(((m.ingress_port as u32) << 16) | m.egress_port as u32);
+    }
+    if bitmap & instr::HOP_LATENCY != 0 {
+        put(m.hop_latency_ns);
+    }
+    if bitmap & instr::QUEUE != 0 {
+        put(((m.queue_id as u32) << 24) | (m.queue_occupancy & 0xff_ffff));
+    }
+    if bitmap & instr::INGRESS_TS != 0 {
+        put((m.ingress_ts_ns >> 32) as u32);
+        put(m.ingress_ts_ns as u32);
+    }
+    if bitmap & instr::EGRESS_TS != 0 {
+        put((m.egress_ts_ns >> 32) as u32);
+        put(m.egress_ts_ns as u32);
+    }
+    if bitmap & instr::L2_PORTS != 0 {
+        put(m.l2_ingress);
+        put(m.l2_egress);
+    }
+    if bitmap & instr::TX_UTIL != 0 {
+        put(m.tx_util.unwrap_or(u32::MAX));
+    }
+    if bitmap & instr::BUFFER != 0 {
+        put(((m.buffer_id as u32) << 24) | (m.buffer_occupancy & 0xff_ffff));
+    }
+    // Reserved bits and the checksum complement: all ones.
+    for _ in 0..(bitmap & (instr::RESERVED | instr::CHECKSUM_COMPLEMENT)).count_ones() {
+        put(u32::MAX);
+    }
+    checksum::fold_words(acc)
 }
 
 #[cfg(test)]
