@@ -412,13 +412,19 @@ impl AmpmSetup {
         let flow_rules = self
             .flows
             .iter()
-            .enumerate()
-            .map(|(i, f)| Rule {
+            .map(|f| Rule {
                 name: f.name.clone(),
                 priority: f.priority,
                 value: f.value,
                 mask: f.mask,
-                action: i as u32,
+                action: FlowRef {
+                    slot: f.slot,
+                    flow_mon_id: f.flow_mon_id,
+                    role: f.role,
+                    method: f.method,
+                    carrier: f.carrier,
+                    clear: f.clear,
+                },
             })
             .collect();
         AmpmSpec {
@@ -454,6 +460,19 @@ impl AmpmSetup {
     }
 }
 
+/// The data path's copy of a flow (the per-flow rule's action): the lookup
+/// hands it over from the rule's table slot, with no second random read
+/// of `AmpmSpec::flows` per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowRef {
+    pub slot: u32,
+    pub flow_mon_id: u32,
+    pub role: MpRole,
+    pub method: Method,
+    pub carrier: Carrier,
+    pub clear: bool,
+}
+
 /// The AM-PM configuration one table generation carries.
 pub struct AmpmSpec {
     pub node_id: u32,
@@ -461,8 +480,8 @@ pub struct AmpmSpec {
     /// Counter slots per worker.
     pub capacity: usize,
     pub flows: Vec<AmpmFlow>,
-    /// Per-flow rules: action = index into `flows`.
-    pub flow_rules: Classifier<u32>,
+    /// Per-flow rules: action = what the data path needs of the flow.
+    pub flow_rules: Classifier<FlowRef>,
     /// Slot tables, indexed by `table_index`.
     pub slots: Vec<Classifier<SlotAction>>,
 }
@@ -632,10 +651,7 @@ pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta
     }
     let spec = ctx.spec;
     let key = flow_key(pkt.bytes(), meta);
-    let Some(&fi) = spec.flow_rules.lookup(&key) else {
-        return Outcome::Unmonitored;
-    };
-    let Some(flow) = spec.flows.get(fi as usize) else {
+    let Some(flow) = spec.flow_rules.lookup(&key) else {
         return Outcome::Unmonitored;
     };
     let slot = flow.slot as usize;
@@ -674,15 +690,13 @@ pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta
     if flow.role == MpRole::Initiator && (a.set_l.is_some() || a.set_d.is_some()) {
         let l = a.set_l.unwrap_or(mark & MARK_L != 0);
         let d = a.set_d.unwrap_or(mark & MARK_D != 0);
-        match write_mark(pkt, meta, flow, &found, l, d) {
-            Some(f) => {
-                if f != found {
-                    ctx.c.event(Event::AmpmOptionInserted);
-                }
-                found = f;
+        match write_mark(pkt, meta, flow, &mut found, l, d) {
+            Written::InPlace => ctx.c.event(Event::AmpmMarked),
+            Written::Inserted => {
+                ctx.c.event(Event::AmpmOptionInserted);
                 ctx.c.event(Event::AmpmMarked);
             }
-            None => {
+            Written::NoRoom => {
                 ctx.c.event(Event::AmpmNoHeadroom);
                 return Outcome::Skipped;
             }
@@ -825,22 +839,23 @@ fn read_mark(b: &[u8], meta: &PacketMeta, carrier: &Carrier, found: &Found) -> u
 
 /// Sets or clears `mask` in the IPv4 header byte at `at`, fixing the header
 /// checksum incrementally.
+/// The new 16-bit word is computed from the old one in registers (writing
+/// the byte and reading the word back stalls on store forwarding).
+#[inline]
 fn set_ipv4_bits(b: &mut [u8], meta: &PacketMeta, at: usize, mask: u8, on: bool) {
     let o = meta.l3_offset;
     let word_at = o + ((at - o) & !1);
     let old = rd16(b, word_at);
-    if on {
-        b[at] |= mask;
-    } else {
-        b[at] &= !mask;
-    }
-    let new = rd16(b, word_at);
+    let m = if at == word_at { (mask as u16) << 8 } else { mask as u16 };
+    let new = if on { old | m } else { old & !m };
     if old != new {
+        b[word_at..word_at + 2].copy_from_slice(&new.to_be_bytes());
         let c = checksum::update16(rd16(b, o + 10), old, new);
         b[o + 10..o + 12].copy_from_slice(&c.to_be_bytes());
     }
 }
 
+#[inline]
 fn set_tos_bit(b: &mut [u8], meta: &PacketMeta, bit: u8, on: bool) {
     let o = meta.l3_offset;
     match meta.l3 {
@@ -869,16 +884,30 @@ fn add_payload_len(b: &mut [u8], meta: &PacketMeta, delta: isize) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
-/// Writes L and D; inserts the IPv6 option when the packet has none.
-/// Returns where the marks now are (None: no headroom).
+/// What writing the marks did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Marks written where `found` said.
+    InPlace,
+    /// The IPv6 option was inserted; `found` now points at it.
+    Inserted,
+    /// No headroom for the option.
+    NoRoom,
+}
+
+/// Writes L and D; inserts the IPv6 option when the packet has none and
+/// updates `found` in place (returning a new `Found` by value made the
+/// caller re-read it with wide loads right after narrow stores: a store
+/// forwarding stall on every marked packet).
+#[inline(always)]
 fn write_mark<B: PacketBuf>(
     pkt: &mut B,
     meta: &mut PacketMeta,
-    flow: &AmpmFlow,
-    found: &Found,
+    flow: &FlowRef,
+    found: &mut Found,
     l: bool,
     d: bool,
-) -> Option<Found> {
+) -> Written {
     match (&flow.carrier, *found) {
         (Carrier::Dscp { l_bit, d_bit }, _) => {
             let b = pkt.bytes_mut();
@@ -886,7 +915,7 @@ fn write_mark<B: PacketBuf>(
             if flow.method == Method::Double {
                 set_tos_bit(b, meta, *d_bit, d);
             }
-            Some(Found::Bits)
+            Written::InPlace
         }
         (Carrier::Ipv4Flag { d_bit }, _) => {
             let b = pkt.bytes_mut();
@@ -894,11 +923,11 @@ fn write_mark<B: PacketBuf>(
             if flow.method == Method::Double {
                 set_tos_bit(b, meta, *d_bit, d);
             }
-            Some(Found::Bits)
+            Written::InPlace
         }
         (_, Found::Option { opt, .. }) => {
             pkt.bytes_mut()[opt + 2..opt + 6].copy_from_slice(&altmark_data(flow.flow_mon_id, l, d));
-            Some(*found)
+            Written::InPlace
         }
         (carrier, Found::Absent { hdr, nh_at }) => {
             let data = altmark_data(flow.flow_mon_id, l, d);
@@ -908,7 +937,7 @@ fn write_mark<B: PacketBuf>(
                 // so the option data stays 4-byte aligned.
                 Some((h, len)) => {
                     if !pkt.insert_at(h + len, ALTMARK_BYTES) {
-                        return None;
+                        return Written::NoRoom;
                     }
                     let b = pkt.bytes_mut();
                     let at = h + len;
@@ -924,7 +953,7 @@ fn write_mark<B: PacketBuf>(
                         nh_at + (pkt.bytes()[nh_at + 1] as usize + 1) * 8
                     };
                     if !pkt.insert_at(at, ALTMARK_BYTES) {
-                        return None;
+                        return Written::NoRoom;
                     }
                     let b = pkt.bytes_mut();
                     b[at] = b[nh_at];
@@ -938,9 +967,10 @@ fn write_mark<B: PacketBuf>(
             };
             grow_meta(meta, ALTMARK_BYTES as isize);
             add_payload_len(pkt.bytes_mut(), meta, ALTMARK_BYTES as isize);
-            Some(f)
+            *found = f;
+            Written::Inserted
         }
-        _ => None,
+        _ => Written::NoRoom,
     }
 }
 

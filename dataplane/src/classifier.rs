@@ -127,22 +127,32 @@ struct Run {
 
 const NONE: u32 = u32::MAX;
 
-enum Lookup {
+enum Lookup<A> {
     Direct { runs: Vec<Run>, table: Box<[u32]> },
-    Tuples { groups: Vec<Group> },
+    Tuples { groups: Vec<Group<A>> },
 }
 
-struct Group {
+struct Group<A> {
     mask: Key,
     best: u32,
-    /// Masked value -> rule index (best of equal keys).
-    map: FixedMap<Key, u32>,
+    /// Masked value -> the best rule of equal keys.
+    map: FixedMap<Key, Entry<A>>,
+}
+
+/// A tuple group's copy of what a lookup needs of its rule: with thousands
+/// of rules, reading them from the rule list would be one more cache miss
+/// per packet after the (prefetched) map slot.
+#[derive(Debug, Clone, Copy)]
+struct Entry<A> {
+    priority: u32,
+    index: u32,
+    action: A,
 }
 
 /// A compiled rule set.
 pub struct Classifier<A> {
     rules: Vec<Rule<A>>,
-    lookup: Lookup,
+    lookup: Lookup<A>,
 }
 
 impl<A: Clone> Classifier<A> {
@@ -173,23 +183,7 @@ impl<A: Clone> Classifier<A> {
                 let i = table[gather(runs, k)];
                 (i != NONE).then_some(i as usize)
             }
-            Lookup::Tuples { groups } => {
-                let mut best: Option<(u32, u32)> = None;
-                for g in groups {
-                    if let Some((bp, _)) = best {
-                        if g.best < bp {
-                            break;
-                        }
-                    }
-                    if let Some(&i) = g.map.get(&k.masked(&g.mask)) {
-                        let p = self.rules[i as usize].priority;
-                        if best.is_none_or(|(bp, bi)| p > bp || (p == bp && i < bi)) {
-                            best = Some((p, i));
-                        }
-                    }
-                }
-                best.map(|(_, i)| i as usize)
-            }
+            Lookup::Tuples { groups } => best_entry(groups, k).map(|e| e.index as usize),
         }
     }
 
@@ -207,8 +201,30 @@ impl<A: Clone> Classifier<A> {
     /// The winning rule's action.
     #[inline]
     pub fn lookup(&self, k: &Key) -> Option<&A> {
-        self.lookup_index(k).map(|i| &self.rules[i].action)
+        match &self.lookup {
+            Lookup::Direct { .. } => self.lookup_index(k).map(|i| &self.rules[i].action),
+            Lookup::Tuples { groups } => best_entry(groups, k).map(|e| &e.action),
+        }
     }
+}
+
+/// The highest-priority match over the tuple groups (the earlier rule on a
+/// tie); groups are sorted by their best priority, so the search stops at
+/// the first group that cannot beat what was found.
+#[inline]
+fn best_entry<'a, A>(groups: &'a [Group<A>], k: &Key) -> Option<&'a Entry<A>> {
+    let mut best: Option<&Entry<A>> = None;
+    for g in groups {
+        if best.is_some_and(|b| g.best < b.priority) {
+            break;
+        }
+        if let Some(e) = g.map.get(&k.masked(&g.mask)) {
+            if best.is_none_or(|b| e.priority > b.priority || (e.priority == b.priority && e.index < b.index)) {
+                best = Some(e);
+            }
+        }
+    }
+    best
 }
 
 /// Every key bit some rule looks at.
@@ -256,7 +272,7 @@ fn best_of<A>(rules: &[Rule<A>], k: &Key) -> u32 {
     best.map_or(NONE, |i| i as u32)
 }
 
-fn direct<A>(rules: &[Rule<A>], union: &Key) -> Lookup {
+fn direct<A>(rules: &[Rule<A>], union: &Key) -> Lookup<A> {
     let mut runs = Vec::new();
     let mut at = 0u8;
     for (w, &m) in union.0.iter().enumerate() {
@@ -286,28 +302,29 @@ fn direct<A>(rules: &[Rule<A>], union: &Key) -> Lookup {
     Lookup::Direct { runs, table }
 }
 
-fn tuples<A>(rules: &[Rule<A>]) -> Lookup {
+fn tuples<A: Clone>(rules: &[Rule<A>]) -> Lookup<A> {
     let mut masks: Vec<Key> = Vec::new();
     for r in rules {
         if !masks.contains(&r.mask) {
             masks.push(r.mask);
         }
     }
-    let mut groups: Vec<Group> = masks
+    let mut groups: Vec<Group<A>> = masks
         .into_iter()
         .map(|mask| {
             let members: Vec<usize> = (0..rules.len()).filter(|&i| rules[i].mask == mask).collect();
-            let mut map = FixedMap::with_capacity(members.len());
+            let mut map: FixedMap<Key, Entry<A>> = FixedMap::with_capacity(members.len());
             let mut best = 0;
             for &i in &members {
                 let v = rules[i].value.masked(&mask);
                 best = best.max(rules[i].priority);
                 let keep = match map.get(&v) {
-                    Some(&j) => rules[j as usize].priority >= rules[i].priority,
+                    Some(e) => e.priority >= rules[i].priority,
                     None => false,
                 };
                 if !keep {
-                    let _ = map.insert(v, i as u32);
+                    let e = Entry { priority: rules[i].priority, index: i as u32, action: rules[i].action.clone() };
+                    let _ = map.insert(v, e);
                 }
             }
             Group { mask, best, map }
