@@ -106,22 +106,22 @@ impl Switch {
             .map(|f| {
                 let colors: Vec<Value> = (0..2)
                     .map(|col| {
-                        let v = sum(&self.shared, f.slot as usize, col);
+                        let v = sum(&self.shared, f.mp.slot as usize, col);
                         json!({ "color": col, "packets": v.packets, "bytes": v.bytes,
                                 "delay_count": v.delay_count, "last_delay_ts_ns": v.delay_ts })
                     })
                     .collect();
                 json!({
                     "name": f.name,
-                    "slot": f.slot,
-                    "flow_mon_id": f.flow_mon_id,
-                    "role": f.role.name(),
-                    "method": f.method.name(),
-                    "carrier": f.carrier.name(),
-                    "clear": f.clear,
+                    "slot": f.mp.slot,
+                    "flow_mon_id": f.mp.flow_mon_id,
+                    "role": f.mp.role.name(),
+                    "method": f.mp.method.name(),
+                    "carrier": f.mp.carrier.name(),
+                    "clear": f.mp.clear,
                     "match": self.ampm_configs.get(&f.name),
                     "counters": colors,
-                    "last_record": ex.and_then(|e| e.last_record.get(f.slot as usize).cloned().flatten()),
+                    "last_record": ex.and_then(|e| e.last_record.get(f.mp.slot as usize).cloned().flatten()),
                 })
             })
             .collect();
@@ -148,9 +148,9 @@ impl Switch {
         let s = self.ampm_setup()?;
         let existing = s.flows.iter().position(|f| f.name == cfg.name);
         let slot = match existing {
-            Some(i) => s.flows[i].slot,
+            Some(i) => s.flows[i].mp.slot,
             None => {
-                let used: std::collections::HashSet<u32> = s.flows.iter().map(|f| f.slot).collect();
+                let used: std::collections::HashSet<u32> = s.flows.iter().map(|f| f.mp.slot).collect();
                 match (0..s.capacity as u32).find(|x| !used.contains(x)) {
                     Some(x) => x,
                     None => {

@@ -3,7 +3,7 @@
 //! per-interval counter records. Flows from the file and from `intctl ampm
 //! add` go through the same conversion.
 
-use dataplane::ampm::{AmpmFlow, AmpmSetup, Carrier, Method, MpRole, TimeFormat, Timing};
+use dataplane::ampm::{AmpmFlow, AmpmSetup, Carrier, FlowRef, Method, MpRole, TimeFormat, Timing};
 use dataplane::classifier::{field, Key};
 use serde::{Deserialize, Serialize};
 
@@ -241,12 +241,7 @@ impl AmpmFlowConfig {
         mask.0[field::PORTS] = (r.src_port.mask as u64) | (r.dst_port.mask as u64) << 16;
         Ok(AmpmFlow {
             name: self.name.clone(),
-            slot,
-            flow_mon_id: self.flow_mon_id,
-            role,
-            method,
-            carrier,
-            clear: self.clear,
+            mp: FlowRef { slot, flow_mon_id: self.flow_mon_id, role, method, carrier, clear: self.clear },
             priority: self.priority,
             value,
             mask,
@@ -323,7 +318,7 @@ address = "127.0.0.1:32766""#,
         .unwrap();
         let f = &p.setup.flows[0];
         assert_eq!(
-            (f.role, f.method, f.carrier),
+            (f.mp.role, f.mp.method, f.mp.carrier),
             (MpRole::Initiator, Method::Muxed, Carrier::Dscp { l_bit: 0, d_bit: 1 })
         );
         assert_eq!(f.mask.0[field::SRC + 1], 0xffff_ff00);

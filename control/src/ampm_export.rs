@@ -126,7 +126,7 @@ impl AmpmExporter {
         let color = (due & 1) as usize;
         let mut lines: Vec<Value> = Vec::with_capacity(flows.len());
         for f in flows {
-            let slot = f.slot as usize;
+            let slot = f.mp.slot as usize;
             if slot >= self.last.len() {
                 continue;
             }
@@ -140,10 +140,10 @@ impl AmpmExporter {
                 "version": 1,
                 "node": self.node_id,
                 "flow": f.name,
-                "flow_mon_id": f.flow_mon_id,
-                "role": f.role.name(),
-                "method": f.method.name(),
-                "carrier": f.carrier.name(),
+                "flow_mon_id": f.mp.flow_mon_id,
+                "role": f.mp.role.name(),
+                "method": f.mp.method.name(),
+                "carrier": f.mp.carrier.name(),
                 "interval": due,
                 "interval_ns": self.timing.interval_ns(),
                 "start_ns": self.timing.start_ns(due),

@@ -364,10 +364,23 @@ pub fn user_slot_rule(
     Ok(slot_rule(t, name, priority, &row(time.to_string(), mark, mark_mask, reg, action)))
 }
 
-/// A monitored flow: what the per-flow rule hands the stage.
+/// A monitored flow: its per-flow rule and what the rule hands the stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AmpmFlow {
     pub name: String,
+    /// This switch's measurement point for the flow (the rule's action).
+    pub mp: FlowRef,
+    /// The per-flow rule: higher priority wins, then the older flow.
+    pub priority: u32,
+    pub value: Key,
+    pub mask: Key,
+}
+
+/// The data path's part of a flow, carried as the per-flow rule's action:
+/// the lookup hands it over from the rule's table slot, with no second
+/// random read of `AmpmSpec::flows` per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowRef {
     /// Counter slot (stable while the flow exists).
     pub slot: u32,
     /// RFC 9343 FlowMonID (20 bits).
@@ -378,10 +391,6 @@ pub struct AmpmFlow {
     /// Terminator: clear the marks / remove the option (false when the
     /// next hop is the destination and wants them).
     pub clear: bool,
-    /// The per-flow rule: higher priority wins, then the older flow.
-    pub priority: u32,
-    pub value: Key,
-    pub mask: Key,
 }
 
 /// The AM-PM state the control core keeps canonical (and compiles into an
@@ -412,20 +421,7 @@ impl AmpmSetup {
         let flow_rules = self
             .flows
             .iter()
-            .map(|f| Rule {
-                name: f.name.clone(),
-                priority: f.priority,
-                value: f.value,
-                mask: f.mask,
-                action: FlowRef {
-                    slot: f.slot,
-                    flow_mon_id: f.flow_mon_id,
-                    role: f.role,
-                    method: f.method,
-                    carrier: f.carrier,
-                    clear: f.clear,
-                },
-            })
+            .map(|f| Rule { name: f.name.clone(), priority: f.priority, value: f.value, mask: f.mask, action: f.mp })
             .collect();
         AmpmSpec {
             node_id: self.node_id,
@@ -458,19 +454,6 @@ impl AmpmSetup {
         }
         v
     }
-}
-
-/// The data path's copy of a flow (the per-flow rule's action): the lookup
-/// hands it over from the rule's table slot, with no second random read
-/// of `AmpmSpec::flows` per packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlowRef {
-    pub slot: u32,
-    pub flow_mon_id: u32,
-    pub role: MpRole,
-    pub method: Method,
-    pub carrier: Carrier,
-    pub clear: bool,
 }
 
 /// The AM-PM configuration one table generation carries.

@@ -18,12 +18,7 @@ fn timing() -> Timing {
 fn flow(role: MpRole, method: Method, carrier: Carrier) -> AmpmFlow {
     AmpmFlow {
         name: "f".into(),
-        slot: 0,
-        flow_mon_id: 0x12345,
-        role,
-        method,
-        carrier,
-        clear: true,
+        mp: FlowRef { slot: 0, flow_mon_id: 0x12345, role, method, carrier, clear: true },
         priority: 1,
         value: Key::default(),
         mask: Key::default(),
