@@ -350,12 +350,13 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     mirror(&me, &setup.pool, m, in_port, false, &mut c);
                 }
             }
-            // With a table larger than the caches (or AM-PM's per-flow
-            // state), pass 1 parses the burst and prefetches each flow's slot
+            // With a flow table (or AM-PM flow rule set) larger than the
+            // caches, pass 1 parses the burst and prefetches each flow's slot
             // so pass 2's lookups overlap their misses; otherwise one pass is
             // cheaper (a burst of parses kept in an array costs ~7 ns a packet).
             let prefetch_flows = flows.len() >= PREFETCH_MIN_FLOWS;
-            let two_pass = tables.ampm.is_some() || prefetch_flows;
+            let prefetch_ampm = tables.ampm.as_ref().is_some_and(|a| a.flows.len() >= PREFETCH_MIN_FLOWS);
+            let two_pass = prefetch_ampm || prefetch_flows;
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
@@ -368,7 +369,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                         if prefetch_flows {
                             flows.prefetch(&meta.key);
                         }
-                        if let Some(a) = tables.ampm.as_ref() {
+                        if let (true, Some(a)) = (prefetch_ampm, tables.ampm.as_ref()) {
                             ampm::prefetch(a, m.data(), meta);
                         }
                     }
