@@ -38,6 +38,21 @@ s.send(d[o+16:o+16+n])\n  o+=16+n\n",
     ns(netns, &["python3", "-c", &py]);
 }
 
+/// intcollector in namespace `netns`, printing JSON lines until it has
+/// `count` reports (or 60 s pass); given 300 ms to bind.
+fn start_collector(netns: &str, listen: &str, count: u64) -> std::process::Child {
+    let child = Command::new("ip")
+        .args(["netns", "exec", netns])
+        .arg(intswitch_tests::workspace_bin("intcollector"))
+        .args(["--listen", listen, "--json", "--quiet", "--count", &count.to_string(), "--duration", "60"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !f() {
@@ -69,15 +84,7 @@ mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_af_packet0,iface=sw-in
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let s = SwitchProcess::start(&d.path("c.toml"), Some(&sw));
     let sock = d.path("sw.sock");
-    let collector = Command::new("ip")
-        .args(["netns", "exec", &sw])
-        .arg(intswitch_tests::workspace_bin("intcollector"))
-        .args(["--listen", "127.0.0.1:32766", "--json", "--quiet", "--count", &RING.to_string(), "--duration", "60"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let collector = start_collector(&sw, "127.0.0.1:32766", RING);
 
     // Export paused: the ring takes RING records, every further one is refused and counted.
     assert_eq!(intctl(&sock, &["int", "export", "pause"])["paused"], true);
@@ -173,15 +180,7 @@ port = \"p2\"\nmac = \"{mac}\"\nbind = \"10.72.0.1:40000\"\n",
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let s = SwitchProcess::start(&d.path("c.toml"), Some(&sw));
     let sock = d.path("sw.sock");
-    let collector = Command::new("ip")
-        .args(["netns", "exec", &col])
-        .arg(intswitch_tests::workspace_bin("intcollector"))
-        .args(["--listen", "10.72.0.2:32766", "--json", "--quiet", "--count", &N.to_string(), "--duration", "60"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let collector = start_collector(&col, "10.72.0.2:32766", N);
     let frames: Vec<Vec<u8>> = (0..N as usize).map(watched_frame).collect();
     write_pcap(&d.path("int.pcap"), &frames);
     send_raw(&h, "eth0", &d.path("int.pcap"));

@@ -522,37 +522,35 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let e = plan("node_id = 1\nedge_ports = [\"p9\"]").unwrap_err();
-        assert_eq!(e.key, "int.edge_ports");
-        let e = plan("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"source\"").unwrap_err();
-        assert_eq!(e.key, "int.watch[0].instructions");
-        let e = plan("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"sink\"\nmax_hops = 3").unwrap_err();
-        assert_eq!(e.key, "int.watch[0].role");
-        let e = plan("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"none\"\ndscp = 64").unwrap_err();
-        assert_eq!(e.key, "int.watch[0].dscp");
-        let e = plan("node_id = 1\nreport_md = [\"node_id\"]").unwrap_err();
-        assert_eq!(e.key, "int.report_md");
-        let e = plan("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"none\"\nsrc = \"10.0.0.0/8\"\ndst = \"::/0\"")
-            .unwrap_err();
-        assert_eq!(e.key, "int.watch[0].dst");
-        let e = plan("node_id = 1\n[[collector]]\naddress = \"nowhere\"").unwrap_err();
-        assert_eq!(e.key, "int.collector[0].address");
-        let e = plan("node_id = 1\n[[collector]]\naddress = \"10.0.0.1:1\"\nmac = \"02:00:00:00:00:01\"").unwrap_err();
-        assert_eq!(e.key, "int.collector[0].mac");
-        let e = plan("node_id = 1\n[[collector]]\naddress = \"10.0.0.1:1\"\nport = \"p7\"").unwrap_err();
-        assert_eq!(e.key, "int.collector[0].port");
+        let cases = [
+            ("node_id = 1\nedge_ports = [\"p9\"]", "int.edge_ports"),
+            ("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"source\"", "int.watch[0].instructions"),
+            ("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"sink\"\nmax_hops = 3", "int.watch[0].role"),
+            ("node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"none\"\ndscp = 64", "int.watch[0].dscp"),
+            ("node_id = 1\nreport_md = [\"node_id\"]", "int.report_md"),
+            (
+                "node_id = 1\n[[watch]]\nname = \"x\"\nrole = \"none\"\nsrc = \"10.0.0.0/8\"\ndst = \"::/0\"",
+                "int.watch[0].dst",
+            ),
+            ("node_id = 1\n[[collector]]\naddress = \"nowhere\"", "int.collector[0].address"),
+            (
+                "node_id = 1\n[[collector]]\naddress = \"10.0.0.1:1\"\nmac = \"02:00:00:00:00:01\"",
+                "int.collector[0].mac",
+            ),
+            ("node_id = 1\n[[collector]]\naddress = \"10.0.0.1:1\"\nport = \"p7\"", "int.collector[0].port"),
+            ("node_id = 1\npresence = \"vxlan\"", "int.presence"),
+            ("node_id = 1\npresence = \"dscp\"\ndscp_value = 0x21\ndscp_mask = 0x01", "int.dscp_value"),
+            ("node_id = 1\npresence = \"dscp\"\ndscp_mask = 0x40", "int.dscp_mask"),
+        ];
+        for (cfg, key) in cases {
+            assert_eq!(plan(cfg).unwrap_err().key, key, "{cfg}");
+        }
         let e = plan("node_id = 1\nreport_max_packet = 1480\n[[collector]]\naddress = \"10.0.0.1:1\"\nport = \"p1\"")
             .unwrap_err();
         assert!(e.key == "int.collector[0].port" && e.reason.contains("MTU 1500"), "{e:?}");
         let p =
             plan("node_id = 1\n[[collector]]\naddress = \"10.0.0.1:1\"\nport = \"p1\"\nmac = \"02:00:00:00:00:01\"");
         assert_eq!(p.unwrap().collectors[0].mac, Some([2, 0, 0, 0, 0, 1]));
-        let e = plan("node_id = 1\npresence = \"vxlan\"").unwrap_err();
-        assert_eq!(e.key, "int.presence");
-        let e = plan("node_id = 1\npresence = \"dscp\"\ndscp_value = 0x21\ndscp_mask = 0x01").unwrap_err();
-        assert_eq!(e.key, "int.dscp_value");
-        let e = plan("node_id = 1\npresence = \"dscp\"\ndscp_mask = 0x40").unwrap_err();
-        assert_eq!(e.key, "int.dscp_mask");
     }
 
     #[test]

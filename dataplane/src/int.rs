@@ -114,8 +114,8 @@ fn udp_adjust(csum: u16, old: u32, new: u32) -> u16 {
 
 /// The length and checksum fields that an insertion into (or removal from)
 /// the L4 segment changes. Read before the headers move and written after:
-/// reading them back right after the move (wide stores) stalls on store
-/// forwarding, a few ns a field.
+/// reading them back right after the move (wide stores) can stall on store
+/// forwarding.
 #[derive(Debug, Clone, Copy)]
 struct Lengths {
     /// IPv4 total length or IPv6 payload length.
@@ -149,7 +149,7 @@ impl Lengths {
         Lengths { l4_len, l4_csum, ..Lengths::read_ip(b, meta) }
     }
 
-    /// IP length as `ip_len` gives it (header included).
+    /// The IP packet's length, header included (IPv6: 40 + payload length).
     #[inline]
     fn ip_packet_len(&self, meta: &PacketMeta) -> usize {
         if meta.key.ip_version() == 4 {
@@ -207,16 +207,6 @@ fn set_ip_proto(b: &mut [u8], meta: &PacketMeta, proto: u8) {
         wr16(b, l3 + 10, c);
     } else {
         b[l3 + 6] = proto;
-    }
-}
-
-#[inline]
-fn ip_len(b: &[u8], meta: &PacketMeta) -> usize {
-    let l3 = meta.l3_offset;
-    if meta.key.ip_version() == 4 {
-        rd16(b, l3 + 2) as usize
-    } else {
-        40 + rd16(b, l3 + 4) as usize
     }
 }
 
@@ -322,7 +312,11 @@ pub fn source_unmarked(
         }
     };
     let hop_ml = hop_words(p.bitmap);
-    let base = ip_len(pkt.bytes(), meta);
+    let lens = match p.presence {
+        Presence::UdpPort(_) if !udp => Lengths::read_ip(pkt.bytes(), meta),
+        _ => Lengths::read(pkt.bytes(), meta),
+    };
+    let base = lens.ip_packet_len(meta);
     if base + extra + INT_HDR_LEN > mtu {
         return Err(Skip::Mtu);
     }
@@ -330,10 +324,6 @@ pub fn source_unmarked(
     let push = p.source_pushes && p.max_hops > 0 && base + extra + INT_HDR_LEN + hop_ml * 4 <= mtu;
     let md_len = if push { hop_ml * 4 } else { 0 };
     let n = extra + INT_HDR_LEN + md_len;
-    let lens = match p.presence {
-        Presence::UdpPort(_) if !udp => Lengths::read_ip(pkt.bytes(), meta),
-        _ => Lengths::read(pkt.bytes(), meta),
-    };
     if !pkt.insert_at(at, n) {
         return Err(Skip::NoRoom);
     }
@@ -437,7 +427,7 @@ pub fn transit_at(
         let pushed = emit_hop(bitmap, md, &mut b[blk + INT_HDR_LEN..blk + INT_HDR_LEN + n]);
         // Written from the values read before the move, and the header's
         // new sum from the two bytes that changed (re-reading what the move
-        // just stored stalls on store forwarding): the shim length (low
+        // just stored can stall on store forwarding): the shim length (low
         // byte of its first 16-bit word) grows by HopML, RHC (low byte of
         // the header's second word) falls by one (+0xfffe in one's complement).
         b[blk + 1] = (shim_words + hop_ml) as u8;
