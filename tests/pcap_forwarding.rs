@@ -83,9 +83,10 @@ fn header(name: &str, mode: &str, dir: &Scratch) -> String {
     )
 }
 
-#[test]
-fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
-    let d = Scratch::new("xc");
+/// Frames for the cross-connect tests: good IPv4, a bad IPv4 total length,
+/// IPv6, a truncated IPv4 header, ARP, VLAN-tagged, and one a flow rule
+/// drops (from 10.0.0.9).
+fn xconnect_frames() -> [Vec<u8>; 7] {
     let good = ipv4_udp(H2, H1, [10, 0, 0, 1], [10, 0, 0, 2], 64, b"hello");
     let v6f = ipv6_udp(H2, H1, v6(1, 1), v6(2, 1), 64, b"six");
     let mut arp = vec![0xff; 6];
@@ -100,30 +101,58 @@ fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
     bad_len[16..18].copy_from_slice(&1500u16.to_be_bytes());
     let truncated = good[..20].to_vec();
     let dropped_by_flow = ipv4_udp(H2, H1, [10, 0, 0, 9], [10, 0, 0, 2], 64, b"x");
-    write_pcap(
-        &d.path("in0.pcap"),
-        &[good.clone(), bad_len, v6f.clone(), truncated, arp.clone(), vlan.clone(), dropped_by_flow],
-    );
-    write_pcap(&d.path("in1.pcap"), std::slice::from_ref(&v6f));
+    [good, bad_len, v6f, truncated, arp, vlan, dropped_by_flow]
+}
+
+/// Runs a cross-connect p0 <-> p1 over the frames (p1 sends one IPv6 frame
+/// back); `flows` is appended to the config.
+fn run_xconnect(d: &Scratch, flows: &str) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let frames = xconnect_frames();
+    write_pcap(&d.path("in0.pcap"), &frames);
+    write_pcap(&d.path("in1.pcap"), std::slice::from_ref(&frames[2]));
     let cfg = format!(
-        "{}{}{}[[flow]]\nin_port = \"p0\"\nsrc = \"10.0.0.9\"\ndst = \"10.0.0.2\"\nproto = \"udp\"\nsrc_port = 12345\ndst_port = 5001\naction = \"drop\"\n",
-        header("xc", "xconnect", &d),
-        port_cfg("p0", 0, &d, "peer = \"p1\""),
-        port_cfg("p1", 1, &d, "peer = \"p0\"")
+        "{}{}{}{flows}",
+        header("xc", "xconnect", d),
+        port_cfg("p0", 0, d, "peer = \"p1\""),
+        port_cfg("p1", 1, d, "peer = \"p0\"")
     );
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let out = run_for(&d.path("c.toml"), 2.0);
-    assert_eq!(read_pcap(&d.path("out1.pcap")), vec![good, v6f.clone(), arp, vlan]);
-    assert_eq!(read_pcap(&d.path("out0.pcap")), vec![v6f]);
+    let v6_back = read_pcap(&d.path("out0.pcap"));
+    assert_eq!(v6_back, vec![frames[2].clone()]);
     assert_eq!(out["ports"][0]["rx_packets"], 7);
-    assert_eq!(out["ports"][1]["tx_packets"], 4);
     assert_eq!(out["ports"][0]["tx_packets"], 1);
+    (out, read_pcap(&d.path("out1.pcap")), frames.to_vec())
+}
+
+#[test]
+fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
+    let d = Scratch::new("xc");
+    let rule = "[[flow]]\nin_port = \"p0\"\nsrc = \"10.0.0.9\"\ndst = \"10.0.0.2\"\nproto = \"udp\"\nsrc_port = 12345\ndst_port = 5001\naction = \"drop\"\n";
+    let (out, sent, f) = run_xconnect(&d, rule);
+    // A flow rule makes the cross-connect parse: malformed frames are dropped.
+    assert_eq!(sent, vec![f[0].clone(), f[2].clone(), f[4].clone(), f[5].clone()]);
+    assert_eq!(out["ports"][1]["tx_packets"], 4);
     assert_eq!(out["drops"]["ipv4_bad_total_length"], 1);
     assert_eq!(out["drops"]["eth_truncated"].as_u64().unwrap() + out["drops"]["ipv4_truncated"].as_u64().unwrap(), 1);
     assert_eq!(out["drops"]["flow_drop"], 1);
     assert_eq!(out["total_drops"], 3);
     // ethdev's own counters agree with ours.
     assert_eq!(out["ports"][1]["ethdev"]["opackets"], 4);
+}
+
+#[test]
+fn xconnect_without_flow_rules_is_a_wire() {
+    let d = Scratch::new("xcw");
+    let (out, sent, f) = run_xconnect(&d, "");
+    // Nothing reads the packets: every frame passes as it came, malformed too.
+    assert_eq!(sent, f);
+    let bytes: usize = f.iter().map(|x| x.len()).sum();
+    assert_eq!(out["ports"][0]["rx_bytes"], bytes);
+    assert_eq!(out["ports"][1]["tx_packets"], 7);
+    assert_eq!(out["ports"][1]["tx_bytes"], bytes);
+    assert_eq!(out["ports"][1]["ethdev"]["opackets"], 7);
+    assert_eq!(out["total_drops"], 0);
 }
 
 #[test]

@@ -909,6 +909,19 @@ impl TxBuffer {
         }
     }
 
+    /// Queues every packet of a received burst (the slots are emptied),
+    /// sending as the buffer fills. Returns what the device refused, as push.
+    #[inline]
+    pub fn push_burst(&mut self, pkts: &mut [Option<Mbuf>]) -> (usize, u64) {
+        let (mut n, mut b) = (0, 0);
+        for m in pkts.iter_mut().filter_map(Option::take) {
+            let (rn, rb) = self.push(m);
+            n += rn;
+            b += rb;
+        }
+        (n, b)
+    }
+
     /// Sends the same buffer out of every TX buffer named by `targets`
     /// (refcount bumped once per extra copy); `refused(target, packets,
     /// bytes)` hears what each buffer could not send.

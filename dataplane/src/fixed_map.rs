@@ -53,6 +53,11 @@ impl<K: MapKey, V> FixedMap<K, V> {
         self.max_len
     }
 
+    /// Slots a full sweep visits (a power of two, about twice the capacity).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     #[inline]
     fn find(&self, k: &K) -> Result<usize, usize> {
         let mut i = k.hash64() as usize & self.mask;

@@ -73,6 +73,11 @@ impl FlowTable {
         self.map.capacity()
     }
 
+    /// Slots `age` sweeps through.
+    pub fn slots(&self) -> usize {
+        self.map.slots()
+    }
+
     /// Starts loading the flow's slot (first pass over a burst).
     #[inline]
     pub fn prefetch(&self, key: &FlowKey) {

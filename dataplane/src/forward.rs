@@ -115,6 +115,18 @@ pub fn process_parsed(ctx: &mut Ctx, frame: &mut [u8], in_port: u16, meta: &Resu
     }
 }
 
+/// A bridge with nothing that reads past the Ethernet header (no flow
+/// entries, no flow learning, no stage: see `Tables::l2_only`) parses only
+/// the VLAN tags and MACs; like any L2 switch it bridges frames whatever
+/// their IP header holds.
+#[inline]
+pub fn bridge_l2(ctx: &mut Ctx, frame: &[u8], in_port: u16) -> Verdict {
+    match ethernet::parse_l2(frame) {
+        Ok(l2) => bridge(ctx, frame, in_port, FlowAction::Normal, l2.vlan),
+        Err(r) => Verdict::Drop(r),
+    }
+}
+
 fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
     // An empty table without learning cannot match: skip the hash and probe.
     if ctx.flows.is_empty() && !ctx.learn_flows {
@@ -493,6 +505,12 @@ mod tests {
                 Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
             process(&mut ctx, f, port)
         }
+
+        fn run_l2(&mut self, f: &[u8], port: u16) -> Verdict {
+            let mut ctx =
+                Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
+            bridge_l2(&mut ctx, f, port)
+        }
     }
 
     const P0: [u8; 6] = [2, 0, 0, 0, 0, 0xa0];
@@ -552,6 +570,24 @@ mod tests {
         assert_eq!(e.run(&mut g, 0), Verdict::Drop(DropReason::L2SameSegment));
         let mut b = to(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), BROADCAST);
         assert_eq!(e.run(&mut b, 0), Verdict::Flood);
+    }
+
+    #[test]
+    fn an_l2_only_bridge_reads_the_ethernet_header_alone() {
+        let mut e = Env::new(Mode::Bridge);
+        let h2 = [2, 0, 0, 0, 0, 2];
+        let mut bad_ip = to(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), h2);
+        bad_ip[14] = 0x4f; // IHL past the frame
+        assert_eq!(e.run(&mut bad_ip.clone(), 0), Verdict::Drop(DropReason::Ipv4BadIhl), "the full parse drops it");
+        assert_eq!(e.run_l2(&bad_ip, 0), Verdict::Flood, "an L2 switch bridges it");
+        assert_eq!(e.macs.lookup(0, &H1), Some(0), "and learns its source");
+        let mut reply = udp4([2, 2, 2, 2], [1, 1, 1, 1], 2, 1, b"y");
+        reply[0..6].copy_from_slice(&H1);
+        reply[6..12].copy_from_slice(&h2);
+        reply.splice(12..12, [0x81, 0x00, 0x00, 0x07]); // VLAN 7
+        assert_eq!(e.run_l2(&reply, 1), Verdict::Flood, "H1 is known on VLAN 0 only");
+        assert_eq!(e.macs.lookup(7, &h2), Some(1));
+        assert_eq!(e.run_l2(&reply[..13], 1), Verdict::Drop(DropReason::EthTruncated));
     }
 
     #[test]

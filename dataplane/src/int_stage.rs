@@ -379,7 +379,7 @@ pub fn dropped<R: ReportSink>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::counters::MAX_PORTS;
     use crate::int_watch::{Presence, ReportParams, SourceParams, Ternary, WatchRule};
@@ -389,7 +389,7 @@ mod tests {
 
     const PORT: u16 = 17768;
 
-    fn spec(node: u32, edge: u32) -> IntSpec {
+    pub(crate) fn spec(node: u32, edge: u32) -> IntSpec {
         let mut s = IntSpec {
             node_id: node,
             presence: Presence::UdpPort(PORT),

@@ -47,6 +47,11 @@ impl MacTable {
         self.map.is_empty()
     }
 
+    /// Slots `age` sweeps through.
+    pub fn slots(&self) -> usize {
+        self.map.slots()
+    }
+
     #[inline]
     pub fn learn(&mut self, vlan: u16, mac: &[u8; 6], port: u16, now: u64) -> Learned {
         let k = key(vlan, mac);

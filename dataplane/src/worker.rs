@@ -27,6 +27,8 @@ use crate::DropReason;
 
 /// Flow-table size from which a burst is parsed and prefetched first.
 const PREFETCH_MIN_FLOWS: usize = 4096;
+/// How often a second the worker ages a slice of its flow and MAC tables.
+const AGE_SLICES_PER_S: u64 = 1000;
 
 /// A flow-table change for one worker, tagged with the generation the
 /// worker acknowledges once it has applied it.
@@ -243,6 +245,12 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     };
     let burst = setup.burst;
     let mut poll_no: u64 = 0;
+    // Tables age a slice once a millisecond, sized to visit every slot about
+    // once a second: bounded work that does not sweep cold memory per poll.
+    let age_tsc = hz / AGE_SLICES_PER_S;
+    let mut last_age = dpdk::tsc();
+    let flow_slice = (flows.slots() as u64 / AGE_SLICES_PER_S).max(64) as usize;
+    let mac_slice = (macs.slots() as u64 / AGE_SLICES_PER_S).max(64) as usize;
     let mut pkts: [Option<Mbuf>; dpdk::MAX_BURST] = std::array::from_fn(|_| None);
     let mut metas: [Result<PacketMeta, DropReason>; dpdk::MAX_BURST] = [Err(DropReason::EthTruncated); dpdk::MAX_BURST];
     // AM-PM registers per flow slot (this worker's; the counters are shared).
@@ -350,6 +358,30 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     mirror(&me, &setup.pool, m, in_port, false, &mut c);
                 }
             }
+            // A cross-connect with nothing that reads packets (no flow
+            // entries, no learning, no stage, no TX capture) is a wire: the
+            // burst goes out as it came, unparsed.
+            let no_flows = flows.is_empty() && !setup.learn_flows;
+            if let (true, Some(peer)) = (no_flows, tables.wire_peer(ip)) {
+                if cap_tx & (1 << peer) == 0 {
+                    out.forward_wire(&mut pkts[..n], ip, peer, &mut c);
+                    continue;
+                }
+            }
+            if no_flows && tables.l2_only() {
+                let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, false);
+                for slot in pkts.iter_mut().take(n) {
+                    let m = slot.take().expect("received");
+                    ctx.counters.rx_packets[ip] += 1;
+                    ctx.counters.rx_bytes[ip] += m.pkt_len() as u64;
+                    let v = forward::bridge_l2(&mut ctx, m.data(), in_port);
+                    if cap_tx != 0 {
+                        mirror_tx(&me, &setup.pool, &m, v, cap_tx, ctx.counters);
+                    }
+                    out.deliver(m, v, ip, ctx.tables, ctx.counters, now);
+                }
+                continue;
+            }
             // With a flow table (or AM-PM flow rule set) larger than the
             // caches, pass 1 parses the burst and prefetches each flow's slot
             // so pass 2's lookups overlap their misses; otherwise one pass is
@@ -406,11 +438,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
                 }
                 if cap_tx != 0 {
-                    if let Verdict::Tx(p) | Verdict::TxLen(p, _) = v {
-                        if cap_tx & (1 << p) != 0 {
-                            mirror(&me, &setup.pool, &m, p, true, ctx.counters);
-                        }
-                    }
+                    mirror_tx(&me, &setup.pool, &m, v, cap_tx, ctx.counters);
                 }
                 out.deliver(m, v, ip, ctx.tables, ctx.counters, now);
             }
@@ -429,10 +457,10 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             out.flush(&mut c);
             last_drain = now;
         }
-        // Age a slice of the tables every 64 polls: bounded work per poll.
-        if poll_no % 64 == 0 {
-            let fa = flows.age(now, 256);
-            let ma = macs.age(now, 256);
+        if now.wrapping_sub(last_age) >= age_tsc {
+            last_age = now;
+            let fa = flows.age(now, flow_slice);
+            let ma = macs.age(now, mac_slice);
             c.events[Event::FlowAged as usize] += fa as u64;
             c.events[Event::MacAged as usize] += ma as u64;
         }
@@ -580,6 +608,15 @@ fn int_verdict(
 }
 
 /// Copies a packet for capture; a full capture queue or pool is counted.
+/// Mirrors a packet about to leave a port whose TX side is captured.
+fn mirror_tx(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, v: Verdict, cap_tx: u32, c: &mut CounterValues) {
+    if let Verdict::Tx(p) | Verdict::TxLen(p, _) = v {
+        if cap_tx & (1 << p) != 0 {
+            mirror(me, pool, m, p, true, c);
+        }
+    }
+}
+
 fn mirror(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, port: u16, tx: bool, c: &mut CounterValues) {
     match m.copy_into(pool) {
         Some(mbuf) => {
@@ -650,6 +687,19 @@ impl Egress {
         c.tx_bytes[port] += m.pkt_len() as u64;
         let (n, b) = self.tx[port].push(m);
         account_refused(c, port, n, b);
+    }
+
+    /// A whole burst from `in_port` to `peer`, counted in and out.
+    #[inline]
+    fn forward_wire(&mut self, pkts: &mut [Option<Mbuf>], in_port: usize, peer: usize, c: &mut CounterValues) {
+        let n = pkts.len() as u64;
+        let bytes: u64 = pkts.iter().flatten().map(|m| m.pkt_len() as u64).sum();
+        c.rx_packets[in_port] += n;
+        c.rx_bytes[in_port] += bytes;
+        c.tx_packets[peer] += n;
+        c.tx_bytes[peer] += bytes;
+        let (rn, rb) = self.tx[peer].push_burst(pkts);
+        account_refused(c, peer, rn, rb);
     }
 
     /// Every other up port; emulated ports get their own copy.
