@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::{FlowAction, FlowTable};
-use crate::mac_table::{Learned, MacTable};
+use crate::mac_table::{self, Learned, MacTable};
 use crate::parse::{self, L3Kind, PacketMeta, PROTO_ICMP, PROTO_ICMPV6};
 use crate::tables::{v4_key, v6_key, Mode, Tables};
 use crate::wire::arp::{self, ArpPacket, ArpRepr};
@@ -22,7 +22,9 @@ pub enum Verdict {
     /// Send out this port index.
     Tx(u16),
     /// Set the frame length, then send out this port index (replies).
-    TxLen(u16, usize),
+    /// Small enough (6 bytes) to come back in a register: a verdict written
+    /// to memory in pieces and read back whole stalls store forwarding.
+    TxLen(u16, u16),
     /// Send out every up port except the input one.
     Flood,
     /// Handled by the switch itself (ARP reply, NA): freed, not a drop.
@@ -56,6 +58,21 @@ pub struct Ctx<'a> {
     pub learn_flows: bool,
     /// Set to the next hop a `NeighbourUnresolved` verdict waits for.
     pub unresolved: Option<IpAddr>,
+    /// Bridge lookups this burst already made (a Ctx lives for one burst).
+    bridged: BridgeMemo,
+}
+
+/// The bridge's last source and destination of this burst, as MAC-table
+/// keys. Consecutive frames of a burst usually share them (one flow, or a
+/// link between two routers), and `now` is the burst's time: learning the
+/// same source on the same port again changes nothing, and the
+/// destination's port holds until a learn changes the table.
+#[derive(Default)]
+struct BridgeMemo {
+    /// Source handled (learned, refreshed, or static) on this port.
+    src: Option<(u64, u16)>,
+    /// Destination and the port it resolved to (None: unknown, flooded).
+    dst: Option<(u64, Option<u16>)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -68,7 +85,17 @@ impl<'a> Ctx<'a> {
         now: u64,
         learn_flows: bool,
     ) -> Ctx<'a> {
-        Ctx { tables, flows, macs, counters, control, now, learn_flows, unresolved: None }
+        Ctx {
+            tables,
+            flows,
+            macs,
+            counters,
+            control,
+            now,
+            learn_flows,
+            unresolved: None,
+            bridged: BridgeMemo::default(),
+        }
     }
 
     fn notify(&mut self, ev: ControlEvent) {
@@ -144,6 +171,12 @@ fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
     FlowAction::Normal
 }
 
+/// A reply's frame length: at least the Ethernet minimum. (A frame is one
+/// mbuf segment, so it always fits 16 bits.)
+fn reply_len(end: usize) -> u16 {
+    end.clamp(60, u16::MAX as usize) as u16
+}
+
 fn tx_if_up(t: &Tables, port: u16) -> Verdict {
     match t.ports.get(port as usize) {
         Some(p) if p.up => Verdict::Tx(port),
@@ -154,15 +187,21 @@ fn tx_if_up(t: &Tables, port: u16) -> Verdict {
 fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u16) -> Verdict {
     let eth = EthernetFrame::new_checked(frame).expect("parsed");
     let (src, dst) = (eth.src(), eth.dst());
+    let src_key = mac_table::key(vlan, &src);
     // A static address is never learned (nor moved by a frame that claims
     // it from another port).
-    if !ethernet::is_multicast(&src) && ctx.tables.static_port(vlan, &src).is_none() {
-        match ctx.macs.learn(vlan, &src, in_port, ctx.now) {
-            Learned::New => ctx.counters.event(Event::MacLearned),
-            Learned::Moved => ctx.counters.event(Event::MacMoved),
-            Learned::Full => ctx.counters.event(Event::MacTableFull),
-            Learned::Refreshed => {}
+    if !ethernet::is_multicast(&src) && ctx.bridged.src != Some((src_key, in_port)) {
+        if ctx.tables.static_port(vlan, &src).is_none() {
+            match ctx.macs.learn(vlan, &src, in_port, ctx.now) {
+                Learned::New => ctx.counters.event(Event::MacLearned),
+                Learned::Moved => ctx.counters.event(Event::MacMoved),
+                Learned::Full => ctx.counters.event(Event::MacTableFull),
+                Learned::Refreshed => {}
+            }
+            // Whatever was learned may be this burst's destination.
+            ctx.bridged.dst = None;
         }
+        ctx.bridged.src = Some((src_key, in_port));
     }
     if let FlowAction::Forward(p) = action {
         return tx_if_up(ctx.tables, p);
@@ -170,7 +209,16 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     if ethernet::is_multicast(&dst) {
         return Verdict::Flood;
     }
-    match ctx.tables.static_port(vlan, &dst).or_else(|| ctx.macs.lookup(vlan, &dst)) {
+    let dst_key = mac_table::key(vlan, &dst);
+    let out = match ctx.bridged.dst {
+        Some((k, out)) if k == dst_key => out,
+        _ => {
+            let out = ctx.tables.static_port(vlan, &dst).or_else(|| ctx.macs.lookup(vlan, &dst));
+            ctx.bridged.dst = Some((dst_key, out));
+            out
+        }
+    };
+    match out {
         Some(p) if p == in_port => Verdict::Drop(DropReason::L2SameSegment),
         Some(p) => tx_if_up(ctx.tables, p),
         None => Verdict::Flood,
@@ -221,7 +269,7 @@ fn arp_input(ctx: &mut Ctx, frame: &mut [u8], in_port: u16, meta: &PacketMeta, o
     eth.set_dst(smac);
     eth.set_src(our_mac);
     ctx.counters.event(Event::ArpReplied);
-    Verdict::TxLen(in_port, (l3 + arp::LEN).max(60))
+    Verdict::TxLen(in_port, reply_len(l3 + arp::LEN))
 }
 
 fn swap_macs(frame: &mut [u8], our_mac: [u8; 6]) {
@@ -261,7 +309,7 @@ fn route_v4(
         ip.fill_checksum();
         swap_macs(frame, our_mac);
         ctx.counters.event(Event::IcmpEchoReplied);
-        return Verdict::TxLen(in_port, meta.l3_end.max(60));
+        return Verdict::TxLen(in_port, reply_len(meta.l3_end));
     }
     if dst[0] >= 224 || eth_multicast {
         return Verdict::Drop(DropReason::L3Multicast);
@@ -335,7 +383,7 @@ fn route_v6(
         ip.set_hop_limit(64);
         swap_macs(frame, our_mac);
         ctx.counters.event(Event::IcmpEchoReplied);
-        return Verdict::TxLen(in_port, meta.l3_end.max(60));
+        return Verdict::TxLen(in_port, reply_len(meta.l3_end));
     }
     if dst[0] == 0xff {
         return Verdict::Drop(DropReason::L3Multicast);
@@ -424,7 +472,7 @@ fn nd_input(
     eth.set_dst(reply_mac);
     eth.set_src(our_mac);
     ctx.counters.event(Event::NdReplied);
-    Verdict::TxLen(in_port, end.max(60))
+    Verdict::TxLen(in_port, reply_len(end))
 }
 
 /// Builds an ARP request for `target` from `our_ip`/`our_mac` into `buf`
@@ -504,6 +552,13 @@ mod tests {
             let mut ctx =
                 Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
             process(&mut ctx, f, port)
+        }
+
+        /// Frames as one burst: one Ctx for all.
+        fn run_burst(&mut self, frames: &[(Vec<u8>, u16)]) -> Vec<Verdict> {
+            let mut ctx =
+                Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
+            frames.iter().map(|(f, port)| bridge_l2(&mut ctx, f, *port)).collect()
         }
 
         fn run_l2(&mut self, f: &[u8], port: u16) -> Verdict {
@@ -588,6 +643,36 @@ mod tests {
         assert_eq!(e.run_l2(&reply, 1), Verdict::Flood, "H1 is known on VLAN 0 only");
         assert_eq!(e.macs.lookup(7, &h2), Some(1));
         assert_eq!(e.run_l2(&reply[..13], 1), Verdict::Drop(DropReason::EthTruncated));
+    }
+
+    #[test]
+    fn a_burst_bridges_like_frames_one_by_one() {
+        let (a, b) = ([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb]);
+        let frame = |src: [u8; 6], dst: [u8; 6]| {
+            let mut f = udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x");
+            f[0..6].copy_from_slice(&dst);
+            f[6..12].copy_from_slice(&src);
+            f
+        };
+        let burst = vec![
+            (frame(a, b), 0),
+            (frame(a, b), 0),
+            (frame(b, b), 1), // learns B: the remembered "B unknown" is stale
+            (frame(a, b), 0),
+            (frame(a, b), 1), // A moves
+            (frame(b, a), 0), // B moves
+        ];
+        let mut one = Env::new(Mode::Bridge);
+        let got = one.run_burst(&burst);
+        let same = Verdict::Drop(DropReason::L2SameSegment);
+        assert_eq!(got, vec![Verdict::Flood, Verdict::Flood, same, Verdict::Tx(1), same, Verdict::Tx(1)]);
+        let mut each = Env::new(Mode::Bridge);
+        let singly: Vec<Verdict> = burst.iter().map(|(f, p)| each.run_l2(f, *p)).collect();
+        assert_eq!(got, singly);
+        assert_eq!(one.c.events, each.c.events);
+        assert_eq!(one.c.events[Event::MacLearned as usize], 2);
+        assert_eq!(one.c.events[Event::MacMoved as usize], 2);
+        assert_eq!((one.macs.lookup(0, &a), one.macs.lookup(0, &b)), (Some(1), Some(0)));
     }
 
     #[test]

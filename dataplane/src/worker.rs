@@ -646,7 +646,7 @@ impl Egress {
         let out = match v {
             Verdict::Tx(p) => p as usize,
             Verdict::TxLen(p, len) => {
-                if !m.set_len(len) {
+                if !m.set_len(len as usize) {
                     c.drop(DropReason::LocalUnhandled);
                     return;
                 }
