@@ -368,6 +368,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     continue;
                 }
             }
+            // A bridge with nothing that reads past Ethernet: MACs and VLAN only.
             if no_flows && tables.l2_only() {
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, false);
                 for slot in pkts.iter_mut().take(n) {
@@ -607,7 +608,6 @@ fn int_verdict(
     }
 }
 
-/// Copies a packet for capture; a full capture queue or pool is counted.
 /// Mirrors a packet about to leave a port whose TX side is captured.
 fn mirror_tx(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, v: Verdict, cap_tx: u32, c: &mut CounterValues) {
     if let Verdict::Tx(p) | Verdict::TxLen(p, _) = v {
@@ -617,6 +617,7 @@ fn mirror_tx(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, v: Verdict, cap_
     }
 }
 
+/// Copies a packet for capture; a full capture queue or pool is counted.
 fn mirror(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, port: u16, tx: bool, c: &mut CounterValues) {
     match m.copy_into(pool) {
         Some(mbuf) => {
