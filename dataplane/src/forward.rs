@@ -22,8 +22,9 @@ pub enum Verdict {
     /// Send out this port index.
     Tx(u16),
     /// Set the frame length, then send out this port index (replies).
-    /// Small enough (6 bytes) to come back in a register: a verdict written
-    /// to memory in pieces and read back whole stalls store forwarding.
+    /// Small enough (6 bytes) to come back in a register rather than be
+    /// written to memory in pieces and read back whole (which can stall
+    /// store forwarding).
     TxLen(u16, u16),
     /// Send out every up port except the input one.
     Flood,
@@ -194,14 +195,19 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     // it from another port).
     if !ethernet::is_multicast(&src) && ctx.bridged.src != Some((src_key, in_port)) {
         if ctx.tables.static_port(vlan, &src).is_none() {
+            // A new or moved address may be this burst's destination.
             match ctx.macs.learn(vlan, &src, in_port, ctx.now) {
-                Learned::New => ctx.counters.event(Event::MacLearned),
-                Learned::Moved => ctx.counters.event(Event::MacMoved),
+                Learned::New => {
+                    ctx.counters.event(Event::MacLearned);
+                    ctx.bridged.dst = None;
+                }
+                Learned::Moved => {
+                    ctx.counters.event(Event::MacMoved);
+                    ctx.bridged.dst = None;
+                }
                 Learned::Full => ctx.counters.event(Event::MacTableFull),
                 Learned::Refreshed => {}
             }
-            // Whatever was learned may be this burst's destination.
-            ctx.bridged.dst = None;
         }
         ctx.bridged.src = Some((src_key, in_port));
     }

@@ -358,15 +358,13 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     mirror(&me, &setup.pool, m, in_port, false, &mut c);
                 }
             }
+            let no_flows = flows.is_empty() && !setup.learn_flows;
             // A cross-connect with nothing that reads packets (no flow
             // entries, no learning, no stage, no TX capture) is a wire: the
             // burst goes out as it came, unparsed.
-            let no_flows = flows.is_empty() && !setup.learn_flows;
-            if let (true, Some(peer)) = (no_flows, tables.wire_peer(ip)) {
-                if cap_tx & (1 << peer) == 0 {
-                    out.forward_wire(&mut pkts[..n], ip, peer, &mut c);
-                    continue;
-                }
+            if let Some(peer) = tables.wire_peer(ip).filter(|&p| no_flows && cap_tx & (1 << p) == 0) {
+                out.forward_wire(&mut pkts[..n], ip, peer, &mut c);
+                continue;
             }
             // A bridge with nothing that reads past Ethernet: MACs and VLAN only.
             if no_flows && tables.l2_only() {
