@@ -80,17 +80,6 @@ impl Key {
     }
 }
 
-impl MapKey for Key {
-    #[inline]
-    fn hash64(&self) -> u64 {
-        let mut h = 0u64;
-        for (i, w) in self.0.iter().enumerate() {
-            h ^= w.hash64().rotate_left(i as u32 * 7);
-        }
-        h
-    }
-}
-
 /// One rule. `value` bits outside `mask` are ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule<A> {
@@ -187,21 +176,35 @@ struct PackedTable<A, const N: usize> {
     index_mask: usize,
 }
 
-impl<A: Clone, const N: usize> PackedTable<A, N> {
-    /// A table for `len` rules of `mask`, None if the mask cares about more
-    /// than `N` words (or about all of them while `N` is smaller).
-    fn new(mask: &Key, len: usize) -> Option<Self> {
+impl<A: Clone> PackedTable<A, 4> {
+    /// A table for `len` rules of `mask`, None if the mask cares about
+    /// more than 4 words.
+    fn narrow(mask: &Key, len: usize) -> Option<Self> {
         let cared: Vec<u8> = (0..KEY_WORDS as u8).filter(|&w| mask.0[w as usize] != 0).collect();
-        let ignored = (0..KEY_WORDS as u8).find(|&w| mask.0[w as usize] == 0);
-        if cared.len() > N || (cared.len() < N && ignored.is_none()) {
+        // With at most 4 of 8 words cared about, some word is ignored.
+        let ignored = (0..KEY_WORDS as u8).find(|&w| mask.0[w as usize] == 0)?;
+        if cared.len() > 4 {
             return None;
         }
-        let mut from = [ignored.unwrap_or(0); N];
+        let mut from = [ignored; 4];
         from[..cared.len()].copy_from_slice(&cared);
+        Some(PackedTable::with_words(from, len))
+    }
+}
+
+impl<A: Clone> PackedTable<A, KEY_WORDS> {
+    /// A table for `len` rules over the whole key.
+    fn wide(len: usize) -> Self {
+        PackedTable::with_words(std::array::from_fn(|w| w as u8), len)
+    }
+}
+
+impl<A: Clone, const N: usize> PackedTable<A, N> {
+    fn with_words(from: [u8; N], len: usize) -> Self {
         // Twice the rules, so probes stay short.
         let size = (len.max(1) * 2).next_power_of_two();
         let slots = vec![PackedSlot { words: [0; N], entry: None }; size].into_boxed_slice();
-        Some(PackedTable { from, slots, index_mask: size - 1 })
+        PackedTable { from, slots, index_mask: size - 1 }
     }
 }
 
@@ -246,8 +249,8 @@ impl<A, const N: usize> PackedTable<A, N> {
         crate::dpdk::prefetch(&self.slots[Self::home(&self.pack(k, mask)) & self.index_mask]);
     }
 
-    /// Keeps the better of `e` and the entry already there for `value`
-    /// (higher priority, then the earlier rule).
+    /// Stores `e` for `value` unless the entry already there has at least
+    /// its priority (rules come in order: on a tie the earlier stays).
     fn insert(&mut self, value: &Key, mask: &Key, e: Entry<A>) {
         let words = self.pack(value, mask);
         let i = self.find(&words);
@@ -422,9 +425,9 @@ fn tuples<A: Clone>(rules: &[Rule<A>]) -> Lookup<A> {
         .into_iter()
         .map(|mask| {
             let members: Vec<usize> = (0..rules.len()).filter(|&i| rules[i].mask == mask).collect();
-            let mut table = match PackedTable::new(&mask, members.len()) {
+            let mut table = match PackedTable::narrow(&mask, members.len()) {
                 Some(t) => GroupTable::Narrow(t),
-                None => GroupTable::Wide(PackedTable::new(&mask, members.len()).expect("all words fit")),
+                None => GroupTable::Wide(PackedTable::wide(members.len())),
             };
             let mut best = 0;
             // Members in rule order: an equal key of equal priority keeps the earlier rule.
