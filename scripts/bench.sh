@@ -5,15 +5,23 @@
 # a generated pcap (infinite_rx=1); sink: net_null.
 # Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>
 #
-# BENCH_SECONDS (default 8) sets each run's length; BENCH_HUGEPAGES=0 skips
+# BENCH_SECONDS (default 8, at least 4) sets each run's length; BENCH_HUGEPAGES=0 skips
 # reserving 2 MiB hugepages (reserved for the run and released at exit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
+# The first two per-second samples are warm-up: fewer than 4 leave too few.
+if ! [[ "$secs" =~ ^[0-9]+$ ]] || (( secs < 4 )); then
+  echo "bench.sh: BENCH_SECONDS=$secs: need a whole number of seconds, at least 4" >&2
+  exit 2
+fi
 work=$(mktemp -d /tmp/intswitch-bench.XXXXXX)
 hp_file=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
 hp_before=""
 cleanup() {
+  # DPDK leaves its hugepage files behind; they keep the pages as surplus
+  # until removed.
+  rm -f /dev/hugepages/bench-tp-$$map_* /dev/hugepages/bench-is-$$map_* 2>/dev/null || true
   [[ -n "$hp_before" ]] && echo "$hp_before" > "$hp_file" 2>/dev/null || true
   rm -rf "$work"
 }
