@@ -51,7 +51,14 @@ testpmd_mpps() { # pcap
     --vdev "net_pcap0,rx_pcap=$1,infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
     --forward-mode=macswap --stats-period 1 --total-num-mbufs=200000 --no-lsc-interrupt \
     >"$work/tp.log" 2>&1 </dev/null &
-  local pid=$!
+  local pid=$! i
+  # Time from when forwarding starts: the first run after the reservation
+  # spends seconds zeroing fresh hugepages, which left too few samples.
+  for ((i = 0; i < 100; i++)); do
+    grep -q "start packet forwarding" "$work/tp.log" 2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.2
+  done
   sleep $((secs + 2)); kill -INT $pid 2>/dev/null || true; wait $pid 2>/dev/null || true
   # Port 1 (net_null) is the TX side; its Tx-pps lines are every second block's second entry.
   grep -E "Tx-pps:" "$work/tp.log" | awk 'NR%2==0 {print $2/1e6}' | avg
