@@ -822,6 +822,7 @@ fn read_mark(b: &[u8], meta: &PacketMeta, carrier: &Carrier, found: &Found) -> u
 
 /// Sets or clears `mask` in the IPv4 header byte at `at`, fixing the header
 /// checksum incrementally.
+///
 /// The new 16-bit word is computed from the old one in registers (writing
 /// the byte and reading the word back stalls on store forwarding).
 #[inline]
@@ -953,6 +954,7 @@ fn write_mark<B: PacketBuf>(
             *found = f;
             Written::Inserted
         }
+        // An option carrier with `Found::Bits`: `locate` never pairs them.
         _ => Written::NoRoom,
     }
 }

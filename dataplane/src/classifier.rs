@@ -181,11 +181,11 @@ impl<A: Clone> PackedTable<A, 4> {
     /// more than 4 words.
     fn narrow(mask: &Key, len: usize) -> Option<Self> {
         let cared: Vec<u8> = (0..KEY_WORDS as u8).filter(|&w| mask.0[w as usize] != 0).collect();
-        // With at most 4 of 8 words cared about, some word is ignored.
-        let ignored = (0..KEY_WORDS as u8).find(|&w| mask.0[w as usize] == 0)?;
         if cared.len() > 4 {
             return None;
         }
+        // With at most 4 of 8 words cared about, some word is ignored.
+        let ignored = (0..KEY_WORDS as u8).find(|&w| mask.0[w as usize] == 0)?;
         let mut from = [ignored; 4];
         from[..cared.len()].copy_from_slice(&cared);
         Some(PackedTable::with_words(from, len))

@@ -362,7 +362,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // A cross-connect with nothing that reads packets (no flow
             // entries, no learning, no stage, no TX capture) is a wire: the
             // burst goes out as it came, unparsed.
-            if let Some(peer) = tables.wire_peer(ip).filter(|&p| no_flows && cap_tx & (1 << p) == 0) {
+            // (A peer without a TX buffer takes the parsing path, dropped as port_down.)
+            if let Some(peer) = tables.wire_peer(ip).filter(|&p| no_flows && cap_tx & (1 << p) == 0 && p < out.tx.len())
+            {
                 out.forward_wire(&mut pkts[..n], ip, peer, &mut c);
                 continue;
             }
