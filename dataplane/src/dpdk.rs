@@ -862,6 +862,35 @@ impl RxQueue {
         n
     }
 
+    /// Receives up to `max` packets straight into `tx`'s buffer, for a wire
+    /// that reads nothing of them: no per-packet handle, no second copy of
+    /// the pointers. Sends when the buffer is full, and first if this burst
+    /// might not fit.
+    #[inline]
+    pub fn relay_into(&mut self, max: usize, tx: &mut TxBuffer) -> Relayed {
+        let max = max.min(MAX_BURST);
+        let mut r = Relayed::default();
+        if tx.len + max > MAX_BURST {
+            (r.refused, r.refused_bytes) = tx.flush();
+        }
+        // SAFETY: tx.pkts has room for `max` pointers past tx.len (flushed
+        // above otherwise); this queue is polled by one lcore only.
+        let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, tx.pkts.as_mut_ptr().add(tx.len), max as u16) }
+            as usize;
+        for &p in &tx.pkts[tx.len..tx.len + n] {
+            // SAFETY: one of the n valid mbufs DPDK just handed over, now owned by `tx`.
+            r.bytes += unsafe { (*p).pkt_len } as u64;
+        }
+        r.packets = n;
+        tx.len += n;
+        if tx.len == MAX_BURST {
+            let (n, b) = tx.flush();
+            r.refused += n;
+            r.refused_bytes += b;
+        }
+        r
+    }
+
     /// Receives up to `max` packets and hands each one to `f` in order.
     #[inline]
     pub fn rx_burst(&mut self, max: usize, mut f: impl FnMut(Mbuf)) -> usize {
@@ -874,6 +903,16 @@ impl RxQueue {
         }
         n
     }
+}
+
+/// What one `RxQueue::relay_into` moved: received packets and bytes, and
+/// what the TX side refused (freed, to be counted as drops).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Relayed {
+    pub packets: usize,
+    pub bytes: u64,
+    pub refused: usize,
+    pub refused_bytes: u64,
 }
 
 /// Per-worker TX buffer for one (port, queue): batches packets into bursts.

@@ -155,6 +155,12 @@ pub fn bridge_l2(ctx: &mut Ctx, frame: &[u8], in_port: u16) -> Verdict {
     }
 }
 
+/// The 6-byte MAC at `off`, if the frame holds it.
+#[inline(always)]
+fn mac_at(frame: &[u8], off: usize) -> Option<&[u8; 6]> {
+    frame.get(off..off + 6).and_then(|b| b.try_into().ok())
+}
+
 fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
     // An empty table without learning cannot match: skip the hash and probe.
     if ctx.flows.is_empty() && !ctx.learn_flows {
@@ -188,15 +194,18 @@ fn tx_if_up(t: &Tables, port: u16) -> Verdict {
 // Inlined: the L2-only path then drops the flow-action branch (A/B +7 %).
 #[inline(always)]
 fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u16) -> Verdict {
-    let eth = EthernetFrame::new_checked(frame).expect("parsed");
-    let (src, dst) = (eth.src(), eth.dst());
-    let src_key = mac_table::key(vlan, &src);
+    // The MACs as references into the frame: copies assembled on the stack
+    // and read back as keys stalled store forwarding.
+    let (Some(dst), Some(src)) = (mac_at(frame, 0), mac_at(frame, 6)) else {
+        return Verdict::Drop(DropReason::EthTruncated);
+    };
+    let src_key = mac_table::key(vlan, src);
     // A static address is never learned (nor moved by a frame that claims
     // it from another port).
-    if !ethernet::is_multicast(&src) && ctx.bridged.src != Some((src_key, in_port)) {
-        if ctx.tables.static_port(vlan, &src).is_none() {
+    if !ethernet::is_multicast(src) && ctx.bridged.src != Some((src_key, in_port)) {
+        if ctx.tables.static_port_key(src_key).is_none() {
             // A new or moved address may be this burst's destination.
-            match ctx.macs.learn(vlan, &src, in_port, ctx.now) {
+            match ctx.macs.learn_key(src_key, in_port, ctx.now) {
                 Learned::New => {
                     ctx.counters.event(Event::MacLearned);
                     ctx.bridged.dst = None;
@@ -214,14 +223,14 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     if let FlowAction::Forward(p) = action {
         return tx_if_up(ctx.tables, p);
     }
-    if ethernet::is_multicast(&dst) {
+    if ethernet::is_multicast(dst) {
         return Verdict::Flood;
     }
-    let dst_key = mac_table::key(vlan, &dst);
+    let dst_key = mac_table::key(vlan, dst);
     let out = match ctx.bridged.dst {
         Some((k, out)) if k == dst_key => out,
         _ => {
-            let out = ctx.tables.static_port(vlan, &dst).or_else(|| ctx.macs.lookup(vlan, &dst));
+            let out = ctx.tables.static_port_key(dst_key).or_else(|| ctx.macs.lookup_key(dst_key));
             ctx.bridged.dst = Some((dst_key, out));
             out
         }

@@ -238,10 +238,16 @@ impl Tables {
     /// entries (the usual case) no hash is computed.
     #[inline]
     pub fn static_port(&self, vlan: u16, mac: &[u8; 6]) -> Option<u16> {
+        self.static_port_key(crate::mac_table::key(vlan, mac))
+    }
+
+    /// `static_port` by a `mac_table::key` already computed.
+    #[inline]
+    pub fn static_port_key(&self, k: u64) -> Option<u16> {
         if self.static_macs.is_empty() {
             return None;
         }
-        self.static_macs.get(&crate::mac_table::key(vlan, mac)).copied()
+        self.static_macs.get(&k).copied()
     }
 
     /// Port (index) whose configured IPv4 subnet contains `ip`, with our address there.

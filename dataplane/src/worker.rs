@@ -325,8 +325,30 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
         let cap_rx = shared.capture_rx.load(Ordering::Relaxed);
         let cap_tx = shared.capture_tx.load(Ordering::Relaxed);
         let mut sink = QueueSink(&me.events);
+        let no_flows = flows.is_empty() && !setup.learn_flows;
         for (in_port, rxq) in setup.rx.iter_mut() {
             let in_port = *in_port;
+            let ip = in_port as usize;
+            // A cross-connect with nothing that reads packets (no flow
+            // entries, no learning, no stage, no capture on either side) is
+            // a wire: the burst is received straight into the peer's TX
+            // buffer, unparsed. (A peer without a TX buffer takes the
+            // parsing path, dropped as port_down.)
+            if let Some(peer) = tables.wire_peer(ip).filter(|&p| {
+                no_flows
+                    && (cap_rx & (1 << ip)) | (cap_tx & (1 << p)) == 0
+                    && p < out.tx.len()
+                    && tables.ports.get(ip).is_some_and(|p| p.up)
+            }) {
+                let r = rxq.relay_into(burst, &mut out.tx[peer]);
+                got += r.packets;
+                c.rx_packets[ip] += r.packets as u64;
+                c.rx_bytes[ip] += r.bytes;
+                c.tx_packets[peer] += r.packets as u64;
+                c.tx_bytes[peer] += r.bytes;
+                account_refused(&mut c, peer, r.refused, r.refused_bytes);
+                continue;
+            }
             let n = rxq.rx_burst_into(burst, &mut pkts);
             if n == 0 {
                 continue;
@@ -342,7 +364,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, realtime_ns()));
             let now = dpdk::tsc();
             got += n;
-            let ip = in_port as usize;
             if !tables.ports.get(ip).is_some_and(|p| p.up) {
                 // Administratively down: count and drop the whole burst.
                 for slot in pkts.iter_mut().take(n) {
@@ -357,16 +378,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 for m in pkts.iter().take(n).flatten() {
                     mirror(&me, &setup.pool, m, in_port, false, &mut c);
                 }
-            }
-            let no_flows = flows.is_empty() && !setup.learn_flows;
-            // A cross-connect with nothing that reads packets (no flow
-            // entries, no learning, no stage, no TX capture) is a wire: the
-            // burst goes out as it came, unparsed.
-            // (A peer without a TX buffer takes the parsing path, dropped as port_down.)
-            if let Some(peer) = tables.wire_peer(ip).filter(|&p| no_flows && cap_tx & (1 << p) == 0 && p < out.tx.len())
-            {
-                out.forward_wire(&mut pkts[..n], ip, peer, &mut c);
-                continue;
             }
             // A bridge with nothing that reads past Ethernet: MACs and VLAN only.
             if no_flows && tables.l2_only() {
@@ -462,11 +473,15 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             last_age = now;
             let fa = flows.age(now, flow_slice);
             let ma = macs.age(now, mac_slice);
-            c.events[Event::FlowAged as usize] += fa as u64;
-            c.events[Event::MacAged as usize] += ma as u64;
+            c.event_n(Event::FlowAged, fa as u64);
+            c.event_n(Event::MacAged, ma as u64);
+        }
+        if poll_no % 1024 == 0 {
+            me.counters.publish(&mut c);
+        } else if got > 0 {
+            me.counters.publish_burst(&mut c, nports);
         }
         if got > 0 || poll_no % 1024 == 0 {
-            me.counters.publish(&c);
             me.flows_in_use.store(flows.len() as u64, Ordering::Relaxed);
             me.macs_in_use.store(macs.len() as u64, Ordering::Relaxed);
         }
@@ -486,9 +501,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     // Packets still in link emulation are dropped at shutdown, counted.
     for imp in out.impair.iter_mut() {
         let n = imp.flush(drop);
-        c.drops[DropReason::ImpairQueueFull as usize] += n as u64;
+        c.drop_n(DropReason::ImpairQueueFull, n as u64);
     }
-    me.counters.publish(&c);
+    me.counters.publish(&mut c);
     0
 }
 
@@ -690,19 +705,6 @@ impl Egress {
         account_refused(c, port, n, b);
     }
 
-    /// A whole burst from `in_port` to `peer`, counted in and out.
-    #[inline]
-    fn forward_wire(&mut self, pkts: &mut [Option<Mbuf>], in_port: usize, peer: usize, c: &mut CounterValues) {
-        let n = pkts.len() as u64;
-        let bytes: u64 = pkts.iter().flatten().map(|m| m.pkt_len() as u64).sum();
-        c.rx_packets[in_port] += n;
-        c.rx_bytes[in_port] += bytes;
-        c.tx_packets[peer] += n;
-        c.tx_bytes[peer] += bytes;
-        let (rn, rb) = self.tx[peer].push_burst(pkts);
-        account_refused(c, peer, rn, rb);
-    }
-
     /// Every other up port; emulated ports get their own copy.
     fn flood(&mut self, m: Mbuf, in_port: usize, t: &Tables, c: &mut CounterValues, now: u64) {
         let nports = self.tx.len();
@@ -777,6 +779,6 @@ fn account_refused(c: &mut CounterValues, port: usize, n: usize, bytes: u64) {
     if n > 0 {
         c.tx_packets[port] -= n as u64;
         c.tx_bytes[port] -= bytes;
-        c.drops[DropReason::TxFull as usize] += n as u64;
+        c.drop_n(DropReason::TxFull, n as u64);
     }
 }
