@@ -105,14 +105,15 @@ fn xconnect_frames() -> [Vec<u8>; 7] {
 }
 
 /// Runs a cross-connect p0 <-> p1 over the frames (p1 sends one IPv6 frame
-/// back); `flows` is appended to the config.
-fn run_xconnect(d: &Scratch, flows: &str) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+/// back); `flows` is appended to the config. `name` keeps the EAL file
+/// prefix apart from the other tests running at the same time.
+fn run_xconnect(name: &str, d: &Scratch, flows: &str) -> (serde_json::Value, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let frames = xconnect_frames();
     write_pcap(&d.path("in0.pcap"), &frames);
     write_pcap(&d.path("in1.pcap"), std::slice::from_ref(&frames[2]));
     let cfg = format!(
         "{}{}{}{flows}",
-        header("xc", "xconnect", d),
+        header(name, "xconnect", d),
         port_cfg("p0", 0, d, "peer = \"p1\""),
         port_cfg("p1", 1, d, "peer = \"p0\"")
     );
@@ -129,7 +130,7 @@ fn run_xconnect(d: &Scratch, flows: &str) -> (serde_json::Value, Vec<Vec<u8>>, V
 fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
     let d = Scratch::new("xc");
     let rule = "[[flow]]\nin_port = \"p0\"\nsrc = \"10.0.0.9\"\ndst = \"10.0.0.2\"\nproto = \"udp\"\nsrc_port = 12345\ndst_port = 5001\naction = \"drop\"\n";
-    let (out, sent, f) = run_xconnect(&d, rule);
+    let (out, sent, f) = run_xconnect("xc", &d, rule);
     // A flow rule makes the cross-connect parse: malformed frames are dropped.
     assert_eq!(sent, vec![f[0].clone(), f[2].clone(), f[4].clone(), f[5].clone()]);
     assert_eq!(out["ports"][1]["tx_packets"], 4);
@@ -144,7 +145,7 @@ fn xconnect_passes_bytes_unchanged_and_drops_malformed() {
 #[test]
 fn xconnect_without_flow_rules_is_a_wire() {
     let d = Scratch::new("xcw");
-    let (out, sent, f) = run_xconnect(&d, "");
+    let (out, sent, f) = run_xconnect("xcw", &d, "");
     // Nothing reads the packets: every frame passes as it came, malformed too.
     assert_eq!(sent, f);
     let bytes: usize = f.iter().map(|x| x.len()).sum();
@@ -181,6 +182,52 @@ fn bridge_floods_unknown_then_forwards_learned() {
     assert_eq!(out["events"]["mac_learned"], 2);
     assert_eq!(out["macs_in_use"], 2);
     assert_eq!(out["total_drops"], 0);
+}
+
+/// The bridge reuses a verdict for frames whose first bytes repeat, and
+/// moves a burst that all leaves by one port in one piece: a learn between
+/// two equal frames, and a tagged frame with the same MACs, must still be
+/// decided afresh.
+#[test]
+fn bridge_repeated_frames_follow_learning_within_a_burst() {
+    let d = Scratch::new("brm");
+    const H3: [u8; 6] = [0x02, 0, 0, 0, 0, 3];
+    const H9: [u8; 6] = [0x02, 0, 0, 0, 0, 9];
+    let a_to_c = ipv4_udp(H3, H1, [10, 0, 0, 1], [10, 0, 0, 3], 64, b"ac");
+    let c_to_x = ipv4_udp(H9, H3, [10, 0, 0, 3], [10, 0, 0, 9], 64, b"cx");
+    // A to C again, 802.1Q VLAN 5: the MACs repeat, the VLAN differs.
+    let mut a_to_c_vlan = a_to_c[..12].to_vec();
+    a_to_c_vlan.extend([0x81, 0x00, 0x00, 0x05]);
+    a_to_c_vlan.extend(&a_to_c[12..]);
+    let b_to_a = ipv4_udp(H1, H2, [10, 0, 0, 2], [10, 0, 0, 1], 64, b"ba");
+    // One burst on p0: C is unknown (flooded), then learned on p0, so the
+    // same A-to-C frames are now for their own segment (dropped).
+    write_pcap(
+        &d.path("in0.pcap"),
+        &[a_to_c.clone(), c_to_x.clone(), a_to_c.clone(), a_to_c.clone(), a_to_c.clone(), a_to_c_vlan.clone()],
+    );
+    // Then a uniform burst on p1, all to A (learned on p0 just before).
+    write_pcap(&d.path("in1.pcap"), &[b_to_a.clone(), b_to_a.clone(), b_to_a.clone()]);
+    write_pcap(&d.path("in2.pcap"), &[]);
+    let cfg = format!(
+        "{}{}{}{}",
+        header("brm", "bridge", &d),
+        port_cfg("p0", 0, &d, ""),
+        port_cfg("p1", 1, &d, ""),
+        port_cfg("p2", 2, &d, "")
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 2.0);
+    assert_eq!(read_pcap(&d.path("out0.pcap")), vec![b_to_a.clone(), b_to_a.clone(), b_to_a]);
+    let flooded = vec![a_to_c, c_to_x, a_to_c_vlan];
+    assert_eq!(read_pcap(&d.path("out1.pcap")), flooded);
+    assert_eq!(read_pcap(&d.path("out2.pcap")), flooded);
+    assert_eq!(out["drops"]["l2_same_segment"], 3);
+    assert_eq!(out["total_drops"], 3);
+    assert_eq!(out["events"]["flooded"], 3);
+    // A and C on p0, A again in VLAN 5, B on p1.
+    assert_eq!(out["events"]["mac_learned"], 4);
+    assert_eq!(out["ports"][0]["tx_packets"], 3);
 }
 
 #[test]

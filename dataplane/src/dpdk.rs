@@ -953,10 +953,22 @@ impl TxBuffer {
     #[inline]
     pub fn push_burst(&mut self, pkts: &mut [Option<Mbuf>]) -> (usize, u64) {
         let (mut n, mut b) = (0, 0);
-        for m in pkts.iter_mut().filter_map(Option::take) {
-            let (rn, rb) = self.push(m);
-            n += rn;
-            b += rb;
+        let mut rest = pkts;
+        while !rest.is_empty() {
+            // As many as fit, with the length in a register, then send if full.
+            let (now, later) = rest.split_at_mut(rest.len().min(MAX_BURST - self.len));
+            let mut len = self.len;
+            for m in now.iter_mut().filter_map(Option::take) {
+                self.pkts[len] = m.into_raw();
+                len += 1;
+            }
+            self.len = len;
+            if len == MAX_BURST {
+                let (rn, rb) = self.flush();
+                n += rn;
+                b += rb;
+            }
+            rest = later;
         }
         (n, b)
     }

@@ -143,6 +143,13 @@ pub fn process_parsed(ctx: &mut Ctx, frame: &mut [u8], in_port: u16, meta: &Resu
     }
 }
 
+/// Whether a frame's outer ethertype (at bytes 12..14) is a VLAN tag.
+#[inline(always)]
+pub fn vlan_tagged(frame: &[u8; 16]) -> bool {
+    let t = u16::from_be_bytes([frame[12], frame[13]]);
+    t == ethernet::ETHERTYPE_VLAN || t == ethernet::ETHERTYPE_QINQ
+}
+
 /// A bridge with nothing that reads past the Ethernet header (no flow
 /// entries, no flow learning, no stage: see `Tables::l2_only`) parses only
 /// the VLAN tags and MACs; like any L2 switch it bridges frames whatever

@@ -253,6 +253,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let mac_slice = (macs.slots() as u64 / AGE_SLICES_PER_S).max(64) as usize;
     let mut pkts: [Option<Mbuf>; dpdk::MAX_BURST] = std::array::from_fn(|_| None);
     let mut metas: [Result<PacketMeta, DropReason>; dpdk::MAX_BURST] = [Err(DropReason::EthTruncated); dpdk::MAX_BURST];
+    let mut verdicts = [Verdict::Consumed; dpdk::MAX_BURST];
     // AM-PM registers per flow slot (this worker's; the counters are shared).
     let mut ampm_regs = vec![0u8; me.ampm.len()];
 
@@ -382,11 +383,45 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // A bridge with nothing that reads past Ethernet: MACs and VLAN only.
             if no_flows && tables.l2_only() {
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, false);
-                for slot in pkts.iter_mut().take(n) {
+                // The verdict of the last untagged frame, by its first 16
+                // bytes (MACs, ethertype, 2 more): frames of a burst mostly
+                // repeat it (as VPP's l2 input caches its last lookup).
+                // Equal bytes give the bridge the same inputs, and the
+                // tables only change by learning, which the first of them
+                // did (the bridge's own memo skips learning it again).
+                let mut last: Option<([u8; 16], Verdict)> = None;
+                let (mut bytes, mut uniform) = (0u64, true);
+                for i in 0..n {
+                    let m = pkts[i].as_ref().expect("received");
+                    bytes += m.pkt_len() as u64;
+                    let head = m.data().first_chunk::<16>().filter(|h| !forward::vlan_tagged(h));
+                    verdicts[i] = match (head, &last) {
+                        (Some(h), Some((lh, lv))) if h == lh => *lv,
+                        _ => {
+                            // Every frame of a uniform burst repeats the first.
+                            uniform &= i == 0;
+                            let v = forward::bridge_l2(&mut ctx, m.data(), in_port);
+                            last = head.map(|h| (*h, v));
+                            v
+                        }
+                    };
+                }
+                ctx.counters.rx_packets[ip] += n as u64;
+                ctx.counters.rx_bytes[ip] += bytes;
+                // A burst that all leaves by one port without link emulation
+                // or capture (the usual case) moves on as a wire's does.
+                if let (true, Verdict::Tx(p)) = (uniform && cap_tx == 0, verdicts[0]) {
+                    let p = p as usize;
+                    if p < out.tx.len() && tables.ports.get(p).is_some_and(|ps| ps.impair.is_none()) {
+                        ctx.counters.tx_packets[p] += n as u64;
+                        ctx.counters.tx_bytes[p] += bytes;
+                        let (rn, rb) = out.tx[p].push_burst(&mut pkts[..n]);
+                        account_refused(ctx.counters, p, rn, rb);
+                        continue;
+                    }
+                }
+                for (slot, &v) in pkts.iter_mut().zip(&verdicts).take(n) {
                     let m = slot.take().expect("received");
-                    ctx.counters.rx_packets[ip] += 1;
-                    ctx.counters.rx_bytes[ip] += m.pkt_len() as u64;
-                    let v = forward::bridge_l2(&mut ctx, m.data(), in_port);
                     if cap_tx != 0 {
                         mirror_tx(&me, &setup.pool, &m, v, cap_tx, ctx.counters);
                     }
