@@ -6,7 +6,9 @@
 # Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>
 #
 # BENCH_SECONDS (default 8, at least 4) sets each run's length; BENCH_HUGEPAGES=0 skips
-# reserving 2 MiB hugepages (reserved for the run and released at exit).
+# reserving 2 MiB hugepages (reserved for the run and released at exit);
+# BENCH_CASES=name,name,... runs only those cases (an export case comes with
+# the report-every-packet case it is measured in).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
@@ -96,7 +98,12 @@ $5
 EOF2
 }
 
+want() { # case name: in BENCH_CASES, or no BENCH_CASES
+  [[ -z "${BENCH_CASES:-}" || ",$BENCH_CASES," == *",$1,"* ]]
+}
+
 run_case() { # name pcap config
+  want "$1" || return 0
   local ours theirs
   theirs=$(testpmd_mpps "$2")
   ours=$(intswitch_mpps "$3")
@@ -164,7 +171,7 @@ run_case int-sink-5x4-report-every-packet "$work/int5.pcap" "$work/sink-all.toml
 # reports per second of the control core's export work (its capacity: the
 # worker, not the exporter, limits the rate when the exporter idles between
 # polls).
-tail -n 1 "$work/is.log" | python3 -c "
+want int-sink-5x4-report-every-packet && tail -n 1 "$work/is.log" | python3 -c "
 import json,sys
 d=json.load(sys.stdin)['int_reports']
 full=sum(r['ring_full'] for r in d['rings'])
@@ -180,7 +187,7 @@ $(int_cfg '["p1"]' "report_max_packet = ${BENCH_REPORT_PACKET:-1472}
 $port_collector")" >"$work/sink-port.toml"
 sed -i 's/^mbufs = 200000$/&\nmempool_ops = "stack"/' "$work/sink-port.toml"
 run_case int-sink-5x4-report-every-packet-via-port "$work/int5.pcap" "$work/sink-port.toml"
-tail -n 1 "$work/is.log" | python3 -c "
+want int-sink-5x4-report-every-packet-via-port && tail -n 1 "$work/is.log" | python3 -c "
 import json,sys
 d=json.load(sys.stdin)['int_reports']
 full=sum(r['ring_full'] for r in d['rings'])

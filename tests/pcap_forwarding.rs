@@ -230,6 +230,28 @@ fn bridge_repeated_frames_follow_learning_within_a_burst() {
     assert_eq!(out["ports"][0]["tx_packets"], 3);
 }
 
+/// A two-port bridge floods a burst of unknown unicast to the one other
+/// port in one piece: every frame out, each counted as flooded.
+#[test]
+fn two_port_bridge_floods_a_burst_to_the_other_port() {
+    let d = Scratch::new("br2");
+    let a_to_b = ipv4_udp(H2, H1, [10, 0, 0, 1], [10, 0, 0, 2], 64, b"ab");
+    let frames = vec![a_to_b.clone(), a_to_b.clone(), a_to_b.clone(), a_to_b];
+    write_pcap(&d.path("in0.pcap"), &frames);
+    write_pcap(&d.path("in1.pcap"), &[]);
+    let cfg = format!("{}{}{}", header("br2", "bridge", &d), port_cfg("p0", 0, &d, ""), port_cfg("p1", 1, &d, ""));
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 2.0);
+    assert_eq!(read_pcap(&d.path("out1.pcap")), frames);
+    assert_eq!(read_pcap(&d.path("out0.pcap")), Vec::<Vec<u8>>::new());
+    assert_eq!(out["events"]["flooded"], 4);
+    assert_eq!(out["events"]["mac_learned"], 1);
+    assert_eq!(out["ports"][1]["tx_packets"], 4);
+    let bytes: usize = frames.iter().map(|f| f.len()).sum();
+    assert_eq!(out["ports"][1]["tx_bytes"], bytes);
+    assert_eq!(out["total_drops"], 0);
+}
+
 #[test]
 fn router_rewrites_answers_and_drops_with_reasons() {
     let d = Scratch::new("rt");

@@ -234,6 +234,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let mut c = CounterValues::default();
     let drain_tsc = setup.tx_drain_us * hz / 1_000_000;
     let mut last_drain = dpdk::tsc();
+    let mut last_poll_tsc = last_drain;
     let mut empty_polls: u32 = 0;
     let nports = setup.tx.len();
     let mut out = Egress {
@@ -363,7 +364,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // between, a delay measured against it can only grow, never fall
             // below what the path really took.
             let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, realtime_ns()));
-            let now = dpdk::tsc();
+            let l2_only = no_flows && tables.l2_only();
+            let now = if l2_only { last_poll_tsc } else { dpdk::tsc() };
             got += n;
             if !tables.ports.get(ip).is_some_and(|p| p.up) {
                 // Administratively down: count and drop the whole burst.
@@ -381,7 +383,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
             }
             // A bridge with nothing that reads past Ethernet: MACs and VLAN only.
-            if no_flows && tables.l2_only() {
+            if l2_only {
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, false);
                 // The verdict of the last untagged frame, by its first 16
                 // bytes (MACs, ethertype, 2 more): frames of a burst mostly
@@ -410,9 +412,17 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 ctx.counters.rx_bytes[ip] += bytes;
                 // A burst that all leaves by one port without link emulation
                 // or capture (the usual case) moves on as a wire's does.
-                if let (true, Verdict::Tx(p)) = (uniform && cap_tx == 0, verdicts[0]) {
-                    let p = p as usize;
+                // (Flooding to the one other port of a two-port bridge is such a case.)
+                let single = match verdicts[0] {
+                    Verdict::Tx(p) => Some(p as usize),
+                    Verdict::Flood => out.single_flood_port(ip, &tables),
+                    _ => None,
+                };
+                if let (true, Some(p)) = (uniform && cap_tx == 0, single) {
                     if p < out.tx.len() && tables.ports.get(p).is_some_and(|ps| ps.impair.is_none()) {
+                        if verdicts[0] == Verdict::Flood {
+                            ctx.counters.event_n(Event::Flooded, n as u64);
+                        }
                         ctx.counters.tx_packets[p] += n as u64;
                         ctx.counters.tx_bytes[p] += bytes;
                         let (rn, rb) = out.tx[p].push_burst(&mut pkts[..n]);
@@ -499,6 +509,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             empty_polls = empty_polls.saturating_add(1);
         }
         let now = dpdk::tsc();
+        last_poll_tsc = now;
         out.release(&mut c, now);
         if got == 0 || now.wrapping_sub(last_drain) >= drain_tsc {
             out.flush(&mut c);
@@ -738,6 +749,16 @@ impl Egress {
         c.tx_bytes[port] += m.pkt_len() as u64;
         let (n, b) = self.tx[port].push(m);
         account_refused(c, port, n, b);
+    }
+
+    /// The port a flood from `in_port` goes to when it is the only one:
+    /// exactly one other up port.
+    fn single_flood_port(&self, in_port: usize, t: &Tables) -> Option<usize> {
+        let mut others = t.ports.iter().enumerate().take(self.tx.len()).filter(|&(i, ps)| i != in_port && ps.up);
+        match (others.next(), others.next()) {
+            (Some((i, _)), None) => Some(i),
+            _ => None,
+        }
     }
 
     /// Every other up port; emulated ports get their own copy.
