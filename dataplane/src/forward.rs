@@ -168,11 +168,17 @@ fn mac_at(frame: &[u8], off: usize) -> Option<&[u8; 6]> {
     frame.get(off..off + 6).and_then(|b| b.try_into().ok())
 }
 
+#[inline(always)]
 fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
-    // An empty table without learning cannot match: skip the hash and probe.
+    // An empty table without learning cannot match: skip the hash and probe
+    // (and the call).
     if ctx.flows.is_empty() && !ctx.learn_flows {
         return FlowAction::Normal;
     }
+    flow_hit_or_learn(ctx, meta, len)
+}
+
+fn flow_hit_or_learn(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
     if let Some(e) = ctx.flows.hit(&meta.key, len, ctx.now) {
         return e.action;
     }

@@ -101,6 +101,9 @@ pub struct Tables {
     pub generation: u64,
     pub mode: Mode,
     pub ports: Vec<PortState>,
+    /// Bit per port with link emulation (`PortState::impair` not none):
+    /// one test per packet sent instead of reading the impairment.
+    pub emulated: u32,
     pub xconnect: [Option<u16>; MAX_PORTS],
     pub lpm4: Lpm<4>,
     pub lpm6: Lpm<16>,
@@ -199,6 +202,12 @@ impl Tables {
             generation,
             mode: spec.mode,
             ports: spec.ports.clone(),
+            emulated: spec
+                .ports
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !p.impair.is_none())
+                .fold(0, |m, (i, _)| m | 1 << i),
             xconnect,
             lpm4,
             lpm6,

@@ -731,9 +731,11 @@ impl Egress {
     /// Out of one port, through its link emulation when it has one.
     #[inline(always)]
     fn send(&mut self, port: usize, m: Mbuf, t: &Tables, c: &mut CounterValues, now: u64) {
-        let imp = match t.ports.get(port) {
-            Some(p) if !p.impair.is_none() => &p.impair,
-            _ => return self.push(port, m, c),
+        if t.emulated & (1 << (port & 31)) == 0 {
+            return self.push(port, m, c);
+        }
+        let Some(imp) = t.ports.get(port).map(|p| &p.impair) else {
+            return self.push(port, m, c);
         };
         let len = m.pkt_len();
         match self.impair[port].admit(imp, self.hz, now, len, m) {
