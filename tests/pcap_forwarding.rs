@@ -156,6 +156,23 @@ fn xconnect_without_flow_rules_is_a_wire() {
     assert_eq!(out["total_drops"], 0);
 }
 
+/// A three-port bridge fed `in0` on p0 and `in1` on p1 (p2 receives
+/// nothing); p0's burst is processed before p1's in the same poll.
+fn run_bridge3(name: &str, d: &Scratch, in0: &[Vec<u8>], in1: &[Vec<u8>]) -> serde_json::Value {
+    write_pcap(&d.path("in0.pcap"), in0);
+    write_pcap(&d.path("in1.pcap"), in1);
+    write_pcap(&d.path("in2.pcap"), &[]);
+    let cfg = format!(
+        "{}{}{}{}",
+        header(name, "bridge", d),
+        port_cfg("p0", 0, d, ""),
+        port_cfg("p1", 1, d, ""),
+        port_cfg("p2", 2, d, "")
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    run_for(&d.path("c.toml"), 2.0)
+}
+
 #[test]
 fn bridge_floods_unknown_then_forwards_learned() {
     let d = Scratch::new("br");
@@ -163,18 +180,7 @@ fn bridge_floods_unknown_then_forwards_learned() {
     let bcast = ipv4_udp([0xff; 6], H1, [10, 0, 0, 1], [10, 0, 0, 255], 64, b"bc");
     let b_to_a = ipv4_udp(H1, H2, [10, 0, 0, 2], [10, 0, 0, 1], 64, b"ba");
     // p0's burst is processed before p1's in the same poll: H1 is learned first.
-    write_pcap(&d.path("in0.pcap"), &[a_to_b.clone(), bcast.clone()]);
-    write_pcap(&d.path("in1.pcap"), std::slice::from_ref(&b_to_a));
-    write_pcap(&d.path("in2.pcap"), &[]);
-    let cfg = format!(
-        "{}{}{}{}",
-        header("br", "bridge", &d),
-        port_cfg("p0", 0, &d, ""),
-        port_cfg("p1", 1, &d, ""),
-        port_cfg("p2", 2, &d, "")
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let out = run_for(&d.path("c.toml"), 2.0);
+    let out = run_bridge3("br", &d, &[a_to_b.clone(), bcast.clone()], std::slice::from_ref(&b_to_a));
     assert_eq!(read_pcap(&d.path("out0.pcap")), vec![b_to_a]);
     assert_eq!(read_pcap(&d.path("out1.pcap")), vec![a_to_b.clone(), bcast.clone()]);
     assert_eq!(read_pcap(&d.path("out2.pcap")), vec![a_to_b, bcast]);
@@ -202,22 +208,9 @@ fn bridge_repeated_frames_follow_learning_within_a_burst() {
     let b_to_a = ipv4_udp(H1, H2, [10, 0, 0, 2], [10, 0, 0, 1], 64, b"ba");
     // One burst on p0: C is unknown (flooded), then learned on p0, so the
     // same A-to-C frames are now for their own segment (dropped).
-    write_pcap(
-        &d.path("in0.pcap"),
-        &[a_to_c.clone(), c_to_x.clone(), a_to_c.clone(), a_to_c.clone(), a_to_c.clone(), a_to_c_vlan.clone()],
-    );
+    let in0 = [a_to_c.clone(), c_to_x.clone(), a_to_c.clone(), a_to_c.clone(), a_to_c.clone(), a_to_c_vlan.clone()];
     // Then a uniform burst on p1, all to A (learned on p0 just before).
-    write_pcap(&d.path("in1.pcap"), &[b_to_a.clone(), b_to_a.clone(), b_to_a.clone()]);
-    write_pcap(&d.path("in2.pcap"), &[]);
-    let cfg = format!(
-        "{}{}{}{}",
-        header("brm", "bridge", &d),
-        port_cfg("p0", 0, &d, ""),
-        port_cfg("p1", 1, &d, ""),
-        port_cfg("p2", 2, &d, "")
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let out = run_for(&d.path("c.toml"), 2.0);
+    let out = run_bridge3("brm", &d, &in0, &[b_to_a.clone(), b_to_a.clone(), b_to_a.clone()]);
     assert_eq!(read_pcap(&d.path("out0.pcap")), vec![b_to_a.clone(), b_to_a.clone(), b_to_a]);
     let flooded = vec![a_to_c, c_to_x, a_to_c_vlan];
     assert_eq!(read_pcap(&d.path("out1.pcap")), flooded);
