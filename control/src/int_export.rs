@@ -10,6 +10,7 @@
 
 use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
 use dataplane::int_stage::ReportRecord;
+use dataplane::report_ring::ReportConsumer;
 use dataplane::wire::int_md::{emit_hop, hop_words};
 use dataplane::wire::telemetry_report::{
     emit_group, Individual, FLAG_D, GROUP_HDR_LEN, INDIV_HDR_LEN, INT_MAIN_LEN, IN_TYPE_ETHERNET, REPMD_DROP_REASON,
@@ -81,7 +82,9 @@ pub struct Exporter {
     hw_id: u8,
     md_bits: u16,
     max_packet: usize,
-    rings: Vec<rtrb::Consumer<ReportRecord>>,
+    rings: Vec<ReportConsumer>,
+    /// Where a record is read out of its ring to be encoded.
+    scratch: Box<ReportRecord>,
     received: Vec<u64>,
     collectors: Vec<Collector>,
     buf: Vec<u8>,
@@ -100,7 +103,7 @@ impl Exporter {
         hw_id: u8,
         md_bits: u16,
         max_packet: usize,
-        rings: Vec<rtrb::Consumer<ReportRecord>>,
+        rings: Vec<ReportConsumer>,
         collectors: &[CollectorPlan],
         ports: &dyn PortOut,
     ) -> Result<Exporter, String> {
@@ -116,6 +119,7 @@ impl Exporter {
             md_bits,
             max_packet,
             rings,
+            scratch: Box::new(ReportRecord::empty()),
             received: vec![0; n],
             collectors: cs,
             buf: vec![0; 65536],
@@ -148,27 +152,24 @@ impl Exporter {
         let mut in_packet = 0;
         // Out of `self` while its slots are read (send borrows `self`).
         let mut rings = std::mem::take(&mut self.rings);
+        let mut rec = std::mem::replace(&mut self.scratch, Box::new(ReportRecord::empty()));
         for (ri, ring) in rings.iter_mut().enumerate() {
-            let n = ring.slots().min(budget - taken);
-            if n == 0 {
-                continue;
-            }
-            let Ok(chunk) = ring.read_chunk(n) else { continue };
-            let (a, b) = chunk.as_slices();
-            for rec in a.iter().chain(b.iter()) {
-                let len = encoded_len(rec, self.md_bits);
+            let mut n = 0;
+            while taken < budget && ring.pop_into(&mut rec) {
+                let len = encoded_len(&rec, self.md_bits);
                 if off + len > self.max_packet && in_packet > 0 {
                     self.send(off, in_packet, out);
                     (off, in_packet) = (GROUP_HDR_LEN, 0);
                 }
-                encode(rec, self.md_bits, &mut self.buf[off..off + len]);
+                encode(&rec, self.md_bits, &mut self.buf[off..off + len]);
                 off += len;
                 in_packet += 1;
+                n += 1;
+                taken += 1;
             }
-            chunk.commit_all();
-            taken += n;
-            self.received[ri] += n as u64;
+            self.received[ri] += n;
         }
+        self.scratch = rec;
         self.rings = rings;
         if in_packet > 0 {
             self.send(off, in_packet, out);
@@ -200,7 +201,7 @@ impl Exporter {
 
     /// Records waiting in each ring.
     pub fn pending(&self) -> Vec<usize> {
-        self.rings.iter().map(|r| r.slots()).collect()
+        self.rings.iter().map(|r| r.len()).collect()
     }
 
     /// `ring_full`: per worker, records its ring refused.
@@ -212,8 +213,8 @@ impl Exporter {
             .map(|(i, r)| {
                 json!({
                     "worker": i,
-                    "capacity": r.buffer().capacity(),
-                    "pending": r.slots(),
+                    "capacity": r.capacity(),
+                    "pending": r.len(),
                     "received": self.received[i],
                     "ring_full": ring_full.get(i).copied().unwrap_or(0),
                 })
@@ -254,7 +255,8 @@ impl Exporter {
 mod tests {
     use super::*;
     use crate::collector_tx::NoPorts;
-    use dataplane::int_stage::REPORT_MAX;
+    use dataplane::int_stage::{ReportSink, REPORT_MAX};
+    use dataplane::report_ring::report_ring;
     use dataplane::wire::int_md::HopMetadata;
     use dataplane::wire::telemetry_report::{parse_group, FLAG_F};
     use std::net::UdpSocket;
@@ -299,14 +301,14 @@ mod tests {
     fn batches_and_numbers_packets_per_collector() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let (mut p, c) = rtrb::RingBuffer::new(64);
+        let (mut p, c) = report_ring(64);
         let plan = CollectorPlan { addr: rx.local_addr().unwrap(), bind: None, port: None, mac: None };
         let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[plan], &NoPorts).unwrap();
         // An empty poll is not export work.
         assert_eq!(ex.poll(1000, &mut NoPorts), 0);
         assert_eq!(ex.json(&[0])["busy_s"].as_f64(), Some(0.0));
         for _ in 0..10 {
-            p.push(rec(100, 0)).unwrap();
+            assert!(p.push(rec(100, 0)));
         }
         assert_eq!(ex.poll(1000, &mut NoPorts), 10);
         // 4+8+4+100 = 116 bytes each: two per 300-byte packet -> 5 packets.
@@ -321,7 +323,7 @@ mod tests {
         }
         assert_eq!(seqs, vec![0, 1, 2, 3, 4]);
         ex.paused = true;
-        p.push(rec(100, 0)).unwrap();
+        assert!(p.push(rec(100, 0)));
         assert_eq!(ex.poll(1000, &mut NoPorts), 0);
         assert_eq!(ex.pending(), vec![1]);
         let j = ex.json(&[0]);

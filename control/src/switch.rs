@@ -263,7 +263,7 @@ impl Switch {
         let ring_size = plan.int.as_ref().map_or(1, |i| i.ring_size);
         let mut consumers = Vec::new();
         for (wi, w) in workers.iter().enumerate() {
-            let (producer, consumer) = rtrb::RingBuffer::new(ring_size);
+            let (producer, consumer) = dataplane::report_ring::report_ring(ring_size);
             consumers.push(consumer);
             let setup = WorkerSetup {
                 id: wi,

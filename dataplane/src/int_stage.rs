@@ -36,8 +36,13 @@ pub struct ReportRecord {
 }
 
 impl ReportRecord {
+    /// No flags, no metadata, no bytes.
+    pub fn empty() -> ReportRecord {
+        record(0, HopMetadata::default(), 0)
+    }
+
     pub fn packet(&self) -> &[u8] {
-        &self.data[..self.len as usize]
+        &self.data[..(self.len as usize).min(REPORT_MAX)]
     }
 }
 
@@ -45,13 +50,6 @@ impl ReportRecord {
 /// and counted, a worker never waits).
 pub trait ReportSink {
     fn push(&mut self, r: ReportRecord) -> bool;
-}
-
-impl ReportSink for rtrb::Producer<ReportRecord> {
-    #[inline]
-    fn push(&mut self, r: ReportRecord) -> bool {
-        rtrb::Producer::push(self, r).is_ok()
-    }
 }
 
 impl ReportSink for Vec<ReportRecord> {

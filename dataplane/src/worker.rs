@@ -19,9 +19,10 @@ use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
 use crate::impair::{Admit, Impairer};
-use crate::int_stage::{self, Hop, IntCtx, ReportRecord, WallClock};
+use crate::int_stage::{self, Hop, IntCtx, WallClock};
 use crate::mac_table::MacTable;
 use crate::parse::{FlowKey, PacketMeta};
+use crate::report_ring::ReportProducer;
 use crate::tables::Tables;
 use crate::DropReason;
 
@@ -111,7 +112,7 @@ pub struct WorkerSetup {
     /// Pool for capture copies.
     pub pool: dpdk::Mempool,
     /// This worker's end of its report ring to the control core.
-    pub reports: rtrb::Producer<ReportRecord>,
+    pub reports: ReportProducer,
     /// TSC -> wall-clock nanoseconds for INT timestamps.
     pub clock: WallClock,
 }
@@ -646,7 +647,7 @@ fn int_verdict(
     meta: &PacketMeta,
     v: Verdict,
     in_port: u16,
-    reports: &mut rtrb::Producer<ReportRecord>,
+    reports: &mut ReportProducer,
     flows: &mut FlowTable,
     counters: &mut CounterValues,
 ) -> Verdict {
