@@ -955,7 +955,13 @@ impl TxBuffer {
         let (mut n, mut b) = (0, 0);
         let mut rest = pkts;
         while !rest.is_empty() {
-            // As many as fit, with the length in a register, then send if full.
+            if self.len == MAX_BURST {
+                let (rn, rb) = self.flush();
+                n += rn;
+                b += rb;
+            }
+            // As many as fit (at least one: the buffer has room), with the
+            // length in a register.
             let (now, later) = rest.split_at_mut(rest.len().min(MAX_BURST - self.len));
             let mut len = self.len;
             for m in now.iter_mut().filter_map(Option::take) {
@@ -963,12 +969,12 @@ impl TxBuffer {
                 len += 1;
             }
             self.len = len;
-            if len == MAX_BURST {
-                let (rn, rb) = self.flush();
-                n += rn;
-                b += rb;
-            }
             rest = later;
+        }
+        if self.len == MAX_BURST {
+            let (rn, rb) = self.flush();
+            n += rn;
+            b += rb;
         }
         (n, b)
     }

@@ -366,7 +366,10 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // below what the path really took.
             let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, realtime_ns()));
             let l2_only = no_flows && tables.l2_only();
-            let now = if l2_only { last_poll_tsc } else { dpdk::tsc() };
+            // The bridge only stamps learned MACs with it: the last poll's
+            // time will do (no TSC read per burst) unless link emulation
+            // schedules packets by it.
+            let now = if l2_only && tables.emulated == 0 { last_poll_tsc } else { dpdk::tsc() };
             got += n;
             if !tables.ports.get(ip).is_some_and(|p| p.up) {
                 // Administratively down: count and drop the whole burst.
@@ -420,7 +423,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     _ => None,
                 };
                 if let (true, Some(p)) = (uniform && cap_tx == 0, single) {
-                    if p < out.tx.len() && tables.ports.get(p).is_some_and(|ps| ps.impair.is_none()) {
+                    if p < out.tx.len() && tables.emulated & (1 << p) == 0 {
                         if verdicts[0] == Verdict::Flood {
                             ctx.counters.event_n(Event::Flooded, n as u64);
                         }
