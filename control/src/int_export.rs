@@ -83,8 +83,6 @@ pub struct Exporter {
     md_bits: u16,
     max_packet: usize,
     rings: Vec<ReportConsumer>,
-    /// Where a record is read out of its ring to be encoded.
-    scratch: Box<ReportRecord>,
     received: Vec<u64>,
     collectors: Vec<Collector>,
     buf: Vec<u8>,
@@ -119,7 +117,6 @@ impl Exporter {
             md_bits,
             max_packet,
             rings,
-            scratch: Box::new(ReportRecord::empty()),
             received: vec![0; n],
             collectors: cs,
             buf: vec![0; 65536],
@@ -131,8 +128,9 @@ impl Exporter {
     }
 
     /// Drains up to `budget` records from the rings and sends them (nothing
-    /// is held back between calls); returns how many were taken. Records
-    /// are encoded straight from the ring's slots (no copy out of the ring).
+    /// is held back between calls); returns how many were taken. Each record
+    /// is read out of its ring (the bytes it holds) into one reused record
+    /// and encoded from there.
     pub fn poll(&mut self, budget: usize, out: &mut dyn PortOut) -> usize {
         if self.paused {
             return 0;
@@ -152,7 +150,8 @@ impl Exporter {
         let mut in_packet = 0;
         // Out of `self` while its slots are read (send borrows `self`).
         let mut rings = std::mem::take(&mut self.rings);
-        let mut rec = std::mem::replace(&mut self.scratch, Box::new(ReportRecord::empty()));
+        // Where each record is read out of its ring to be encoded.
+        let mut rec = ReportRecord::empty();
         for (ri, ring) in rings.iter_mut().enumerate() {
             let mut n = 0;
             while taken < budget && ring.pop_into(&mut rec) {
@@ -169,7 +168,6 @@ impl Exporter {
             }
             self.received[ri] += n;
         }
-        self.scratch = rec;
         self.rings = rings;
         if in_packet > 0 {
             self.send(off, in_packet, out);

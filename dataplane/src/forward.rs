@@ -216,7 +216,7 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     // A static address is never learned (nor moved by a frame that claims
     // it from another port).
     if !ethernet::is_multicast(src) && ctx.bridged.src != Some((src_key, in_port)) {
-        if ctx.tables.static_port_key(src_key).is_none() {
+        if ctx.tables.static_port(src_key).is_none() {
             // A new or moved address may be this burst's destination.
             match ctx.macs.learn_key(src_key, in_port, ctx.now) {
                 Learned::New => {
@@ -243,7 +243,7 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     let out = match ctx.bridged.dst {
         Some((k, out)) if k == dst_key => out,
         _ => {
-            let out = ctx.tables.static_port_key(dst_key).or_else(|| ctx.macs.lookup_key(dst_key));
+            let out = ctx.tables.static_port(dst_key).or_else(|| ctx.macs.lookup_key(dst_key));
             ctx.bridged.dst = Some((dst_key, out));
             out
         }

@@ -243,20 +243,21 @@ impl Tables {
         self.mode == Mode::Bridge && self.int.is_none() && self.ampm.is_none()
     }
 
-    /// The port a static bridge entry pins (VLAN, MAC) to. Without static
-    /// entries (the usual case) no hash is computed.
+    /// The port a static bridge entry pins a `mac_table::key` (VLAN, MAC)
+    /// to. Without static entries (the usual case) no hash is computed.
     #[inline]
-    pub fn static_port(&self, vlan: u16, mac: &[u8; 6]) -> Option<u16> {
-        self.static_port_key(crate::mac_table::key(vlan, mac))
-    }
-
-    /// `static_port` by a `mac_table::key` already computed.
-    #[inline]
-    pub fn static_port_key(&self, k: u64) -> Option<u16> {
+    pub fn static_port(&self, k: u64) -> Option<u16> {
         if self.static_macs.is_empty() {
             return None;
         }
         self.static_macs.get(&k).copied()
+    }
+
+    /// Whether port index `port` emulates a link (one bit test on the
+    /// per-packet path).
+    #[inline(always)]
+    pub fn emulates(&self, port: usize) -> bool {
+        port < MAX_PORTS && self.emulated & (1 << port) != 0
     }
 
     /// Port (index) whose configured IPv4 subnet contains `ip`, with our address there.

@@ -423,7 +423,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     _ => None,
                 };
                 if let (true, Some(p)) = (uniform && cap_tx == 0, single) {
-                    if p < out.tx.len() && tables.emulated & (1 << p) == 0 {
+                    if p < out.tx.len() && !tables.emulates(p) {
                         if verdicts[0] == Verdict::Flood {
                             ctx.counters.event_n(Event::Flooded, n as u64);
                         }
@@ -735,11 +735,9 @@ impl Egress {
     /// Out of one port, through its link emulation when it has one.
     #[inline(always)]
     fn send(&mut self, port: usize, m: Mbuf, t: &Tables, c: &mut CounterValues, now: u64) {
-        if t.emulated & (1 << (port & 31)) == 0 {
-            return self.push(port, m, c);
-        }
-        let Some(imp) = t.ports.get(port).map(|p| &p.impair) else {
-            return self.push(port, m, c);
+        let imp = match t.ports.get(port) {
+            Some(p) if t.emulates(port) => &p.impair,
+            _ => return self.push(port, m, c),
         };
         let len = m.pkt_len();
         match self.impair[port].admit(imp, self.hz, now, len, m) {
@@ -757,25 +755,20 @@ impl Egress {
         account_refused(c, port, n, b);
     }
 
-    /// The port a flood from `in_port` goes to when it is the only one:
-    /// exactly one other up port.
+    /// The port a flood from `in_port` goes to when it is the only one.
     fn single_flood_port(&self, in_port: usize, t: &Tables) -> Option<usize> {
-        let mut others = t.ports.iter().enumerate().take(self.tx.len()).filter(|&(i, ps)| i != in_port && ps.up);
-        match (others.next(), others.next()) {
-            (Some((i, _)), None) => Some(i),
+        let mut ports = flood_ports(t, in_port, self.tx.len());
+        match (ports.next(), ports.next()) {
+            (Some(i), None) => Some(i),
             _ => None,
         }
     }
 
     /// Every other up port; emulated ports get their own copy.
     fn flood(&mut self, m: Mbuf, in_port: usize, t: &Tables, c: &mut CounterValues, now: u64) {
-        let nports = self.tx.len();
         let mut n = 0;
-        for (i, ps) in t.ports.iter().enumerate().take(nports) {
-            if i == in_port || !ps.up {
-                continue;
-            }
-            if ps.impair.is_none() {
+        for i in flood_ports(t, in_port, self.tx.len()) {
+            if !t.emulates(i) {
                 self.flood[n] = i;
                 n += 1;
             } else {
@@ -834,6 +827,12 @@ impl Egress {
             }
         }
     }
+}
+
+/// The ports a flood from `in_port` goes out of: every other up port that
+/// has a TX buffer (of `nports`).
+fn flood_ports(t: &Tables, in_port: usize, nports: usize) -> impl Iterator<Item = usize> + '_ {
+    t.ports.iter().enumerate().take(nports).filter(move |&(i, ps)| i != in_port && ps.up).map(|(i, _)| i)
 }
 
 #[inline]
