@@ -89,6 +89,30 @@ impl<K: MapKey, V> FixedMap<K, V> {
         }
     }
 
+    /// The slot holding `k`, if any (a hint for [`FixedMap::get_mut_hinted`]).
+    #[inline]
+    pub fn slot_of(&self, k: &K) -> Option<usize> {
+        self.find(k).ok()
+    }
+
+    /// The value in slot `i` (one [`FixedMap::slot_of`] returned).
+    #[inline]
+    pub fn at_mut(&mut self, i: usize) -> Option<&mut V> {
+        self.slots.get_mut(i)?.as_mut().map(|(_, v)| v)
+    }
+
+    /// `k`'s value, looked for first in slot `hint` (no hash, no probe when
+    /// the hint is right); a stale hint (the entry moved, went, or the slot
+    /// holds another key) falls back to a lookup.
+    #[inline]
+    pub fn get_mut_hinted(&mut self, hint: usize, k: &K) -> Option<&mut V> {
+        let i = match self.slots.get(hint) {
+            Some(Some((kk, _))) if kk == k => hint,
+            _ => self.find(k).ok()?,
+        };
+        self.slots[i].as_mut().map(|(_, v)| v)
+    }
+
     /// Inserts or replaces. A full map hands the entry back.
     pub fn insert(&mut self, k: K, v: V) -> Result<Option<V>, (K, V)> {
         match self.find(&k) {
@@ -208,6 +232,26 @@ mod tests {
         }
         assert_eq!(m.remove(&K(5, 15)), Some(4));
         assert_eq!(m.get(&K(6, 15)), Some(&5));
+    }
+
+    #[test]
+    fn hinted_lookup_survives_a_stale_hint() {
+        let mut m: FixedMap<K, u32> = FixedMap::with_capacity(8); // 16 slots
+        m.insert(K(1, 3), 1).unwrap();
+        m.insert(K(2, 3), 2).unwrap();
+        let hint = m.slot_of(&K(2, 3)).unwrap();
+        assert_eq!(hint, 4);
+        assert_eq!(m.get_mut_hinted(hint, &K(2, 3)), Some(&mut 2));
+        // Removing K(1) shifts K(2) back to slot 3: the hint now names an
+        // empty slot, then a slot of another key, then lies past the end.
+        m.remove(&K(1, 3));
+        assert_eq!(m.slot_of(&K(2, 3)), Some(3));
+        assert_eq!(m.get_mut_hinted(hint, &K(2, 3)), Some(&mut 2));
+        m.insert(K(3, 4), 3).unwrap();
+        assert_eq!(m.slot_of(&K(3, 4)), Some(4));
+        assert_eq!(m.get_mut_hinted(4, &K(2, 3)), Some(&mut 2));
+        assert_eq!(m.get_mut_hinted(99, &K(2, 3)), Some(&mut 2));
+        assert_eq!(m.get_mut_hinted(3, &K(9, 3)), None);
     }
 
     #[test]

@@ -53,12 +53,15 @@ pub struct FlowTable {
     map: FixedMap<FlowKey, FlowEntry>,
     idle_timeout: u64,
     cursor: usize,
+    /// Slot of the last flow `hit` or `learn` found: the stages that read
+    /// state slots after forwarding ask for the same flow right away.
+    last: usize,
 }
 
 impl FlowTable {
     /// `idle_timeout` is in TSC ticks; 0 disables aging of learned flows.
     pub fn new(capacity: usize, idle_timeout: u64) -> FlowTable {
-        FlowTable { map: FixedMap::with_capacity(capacity), idle_timeout, cursor: 0 }
+        FlowTable { map: FixedMap::with_capacity(capacity), idle_timeout, cursor: 0, last: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -87,7 +90,8 @@ impl FlowTable {
     /// Looks up a flow and accounts one packet of `bytes` to it.
     #[inline]
     pub fn hit(&mut self, key: &FlowKey, bytes: usize, now: u64) -> Option<&mut FlowEntry> {
-        let e = self.map.get_mut(key)?;
+        self.last = self.map.slot_of(key)?;
+        let e = self.map.at_mut(self.last)?;
         e.packets += 1;
         e.bytes += bytes as u64;
         e.last_seen = now;
@@ -97,7 +101,7 @@ impl FlowTable {
     /// The telemetry state slots of a flow (no packet accounted).
     #[inline]
     pub fn state_mut(&mut self, key: &FlowKey) -> Option<&mut [u64; STATE_SLOTS]> {
-        self.map.get_mut(key).map(|e| &mut e.state)
+        self.map.get_mut_hinted(self.last, key).map(|e| &mut e.state)
     }
 
     pub fn get(&self, key: &FlowKey) -> Option<&FlowEntry> {
@@ -120,7 +124,8 @@ impl FlowTable {
         e.packets = 1;
         e.bytes = bytes as u64;
         self.map.insert(key, e).map_err(|_| FlowTableError::Full)?;
-        Ok(self.map.get_mut(&key).expect("just inserted"))
+        self.last = self.map.slot_of(&key).expect("just inserted");
+        Ok(self.map.at_mut(self.last).expect("just inserted"))
     }
 
     pub fn remove(&mut self, key: &FlowKey) -> Option<FlowEntry> {
@@ -168,6 +173,20 @@ mod tests {
         assert_eq!(t.get(&key(1)).unwrap().packets, 1, "replacing the action keeps counters");
         assert!(t.remove(&key(1)).is_some());
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn state_follows_the_flow_not_the_last_hit() {
+        let mut t = FlowTable::new(16, 0);
+        t.learn(key(1), 60, 0).unwrap();
+        t.learn(key(2), 60, 0).unwrap();
+        t.state_mut(&key(1)).unwrap()[0] = 11;
+        t.hit(&key(2), 60, 1).unwrap();
+        t.state_mut(&key(2)).unwrap()[0] = 22;
+        assert_eq!(t.state_mut(&key(1)).unwrap()[0], 11, "not the last hit's slot");
+        t.remove(&key(2));
+        assert!(t.state_mut(&key(2)).is_none(), "a removed flow has no state");
+        assert_eq!(t.get(&key(1)).unwrap().state[0], 11);
     }
 
     #[test]

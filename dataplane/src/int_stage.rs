@@ -125,12 +125,17 @@ impl Hop {
 pub trait HopSource {
     /// (input port, output port).
     fn ports(&self) -> (u16, u16);
+    /// TSC when the packet's burst was received (no clock read).
+    fn rx_tsc(&self) -> u64;
     fn measure(&self) -> Hop;
 }
 
 impl HopSource for Hop {
     fn ports(&self) -> (u16, u16) {
         (self.in_port, self.out_port)
+    }
+    fn rx_tsc(&self) -> u64 {
+        self.rx_tsc
     }
     fn measure(&self) -> Hop {
         *self
@@ -279,9 +284,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         _ if sink_here => Role::Sink,
         _ => Role::Transit,
     };
-    let measured = hop.measure();
-    let md = measured.metadata(spec.node_id, ctx.clock);
     if role == Role::Transit {
+        let md = hop.measure().metadata(spec.node_id, ctx.clock);
         let mtu = spec.mtu[out_port as usize] as usize;
         return match int::transit_at(pkt, meta, blk, &md, mtu) {
             Ok(Transit::Pushed) => {
@@ -317,10 +321,12 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             }
         };
     }
-    // Sink: report (when due), then restore the original packet.
-    let (due, flags) = report_due(ctx, meta, measured.tx_tsc);
+    // Sink: report (when due), then restore the original packet. The
+    // per-flow interval runs on the burst's receive time; the clock is read
+    // (and the hop measured) only for a report.
+    let (due, flags) = report_due(ctx, meta, hop.rx_tsc());
     let (sunk, rec) = if due {
-        let mut rec = record(flags, md, domain);
+        let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), domain);
         let want = report_len(spec, meta, blk + total);
         let (s, n) = int::sink_at(pkt, meta, blk, &mut rec.data[..want])?;
         rec.len = n as u16;

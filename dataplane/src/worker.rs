@@ -623,6 +623,10 @@ impl int_stage::HopSource for WorkerHop<'_, '_> {
         (self.in_port, self.out_port)
     }
 
+    fn rx_tsc(&self) -> u64 {
+        self.w.rx_tsc
+    }
+
     fn measure(&self) -> Hop {
         let (w, o) = (self.w, self.out_port as usize);
         let util = w.shared.port_tx_util.get(o).map_or(u32::MAX, |u| u.load(Ordering::Relaxed));

@@ -51,6 +51,27 @@ pub fn hop_words(bitmap: u16) -> usize {
 /// L2 interface pair).
 const WIDE: u16 = instr::INGRESS_TS | instr::EGRESS_TS | instr::L2_PORTS;
 
+/// ceil(2^32 / d) for each HopML d (5 bits): dividing by a multiply.
+const HOP_ML_RECIP: [u64; 32] = {
+    let mut t = [0u64; 32];
+    let mut d = 1;
+    while d < 32 {
+        t[d] = (1u64 << 32) / d as u64 + 1;
+        d += 1;
+    }
+    t
+};
+
+/// (hops, words left over) in a stack of `words` 4-byte words of `hop_ml`
+/// words each (1..=31). A multiply instead of a divide: the data path asks
+/// this of every INT packet, and a divide costs tens of cycles. Exact for
+/// any stack the 8-bit shim length allows (unit test below).
+#[inline]
+fn stack_hops(words: usize, hop_ml: usize) -> (usize, usize) {
+    let q = ((words as u64 * HOP_ML_RECIP[hop_ml & 31]) >> 32) as usize;
+    (q, words - q * hop_ml)
+}
+
 /// A checked view of shim + header + stack at the start of `buffer`.
 ///
 /// `new_checked` guarantees: INT-MD type, version 2, the shim length covers
@@ -78,7 +99,7 @@ impl<T: AsRef<[u8]>> IntMd<T> {
         if hop_ml == 0 {
             return Err(DropReason::IntBadHopMl);
         }
-        if (words * 4 - MD_HDR_LEN) % (hop_ml * 4) != 0 {
+        if stack_hops(words - MD_HDR_LEN / 4, hop_ml).1 != 0 {
             return Err(DropReason::IntBadStack);
         }
         Ok(IntMd { buffer })
@@ -136,7 +157,7 @@ impl<T: AsRef<[u8]>> IntMd<T> {
 
     /// Hops in the stack.
     pub fn hops(&self) -> usize {
-        self.stack().len() / (self.hop_ml() * 4)
+        stack_hops(self.b()[1] as usize - MD_HDR_LEN / 4, self.hop_ml()).0
     }
 
     /// The metadata of hop `i` (0 = the newest, last pushed).
@@ -279,6 +300,15 @@ pub fn emit_hop(bitmap: u16, m: &HopMetadata, out: &mut [u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stack_hops_divides_exactly() {
+        for hop_ml in 1..32 {
+            for words in 0..=255 {
+                assert_eq!(stack_hops(words, hop_ml), (words / hop_ml, words % hop_ml), "{words} / {hop_ml}");
+            }
+        }
+    }
 
     /// The spec example (wire-formats.md §1): 2 hops, bitmap 0x9000 (node ID +
     /// queue), HopML 2, RHC 8 -> 6, DSCP mode with DSCP 0x17 saved.
