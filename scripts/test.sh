@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo build --release --bins
+# The `ci` profile: release optimisation, lighter LTO (see Cargo.toml).
+cargo build --profile ci --bins
 # Integration tests start several switch processes; keep them from
 # starving each other on small machines.
-cargo test --release --workspace -- --test-threads="${TEST_THREADS:-2}"
+cargo test --profile ci --workspace -- --test-threads="${TEST_THREADS:-2}"

@@ -14,7 +14,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
     let p = dir.join(name);
-    assert!(p.exists(), "{} not built: run `cargo build --release --bins` (scripts/test.sh does)", p.display());
+    assert!(p.exists(), "{} not built: run `cargo build --profile ci --bins` (scripts/test.sh does)", p.display());
     p
 }
 
