@@ -78,6 +78,46 @@ pub struct Sunk {
     pub removed: usize,
 }
 
+/// The header of the INT block at `at`, checked and read once: the stage
+/// decides the role from it and the transform goes on from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    pub at: usize,
+    pub npt: u8,
+    /// The shim's saved dport, protocol or DSCP.
+    pub saved: u16,
+    /// Bytes of shim + header + stack.
+    pub total: usize,
+    pub hop_ml: usize,
+    pub rhc: u8,
+    pub bitmap: u16,
+    pub domain_id: u16,
+    /// D: drop after the sink extracted it.
+    pub discard: bool,
+    pub hops: usize,
+}
+
+impl Block {
+    /// The block at `at` (what `find` returned), within the IP packet.
+    #[inline]
+    pub fn read(b: &[u8], meta: &PacketMeta, at: usize) -> Result<Block, DropReason> {
+        let end = meta.l3_end.min(b.len()).max(at);
+        let v = IntMd::new_checked(&b[at..end])?;
+        Ok(Block {
+            at,
+            npt: v.npt(),
+            saved: v.saved(),
+            total: v.total_len(),
+            hop_ml: v.hop_ml(),
+            rhc: v.rhc(),
+            bitmap: v.bitmap(),
+            domain_id: v.domain_id(),
+            discard: v.flag_d(),
+            hops: v.hops(),
+        })
+    }
+}
+
 #[inline]
 fn rd16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
@@ -399,10 +439,19 @@ pub fn transit_at(
     md: &HopMetadata,
     mtu: usize,
 ) -> Result<Transit, DropReason> {
-    let (hop_ml, rhc, bitmap, total) = {
-        let v = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?;
-        (v.hop_ml(), v.rhc(), v.bitmap(), v.total_len())
-    };
+    let block = Block::read(pkt.bytes(), meta, blk)?;
+    transit_block(pkt, meta, &block, md, mtu)
+}
+
+/// `transit` on a block already read.
+pub fn transit_block(
+    pkt: &mut impl PacketBuf,
+    meta: &PacketMeta,
+    block: &Block,
+    md: &HopMetadata,
+    mtu: usize,
+) -> Result<Transit, DropReason> {
+    let Block { at: blk, hop_ml, rhc, bitmap, total, .. } = *block;
     if hop_words(bitmap) != hop_ml {
         return Err(DropReason::IntBadHopMl);
     }
@@ -490,10 +539,18 @@ pub fn sink_at(
     blk: usize,
     report: &mut [u8],
 ) -> Result<(Sunk, usize), DropReason> {
-    let (total, npt, saved, hops, discard) = {
-        let v = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?;
-        (v.total_len(), v.npt(), v.saved(), v.hops(), v.flag_d())
-    };
+    let block = Block::read(pkt.bytes(), meta, blk)?;
+    sink_block(pkt, meta, &block, report)
+}
+
+/// `sink` on a block already read.
+pub fn sink_block(
+    pkt: &mut impl PacketBuf,
+    meta: &PacketMeta,
+    block: &Block,
+    report: &mut [u8],
+) -> Result<(Sunk, usize), DropReason> {
+    let Block { at: blk, total, npt, saved, hops, discard, .. } = *block;
     let l4 = meta.l4_offset;
     // NPT 1 and 2 describe a block right after a UDP header.
     let after_udp = meta.key.proto() == PROTO_UDP && blk == l4 + 8;

@@ -6,7 +6,7 @@
 
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowTable;
-use crate::int::{self, Skip, Transit};
+use crate::int::{self, Block, Skip, Transit};
 use crate::int_watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::parse::PacketMeta;
 use crate::pktbuf::PacketBuf;
@@ -153,7 +153,7 @@ pub struct IntCtx<'a, R: ReportSink> {
 
 /// The watch-rule fields of a packet; for one carrying INT at `blk`, the
 /// protocol and ports from before its source (what NPT saved).
-fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<(usize, u8, u16, usize)>) -> WatchFields {
+fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<&Block>) -> WatchFields {
     let k = &meta.key;
     let (src, dst) =
         if k.ip_version() == 4 { (mapped_v4(k.src as u32), mapped_v4(k.dst as u32)) } else { (k.src, k.dst) };
@@ -167,7 +167,7 @@ fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<(usize, u
         dscp: int::dscp(b, meta),
         in_port,
     };
-    match blk {
+    match blk.map(|k| (k.at, k.npt, k.saved, k.total)) {
         Some((_, 0, saved, _)) => f.dscp = (saved as u8) >> 2,
         Some((_, 1, saved, _)) => f.dst_port = saved,
         Some((blk, 2, saved, total)) => {
@@ -182,6 +182,16 @@ fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<(usize, u
         _ => {}
     }
     f
+}
+
+/// The role of the first watch rule the packet matches. Without rules (a
+/// transit-only node) the fields are not even gathered.
+#[inline]
+fn rule_role(spec: &IntSpec, b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<&Block>) -> Option<Role> {
+    if spec.watch.is_empty() {
+        return None;
+    }
+    spec.lookup(&watch_fields(b, meta, in_port, blk)).map(|r| r.role)
 }
 
 fn passed(c: &mut CounterValues, r: DropReason) {
@@ -244,8 +254,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         if meta.key.ip_version() == 0 || !spec.is_edge(in_port as usize) {
             return Ok(());
         }
-        let f = watch_fields(pkt.bytes(), meta, in_port, None);
-        let Some(Role::Source(sp)) = spec.lookup(&f).map(|r| r.role) else { return Ok(()) };
+        let Some(Role::Source(sp)) = rule_role(spec, pkt.bytes(), meta, in_port, None) else { return Ok(()) };
         let p = int::IntParams {
             presence,
             bitmap: sp.bitmap,
@@ -262,12 +271,9 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         }
         return Ok(());
     };
-    let end = meta.l3_end.min(pkt.bytes().len());
-    let hdr =
-        IntMd::new_checked(&pkt.bytes()[blk..end.max(blk)]).map(|v| (v.npt(), v.saved(), v.total_len(), v.domain_id()));
     let sink_here = spec.is_edge(out_port as usize);
-    let (npt, saved, total, domain) = match hdr {
-        Ok(h) => h,
+    let block = match int::Block::read(pkt.bytes(), meta, blk) {
+        Ok(b) => b,
         // Malformed: a sink cannot restore it, so it drops it with the named
         // reason; a transit node passes it on untouched and counts it.
         Err(r) if sink_here => return Err(r),
@@ -276,8 +282,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             return Ok(());
         }
     };
-    let f = watch_fields(pkt.bytes(), meta, in_port, Some((blk, npt, saved, total)));
-    let role = match spec.lookup(&f).map(|r| r.role) {
+    let (total, domain) = (block.total, block.domain_id);
+    let role = match rule_role(spec, pkt.bytes(), meta, in_port, Some(&block)) {
         Some(Role::None) => return Ok(()),
         Some(Role::Sink) => Role::Sink,
         Some(Role::Transit) if !sink_here => Role::Transit,
@@ -287,7 +293,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     if role == Role::Transit {
         let md = hop.measure().metadata(spec.node_id, ctx.clock);
         let mtu = spec.mtu[out_port as usize] as usize;
-        return match int::transit_at(pkt, meta, blk, &md, mtu) {
+        return match int::transit_block(pkt, meta, &block, &md, mtu) {
             Ok(Transit::Pushed) => {
                 ctx.counters.event(Event::IntTransited);
                 Ok(())
@@ -328,11 +334,11 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     let (sunk, rec) = if due {
         let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), domain);
         let want = report_len(spec, meta, blk + total);
-        let (s, n) = int::sink_at(pkt, meta, blk, &mut rec.data[..want])?;
+        let (s, n) = int::sink_block(pkt, meta, &block, &mut rec.data[..want])?;
         rec.len = n as u16;
         (s, Some(rec))
     } else {
-        (int::sink_at(pkt, meta, blk, &mut [])?.0, None)
+        (int::sink_block(pkt, meta, &block, &mut [])?.0, None)
     };
     ctx.counters.event(Event::IntSunk);
     if let Some(rec) = rec {
@@ -365,13 +371,10 @@ pub fn dropped<R: ReportSink>(
             Ok(v) => (v.domain_id(), b + v.total_len()),
             Err(_) => return,
         },
-        None => {
-            let f = watch_fields(pkt, meta, in_port, None);
-            match spec.lookup(&f).map(|r| r.role) {
-                Some(Role::Source(sp)) if spec.is_edge(in_port as usize) => (sp.domain_id, 0),
-                _ => return,
-            }
-        }
+        None => match rule_role(spec, pkt, meta, in_port, None) {
+            Some(Role::Source(sp)) if spec.is_edge(in_port as usize) => (sp.domain_id, 0),
+            _ => return,
+        },
     };
     let mut rec = record(FLAG_D, hop.measure().metadata(spec.node_id, ctx.clock), domain);
     rec.drop_reason = reason as u8;
