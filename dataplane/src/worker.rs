@@ -247,6 +247,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     };
     let burst = setup.burst;
     let mut poll_no: u64 = 0;
+    let mut published_sizes = (0usize, 0usize);
     // Tables age a slice once a millisecond, sized to visit every slot about
     // once a second: bounded work that does not sweep cold memory per poll.
     let age_tsc = hz / AGE_SLICES_PER_S;
@@ -531,9 +532,13 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
         } else if got > 0 {
             me.counters.publish_burst(&mut c, nports);
         }
-        if got > 0 || poll_no % 1024 == 0 {
-            me.flows_in_use.store(flows.len() as u64, Ordering::Relaxed);
-            me.macs_in_use.store(macs.len() as u64, Ordering::Relaxed);
+        // Stored when they change only: a store to a line the control core
+        // has read since costs a cache-line transfer.
+        let sizes = (flows.len(), macs.len());
+        if sizes != published_sizes {
+            me.flows_in_use.store(sizes.0 as u64, Ordering::Relaxed);
+            me.macs_in_use.store(sizes.1 as u64, Ordering::Relaxed);
+            published_sizes = sizes;
         }
         if setup.idle.enabled && empty_polls >= setup.idle.empty_polls {
             // Sleep, but wake in time for packets a link emulation releases:
