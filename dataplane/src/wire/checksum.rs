@@ -4,22 +4,31 @@
 /// 17 bits, so callers may add a few more terms without overflow).
 #[inline]
 pub fn sum(initial: u32, data: &[u8]) -> u32 {
-    // 32-bit big-endian words into a 64-bit accumulator: the carries of the
-    // 16-bit halves all land in the upper bits, folded once at the end.
-    let mut acc = initial as u64;
-    let mut words = data.chunks_exact(4);
+    // Native-order 64-bit words, each added as its two 32-bit halves (2^32
+    // is 1 in one's-complement arithmetic): no byte swap per word. Summing
+    // byte-swapped 16-bit words gives the byte-swapped sum (RFC 1071 §2(B)),
+    // so one swap of the folded total makes it the big-endian sum.
+    let mut acc = 0u64;
+    let mut words = data.chunks_exact(8);
     for w in &mut words {
-        acc += u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as u64;
+        let w = u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        acc += (w & 0xffff_ffff) + (w >> 32);
     }
-    let rest = words.remainder();
-    let mut pairs = rest.chunks_exact(2);
-    for c in &mut pairs {
-        acc += u16::from_be_bytes([c[0], c[1]]) as u64;
+    let mut rest = words.remainder();
+    if let [a, b, c, d, tail @ ..] = rest {
+        acc += u32::from_ne_bytes([*a, *b, *c, *d]) as u64;
+        rest = tail;
     }
-    if let [b] = pairs.remainder() {
-        acc += (*b as u64) << 8;
+    if let [a, b, tail @ ..] = rest {
+        acc += u16::from_ne_bytes([*a, *b]) as u64;
+        rest = tail;
     }
-    fold_words(acc)
+    if let [b] = rest {
+        // The odd byte is the high byte of a zero-padded big-endian word.
+        acc += u16::from_ne_bytes([*b, 0]) as u64;
+    }
+    let native = fold(fold_words(acc));
+    fold_words(initial as u64 + u16::from_be(native) as u64)
 }
 
 /// Folds a 64-bit sum of 32-bit big-endian words (and 16-bit ones) to at
@@ -94,7 +103,45 @@ mod tests {
         // 32-bit words summed into 64 bits, folded, equal the 16-bit sum.
         let words = [0xffff_ffffu32, 0x1234_5678, 0xdead_beef, 0xffff_0001];
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
-        assert_eq!(fold_words(words.iter().map(|w| *w as u64).sum()), sum(0, &bytes));
+        assert_eq!(fold(fold_words(words.iter().map(|w| *w as u64).sum())), fold(sum(0, &bytes)));
+    }
+
+    /// The plain RFC 1071 loop over big-endian 16-bit words.
+    fn reference(initial: u32, data: &[u8]) -> u16 {
+        let mut s = initial as u64;
+        for c in data.chunks(2) {
+            s += ((c[0] as u64) << 8) | *c.get(1).unwrap_or(&0) as u64;
+        }
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    }
+
+    #[test]
+    fn sum_matches_the_reference_at_every_length_and_alignment() {
+        let mut x: u32 = 0x1234_5678;
+        let data: Vec<u8> = (0..300)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect();
+        for start in 0..8 {
+            for len in 0..200 {
+                let d = &data[start..start + len];
+                for initial in [0, 1, 0xffff, 0x1_fffe] {
+                    let got = sum(initial, d);
+                    assert!(got <= 0x1_ffff, "17 bits at most");
+                    assert_eq!(fold(got), reference(initial, d), "start {start} len {len} initial {initial:#x}");
+                }
+            }
+        }
+        // All ones and all zeros: the representation of zero does not flip.
+        assert_eq!(fold(sum(0, &[0xff; 20])), 0xffff);
+        assert_eq!(fold(sum(0, &[0; 20])), 0);
     }
 
     #[test]
