@@ -94,7 +94,6 @@ pub struct Block {
     pub domain_id: u16,
     /// D: drop after the sink extracted it.
     pub discard: bool,
-    pub hops: usize,
 }
 
 impl Block {
@@ -113,8 +112,13 @@ impl Block {
             bitmap: v.bitmap(),
             domain_id: v.domain_id(),
             discard: v.flag_d(),
-            hops: v.hops(),
         })
+    }
+
+    /// Hops in the stack (only the sink asks, so transit never computes it).
+    #[inline]
+    pub fn hops(&self) -> usize {
+        int_md::stack_hops((self.total - INT_HDR_LEN) / 4, self.hop_ml).0
     }
 }
 
@@ -499,7 +503,7 @@ pub fn strip_stack(pkt: &mut impl PacketBuf, meta: &PacketMeta, presence: Presen
 
 /// `strip_stack` on the INT block at `blk` (what `find` returned).
 pub fn strip_stack_at(pkt: &mut impl PacketBuf, meta: &PacketMeta, blk: usize) -> Result<usize, DropReason> {
-    let total = IntMd::new_checked(&pkt.bytes()[blk..meta.l3_end.min(pkt.bytes().len())])?.total_len();
+    let total = Block::read(pkt.bytes(), meta, blk)?.total;
     let n = total - INT_HDR_LEN;
     if n == 0 {
         return Ok(0);
@@ -550,7 +554,7 @@ pub fn sink_block(
     block: &Block,
     report: &mut [u8],
 ) -> Result<(Sunk, usize), DropReason> {
-    let Block { at: blk, total, npt, saved, hops, discard, .. } = *block;
+    let Block { at: blk, total, npt, saved, discard, .. } = *block;
     let l4 = meta.l4_offset;
     // NPT 1 and 2 describe a block right after a UDP header.
     let after_udp = meta.key.proto() == PROTO_UDP && blk == l4 + 8;
@@ -596,7 +600,7 @@ pub fn sink_block(
             8 + total
         }
     };
-    Ok((Sunk { hops, discard, removed }, copied))
+    Ok((Sunk { hops: block.hops(), discard, removed }, copied))
 }
 
 #[cfg(test)]

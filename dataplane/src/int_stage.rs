@@ -10,7 +10,7 @@ use crate::int::{self, Block, Skip, Transit};
 use crate::int_watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::parse::PacketMeta;
 use crate::pktbuf::PacketBuf;
-use crate::wire::int_md::{HopMetadata, IntMd};
+use crate::wire::int_md::HopMetadata;
 use crate::wire::telemetry_report::{FLAG_D, FLAG_F, FLAG_I};
 use crate::DropReason;
 
@@ -282,7 +282,6 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             return Ok(());
         }
     };
-    let (total, domain) = (block.total, block.domain_id);
     let role = match rule_role(spec, pkt.bytes(), meta, in_port, Some(&block)) {
         Some(Role::None) => return Ok(()),
         Some(Role::Sink) => Role::Sink,
@@ -304,8 +303,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             }
             Ok(Transit::MtuExceeded) if spec.mtu_report => {
                 // Export what was collected (I flag), strip the stack, push ours.
-                let mut rec = record(FLAG_I, md, domain);
-                let n = report_len(spec, meta, blk + total);
+                let mut rec = record(FLAG_I, md, block.domain_id);
+                let n = report_len(spec, meta, blk + block.total);
                 rec.data[..n].copy_from_slice(&pkt.bytes()[..n]);
                 rec.len = n as u16;
                 queue(ctx, rec);
@@ -332,8 +331,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     // (and the hop measured) only for a report.
     let (due, flags) = report_due(ctx, meta, hop.rx_tsc());
     let (sunk, rec) = if due {
-        let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), domain);
-        let want = report_len(spec, meta, blk + total);
+        let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), block.domain_id);
+        let want = report_len(spec, meta, blk + block.total);
         let (s, n) = int::sink_block(pkt, meta, &block, &mut rec.data[..want])?;
         rec.len = n as u16;
         (s, Some(rec))
@@ -367,8 +366,8 @@ pub fn dropped<R: ReportSink>(
     }
     let blk = int::find(pkt, meta, spec.presence);
     let (domain, int_end) = match blk {
-        Some(b) => match IntMd::new_checked(&pkt[b..meta.l3_end.min(pkt.len()).max(b)]) {
-            Ok(v) => (v.domain_id(), b + v.total_len()),
+        Some(b) => match Block::read(pkt, meta, b) {
+            Ok(k) => (k.domain_id, b + k.total),
             Err(_) => return,
         },
         None => match rule_role(spec, pkt, meta, in_port, None) {
@@ -392,7 +391,7 @@ pub(crate) mod tests {
     use crate::int_watch::{Presence, ReportParams, SourceParams, Ternary, WatchRule};
     use crate::parse::{parse, tests::udp4};
     use crate::pktbuf::VecBuf;
-    use crate::wire::int_md::instr;
+    use crate::wire::int_md::{instr, IntMd};
 
     const PORT: u16 = 17768;
 

@@ -67,7 +67,7 @@ const HOP_ML_RECIP: [u64; 32] = {
 /// this of every INT packet, and a divide costs tens of cycles. Exact for
 /// any stack the 8-bit shim length allows (unit test below).
 #[inline]
-fn stack_hops(words: usize, hop_ml: usize) -> (usize, usize) {
+pub(crate) fn stack_hops(words: usize, hop_ml: usize) -> (usize, usize) {
     let q = ((words as u64 * HOP_ML_RECIP[hop_ml & 31]) >> 32) as usize;
     (q, words - q * hop_ml)
 }
