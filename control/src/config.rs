@@ -94,7 +94,7 @@ impl Default for DataplaneConfig {
             mempool_ops: "ring_mp_mc".into(),
             rx_desc: 1024,
             tx_desc: 1024,
-            burst: 32,
+            burst: 64,
             tx_drain_us: 100,
             idle: false,
             idle_empty_polls: 256,

@@ -387,7 +387,14 @@ impl MbufStash {
 ///
 /// A handle is never aliased: flooding shares the buffer only inside
 /// `TxBuffer::push_flood`, after which no handle exists any more.
+///
+/// `repr(transparent)` over a non-null pointer: an `Option<Mbuf>` has the
+/// layout of a `*mut rte_mbuf` (None is null), so bursts move between DPDK's
+/// pointer arrays and `[Option<Mbuf>]` without a per-packet conversion.
+#[repr(transparent)]
 pub struct Mbuf(NonNull<ffi::rte_mbuf>);
+
+const _: () = assert!(std::mem::size_of::<Option<Mbuf>>() == std::mem::size_of::<*mut ffi::rte_mbuf>());
 
 // SAFETY: an mbuf may be handed between lcores; ownership is unique.
 unsafe impl Send for Mbuf {}
@@ -848,18 +855,22 @@ impl RxQueue {
         self.queue
     }
 
-    /// Receives up to `max` packets into `out[..n]` and returns n.
+    /// Receives up to `max` packets into `out[..n]` and returns n. The
+    /// slots must be empty (a packet left in one would be leaked, never
+    /// freed twice): DPDK writes the pointers straight into them.
     #[inline]
     pub fn rx_burst_into(&mut self, max: usize, out: &mut [Option<Mbuf>; MAX_BURST]) -> usize {
         let max = max.min(MAX_BURST);
-        // SAFETY: burst has room for `max` pointers; this queue is polled by one lcore only.
-        let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16) } as usize;
-        for (slot, &p) in out.iter_mut().zip(&self.burst[..n]) {
-            // SAFETY: each of the first n pointers is a non-null mbuf DPDK just
-            // handed over; its ownership passes to this one handle.
-            *slot = Some(Mbuf(unsafe { NonNull::new_unchecked(p) }));
+        debug_assert!(out[..max].iter().all(Option::is_none), "rx_burst_into: slots must be empty");
+        // SAFETY: `out` has room for `max` pointers, and an `Option<Mbuf>` is
+        // laid out as a `*mut rte_mbuf` (Mbuf is repr(transparent) over
+        // NonNull; asserted above). DPDK writes n non-null pointers to mbufs
+        // it hands over: each slot becomes `Some`, owning its mbuf. This queue
+        // is polled by one lcore only.
+        unsafe {
+            ffi::shim_eth_rx_burst(self.port, self.queue, out.as_mut_ptr().cast::<*mut ffi::rte_mbuf>(), max as u16)
+                as usize
         }
-        n
     }
 
     /// Receives up to `max` packets straight into `tx`'s buffer, for a wire
@@ -960,13 +971,27 @@ impl TxBuffer {
                 n += rn;
                 b += rb;
             }
-            // As many as fit (at least one: the buffer has room), with the
-            // length in a register.
+            // As many as fit (at least one: the buffer has room).
             let (now, later) = rest.split_at_mut(rest.len().min(MAX_BURST - self.len));
             let mut len = self.len;
-            for m in now.iter_mut().filter_map(Option::take) {
-                self.pkts[len] = m.into_raw();
-                len += 1;
+            // (Counted rather than `all`: no early exit, so it vectorises.)
+            if now.iter().filter(|m| m.is_some()).count() == now.len() {
+                // A received burst: every slot full. Its pointers move as one copy.
+                // SAFETY: an `Option<Mbuf>` is laid out as a `*mut rte_mbuf`
+                // (asserted at Mbuf) and all of `now` are Some; pkts has room
+                // for them past len. The slots are then overwritten with None
+                // (null) without dropping: their mbufs now belong to the buffer.
+                unsafe {
+                    let src = now.as_mut_ptr().cast::<*mut ffi::rte_mbuf>();
+                    std::ptr::copy_nonoverlapping(src, self.pkts.as_mut_ptr().add(len), now.len());
+                    std::ptr::write_bytes(src, 0, now.len());
+                }
+                len += now.len();
+            } else {
+                for m in now.iter_mut().filter_map(Option::take) {
+                    self.pkts[len] = m.into_raw();
+                    len += 1;
+                }
             }
             self.len = len;
             rest = later;
