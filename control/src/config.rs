@@ -408,6 +408,12 @@ impl Config {
         if self.flow_table.capacity == 0 {
             return Err(cerr("flow_table.capacity", "must be at least 1"));
         }
+        if self.flow_table.idle_timeout_s > dataplane::flow_table::MAX_IDLE_TIMEOUT_S {
+            return Err(cerr(
+                "flow_table.idle_timeout_s",
+                format!("at most {} (7 days); 0 never ages learned flows", dataplane::flow_table::MAX_IDLE_TIMEOUT_S),
+            ));
+        }
         if self.ports.is_empty() {
             return Err(cerr("port", "at least one [[port]] is required"));
         }
@@ -699,6 +705,16 @@ action = "drop"
             let e = err_of(&BASE.replacen(from, to, 1));
             assert!(e.contains(want), "{e} !~ {want}");
         }
+    }
+
+    #[test]
+    fn flow_idle_timeout_is_bounded() {
+        let with = |s: u64| {
+            BASE.replacen("mode = \"router\"", &format!("mode = \"router\"\n[flow_table]\nidle_timeout_s = {s}"), 1)
+        };
+        Config::from_toml(&with(604_800)).unwrap().validate().unwrap();
+        let e = err_of(&with(604_801));
+        assert!(e.contains("flow_table.idle_timeout_s: at most 604800"), "{e}");
     }
 
     #[test]

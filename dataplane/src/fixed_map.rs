@@ -23,22 +23,43 @@ impl MapKey for u128 {
     }
 }
 
-pub struct FixedMap<K, V> {
-    slots: Box<[Option<(K, V)>]>,
+/// A slot on cache lines of its own: a probe of a slot of up to 64 bytes
+/// reads one line, never two (slots packed at 16-byte alignment straddle).
+#[repr(align(64))]
+struct Line<T>(T);
+
+/// One slot: empty, or a key and its value.
+type Slot<K, V> = Line<Option<(K, V)>>;
+
+/// `C` is per-entry data kept off the lookup path in a parallel array (read
+/// and written by slot, moved with its entry): a slot then holds only what
+/// every lookup needs.
+pub struct FixedMap<K, V, C = ()> {
+    slots: Box<[Slot<K, V>]>,
+    cold: Box<[C]>,
     mask: usize,
     len: usize,
     max_len: usize,
 }
 
-impl<K: MapKey, V> FixedMap<K, V> {
+impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
     /// A map holding up to `capacity` entries (the slot array is at least
     /// twice that, so probes stay short).
     pub fn with_capacity(capacity: usize) -> Self {
         let slots = (capacity.max(1) * 2).next_power_of_two();
-        let mut v: Vec<Option<(K, V)>> = Vec::with_capacity(slots);
+        let mut v: Vec<Slot<K, V>> = Vec::with_capacity(slots);
         crate::dpdk::advise_hugepages(v.spare_capacity_mut());
-        v.resize_with(slots, || None);
-        FixedMap { slots: v.into_boxed_slice(), mask: slots - 1, len: 0, max_len: capacity.max(1) }
+        v.resize_with(slots, || Line(None));
+        let mut cold: Vec<C> = Vec::with_capacity(slots);
+        crate::dpdk::advise_hugepages(cold.spare_capacity_mut());
+        cold.resize_with(slots, C::default);
+        FixedMap {
+            slots: v.into_boxed_slice(),
+            cold: cold.into_boxed_slice(),
+            mask: slots - 1,
+            len: 0,
+            max_len: capacity.max(1),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -62,7 +83,7 @@ impl<K: MapKey, V> FixedMap<K, V> {
     fn find(&self, k: &K) -> Result<usize, usize> {
         let mut i = k.hash64() as usize & self.mask;
         loop {
-            match &self.slots[i] {
+            match &self.slots[i].0 {
                 Some((kk, _)) if kk == k => return Ok(i),
                 Some(_) => i = (i + 1) & self.mask,
                 None => return Err(i),
@@ -78,18 +99,18 @@ impl<K: MapKey, V> FixedMap<K, V> {
 
     #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
-        self.find(k).ok().and_then(|i| self.slots[i].as_ref().map(|(_, v)| v))
+        self.find(k).ok().and_then(|i| self.slots[i].0.as_ref().map(|(_, v)| v))
     }
 
     #[inline]
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         match self.find(k) {
-            Ok(i) => self.slots[i].as_mut().map(|(_, v)| v),
+            Ok(i) => self.slots[i].0.as_mut().map(|(_, v)| v),
             Err(_) => None,
         }
     }
 
-    /// The slot holding `k`, if any (a hint for [`FixedMap::get_mut_hinted`]).
+    /// The slot holding `k`, if any (a hint for [`FixedMap::slot_hinted`]).
     #[inline]
     pub fn slot_of(&self, k: &K) -> Option<usize> {
         self.find(k).ok()
@@ -98,30 +119,54 @@ impl<K: MapKey, V> FixedMap<K, V> {
     /// The value in slot `i` (one [`FixedMap::slot_of`] returned).
     #[inline]
     pub fn at_mut(&mut self, i: usize) -> Option<&mut V> {
-        self.slots.get_mut(i)?.as_mut().map(|(_, v)| v)
+        self.slots.get_mut(i)?.0.as_mut().map(|(_, v)| v)
     }
 
-    /// `k`'s value, looked for first in slot `hint` (no hash, no probe when
-    /// the hint is right); a stale hint (the entry moved, went, or the slot
-    /// holds another key) falls back to a lookup.
+    /// The entry in slot `i` with its cold part.
+    pub fn at(&self, i: usize) -> Option<(&K, &V, &C)> {
+        let (k, v) = self.slots.get(i)?.0.as_ref()?;
+        Some((k, v, &self.cold[i]))
+    }
+
+    /// The cold part of the entry in slot `i` (None for an empty slot).
+    #[inline]
+    pub fn cold_mut(&mut self, i: usize) -> Option<&mut C> {
+        self.slots.get(i)?.0.as_ref()?;
+        Some(&mut self.cold[i])
+    }
+
+    /// The slot holding `k`, looked for first at `hint` (no hash, no probe
+    /// when the hint is right); a stale hint (the entry moved, went, or the
+    /// slot holds another key) falls back to a lookup.
+    #[inline]
+    pub fn slot_hinted(&self, hint: usize, k: &K) -> Option<usize> {
+        match self.slots.get(hint) {
+            Some(Line(Some((kk, _)))) if kk == k => Some(hint),
+            _ => self.find(k).ok(),
+        }
+    }
+
+    /// `k`'s value, looked for first in slot `hint` (see [`FixedMap::slot_hinted`]).
     #[inline]
     pub fn get_mut_hinted(&mut self, hint: usize, k: &K) -> Option<&mut V> {
-        let i = match self.slots.get(hint) {
-            Some(Some((kk, _))) if kk == k => hint,
-            _ => self.find(k).ok()?,
-        };
-        self.slots[i].as_mut().map(|(_, v)| v)
+        let i = self.slot_hinted(hint, k)?;
+        self.at_mut(i)
     }
 
-    /// Inserts or replaces. A full map hands the entry back.
+    /// Inserts or replaces (a replaced entry's cold part starts over). A
+    /// full map hands the entry back.
     pub fn insert(&mut self, k: K, v: V) -> Result<Option<V>, (K, V)> {
         match self.find(&k) {
-            Ok(i) => Ok(self.slots[i].replace((k, v)).map(|(_, old)| old)),
+            Ok(i) => {
+                self.cold[i] = C::default();
+                Ok(self.slots[i].0.replace((k, v)).map(|(_, old)| old))
+            }
             Err(i) => {
                 if self.len >= self.max_len {
                     return Err((k, v));
                 }
-                self.slots[i] = Some((k, v));
+                self.slots[i].0 = Some((k, v));
+                self.cold[i] = C::default();
                 self.len += 1;
                 Ok(None)
             }
@@ -129,39 +174,52 @@ impl<K: MapKey, V> FixedMap<K, V> {
     }
 
     pub fn remove(&mut self, k: &K) -> Option<V> {
+        self.take(k).map(|(v, _)| v)
+    }
+
+    /// Removes `k`, handing back its value and cold part.
+    pub fn take(&mut self, k: &K) -> Option<(V, C)> {
         let i = self.find(k).ok()?;
-        Some(self.remove_at(i).1)
+        let (_, v, c) = self.remove_at(i);
+        Some((v, c))
     }
 
     /// Empties slot `i` and shifts later members of the probe run back so no
     /// lookup stops early.
-    fn remove_at(&mut self, mut i: usize) -> (K, V) {
-        let out = self.slots[i].take().expect("occupied slot");
+    fn remove_at(&mut self, mut i: usize) -> (K, V, C) {
+        let (k, v) = self.slots[i].0.take().expect("occupied slot");
+        let c = std::mem::take(&mut self.cold[i]);
         self.len -= 1;
         let mut j = i;
         loop {
             j = (j + 1) & self.mask;
-            let home = match &self.slots[j] {
+            let home = match &self.slots[j].0 {
                 None => break,
                 Some((k, _)) => k.hash64() as usize & self.mask,
             };
             // Move j into the hole at i unless its home lies cyclically in (i, j].
             let in_range = if i <= j { i < home && home <= j } else { i < home || home <= j };
             if !in_range {
-                self.slots[i] = self.slots[j].take();
+                self.slots[i].0 = self.slots[j].0.take();
+                self.cold.swap(i, j);
                 i = j;
             }
         }
-        out
+        (k, v, c)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.slots.iter().filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
+        self.slots.iter().filter_map(|s| s.0.as_ref().map(|(k, v)| (k, v)))
+    }
+
+    /// Every entry with its cold part.
+    pub fn entries(&self) -> impl Iterator<Item = (&K, &V, &C)> {
+        self.slots.iter().zip(self.cold.iter()).filter_map(|(s, c)| s.0.as_ref().map(|(k, v)| (k, v, c)))
     }
 
     pub fn clear(&mut self) {
         for s in self.slots.iter_mut() {
-            *s = None;
+            s.0 = None;
         }
         self.len = 0;
     }
@@ -169,12 +227,17 @@ impl<K: MapKey, V> FixedMap<K, V> {
     /// Visits up to `budget` slots from `cursor`, removing entries for which
     /// `keep` says false. Returns the next cursor and the number removed.
     /// Incremental, so a worker can age a large table a little per poll.
-    pub fn sweep(&mut self, cursor: usize, budget: usize, mut keep: impl FnMut(&K, &mut V) -> bool) -> (usize, usize) {
+    pub fn sweep(
+        &mut self,
+        cursor: usize,
+        budget: usize,
+        mut keep: impl FnMut(&K, &mut V, &mut C) -> bool,
+    ) -> (usize, usize) {
         let mut i = cursor & self.mask;
         let mut removed = 0;
         for _ in 0..budget.min(self.slots.len()) {
-            let drop_it = match &mut self.slots[i] {
-                Some((k, v)) => !keep(k, v),
+            let drop_it = match &mut self.slots[i].0 {
+                Some((k, v)) => !keep(k, v, &mut self.cold[i]),
                 None => false,
             };
             if drop_it {
@@ -264,7 +327,7 @@ mod tests {
         let mut removed = 0;
         // Several full passes: shifted entries may be seen on a later pass.
         for _ in 0..200 {
-            let (c, r) = m.sweep(cursor, 64, |_, v| *v % 2 == 0);
+            let (c, r) = m.sweep(cursor, 64, |_, v, _| *v % 2 == 0);
             cursor = c;
             removed += r;
         }
@@ -296,5 +359,32 @@ mod tests {
         for (k, v) in &r {
             assert_eq!(m.get(k), Some(v));
         }
+    }
+
+    #[test]
+    fn cold_data_moves_with_its_entry() {
+        let mut m: FixedMap<K, u32, u64> = FixedMap::with_capacity(8); // 16 slots
+        for (i, k) in [K(1, 3), K(2, 3), K(3, 3)].iter().enumerate() {
+            m.insert(*k, i as u32).unwrap();
+            let s = m.slot_of(k).unwrap();
+            *m.cold_mut(s).unwrap() = 100 + i as u64;
+        }
+        assert_eq!(m.cold_mut(0), None, "an empty slot has no cold part");
+        // Removing K(1) shifts K(2) and K(3) back a slot each.
+        assert_eq!(m.take(&K(1, 3)), Some((0, 100)));
+        for (k, c) in [(K(2, 3), 101), (K(3, 3), 102)] {
+            let s = m.slot_of(&k).unwrap();
+            assert_eq!(m.at(s).map(|(_, _, c)| *c), Some(c), "{k:?}");
+        }
+        let (_, r) = m.sweep(0, 16, |k, _, c| {
+            assert_eq!(*c, 100 + k.0 - 1);
+            k.0 != 2
+        });
+        assert_eq!(r, 1);
+        assert_eq!(m.at(m.slot_of(&K(3, 3)).unwrap()).map(|(_, _, c)| *c), Some(102));
+        // A new entry in a reused slot starts from the default.
+        m.insert(K(4, 3), 4).unwrap();
+        assert_eq!(m.at(m.slot_of(&K(4, 3)).unwrap()).map(|(_, v, c)| (*v, *c)), Some((4, 0)));
+        assert_eq!(m.entries().count(), 2);
     }
 }

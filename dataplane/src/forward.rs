@@ -179,8 +179,8 @@ fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
 }
 
 fn flow_hit_or_learn(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
-    if let Some(e) = ctx.flows.hit(&meta.key, len, ctx.now) {
-        return e.action;
+    if let Some(action) = ctx.flows.hit(&meta.key, len, ctx.now) {
+        return action;
     }
     if ctx.learn_flows && meta.key.ip_version() != 0 {
         match ctx.flows.learn(meta.key, len, ctx.now) {

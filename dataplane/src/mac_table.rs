@@ -89,7 +89,7 @@ impl MacTable {
     /// Forgets every address learned on `port` (link went down).
     pub fn flush_port(&mut self, port: u16) {
         let cap = usize::MAX;
-        self.map.sweep(0, cap, |_, e| e.port != port);
+        self.map.sweep(0, cap, |_, e, _| e.port != port);
     }
 
     pub fn entries(&self) -> impl Iterator<Item = (u16, [u8; 6], MacEntry)> + '_ {
@@ -104,7 +104,7 @@ impl MacTable {
             return 0;
         }
         let a = self.aging;
-        let (c, n) = self.map.sweep(self.cursor, budget, |_, e| now.saturating_sub(e.last_seen) < a);
+        let (c, n) = self.map.sweep(self.cursor, budget, |_, e, _| now.saturating_sub(e.last_seen) < a);
         self.cursor = c;
         n
     }

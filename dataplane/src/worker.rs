@@ -281,7 +281,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                             action: e.action,
                             packets: e.packets,
                             bytes: e.bytes,
-                            idle_tsc: now.saturating_sub(e.last_seen),
+                            idle_tsc: e.seen.ticks_until(now),
                             installed: e.installed,
                         })
                         .collect();
