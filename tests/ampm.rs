@@ -173,7 +173,11 @@ fn no_loss_phase(tb: &Testbed, t_ns: u64) -> i64 {
     }
     let base = delays(&iv);
     assert!(base.len() >= 6 * 6, "pulses in most intervals: {base:?}");
-    assert!(base.iter().all(|d| (0..2_000_000).contains(d)), "{base:?}");
+    // A scheduling stall on a small machine (two testbeds share two cores)
+    // may hold a packet a few milliseconds: a couple of pulses may show it,
+    // the rest must not.
+    assert!(base.iter().all(|d| (0..20_000_000).contains(d)), "{base:?}");
+    assert!(base.iter().filter(|&&d| d >= 2_000_000).count() <= 2, "{base:?}");
     median(base)
 }
 
@@ -243,7 +247,7 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
         .collect();
     assert!((median(means.clone()) - 20_000_000).abs() <= 1_000_000, "{means:?}");
     for f in FLOWS.iter().filter(|f| f.loss) {
-        assert!(iv[f.name].iter().all(|x| x["loss_packets"] == 0), "{}", f.name);
+        assert!(iv[f.name].iter().all(|x| x["loss_packets"] == 0), "{}: {:?}", f.name, iv[f.name]);
     }
     eprintln!("ampm: baseline delay median {base_median} ns, with 20 ms: median {} ns", median(d));
 
