@@ -66,6 +66,23 @@ enum Via {
 pub struct CollectorTx {
     pub addr: SocketAddr,
     via: Via,
+    /// The socket takes several datagrams in one send (UDP GSO) until the
+    /// kernel refuses it for this route.
+    gso: bool,
+}
+
+/// Most datagrams one UDP GSO send carries (the kernel's UDP_MAX_SEGMENTS).
+pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes one UDP GSO send carries (one IP packet's payload, less room).
+pub const GSO_MAX_BYTES: usize = 65_000;
+
+/// Why [`CollectorTx::send_segments`] sent nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SegmentsError {
+    /// This path cannot send several at once: send them one by one.
+    Unsupported,
+    /// The send failed (none of the datagrams went out).
+    Failed(String),
 }
 
 impl CollectorTx {
@@ -102,7 +119,35 @@ impl CollectorTx {
                 Via::Port { port, src, src_mac, mac: c.mac }
             }
         };
-        Ok(CollectorTx { addr: c.addr, via })
+        let gso = matches!(via, Via::Socket(_));
+        Ok(CollectorTx { addr: c.addr, via, gso })
+    }
+
+    /// Sends `payload` as datagrams of `seg` bytes each (the last may be
+    /// shorter) in one system call: the kernel cuts it up (UDP GSO), so a
+    /// batch of report packets costs one pass through the socket layer
+    /// instead of one per packet. A socket whose route refuses GSO (a device
+    /// without checksum offload, a segment over the MTU) answers
+    /// `Unsupported` from then on, as a DPDK port always does.
+    pub fn send_segments(&mut self, payload: &[u8], seg: usize) -> Result<(), SegmentsError> {
+        use nix::errno::Errno;
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let (Via::Socket(sock), true) = (&self.via, self.gso) else {
+            return Err(SegmentsError::Unsupported);
+        };
+        let Ok(size) = u16::try_from(seg) else {
+            return Err(SegmentsError::Unsupported);
+        };
+        let iov = [std::io::IoSlice::new(payload)];
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::UdpGsoSegments(&size)], MsgFlags::empty(), None) {
+            Ok(_) => Ok(()),
+            Err(Errno::EIO | Errno::EINVAL | Errno::ENOPROTOOPT | Errno::EOPNOTSUPP) => {
+                self.gso = false;
+                Err(SegmentsError::Unsupported)
+            }
+            Err(e) => Err(SegmentsError::Failed(std::io::Error::from(e).to_string())),
+        }
     }
 
     /// Sends one datagram. An error means it was not sent (counted by the caller).
@@ -189,14 +234,14 @@ pub fn udp_frame(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A port 3 with MAC 02:..:03 and 10.9.0.1 / 2001:db8:9::1, one known
     /// neighbour, frames collected.
     #[derive(Default)]
-    struct TestPorts {
-        sent: Vec<(u16, Vec<u8>)>,
+    pub(crate) struct TestPorts {
+        pub(crate) sent: Vec<(u16, Vec<u8>)>,
         asked: Vec<IpAddr>,
     }
 

@@ -8,7 +8,7 @@
 //! metadata in RepMdBits order (bit 15, set on drop reports: queue ID,
 //! drop reason, 16 bits of padding), then the inner packet padded to 4 bytes.
 
-use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
+use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut, SegmentsError, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
 use dataplane::int_stage::ReportRecord;
 use dataplane::report_ring::ReportConsumer;
 use dataplane::wire::int_md::{emit_hop, hop_words};
@@ -21,6 +21,9 @@ use serde_json::{json, Value};
 /// RepMdBits this exporter can fill: INT bits 1-8 (bit 0, the node ID, is in
 /// the group header; bit 15 is the drop reason).
 pub const REPMD_SUPPORTED: u16 = 0x7f80;
+
+/// Group header sequence numbers are 22 bits.
+const SEQ_MASK: u32 = 0x3f_ffff;
 
 /// Bytes one record takes in a report packet.
 pub fn encoded_len(rec: &ReportRecord, md_bits: u16) -> usize {
@@ -76,6 +79,53 @@ struct Collector {
     last_error: Option<String>,
 }
 
+/// Report packets on their way out together, back to back: each `seg`
+/// bytes but the last, which may be shorter (the shape UDP GSO sends in one
+/// call). Packets of equal length (reports of one shape) fill it; a packet
+/// of another length sends it first.
+struct Batch {
+    bytes: Vec<u8>,
+    seg: usize,
+    packets: usize,
+    reports: usize,
+    /// Reports in each packet.
+    per_packet: [u32; GSO_MAX_SEGMENTS],
+    /// The last packet is shorter than `seg`: nothing more may follow it.
+    closed: bool,
+}
+
+impl Batch {
+    fn takes(&self, len: usize) -> bool {
+        self.packets == 0
+            || (!self.closed
+                && len <= self.seg
+                && self.packets < GSO_MAX_SEGMENTS
+                && self.bytes.len() + len <= GSO_MAX_BYTES)
+    }
+
+    fn push(&mut self, packet: &[u8], reports: usize) {
+        if self.packets == 0 {
+            self.seg = packet.len();
+        }
+        self.closed = packet.len() < self.seg;
+        self.bytes.extend_from_slice(packet);
+        self.per_packet[self.packets] = reports as u32;
+        self.packets += 1;
+        self.reports += reports;
+    }
+
+    /// Packet `i`'s bytes.
+    fn packet_mut(&mut self, i: usize) -> &mut [u8] {
+        let end = (self.seg * (i + 1)).min(self.bytes.len());
+        &mut self.bytes[self.seg * i..end]
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        (self.packets, self.reports, self.closed) = (0, 0, false);
+    }
+}
+
 /// The control core's report exporter.
 pub struct Exporter {
     node_id: u32,
@@ -86,6 +136,7 @@ pub struct Exporter {
     received: Vec<u64>,
     collectors: Vec<Collector>,
     buf: Vec<u8>,
+    batch: Batch,
     /// Export paused (`intctl int export pause`): records stay in the rings.
     pub paused: bool,
     reports: u64,
@@ -120,6 +171,14 @@ impl Exporter {
             received: vec![0; n],
             collectors: cs,
             buf: vec![0; 65536],
+            batch: Batch {
+                bytes: Vec::with_capacity(GSO_MAX_BYTES),
+                seg: 0,
+                packets: 0,
+                reports: 0,
+                per_packet: [0; GSO_MAX_SEGMENTS],
+                closed: false,
+            },
             paused: false,
             reports: 0,
             packets: 0,
@@ -172,29 +231,72 @@ impl Exporter {
         if in_packet > 0 {
             self.send(off, in_packet, out);
         }
+        // Nothing is held back between polls.
+        self.flush(out);
         taken
     }
 
-    /// Sends the packet in `buf[..len]` to every collector.
+    /// Queues the packet in `buf[..len]` (its group header is written per
+    /// collector when it leaves).
     fn send(&mut self, len: usize, reports: usize, out: &mut dyn PortOut) {
-        self.packets += 1;
-        self.reports += reports as u64;
+        if !self.batch.takes(len) {
+            self.flush(out);
+        }
+        self.batch.push(&self.buf[..len], reports);
+    }
+
+    /// Sends the batch to every collector, numbered with that collector's
+    /// sequence: in one call where its socket takes UDP GSO, else packet by
+    /// packet.
+    fn flush(&mut self, out: &mut dyn PortOut) {
+        let b = &mut self.batch;
+        if b.packets == 0 {
+            return;
+        }
+        self.packets += b.packets as u64;
+        self.reports += b.reports as u64;
         for c in &mut self.collectors {
-            emit_group(&mut self.buf[..GROUP_HDR_LEN], self.hw_id, c.seq, self.node_id);
-            match c.tx.send(&self.buf[..len], out) {
-                Ok(_) => {
-                    c.seq = (c.seq + 1) & 0x3f_ffff;
-                    c.packets += 1;
-                    c.reports += reports as u64;
+            if b.packets > 1 {
+                for i in 0..b.packets {
+                    let seq = (c.seq + i as u32) & SEQ_MASK;
+                    emit_group(&mut b.packet_mut(i)[..GROUP_HDR_LEN], self.hw_id, seq, self.node_id);
                 }
-                Err(e) => {
-                    // Not sent, so no sequence number used: the collector sees
-                    // no gap, this counter says what was lost here.
-                    c.send_errors += 1;
-                    c.last_error = Some(e);
+                match c.tx.send_segments(&b.bytes, b.seg) {
+                    Ok(()) => {
+                        c.seq = (c.seq + b.packets as u32) & SEQ_MASK;
+                        c.packets += b.packets as u64;
+                        c.reports += b.reports as u64;
+                        continue;
+                    }
+                    Err(SegmentsError::Failed(e)) => {
+                        // None went out, so no sequence numbers were used.
+                        c.send_errors += b.packets as u64;
+                        c.last_error = Some(e);
+                        continue;
+                    }
+                    Err(SegmentsError::Unsupported) => {}
+                }
+            }
+            // One by one.
+            for i in 0..b.packets {
+                let p = b.packet_mut(i);
+                emit_group(&mut p[..GROUP_HDR_LEN], self.hw_id, c.seq, self.node_id);
+                match c.tx.send(p, out) {
+                    Ok(_) => {
+                        c.seq = (c.seq + 1) & SEQ_MASK;
+                        c.packets += 1;
+                        c.reports += b.per_packet[i] as u64;
+                    }
+                    Err(e) => {
+                        // Not sent, so no sequence number used: the collector sees
+                        // no gap, this counter says what was lost here.
+                        c.send_errors += 1;
+                        c.last_error = Some(e);
+                    }
                 }
             }
         }
+        b.clear();
     }
 
     /// Records waiting in each ring.
@@ -330,5 +432,49 @@ mod tests {
         let busy = j["busy_s"].as_f64().unwrap();
         assert!(busy > 0.0);
         assert_eq!(j["reports_per_busy_s"].as_u64(), Some((10.0 / busy) as u64));
+    }
+
+    /// Packets of different lengths: a GSO batch holds equal ones (a shorter
+    /// one may end it). The socket collector (GSO) and a port collector
+    /// (one by one) get the same packets, numbered 0, 1, 2, ... each.
+    #[test]
+    fn batches_of_unequal_packets_reach_socket_and_port_alike() {
+        use crate::collector_tx::tests::TestPorts;
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (mut p, c) = report_ring(64);
+        let socket = CollectorPlan { addr: rx.local_addr().unwrap(), bind: None, port: None, mac: None };
+        let port = CollectorPlan { addr: "10.9.0.2:32766".parse().unwrap(), bind: None, port: Some(3), mac: None };
+        let mut ports = TestPorts::default();
+        let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[socket, port], &ports).unwrap();
+        // 116-byte and 56-byte records, packed two or three to a packet.
+        let lens = [100, 100, 100, 100, 40, 100, 100, 40, 40, 40, 100, 100, 100, 100, 100];
+        for &l in &lens {
+            assert!(p.push(rec(l, 0)));
+        }
+        assert_eq!(ex.poll(1000, &mut ports), lens.len());
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Ok(n) = rx.recv(&mut buf) {
+            got.push(buf[..n].to_vec());
+            if got.len() == ports.sent.len() {
+                break;
+            }
+        }
+        let sizes: Vec<usize> = got.iter().map(|g| g.len()).collect();
+        assert!(sizes.windows(2).any(|w| w[0] != w[1]), "packets of several lengths: {sizes:?}");
+        assert_eq!(got.len(), ports.sent.len());
+        for (i, (g, (_, frame))) in got.iter().zip(&ports.sent).enumerate() {
+            assert_eq!(parse_group(g).unwrap().seq, i as u32);
+            // The frame's UDP payload (after Ethernet, IPv4, UDP headers) is the same packet.
+            assert_eq!(&frame[14 + 20 + 8..], &g[..], "packet {i}");
+        }
+        let j = ex.json(&[0]);
+        assert_eq!(j["reports"].as_u64(), Some(lens.len() as u64));
+        for c in j["collectors"].as_array().unwrap() {
+            assert_eq!(c["packets"].as_u64(), Some(got.len() as u64), "{c}");
+            assert_eq!(c["reports"].as_u64(), Some(lens.len() as u64), "{c}");
+            assert_eq!(c["send_errors"], 0, "{c}");
+        }
     }
 }

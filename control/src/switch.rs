@@ -99,6 +99,8 @@ pub struct Switch {
 /// NAP_MIN up to NAP_MAX while idle.
 const NAP_MIN: Duration = Duration::from_micros(20);
 const NAP_MAX: Duration = Duration::from_millis(1);
+/// Reports one export poll must find for the control loop to go straight on.
+const EXPORT_BATCH: usize = 256;
 
 /// Exported frames out of data-plane ports: copied into an mbuf here and
 /// sent by worker 0 (its `inject` queue, never waited on); destination MACs
@@ -851,20 +853,20 @@ impl Switch {
         }
     }
 
-    /// Runs the report and AM-PM exporters; true when reports were sent.
-    /// Frames for collectors behind a DPDK port go out through worker 0;
-    /// unknown next hops get resolved.
-    fn export(&mut self) -> bool {
+    /// Runs the report and AM-PM exporters; returns how many reports were
+    /// sent. Frames for collectors behind a DPDK port go out through worker
+    /// 0; unknown next hops get resolved.
+    fn export(&mut self) -> usize {
         let now = self.now_ns();
         let mut out = PortSender::new(&self.spec, Some((&self.shared.workers[0], &mut self.export_mbufs)));
-        let busy = self.exporter.as_mut().is_some_and(|ex| ex.poll(1 << 16, &mut out) > 0);
+        let taken = self.exporter.as_mut().map_or(0, |ex| ex.poll(1 << 16, &mut out));
         if let (Some(ex), Some(setup)) = (&mut self.ampm_exporter, &self.spec.ampm) {
             ex.poll(now, &self.shared, &setup.flows, &mut out);
         }
         for (ip, port) in std::mem::take(&mut out.resolve) {
             self.resolve(ip, port);
         }
-        busy
+        taken
     }
 
     /// Sends an ARP request or neighbour solicitation through worker 0.
@@ -901,6 +903,9 @@ impl Switch {
         let mut last_print = Instant::now();
         let mut last = self.counters();
         let mut nap = NAP_MIN;
+        // Naps end on time (the default 50 us timer slack would stretch the
+        // short ones a report ring relies on).
+        dataplane::dpdk::tight_timer_slack();
         while !stop.load(Ordering::Relaxed) {
             if opts.duration.is_some_and(|d| started.elapsed() >= d) {
                 break;
@@ -915,7 +920,15 @@ impl Switch {
             }
             self.drain_events()?;
             self.reap_retired();
-            busy |= self.export();
+            // Reports: a poll that found only a few naps the shortest nap
+            // before the next, so a batch gathers. Polling a nearly empty
+            // ring pulls each record's cache lines (and the ring's index
+            // line) across as the worker writes them, which held a worker
+            // reporting every packet to less than half its rate; the ring
+            // holds thousands of records, a nap lets a few hundred gather.
+            let taken = self.export();
+            busy |= taken >= EXPORT_BATCH;
+            let trickle = taken > 0 && !busy;
             self.sample_load();
             crate::capture::progress(self);
             if opts.stats_interval_s > 0 && last_print.elapsed() >= Duration::from_secs(opts.stats_interval_s) {
@@ -931,6 +944,9 @@ impl Switch {
             // round would lose records that a short one saves.
             if busy {
                 nap = NAP_MIN;
+            } else if trickle {
+                nap = NAP_MIN;
+                std::thread::sleep(nap);
             } else {
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(NAP_MAX);
