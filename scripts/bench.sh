@@ -5,13 +5,21 @@
 # a generated pcap (infinite_rx=1); sink: net_null.
 # Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>
 #
-# BENCH_SECONDS (default 8, at least 4) sets each run's length; BENCH_HUGEPAGES=0 skips
-# reserving 2 MiB hugepages (reserved for the run and released at exit);
+# BENCH_SECONDS (default 8, at least 4) sets each run's length; BENCH_ROUNDS
+# (default 1) runs each case's pair that many times, taking turns, and
+# prints the medians (the machine's own swings are several percent);
+# BENCH_HUGEPAGES=0 skips reserving 2 MiB hugepages (reserved for the run
+# and released at exit);
 # BENCH_CASES=name,name,... runs only those cases (an export case comes with
 # the report-every-packet case it is measured in).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
+rounds=${BENCH_ROUNDS:-1}
+if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+  echo "bench.sh: BENCH_ROUNDS=$rounds: need a whole number, at least 1" >&2
+  exit 2
+fi
 # The first two per-second samples are warm-up: fewer than 4 leave too few.
 if ! [[ "$secs" =~ ^[0-9]+$ ]] || (( secs < 4 )); then
   echo "bench.sh: BENCH_SECONDS=$secs: need a whole number of seconds, at least 4" >&2
@@ -102,12 +110,20 @@ want() { # case name: in BENCH_CASES, or no BENCH_CASES
   [[ -z "${BENCH_CASES:-}" || ",$BENCH_CASES," == *",$1,"* ]]
 }
 
+# The median of its arguments.
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+
 run_case() { # name pcap config
   want "$1" || return 0
-  local ours theirs
-  theirs=$(testpmd_mpps "$2")
-  ours=$(intswitch_mpps "$3")
-  awk -v n="$1" -v a="$ours" -v b="$theirs" 'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f\n", n, a, (b > 0 ? a / b : 0), b }'
+  local ours=() theirs=() r
+  # testpmd and intswitch take turns, so a slow spell of the machine
+  # touches both; each figure is the median of its rounds.
+  for ((r = 0; r < rounds; r++)); do
+    theirs+=("$(testpmd_mpps "$2")")
+    ours+=("$(intswitch_mpps "$3")")
+  done
+  awk -v n="$1" -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" \
+    'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f\n", n, a, (b > 0 ? a / b : 0), b }'
 }
 
 # Cross-connect and L2: one flow of 64-byte frames.
