@@ -106,6 +106,22 @@ $5
 EOF2
 }
 
+# The export figures of the case just run (the last line of each round's
+# --json output), each the median over the rounds.
+export_line() { # name fields suffix
+  for ((r = 0; r < rounds; r++)); do tail -n 1 "$work/is-$r.log"; done | python3 -c "
+import json, statistics, sys
+rows = []
+for line in sys.stdin:
+    d = json.loads(line)['int_reports']
+    rows.append({'reports_per_s': d['reports'] / $secs, 'packets_per_s': d['packets'] / $secs,
+                 'ring_full_per_s': sum(r['ring_full'] for r in d['rings']) / $secs,
+                 'send_errors': d['collectors'][0]['send_errors'], 'reports_per_busy_s': d['reports_per_busy_s']})
+fields = ' '.join('%s=%.0f' % (k, statistics.median(r[k] for r in rows)) for k in sys.argv[2].split(','))
+print('case=%s %s%s' % (sys.argv[1], fields, sys.argv[3]))
+" "$@"
+}
+
 want() { # case name: in BENCH_CASES, or no BENCH_CASES
   [[ -z "${BENCH_CASES:-}" || ",$BENCH_CASES," == *",$1,"* ]]
 }
@@ -121,6 +137,7 @@ run_case() { # name pcap config
   for ((r = 0; r < rounds; r++)); do
     theirs+=("$(testpmd_mpps "$2")")
     ours+=("$(intswitch_mpps "$3")")
+    cp "$work/is.log" "$work/is-$r.log"
   done
   awk -v n="$1" -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" \
     'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f\n", n, a, (b > 0 ? a / b : 0), b }'
@@ -187,11 +204,8 @@ run_case int-sink-5x4-report-every-packet "$work/int5.pcap" "$work/sink-all.toml
 # reports per second of the control core's export work (its capacity: the
 # worker, not the exporter, limits the rate when the exporter idles between
 # polls).
-want int-sink-5x4-report-every-packet && tail -n 1 "$work/is.log" | python3 -c "
-import json,sys
-d=json.load(sys.stdin)['int_reports']
-full=sum(r['ring_full'] for r in d['rings'])
-print('case=int-report-export reports_per_s=%.0f packets_per_s=%.0f ring_full_per_s=%.0f reports_per_busy_s=%.0f max_packet=${BENCH_REPORT_PACKET:-1472}' % (d['reports']/$secs, d['packets']/$secs, full/$secs, d['reports_per_busy_s']))"
+want int-sink-5x4-report-every-packet && export_line int-report-export \
+  reports_per_s,packets_per_s,ring_full_per_s,reports_per_busy_s " max_packet=${BENCH_REPORT_PACKET:-1472}"
 # The same, with the collector behind a DPDK port (net_null): the control
 # core builds the frames, worker 0 transmits them (no kernel socket). The
 # pool is a LIFO stack (mempool_ops = "stack", see README): the control
@@ -203,11 +217,8 @@ $(int_cfg '["p1"]' "report_max_packet = ${BENCH_REPORT_PACKET:-1472}
 $port_collector")" >"$work/sink-port.toml"
 sed -i 's/^mbufs = 200000$/&\nmempool_ops = "stack"/' "$work/sink-port.toml"
 run_case int-sink-5x4-report-every-packet-via-port "$work/int5.pcap" "$work/sink-port.toml"
-want int-sink-5x4-report-every-packet-via-port && tail -n 1 "$work/is.log" | python3 -c "
-import json,sys
-d=json.load(sys.stdin)['int_reports']
-full=sum(r['ring_full'] for r in d['rings'])
-print('case=int-report-export-via-port reports_per_s=%.0f packets_per_s=%.0f ring_full_per_s=%.0f send_errors=%d reports_per_busy_s=%.0f' % (d['reports']/$secs, d['packets']/$secs, full/$secs, d['collectors'][0]['send_errors'], d['reports_per_busy_s']))"
+want int-sink-5x4-report-every-packet-via-port && export_line int-report-export-via-port \
+  reports_per_s,packets_per_s,ring_full_per_s,send_errors,reports_per_busy_s ""
 
 # AM-PM, muxed marking on a DSCP bit, 10k monitored flows (exact 5-tuple
 # rules: the per-flow lookup is one tuple-space hash probe, the time-slot
