@@ -397,12 +397,18 @@ mod tests {
         assert_eq!(n, 4 + 8 + 8 + 40);
     }
 
-    #[test]
-    fn batches_and_numbers_packets_per_collector() {
+    /// A collector socket on loopback (reads time out after 2 s) and the plan to reach it.
+    fn receiver() -> (UdpSocket, CollectorPlan) {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let (mut p, c) = report_ring(64);
         let plan = CollectorPlan { addr: rx.local_addr().unwrap(), bind: None, port: None, mac: None };
+        (rx, plan)
+    }
+
+    #[test]
+    fn batches_and_numbers_packets_per_collector() {
+        let (rx, plan) = receiver();
+        let (mut p, c) = report_ring(64);
         let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[plan], &NoPorts).unwrap();
         // An empty poll is not export work.
         assert_eq!(ex.poll(1000, &mut NoPorts), 0);
@@ -440,10 +446,8 @@ mod tests {
     #[test]
     fn batches_of_unequal_packets_reach_socket_and_port_alike() {
         use crate::collector_tx::tests::TestPorts;
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (rx, socket) = receiver();
         let (mut p, c) = report_ring(64);
-        let socket = CollectorPlan { addr: rx.local_addr().unwrap(), bind: None, port: None, mac: None };
         let port = CollectorPlan { addr: "10.9.0.2:32766".parse().unwrap(), bind: None, port: Some(3), mac: None };
         let mut ports = TestPorts::default();
         let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[socket, port], &ports).unwrap();
