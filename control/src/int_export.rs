@@ -95,6 +95,11 @@ struct Batch {
 }
 
 impl Batch {
+    fn new() -> Batch {
+        let bytes = Vec::with_capacity(GSO_MAX_BYTES);
+        Batch { bytes, seg: 0, packets: 0, reports: 0, per_packet: [0; GSO_MAX_SEGMENTS], closed: false }
+    }
+
     fn takes(&self, len: usize) -> bool {
         self.packets == 0
             || (!self.closed
@@ -171,14 +176,7 @@ impl Exporter {
             received: vec![0; n],
             collectors: cs,
             buf: vec![0; 65536],
-            batch: Batch {
-                bytes: Vec::with_capacity(GSO_MAX_BYTES),
-                seg: 0,
-                packets: 0,
-                reports: 0,
-                per_packet: [0; GSO_MAX_SEGMENTS],
-                closed: false,
-            },
+            batch: Batch::new(),
             paused: false,
             reports: 0,
             packets: 0,

@@ -928,7 +928,6 @@ impl Switch {
             // holds thousands of records, a nap lets a few hundred gather.
             let taken = self.export();
             busy |= taken >= EXPORT_BATCH;
-            let trickle = taken > 0 && !busy;
             self.sample_load();
             crate::capture::progress(self);
             if opts.stats_interval_s > 0 && last_print.elapsed() >= Duration::from_secs(opts.stats_interval_s) {
@@ -944,10 +943,10 @@ impl Switch {
             // round would lose records that a short one saves.
             if busy {
                 nap = NAP_MIN;
-            } else if trickle {
-                nap = NAP_MIN;
-                std::thread::sleep(nap);
             } else {
+                if taken > 0 {
+                    nap = NAP_MIN;
+                }
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(NAP_MAX);
             }

@@ -808,7 +808,7 @@ impl Port {
 
     /// An RX queue handle for one worker.
     pub fn rx_queue(&self, queue: u16) -> RxQueue {
-        RxQueue { port: self.id, queue, burst: [std::ptr::null_mut(); MAX_BURST] }
+        RxQueue { port: self.id, queue }
     }
 
     /// A buffered TX queue handle for one worker.
@@ -836,15 +836,12 @@ const fn libc_enotsup() -> i32 {
     95 // ENOTSUP on Linux
 }
 
-/// One worker's view of one RX queue. Not shared between lcores.
+/// One worker's view of one RX queue. Not shared between lcores: polling
+/// takes `&mut self`, and the handle is not `Clone`.
 pub struct RxQueue {
     port: u16,
     queue: u16,
-    burst: [*mut ffi::rte_mbuf; MAX_BURST],
 }
-
-// SAFETY: an RxQueue is moved to exactly one worker lcore and used only there.
-unsafe impl Send for RxQueue {}
 
 impl RxQueue {
     pub fn port(&self) -> u16 {
@@ -900,19 +897,6 @@ impl RxQueue {
             r.refused_bytes += b;
         }
         r
-    }
-
-    /// Receives up to `max` packets and hands each one to `f` in order.
-    #[inline]
-    pub fn rx_burst(&mut self, max: usize, mut f: impl FnMut(Mbuf)) -> usize {
-        let max = max.min(MAX_BURST);
-        // SAFETY: burst has room for `max` pointers; this queue is polled by one lcore only.
-        let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, self.burst.as_mut_ptr(), max as u16) } as usize;
-        for i in 0..n {
-            // SAFETY: DPDK returned n valid, owned mbufs.
-            f(Mbuf(unsafe { NonNull::new_unchecked(self.burst[i]) }));
-        }
-        n
     }
 }
 

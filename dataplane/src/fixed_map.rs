@@ -146,31 +146,25 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
         }
     }
 
-    /// `k`'s value, looked for first in slot `hint` (see [`FixedMap::slot_hinted`]).
-    #[inline]
-    pub fn get_mut_hinted(&mut self, hint: usize, k: &K) -> Option<&mut V> {
-        let i = self.slot_hinted(hint, k)?;
-        self.at_mut(i)
-    }
-
     /// Inserts or replaces (a replaced entry's cold part starts over). A
     /// full map hands the entry back.
     pub fn insert(&mut self, k: K, v: V) -> Result<Option<V>, (K, V)> {
-        match self.find(&k) {
-            Ok(i) => {
-                self.cold[i] = C::default();
-                Ok(self.slots[i].0.replace((k, v)).map(|(_, old)| old))
-            }
+        self.insert_slot(k, v).map(|(_, old)| old)
+    }
+
+    /// As [`FixedMap::insert`], also naming the slot the entry went to (no
+    /// second probe for a caller that goes on with it).
+    pub fn insert_slot(&mut self, k: K, v: V) -> Result<(usize, Option<V>), (K, V)> {
+        let i = match self.find(&k) {
+            Ok(i) => i,
+            Err(_) if self.len >= self.max_len => return Err((k, v)),
             Err(i) => {
-                if self.len >= self.max_len {
-                    return Err((k, v));
-                }
-                self.slots[i].0 = Some((k, v));
-                self.cold[i] = C::default();
                 self.len += 1;
-                Ok(None)
+                i
             }
-        }
+        };
+        self.cold[i] = C::default();
+        Ok((i, self.slots[i].0.replace((k, v)).map(|(_, old)| old)))
     }
 
     pub fn remove(&mut self, k: &K) -> Option<V> {
@@ -297,6 +291,12 @@ mod tests {
         assert_eq!(m.get(&K(6, 15)), Some(&5));
     }
 
+    /// `k`'s value, looked for first in slot `hint`.
+    fn get_mut_hinted<'a>(m: &'a mut FixedMap<K, u32>, hint: usize, k: &K) -> Option<&'a mut u32> {
+        let i = m.slot_hinted(hint, k)?;
+        m.at_mut(i)
+    }
+
     #[test]
     fn hinted_lookup_survives_a_stale_hint() {
         let mut m: FixedMap<K, u32> = FixedMap::with_capacity(8); // 16 slots
@@ -304,17 +304,17 @@ mod tests {
         m.insert(K(2, 3), 2).unwrap();
         let hint = m.slot_of(&K(2, 3)).unwrap();
         assert_eq!(hint, 4);
-        assert_eq!(m.get_mut_hinted(hint, &K(2, 3)), Some(&mut 2));
+        assert_eq!(get_mut_hinted(&mut m, hint, &K(2, 3)), Some(&mut 2));
         // Removing K(1) shifts K(2) back to slot 3: the hint now names an
         // empty slot, then a slot of another key, then lies past the end.
         m.remove(&K(1, 3));
         assert_eq!(m.slot_of(&K(2, 3)), Some(3));
-        assert_eq!(m.get_mut_hinted(hint, &K(2, 3)), Some(&mut 2));
+        assert_eq!(get_mut_hinted(&mut m, hint, &K(2, 3)), Some(&mut 2));
         m.insert(K(3, 4), 3).unwrap();
         assert_eq!(m.slot_of(&K(3, 4)), Some(4));
-        assert_eq!(m.get_mut_hinted(4, &K(2, 3)), Some(&mut 2));
-        assert_eq!(m.get_mut_hinted(99, &K(2, 3)), Some(&mut 2));
-        assert_eq!(m.get_mut_hinted(3, &K(9, 3)), None);
+        assert_eq!(get_mut_hinted(&mut m, 4, &K(2, 3)), Some(&mut 2));
+        assert_eq!(get_mut_hinted(&mut m, 99, &K(2, 3)), Some(&mut 2));
+        assert_eq!(get_mut_hinted(&mut m, 3, &K(9, 3)), None);
     }
 
     #[test]

@@ -190,8 +190,7 @@ impl FlowTable {
             }
             None => {
                 let hot = Hot { action, packets: 0, bytes: 0, seen: Seen::at(now) };
-                self.map.insert(key, hot).map_err(|_| FlowTableError::Full)?;
-                self.map.slot_of(&key).expect("just inserted")
+                self.map.insert_slot(key, hot).map_err(|_| FlowTableError::Full)?.0
             }
         };
         if let Some(c) = self.map.cold_mut(i) {
@@ -203,8 +202,7 @@ impl FlowTable {
     /// Learns a flow seen on a miss (action Normal, aged when idle).
     pub fn learn(&mut self, key: FlowKey, bytes: usize, now: u64) -> Result<(), FlowTableError> {
         let hot = Hot { action: FlowAction::Normal, packets: 1, bytes: bytes as u32, seen: Seen::at(now) };
-        self.map.insert(key, hot).map_err(|_| FlowTableError::Full)?;
-        self.last = self.map.slot_of(&key).expect("just inserted");
+        self.last = self.map.insert_slot(key, hot).map_err(|_| FlowTableError::Full)?.0;
         Ok(())
     }
 
