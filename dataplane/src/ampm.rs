@@ -477,6 +477,7 @@ pub fn table_index(m: Method, r: MpRole) -> usize {
 
 /// One color's counters of one flow on one worker.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct ColorCounters {
     pub packets: AtomicU64,
     pub bytes: AtomicU64,
@@ -488,8 +489,12 @@ pub struct ColorCounters {
     pub delay_ts: AtomicU64,
 }
 
-/// Both colors of one flow slot on one worker.
+/// Both colors of one flow slot on one worker. Aligned to a cache line:
+/// what every packet updates (packets, bytes, timestamp sum of either
+/// color) then lies in the slot's first line, and a packet touches one
+/// line, not one or two.
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 pub struct FlowCounters {
     pub color: [ColorCounters; 2],
 }
@@ -590,6 +595,33 @@ pub struct AmpmCtx<'a> {
     pub counters: &'a [FlowCounters],
     pub c: &'a mut CounterValues,
     pub now: &'a BurstTime,
+    /// Slot-table answers already found in this burst (one per `now`).
+    pub memo: &'a mut SlotMemo,
+}
+
+/// The slot-table answer of the last packet, kept for the rest of one
+/// burst: the time bits are the burst's, so the answer depends only on the
+/// table and the mark and register bits, which most flows share (a single
+/// compare instead of gathering key bits and reading the table). A new
+/// burst, or a new table generation, starts with a new memo.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SlotMemo {
+    last: Option<(usize, u64, Option<SlotAction>)>,
+}
+
+impl SlotMemo {
+    #[inline]
+    fn lookup(&mut self, spec: &AmpmSpec, table: usize, k: &Key) -> Option<SlotAction> {
+        let meta = k.0[field::META];
+        match self.last {
+            Some((t, m, a)) if t == table && m == meta => a,
+            _ => {
+                let a = spec.slots[table].lookup(k).copied();
+                self.last = Some((table, meta, a));
+                a
+            }
+        }
+    }
 }
 
 /// Builds the per-flow lookup key of a parsed packet.
@@ -641,7 +673,7 @@ pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta
     if slot >= ctx.regs.len() || slot >= ctx.counters.len() {
         return Outcome::Unmonitored;
     }
-    let found = match locate(pkt.bytes(), meta, &flow.carrier) {
+    let mut found = match locate(pkt.bytes(), meta, &flow.carrier) {
         Ok(f) => f,
         Err(CarrierError::Malformed) => {
             ctx.c.event(Event::AmpmBadOption);
@@ -662,14 +694,12 @@ pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta
     k.0[field::TS_NS] = ctx.now.ns;
     k.0[field::TS_FIX] = ctx.now.fix;
     k.0[field::META] = (mark as u64) << field::MARK_SHIFT | (ctx.regs[slot] as u64) << field::REG_SHIFT;
-    let table = &spec.slots[table_index(flow.method, flow.role)];
-    let Some(a) = table.lookup(&k).copied() else {
+    let Some(a) = ctx.memo.lookup(spec, table_index(flow.method, flow.role), &k) else {
         return Outcome::Measured;
     };
     if let Some(r) = a.reg {
         ctx.regs[slot] = r;
     }
-    let mut found = found;
     if flow.role == MpRole::Initiator && (a.set_l.is_some() || a.set_d.is_some()) {
         let l = a.set_l.unwrap_or(mark & MARK_L != 0);
         let d = a.set_d.unwrap_or(mark & MARK_D != 0);

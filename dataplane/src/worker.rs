@@ -13,7 +13,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
 
-use crate::ampm::{self, AmpmCtx, BurstTime, FlowCounters};
+use crate::ampm::{self, AmpmCtx, BurstTime, FlowCounters, SlotMemo};
 use crate::counters::{CounterValues, Event, SharedCounters, MAX_PORTS};
 use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
 use crate::flow_table::{FlowAction, FlowTable};
@@ -314,7 +314,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, &meta);
                 if let (Some(a), Ok(meta)) = (tables.ampm.as_ref(), &mut meta) {
                     let t = BurstTime::new(&a.timing, realtime_ns());
-                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, &t, &mut m, meta, v);
+                    let mut memo = SlotMemo::default();
+                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, (&t, &mut memo), &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
                     let w =
@@ -366,6 +367,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // between, a delay measured against it can only grow, never fall
             // below what the path really took.
             let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, realtime_ns()));
+            let mut ampm_memo = SlotMemo::default();
             let l2_only = no_flows && tables.l2_only();
             // The bridge only stamps learned MACs with it: the last poll's
             // time will do (no TSC read per burst) unless link emulation
@@ -493,7 +495,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     }
                 }
                 if let (Some(a), Some(t), Ok(meta)) = (tables.ampm.as_ref(), ampm_now.as_ref(), &mut meta) {
-                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, t, &mut m, meta, v);
+                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, (t, &mut ampm_memo), &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
                     let w = IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: now, out: &out, shared: &shared };
@@ -595,13 +597,13 @@ fn ampm_stage(
     regs: &mut [u8],
     counters: &[FlowCounters],
     c: &mut CounterValues,
-    now: &BurstTime,
+    (now, memo): (&BurstTime, &mut SlotMemo),
     m: &mut Mbuf,
     meta: &mut PacketMeta,
     v: Verdict,
 ) {
     if matches!(v, Verdict::Tx(_) | Verdict::Flood) {
-        let mut ctx = AmpmCtx { spec, regs, counters, c, now };
+        let mut ctx = AmpmCtx { spec, regs, counters, c, now, memo };
         ampm::apply(&mut ctx, m, meta);
     }
 }

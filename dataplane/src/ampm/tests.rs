@@ -48,8 +48,15 @@ impl Mp {
     fn run(&mut self, pkt: &mut VecBuf, at_ns: u64) -> (Outcome, PacketMeta) {
         let now = BurstTime::new(&self.spec.timing, at_ns);
         let mut meta = parse(pkt.bytes(), 0).unwrap();
-        let mut ctx =
-            AmpmCtx { spec: &self.spec, regs: &mut self.regs, counters: &self.counters, c: &mut self.c, now: &now };
+        let mut memo = SlotMemo::default();
+        let mut ctx = AmpmCtx {
+            spec: &self.spec,
+            regs: &mut self.regs,
+            counters: &self.counters,
+            c: &mut self.c,
+            now: &now,
+            memo: &mut memo,
+        };
         let o = apply(&mut ctx, pkt, &mut meta);
         (o, meta)
     }
@@ -360,4 +367,41 @@ fn burst_time_offsets_and_interval_starts() {
     let ns = Timing { format: TimeFormat::Ns, interval_bit: 30, sub_bits: 2 };
     assert_eq!(ns.interval_ns(), 1 << 30);
     assert!((T0 + 123_456_789).abs_diff(fix_to_ns(ns_to_fix(T0 + 123_456_789))) <= 1);
+}
+
+#[test]
+fn a_burst_memo_answers_as_the_slot_tables_do() {
+    let spec = AmpmSetup::new(1, timing(), 4).compile();
+    // Packets of one burst alternate between tables, marks and registers:
+    // each answer must be the table's own, never the previous packet's.
+    for t in [T0, T0 + 260 * MS, T0 + 510 * MS, T0 + 1760 * MS] {
+        let now = BurstTime::new(&spec.timing, t);
+        let mut memo = SlotMemo::default();
+        let mut seen = 0;
+        for i in 0..400u64 {
+            let table = (i * 7 % spec.slots.len() as u64) as usize;
+            let (mark, reg) = (i / 3 % 4, i / 5 % 3);
+            let mut k = Key::default();
+            k.0[field::TS_NS] = now.ns;
+            k.0[field::TS_FIX] = now.fix;
+            k.0[field::META] = mark << field::MARK_SHIFT | reg << field::REG_SHIFT;
+            let want = spec.slots[table].lookup(&k).copied();
+            seen += want.is_some() as u32;
+            assert_eq!(memo.lookup(&spec, table, &k), want, "t={t} table={table} mark={mark} reg={reg}");
+            assert_eq!(memo.lookup(&spec, table, &k), want, "repeated");
+        }
+        assert!(seen > 0, "some rows match at t={t}");
+    }
+}
+
+#[test]
+fn a_packet_updates_one_counter_line() {
+    use std::mem::{align_of, offset_of, size_of};
+    assert_eq!(align_of::<FlowCounters>(), 64);
+    for c in 0..2 {
+        let base = c * size_of::<ColorCounters>();
+        for end in [offset_of!(ColorCounters, bytes), offset_of!(ColorCounters, ts_offset_sum)] {
+            assert!(base + end + 8 <= 64, "color {c}'s per-packet counters in the first line");
+        }
+    }
 }
