@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Steady UDP traffic for measurement tests (run inside a host namespace).
 
-  udp_traffic.py send DST:PORT[,DST:PORT...] --pps N --seconds S
+  udp_traffic.py send DST:PORT[,DST:PORT...] --pps N --seconds S [--start-on NS]
       Sends round-robin over the destinations, N datagrams per second in all,
-      paced against the clock; prints {"sent": {dest: count}} as JSON.
+      paced against the clock; prints {"sent": {dest: count}} as JSON. With
+      --start-on, the first datagram leaves when CLOCK_REALTIME next reaches
+      a multiple of NS nanoseconds (an AM-PM interval start).
   udp_traffic.py sink PORT[,PORT...] [--v6] --seconds S
       Receives and discards on the ports (so the host sends no ICMP
       unreachables back); prints {"received": {port: count}}.
@@ -22,7 +24,7 @@ def parse_dest(d):
     return fam, host, int(port)
 
 
-def send(dests, pps, seconds):
+def send(dests, pps, seconds, start_on=0):
     socks = {}
     targets = []
     for d in dests:
@@ -33,6 +35,8 @@ def send(dests, pps, seconds):
     counts = {d: 0 for d in dests}
     payload = b"x" * 64
     n_total = int(pps * seconds)
+    if start_on > 0:
+        time.sleep((start_on - time.time_ns() % start_on) / 1e9)
     start = time.monotonic()
     for i in range(n_total):
         due = start + i / pps
@@ -81,15 +85,19 @@ def main(argv):
         if rest[i] == "--v6":
             opts["v6"] = True
             i += 1
-        elif rest[i] in ("--pps", "--seconds") and i + 1 < len(rest):
-            opts[rest[i][2:]] = float(rest[i + 1])
+        elif rest[i] in ("--pps", "--seconds", "--start-on") and i + 1 < len(rest):
+            try:
+                opts[rest[i][2:].replace("-", "_")] = float(rest[i + 1])
+            except ValueError:
+                print(f"udp_traffic.py: {rest[i]} {rest[i + 1]}: not a number", file=sys.stderr)
+                return 2
             i += 2
         else:
             print(f"udp_traffic.py: unknown argument {rest[i]}", file=sys.stderr)
             return 2
     seconds = opts.get("seconds", 5.0)
     if argv[0] == "send":
-        send(argv[1].split(","), opts.get("pps", 1000.0), seconds)
+        send(argv[1].split(","), opts.get("pps", 1000.0), seconds, int(opts.get("start_on", 0)))
     else:
         sink([int(p) for p in argv[1].split(",")], opts.get("v6", False), seconds)
     return 0
