@@ -155,6 +155,7 @@ fn eal_args(plan: &Plan) -> EalArgs {
         lcores: e.lcores.clone(),
         memory_mb: e.memory_mb,
         no_huge: !e.huge,
+        huge_unlink: e.huge,
         no_pci: !e.pci && !plan.ports.iter().any(|p| p.is_pci),
         file_prefix: Some(e.file_prefix.clone().unwrap_or_else(|| format!("intswitch-{}", plan.raw.name))),
         vdevs: plan.ports.iter().filter(|p| !p.is_pci).map(|p| p.device.clone()).collect(),

@@ -54,6 +54,10 @@ pub struct EalArgs {
     /// `-m`: memory in MiB (needed with `--no-huge`).
     pub memory_mb: Option<u32>,
     pub no_huge: bool,
+    /// `--huge-unlink` (with hugepages): the hugepage files are unlinked
+    /// once mapped, so their pages go back to the system when the process
+    /// ends, however it ends (no secondary processes can attach).
+    pub huge_unlink: bool,
     pub no_pci: bool,
     pub file_prefix: Option<String>,
     /// `--vdev` strings (net_pcap0,rx_pcap=...).
@@ -77,6 +81,8 @@ impl EalArgs {
         }
         if self.no_huge {
             v.push("--no-huge".into());
+        } else if self.huge_unlink {
+            v.push("--huge-unlink".into());
         }
         if self.no_pci {
             v.push("--no-pci".into());
@@ -1062,6 +1068,7 @@ mod tests {
             lcores: "0-1".into(),
             memory_mb: Some(512),
             no_huge: true,
+            huge_unlink: true,
             no_pci: true,
             file_prefix: Some("t1".into()),
             vdevs: vec!["net_null0".into()],
@@ -1084,5 +1091,7 @@ mod tests {
                 "--log-level=notice"
             ]
         );
+        let huge = EalArgs { no_huge: false, memory_mb: None, vdevs: vec![], log_level: None, ..a };
+        assert_eq!(huge.to_argv(), ["intswitch", "-l", "0-1", "--huge-unlink", "--no-pci", "--file-prefix=t1"]);
     }
 }
