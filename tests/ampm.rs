@@ -54,11 +54,13 @@ fn script() -> String {
     repo_root().join("scripts/udp_traffic.py").display().to_string()
 }
 
-fn sink(h2: &str, secs: f64) -> Child {
+/// Receives on h2 for one `send`: its SECS, the wait for an interval start
+/// (under a second) and the setup around them.
+fn sink(h2: &str) -> Child {
     let ports: Vec<String> = FLOWS.iter().map(|f| f.port.to_string()).collect();
     let child = Command::new("ip")
         .args(["netns", "exec", h2, "python3", &script(), "sink", &ports.join(","), "--v6", "--seconds"])
-        .arg(format!("{secs}"))
+        .arg(format!("{}", SECS + 3.0))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -68,14 +70,8 @@ fn sink(h2: &str, secs: f64) -> Child {
 }
 
 /// Sends the given flows from h1, starting at the next interval start (of
-/// `t_ns`); returns (phase start, phase end, sent per flow name).
-///
-/// Steady traffic from an interval start is what the multiplexed method
-/// assumes: its pulse is the first packet of the third quarter, so traffic
-/// that begins late in that quarter pulses late, and a pulse still in flight
-/// when the quarter ends reaches the terminator in a guard quarter, where
-/// table 6 reads its inverted bit as the other color (one packet moves
-/// between adjacent intervals; the sum stays exact).
+/// `t_ns`): the multiplexed method assumes steady traffic (README, AM-PM);
+/// returns (phase start, phase end, sent per flow name).
 fn send(h1: &str, flows: &[&Flow], t_ns: u64) -> (u64, u64, HashMap<String, u64>) {
     let dests: Vec<&str> = flows.iter().map(|f| f.dest).collect();
     let t0 = now_ns();
@@ -170,7 +166,7 @@ fn no_loss_phase(tb: &Testbed, t_ns: u64) -> i64 {
     }
     pin_neighbours(tb);
     let all: Vec<&Flow> = FLOWS.iter().collect();
-    let s = sink(&h2, SECS + 3.0);
+    let s = sink(&h2);
     let (t0, t1, sent) = send(&h1, &all, t_ns);
     let got = s.wait_with_output().unwrap();
     let received: Value = serde_json::from_slice(&got.stdout).unwrap();
@@ -205,7 +201,7 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
     assert!(tb.run(&["impair", "mp1-mp2", "loss", "10%"]).0);
     let loss_flows: Vec<&Flow> = FLOWS.iter().filter(|f| f.loss).collect();
     let (drop0, tx1_0, tx2_0) = (impair_loss(&tb), p1_tx(&tb, "mp1"), p1_tx(&tb, "mp2"));
-    let s = sink(&h2, SECS + 3.0);
+    let s = sink(&h2);
     let (t0, t1, sent) = send(&h1, &loss_flows, T_NS);
     let _ = s.wait_with_output();
     let iv = intervals(&tb, t0, t1, T_NS);
@@ -238,7 +234,7 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
 
     // Phase 3: 20 ms delay: the pulse pairs' one-way delay follows it.
     assert!(tb.run(&["impair", "mp1-mp2", "delay", "20ms"]).0);
-    let s = sink(&h2, SECS + 3.0);
+    let s = sink(&h2);
     let (t0, t1, _) = send(&h1, &all, T_NS);
     let _ = s.wait_with_output();
     let iv = intervals(&tb, t0, t1, T_NS);

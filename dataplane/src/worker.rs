@@ -315,7 +315,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 if let (Some(a), Ok(meta)) = (tables.ampm.as_ref(), &mut meta) {
                     let t = BurstTime::new(&a.timing, realtime_ns());
                     let mut memo = SlotMemo::default();
-                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, (&t, &mut memo), &mut m, meta, v);
+                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, &t, &mut memo, &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
                     let w =
@@ -495,7 +495,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     }
                 }
                 if let (Some(a), Some(t), Ok(meta)) = (tables.ampm.as_ref(), ampm_now.as_ref(), &mut meta) {
-                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, (t, &mut ampm_memo), &mut m, meta, v);
+                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, t, &mut ampm_memo, &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
                     let w = IntWorker { id: setup.id, clock: &setup.clock, rx_tsc: now, out: &out, shared: &shared };
@@ -597,7 +597,8 @@ fn ampm_stage(
     regs: &mut [u8],
     counters: &[FlowCounters],
     c: &mut CounterValues,
-    (now, memo): (&BurstTime, &mut SlotMemo),
+    now: &BurstTime,
+    memo: &mut SlotMemo,
     m: &mut Mbuf,
     meta: &mut PacketMeta,
     v: Verdict,
