@@ -34,12 +34,16 @@ impl Record {
             return Err("not an ampm record".into());
         }
         let u = |k: &str| v[k].as_u64().ok_or_else(|| format!("field '{k}' missing or not a number"));
+        let role = v["role"].as_str().ok_or("field 'role' missing")?;
+        if !matches!(role, "initiator" | "transit" | "terminator") {
+            return Err(format!("field 'role' is '{role}', not initiator, transit or terminator"));
+        }
         Ok(Record {
             node: u("node")?,
             seq: u("seq")?,
             flow: v["flow"].as_str().unwrap_or("").to_string(),
             flow_mon_id: u("flow_mon_id")?,
-            role: v["role"].as_str().ok_or("field 'role' missing")?.to_string(),
+            role: role.to_string(),
             interval: u("interval")?,
             start_ns: u("start_ns")?,
             packets: u("packets")?,
@@ -62,18 +66,18 @@ impl Record {
 /// Loss and delay between two MPs of one interval.
 fn segment(up: &Record, down: &Record) -> Value {
     let delay = match (up.delay_ts_ns, down.delay_ts_ns) {
-        (Some(a), Some(b)) if up.delay_count == 1 && down.delay_count == 1 => Some(b as i64 - a as i64),
+        (Some(a), Some(b)) if up.delay_count == 1 && down.delay_count == 1 => Some(b.wrapping_sub(a) as i64),
         _ => None,
     };
     let mean = match (up.mean_ts_offset_ns, down.mean_ts_offset_ns) {
-        (Some(a), Some(b)) => Some(b - a),
+        (Some(a), Some(b)) => Some(b.wrapping_sub(a)),
         _ => None,
     };
     json!({
         "from": up.node,
         "to": down.node,
-        "loss_packets": up.packets as i64 - down.packets as i64,
-        "loss_bytes": up.bytes as i64 - down.bytes as i64,
+        "loss_packets": up.packets.wrapping_sub(down.packets) as i64,
+        "loss_bytes": up.bytes.wrapping_sub(down.bytes) as i64,
         "delay_ns": delay,
         "mean_delay_ns": mean,
     })
@@ -116,8 +120,8 @@ impl Joiner {
     pub fn record(&mut self, r: Record) -> Option<Value> {
         self.records += 1;
         if let Some(&last) = self.last_seq.get(&r.node) {
-            if r.seq > last + 1 {
-                self.records_lost += r.seq - last - 1;
+            if r.seq > last.saturating_add(1) {
+                self.records_lost = self.records_lost.saturating_add(r.seq - last - 1);
             }
         }
         self.last_seq.insert(r.node, r.seq);
@@ -132,8 +136,12 @@ impl Joiner {
             && v.iter().any(|x| x.role == "terminator");
         if !done {
             // Intervals that can no longer complete (4 newer ones seen).
-            let stale: Vec<(u64, u64)> =
-                self.pending.keys().filter(|(f, i)| *f == key.0 && i + 4 <= key.1).copied().collect();
+            let stale: Vec<(u64, u64)> = self
+                .pending
+                .keys()
+                .filter(|(f, i)| *f == key.0 && i.checked_add(4).is_some_and(|e| e <= key.1))
+                .copied()
+                .collect();
             for k in stale {
                 self.pending.remove(&k);
                 self.incomplete += 1;
@@ -149,10 +157,10 @@ impl Joiner {
         let (first, last) = (&mps[0], &mps[mps.len() - 1]);
         let e2e = segment(first, last);
         self.joined += 1;
-        self.loss_packets += e2e["loss_packets"].as_i64().unwrap_or(0);
-        self.loss_bytes += e2e["loss_bytes"].as_i64().unwrap_or(0);
+        self.loss_packets = self.loss_packets.wrapping_add(e2e["loss_packets"].as_i64().unwrap_or(0));
+        self.loss_bytes = self.loss_bytes.wrapping_add(e2e["loss_bytes"].as_i64().unwrap_or(0));
         if let Some(d) = e2e["delay_ns"].as_i64() {
-            self.delay_sum += d;
+            self.delay_sum = self.delay_sum.wrapping_add(d);
             self.delay_n += 1;
         }
         json!({
@@ -191,8 +199,8 @@ mod tests {
 
     fn rec(node: u64, seq: u64, role: &str, interval: u64, packets: u64, delay: Option<u64>, mean: i64) -> String {
         json!({"type":"ampm","version":1,"node":node,"seq":seq,"flow":"f","flow_mon_id":9,"role":role,
-               "method":"muxed","interval":interval,"interval_ns":1_000_000_000u64,"start_ns":interval*1_000_000_000,
-               "color":interval%2,"packets":packets,"bytes":packets*100,"delay_count":delay.map_or(0, |_| 1),
+               "method":"muxed","interval":interval,"interval_ns":1_000_000_000u64,"start_ns":interval.wrapping_mul(1_000_000_000),
+               "color":interval%2,"packets":packets,"bytes":packets.wrapping_mul(100),"delay_count":delay.map_or(0, |_| 1),
                "delay_ts_ns":delay,"mean_ts_offset_ns":mean})
         .to_string()
     }
@@ -227,5 +235,20 @@ mod tests {
         j.datagram("garbage\n");
         let s = &j.summary()["ampm_summary"];
         assert_eq!((s["records_lost"].as_u64(), s["bad_records"].as_u64()), (Some(2), Some(1)));
+    }
+
+    #[test]
+    fn extreme_and_foreign_records_neither_panic_nor_join() {
+        let mut j = Joiner::new(2);
+        let max = u64::MAX;
+        j.datagram(&rec(1, max, "initiator", max, max, Some(max), i64::MIN));
+        j.datagram(&rec(1, 0, "initiator", max - 1, 0, Some(0), i64::MAX));
+        let out = j.datagram(&rec(2, max, "terminator", max, 0, Some(0), i64::MAX));
+        assert_eq!(out.len(), 1, "joined, with wrapped differences");
+        // An unknown role is refused, not taken for a transit MP.
+        j.datagram(&rec(3, 0, "bystander", 5, 1, None, 0));
+        assert_eq!(j.bad_records, 1);
+        let s = j.summary();
+        assert_eq!(s["ampm_summary"]["records"], 3);
     }
 }

@@ -459,4 +459,55 @@ mod tests {
         assert_eq!(t.gaps[&(3, 2)], 0, "wraps at 22 bits");
         assert_eq!(t.hops[&2].latency_max, 200);
     }
+
+    #[test]
+    fn mutated_reports_are_refused_or_decoded_never_a_panic() {
+        // Reports come from the network: every mutant (bytes rewritten,
+        // bits flipped, cut short, lengthened) decodes, or is refused with
+        // a reason, and what decodes feeds the statistics.
+        let mut x = 0x5eed_u64;
+        let mut rnd = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n.max(1) as u64) as usize
+        };
+        let mut t = Tracker::default();
+        let (mut decoded, mut refused) = (0, 0);
+        for presence in [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }] {
+            let good = exported(presence);
+            for _ in 0..50_000 {
+                let mut p = good.clone();
+                for _ in 0..1 + rnd(4) {
+                    let at = rnd(p.len());
+                    match rnd(5) {
+                        0 => p[at] = rnd(256) as u8,
+                        1 => p[at] ^= 1 << rnd(8),
+                        2 => p[at] = [0, 1, 0x0f, 0x10, 0x7f, 0x80, 0xff][rnd(7)],
+                        3 => p.truncate(at),
+                        _ => p.push(rnd(256) as u8),
+                    }
+                    if p.is_empty() {
+                        break;
+                    }
+                }
+                match decode_packet(&p, presence) {
+                    Ok(reports) => {
+                        decoded += 1;
+                        for r in &reports {
+                            t.packet(r.node_id, r.hw_id, r.seq);
+                            t.report(r);
+                            let _ = r.json();
+                        }
+                    }
+                    Err(e) => {
+                        assert!(!e.is_empty());
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        let _ = t.summary();
+        assert!(decoded > 10_000 && refused > 10_000, "decoded {decoded}, refused {refused}");
+    }
 }

@@ -563,8 +563,8 @@ enum Found {
     /// (`len` bytes) whose type is recorded at `nh_at`.
     Option { opt: usize, hdr: usize, len: usize, nh_at: usize, only: bool },
     /// No option; the header it would go into (if there is one) and where
-    /// its type is recorded.
-    Absent { hdr: Option<(usize, usize)>, nh_at: usize },
+    /// its type is recorded; without one, where a new header would go.
+    Absent { hdr: Option<(usize, usize)>, nh_at: usize, at: usize },
 }
 
 /// What a carrier read says.
@@ -777,11 +777,21 @@ fn locate_option(b: &[u8], meta: &PacketMeta, want: u8) -> Result<Found, Carrier
         }
         let stop_here = match want {
             NH_HOP_BY_HOP => true,
-            _ => !is_ext || nh == 43,
+            // Before a Routing header, and before a Fragment header: one
+            // added after it would be in the fragmentable part and break
+            // reassembly.
+            _ => !is_ext || nh == 43 || nh == 44,
         };
         if stop_here || at + 2 > end {
-            // Not there: where a new header would go.
-            return Ok(Found::Absent { hdr: None, nh_at: if want == NH_HOP_BY_HOP { o + 6 } else { nh_at } });
+            if at > end {
+                return Err(CarrierError::Malformed);
+            }
+            // Not there: a new header would go before the one at `at`.
+            return Ok(if want == NH_HOP_BY_HOP {
+                Found::Absent { hdr: None, nh_at: o + 6, at: o + 40 }
+            } else {
+                Found::Absent { hdr: None, nh_at, at }
+            });
         }
         let len = if nh == 44 { 8 } else { (b[at + 1] as usize + 1) * 8 };
         nh_at = at;
@@ -820,8 +830,45 @@ fn scan_options(b: &[u8], hdr: usize, len: usize, nh_at: usize) -> Result<Found,
     }
     Ok(match opt {
         Some(opt) => Found::Option { opt, hdr, len, nh_at, only },
-        None => Found::Absent { hdr: Some((hdr, len)), nh_at },
+        None => Found::Absent { hdr: Some((hdr, len)), nh_at, at: end },
     })
+}
+
+/// The smallest run of whole options around the AltMark option at `opt`
+/// that holds only it and padding (Pad1, PadN) and starts and ends on an
+/// 8-byte boundary of the options header at `hdr` (`len` bytes, already
+/// checked by `scan_options`): what can be cut out leaving a valid header.
+fn padded_block(b: &[u8], hdr: usize, len: usize, opt: usize) -> Option<(usize, usize)> {
+    let end = hdr + len;
+    let (mut start, mut i) = (None, hdr + 2);
+    // Walk up to the option: the last 8-aligned option start with only
+    // padding between it and the option.
+    while i < opt {
+        let t = b[i];
+        start = if t > 1 {
+            None
+        } else if (i - hdr) % 8 == 0 {
+            Some(i)
+        } else {
+            start
+        };
+        i += if t == 0 { 1 } else { 2 + b[i + 1] as usize };
+    }
+    if i != opt {
+        return None;
+    }
+    let s = if (opt - hdr) % 8 == 0 { opt } else { start? };
+    // And past it, over padding only, to the first 8-aligned option end.
+    let mut i = opt + 6;
+    loop {
+        if (i - hdr) % 8 == 0 {
+            return Some((s, i));
+        }
+        if i >= end || b[i] > 1 {
+            return None;
+        }
+        i += if b[i] == 0 { 1 } else { 2 + b[i + 1] as usize };
+    }
 }
 
 fn dscp_mask(bit: u8) -> u8 {
@@ -943,7 +990,7 @@ fn write_mark<B: PacketBuf>(
             pkt.bytes_mut()[opt + 2..opt + 6].copy_from_slice(&altmark_data(flow.flow_mon_id, l, d));
             Written::InPlace
         }
-        (carrier, Found::Absent { hdr, nh_at }) => {
+        (carrier, Found::Absent { hdr, nh_at, at }) => {
             let data = altmark_data(flow.flow_mon_id, l, d);
             let want = if *carrier == Carrier::Ipv6HopByHop { NH_HOP_BY_HOP } else { NH_DEST_OPTS };
             let f = match hdr {
@@ -961,11 +1008,6 @@ fn write_mark<B: PacketBuf>(
                     Found::Option { opt: at + 2, hdr: h, len: len + ALTMARK_BYTES, nh_at, only: false }
                 }
                 None => {
-                    let at = if nh_at == meta.l3_offset + 6 {
-                        meta.l3_offset + 40
-                    } else {
-                        nh_at + (pkt.bytes()[nh_at + 1] as usize + 1) * 8
-                    };
                     if !pkt.insert_at(at, ALTMARK_BYTES) {
                         return Written::NoRoom;
                     }
@@ -1019,18 +1061,33 @@ fn clear_marks<B: PacketBuf>(
             set_tos_bit(b, meta, *d_bit, false);
         }
         (_, Found::Option { opt, hdr, len, nh_at, only }) => {
-            if only {
-                let next = pkt.bytes()[hdr];
-                pkt.bytes_mut()[nh_at] = next;
-                if !pkt.remove_at(hdr, len) {
-                    return;
+            // Cut out the option with the padding around it, by whole
+            // 8-byte units so the options after keep their alignment (what
+            // the initiator added to a header already there); or the whole
+            // header when it held nothing else; or, when neither keeps the
+            // header valid, leave a PadN in its place.
+            let cut = match padded_block(pkt.bytes(), hdr, len, opt) {
+                Some((s, e)) => Some((s, e - s)),
+                None if only => {
+                    let next = pkt.bytes()[hdr];
+                    pkt.bytes_mut()[nh_at] = next;
+                    Some((hdr, len))
                 }
-                grow_meta(meta, -(len as isize));
-                add_payload_len(pkt.bytes_mut(), meta, -(len as isize));
-                c.event(Event::AmpmOptionRemoved);
-            } else {
-                // Other options share the header: leave a PadN in its place.
-                pkt.bytes_mut()[opt..opt + 6].copy_from_slice(&[1, 4, 0, 0, 0, 0]);
+                None => None,
+            };
+            match cut {
+                Some((at, n)) => {
+                    if !pkt.remove_at(at, n) {
+                        return;
+                    }
+                    if at != hdr {
+                        pkt.bytes_mut()[hdr + 1] -= (n / 8) as u8;
+                    }
+                    grow_meta(meta, -(n as isize));
+                    add_payload_len(pkt.bytes_mut(), meta, -(n as isize));
+                    c.event(Event::AmpmOptionRemoved);
+                }
+                None => pkt.bytes_mut()[opt..opt + 6].copy_from_slice(&[1, 4, 0, 0, 0, 0]),
             }
         }
         _ => return,

@@ -254,10 +254,19 @@ fn set_ip_proto(b: &mut [u8], meta: &PacketMeta, proto: u8) {
     }
 }
 
+/// Whether INT may change the packet's size: an IP packet with its L4
+/// header, not a fragment (bytes added to one would break reassembly;
+/// later fragments have no L4 header, a first one has IPv4 MF set or an
+/// IPv6 Fragment header, which is an extension header).
 #[inline]
-fn applicable(meta: &PacketMeta) -> bool {
+fn applicable(b: &[u8], meta: &PacketMeta) -> bool {
     let v = meta.key.ip_version();
-    meta.l4_offset != 0 && (v == 4 || (v == 6 && meta.l4_offset == meta.l3_offset + 40))
+    meta.l4_offset != 0
+        && match v {
+            4 => b.get(meta.l3_offset + 6).is_some_and(|f| f & 0x20 == 0),
+            6 => meta.l4_offset == meta.l3_offset + 40,
+            _ => false,
+        }
 }
 
 /// The packet's DSCP (IPv4 TOS or IPv6 traffic class, upper six bits).
@@ -300,7 +309,7 @@ fn l4_payload(b: &[u8], meta: &PacketMeta) -> Option<usize> {
 
 /// Offset of the INT block, when the packet carries one by `presence`.
 pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
-    if !applicable(meta) {
+    if !applicable(b, meta) {
         return None;
     }
     let at = match presence {
@@ -340,7 +349,7 @@ pub fn source_unmarked(
     own: &HopMetadata,
     mtu: usize,
 ) -> Result<usize, Skip> {
-    if !applicable(meta) {
+    if !applicable(pkt.bytes(), meta) {
         return Err(Skip::NotApplicable);
     }
     let l4 = meta.l4_offset;
@@ -737,6 +746,31 @@ mod tests {
         assert_eq!((v.npt(), v.saved(), v.hops(), v.rhc()), (1, 5001, 3, 5));
         assert_eq!(&v.hop(0)[..4], &3u32.to_be_bytes());
         assert_eq!(&v.hop(2)[..4], &1u32.to_be_bytes());
+    }
+
+    #[test]
+    fn fragments_are_left_alone() {
+        // A first IPv4 fragment (MF) has its UDP header, but bytes added to
+        // it would break reassembly: not sourced, and INT in it not found.
+        let mut orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"first fragment");
+        orig[20] |= 0x20;
+        let c = crate::wire::checksum::checksum(&{
+            let mut h = orig[14..34].to_vec();
+            h[10..12].fill(0);
+            h
+        });
+        orig[24..26].copy_from_slice(&c.to_be_bytes());
+        let (mut b, m) = pkt(&orig);
+        assert_eq!(m.l4_offset, 34, "a first fragment has ports");
+        assert_eq!(source(&mut b, &m, &params(), &md(1), 1500), Err(Skip::NotApplicable));
+        assert_eq!(b.bytes(), &orig[..]);
+        // INT put in before the packet was fragmented is not touched either.
+        let (mut b, m) = pkt(&udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"first fragment"));
+        source(&mut b, &m, &params(), &md(1), 1500).unwrap();
+        let mut f = b.bytes().to_vec();
+        f[20] |= 0x20;
+        let m = parse(&f, 0).unwrap();
+        assert_eq!(find(&f, &m, UDP), None);
     }
 
     #[test]

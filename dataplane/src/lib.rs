@@ -26,4 +26,7 @@ pub mod tables;
 pub mod wire;
 pub mod worker;
 
+#[cfg(test)]
+mod pipeline_fuzz;
+
 pub use drop_reason::DropReason;

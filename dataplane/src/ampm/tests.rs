@@ -296,7 +296,7 @@ fn v6_with_hbh() -> VecBuf {
 
 #[test]
 fn ipv6_options_share_a_header_and_destination_options_go_after_it() {
-    // Hop-by-Hop with another option: grown by 8, then a PadN left behind.
+    // Hop-by-Hop with another option: grown by 8, and shrunk back.
     let mut init = Mp::new(MpRole::Initiator, Method::Step, Carrier::Ipv6HopByHop);
     let mut p = v6_with_hbh();
     init.run(&mut p, T0);
@@ -307,7 +307,20 @@ fn ipv6_options_share_a_header_and_destination_options_go_after_it() {
     let mut term = Mp::new(MpRole::Terminator, Method::Step, Carrier::Ipv6HopByHop);
     let (_, meta) = term.run(&mut p, T0 + MS);
     assert_eq!(term.get(0).0, 1);
-    assert_eq!(&p.bytes()[64..70], &[1, 4, 0, 0, 0, 0]);
+    assert_eq!(p.bytes(), v6_with_hbh().bytes(), "the Router Alert stays, the option goes");
+    assert_eq!(meta.l4_offset, 62);
+    assert_eq!(term.event(Event::AmpmOptionRemoved), 1);
+    // Between two other options it cannot go without moving the second off
+    // its alignment: a PadN takes its place.
+    let mut f = v6_with_hbh().bytes().to_vec();
+    f[55] = 1;
+    f.splice(56..62, [5, 2, 0, 0, 0x12, 4, 0x12, 0x34, 0x50, 0, 5, 2, 0, 0]);
+    let pl = rd16(&f, 18) + 8;
+    f[18..20].copy_from_slice(&pl.to_be_bytes());
+    let mut p = VecBuf::new(&f, 64);
+    let (_, meta) = term.run(&mut p, T0 + MS);
+    assert_eq!(term.get(0).0, 2);
+    assert_eq!(&p.bytes()[54..70], &[17, 1, 5, 2, 0, 0, 1, 4, 0, 0, 0, 0, 5, 2, 0, 0]);
     assert_eq!(meta.l4_offset, 70);
     // Destination options: inserted after the Hop-by-Hop header.
     let mut init = Mp::new(MpRole::Initiator, Method::Muxed, Carrier::Ipv6DestOpts);
@@ -319,6 +332,30 @@ fn ipv6_options_share_a_header_and_destination_options_go_after_it() {
     let mut term = Mp::new(MpRole::Terminator, Method::Muxed, Carrier::Ipv6DestOpts);
     term.run(&mut p, T0 + MS);
     assert_eq!(p.bytes(), v6_with_hbh().bytes());
+}
+
+#[test]
+fn destination_options_go_before_a_fragment_header() {
+    // After it, the new header would be in the fragmentable part and break
+    // reassembly. (This fragment's reserved byte is not zero: ignored on
+    // reception, RFC 8200, it is no length.)
+    let base = v6();
+    let b = base.bytes();
+    let mut f = b[..54].to_vec();
+    f[20] = 44;
+    let pl = rd16(b, 18) + 8;
+    f[18..20].copy_from_slice(&pl.to_be_bytes());
+    f.extend_from_slice(&[17, 3, 0, 0, 0, 0, 0, 1]);
+    f.extend_from_slice(&b[54..]);
+    let mut p = VecBuf::new(&f, 64);
+    let mut init = Mp::new(MpRole::Initiator, Method::Muxed, Carrier::Ipv6DestOpts);
+    init.run(&mut p, T0);
+    let g = p.bytes();
+    assert_eq!((g[20], g[54], g[55], g[56], g[62], g[63]), (60, 44, 0, 0x12, 17, 3));
+    assert_eq!(parse(g, 0).unwrap().l4_offset, 70);
+    let mut term = Mp::new(MpRole::Terminator, Method::Muxed, Carrier::Ipv6DestOpts);
+    term.run(&mut p, T0 + MS);
+    assert_eq!(p.bytes(), &f[..]);
 }
 
 #[test]

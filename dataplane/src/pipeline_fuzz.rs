@@ -1,0 +1,384 @@
+//! Robustness of the whole per-packet pipeline, no EAL: frames of every
+//! kind the stages act on (plain UDP/TCP over IPv4 and IPv6, VLAN, IPv4
+//! options, INT in each presence method, AltMark options, ARP, ICMP echo)
+//! are mutated at random (bytes rewritten, bits flipped, length fields set
+//! to edge values, frames cut short) and go through parsing, forwarding in
+//! every mode, the AM-PM stage in every role, method and carrier, and the
+//! INT stage in every role. Nothing may panic (a malformed frame is a
+//! counted drop or passes untouched), and where a mutant is still a
+//! well-formed UDP packet, INT source -> transit -> sink gives its bytes
+//! back exactly. Seeded: a failure repeats.
+
+use crate::ampm::{
+    self, AmpmCtx, AmpmFlow, AmpmSetup, AmpmSpec, BurstTime, Carrier, FlowCounters, FlowRef, Method, MpRole, SlotMemo,
+    TimeFormat, Timing,
+};
+use crate::classifier::Key;
+use crate::counters::{CounterValues, Event};
+use crate::flow_table::FlowTable;
+use crate::forward::{self, ControlEvent, ControlSink, Ctx};
+use crate::int::{self, Presence};
+use crate::int_stage::{self, tests::spec as int_spec, Hop, IntCtx, ReportRecord, WallClock};
+use crate::mac_table::MacTable;
+use crate::parse::tests::{udp4, udp6};
+use crate::parse::{parse, PacketMeta};
+use crate::pktbuf::{PacketBuf, VecBuf};
+use crate::tables::{tests::two_port_router, Mode, Tables};
+use crate::DropReason;
+
+/// xorshift64*: small, seedable, good enough to pick mutations.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Control events are dropped: the tables never change behind the test.
+struct Discard;
+
+impl ControlSink for Discard {
+    fn send(&mut self, _ev: ControlEvent) -> bool {
+        true
+    }
+}
+
+const V6_A: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+const V6_B: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+const SEC: u64 = 1_000_000_000;
+/// Mutants per test (about 0.1 s each in an optimised build).
+const ROUNDS: usize = 100_000;
+
+fn hop() -> Hop {
+    Hop { in_port: 0, out_port: 1, rx_tsc: 1_000, tx_tsc: 2_500, queue_id: 0, queue_occupancy: 3, ..Default::default() }
+}
+
+/// One INT node: its spec and what the stage updates.
+struct IntNode {
+    spec: crate::int_watch::IntSpec,
+    flows: FlowTable,
+    c: CounterValues,
+    reports: Vec<ReportRecord>,
+}
+
+impl IntNode {
+    fn new(node: u32, edge: u32, presence: Presence) -> IntNode {
+        let mut spec = int_spec(node, edge);
+        spec.presence = presence;
+        // The source's rule covers every protocol (TCP gets NPT 2).
+        for r in spec.watch.iter_mut() {
+            r.proto = Default::default();
+        }
+        IntNode { spec, flows: FlowTable::new(64, 0), c: CounterValues::default(), reports: Vec::new() }
+    }
+
+    fn events(&self, e: Event) -> u64 {
+        self.c.events[e as usize]
+    }
+
+    fn run(&mut self, pkt: &mut VecBuf) -> Option<Result<(), DropReason>> {
+        let meta = parse(pkt.bytes(), 0).ok()?;
+        let clock = WallClock::new(0, 1_700_000_000 * SEC, SEC);
+        let mut ctx = IntCtx {
+            spec: &self.spec,
+            clock: &clock,
+            flows: &mut self.flows,
+            counters: &mut self.c,
+            reports: &mut self.reports,
+        };
+        let r = int_stage::apply(&mut ctx, pkt, &meta, &hop());
+        int_stage::dropped(&mut ctx, pkt.bytes(), &meta, &hop(), DropReason::TtlExceeded);
+        // Reports only pile up in a test.
+        self.reports.clear();
+        Some(r)
+    }
+}
+
+/// One AM-PM measurement point per role x method x carrier.
+struct AmpmNode {
+    spec: AmpmSpec,
+    regs: Vec<u8>,
+    counters: Vec<FlowCounters>,
+    c: CounterValues,
+}
+
+impl AmpmNode {
+    fn new(role: MpRole, method: Method, carrier: Carrier) -> AmpmNode {
+        let timing = Timing { format: TimeFormat::SecFrac, interval_bit: 32, sub_bits: 2 };
+        let mut s = AmpmSetup::new(1, timing, 4);
+        s.flows.push(AmpmFlow {
+            name: "all".into(),
+            mp: FlowRef { slot: 0, flow_mon_id: 0x12345, role, method, carrier, clear: true },
+            priority: 1,
+            value: Key::default(),
+            mask: Key::default(),
+        });
+        AmpmNode {
+            spec: s.compile(),
+            regs: vec![0; 4],
+            counters: (0..4).map(|_| FlowCounters::default()).collect(),
+            c: CounterValues::default(),
+        }
+    }
+
+    fn run(&mut self, pkt: &mut VecBuf, at_ns: u64) -> Option<ampm::Outcome> {
+        let mut meta = parse(pkt.bytes(), 0).ok()?;
+        let now = BurstTime::new(&self.spec.timing, at_ns);
+        let mut memo = SlotMemo::default();
+        let mut ctx = AmpmCtx {
+            spec: &self.spec,
+            regs: &mut self.regs,
+            counters: &self.counters,
+            c: &mut self.c,
+            now: &now,
+            memo: &mut memo,
+        };
+        Some(ampm::apply(&mut ctx, pkt, &mut meta))
+    }
+}
+
+fn all_ampm_nodes() -> Vec<AmpmNode> {
+    let carriers = [
+        Carrier::Dscp { l_bit: 0, d_bit: 1 },
+        Carrier::Ipv4Flag { d_bit: 0 },
+        Carrier::Ipv6HopByHop,
+        Carrier::Ipv6DestOpts,
+    ];
+    let mut v = Vec::new();
+    for r in MpRole::ALL {
+        for m in Method::ALL {
+            for c in carriers {
+                v.push(AmpmNode::new(r, m, c));
+            }
+        }
+    }
+    v
+}
+
+/// Valid frames of every kind the stages look into.
+fn seeds() -> Vec<Vec<u8>> {
+    let payload = b"0123456789abcdefghijklmnopqrstuv";
+    let plain4 = udp4([10, 0, 1, 2], [172, 16, 0, 9], 4000, 5001, payload);
+    let plain6 = udp6(V6_A, V6_B, 4000, 5001, payload);
+    // TCP: the UDP frame with protocol 6 and a 20-byte TCP header.
+    let mut tcp4 = plain4.clone();
+    tcp4[23] = 6;
+    tcp4[46] = 0x50;
+    // IPv4 with 4 bytes of options (NOP x 3, EOL).
+    let mut opt4 = plain4[..34].to_vec();
+    opt4[14] = 0x46;
+    opt4.extend_from_slice(&[1, 1, 1, 0]);
+    opt4.extend_from_slice(&plain4[34..]);
+    let tl = u16::from_be_bytes([opt4[16], opt4[17]]) + 4;
+    opt4[16..18].copy_from_slice(&tl.to_be_bytes());
+    // 802.1Q tag, VLAN 10.
+    let mut vlan = plain4[..12].to_vec();
+    vlan.extend_from_slice(&[0x81, 0, 0, 10]);
+    vlan.extend_from_slice(&plain4[12..]);
+    // ARP request for the router's p0 address, and an echo request to it.
+    let mut arp = vec![0xff; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 1, 10, 0, 1, 2]);
+    arp.extend_from_slice(&[0, 0, 0, 0, 0, 0, 10, 0, 1, 1]);
+    let mut icmp = udp4([10, 0, 1, 2], [10, 0, 1, 1], 0, 0, payload);
+    icmp[23] = 1;
+    icmp[34..38].copy_from_slice(&[8, 0, 0, 0]);
+    // IPv6 extension chains: Hop-by-Hop, Destination, Routing; a fragment.
+    let ext6 = |exts: &[[u8; 8]]| {
+        let mut f = plain6[..54].to_vec();
+        let first = exts.first().map_or(17, |_| f[20]);
+        let mut nhs: Vec<u8> = exts.iter().map(|e| e[0]).collect();
+        nhs.push(17);
+        f[20] = if exts.is_empty() { first } else { nhs[0] };
+        for (i, e) in exts.iter().enumerate() {
+            let mut e = *e;
+            e[0] = nhs[i + 1];
+            f.extend_from_slice(&e);
+        }
+        f.extend_from_slice(&plain6[54..]);
+        let pl = u16::from_be_bytes([f[18], f[19]]) + 8 * exts.len() as u16;
+        f[18..20].copy_from_slice(&pl.to_be_bytes());
+        f
+    };
+    // Each header's first byte is the next one's type (rewritten above).
+    let chain = ext6(&[[60, 0, 1, 4, 0, 0, 0, 0], [43, 0, 1, 4, 0, 0, 0, 0], [17, 0, 4, 0, 0, 0, 0, 0]]);
+    let frag = ext6(&[[44, 0, 0, 0, 0, 0, 0, 1]]);
+    let mut v = vec![plain4.clone(), plain6.clone(), tcp4.clone(), opt4, vlan, arp, icmp, chain, frag];
+    // INT in each presence method, after a source and a transit.
+    for presence in [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }] {
+        for f in [&plain4, &plain6, &tcp4] {
+            let mut b = VecBuf::new(f, 256);
+            IntNode::new(1, 0b01, presence).run(&mut b);
+            v.push(b.bytes().to_vec());
+            IntNode::new(2, 0, presence).run(&mut b);
+            v.push(b.bytes().to_vec());
+        }
+    }
+    // AM-PM marks: an IPv4 DSCP mark, and the AltMark option in both headers.
+    for carrier in [Carrier::Dscp { l_bit: 0, d_bit: 1 }, Carrier::Ipv6HopByHop, Carrier::Ipv6DestOpts] {
+        for f in [&plain4, &plain6] {
+            let mut b = VecBuf::new(f, 256);
+            AmpmNode::new(MpRole::Initiator, Method::Double, carrier).run(&mut b, 1_700_000_000 * SEC);
+            v.push(b.bytes().to_vec());
+        }
+    }
+    v
+}
+
+/// A mutant of `seed`: one to four edits, mostly in the headers.
+fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+    let mut f = seed.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        if f.is_empty() {
+            break;
+        }
+        let at = if rng.below(5) > 0 { rng.below(f.len().min(110)) } else { rng.below(f.len()) };
+        match rng.below(6) {
+            0 => f[at] = rng.next() as u8,
+            1 => f[at] ^= 1 << rng.below(8),
+            // Edge values where lengths, counts and types live.
+            2 => f[at] = [0, 1, 2, 3, 4, 0x0f, 0x10, 0x12, 0x3f, 0x40, 0x7f, 0x80, 0xfe, 0xff][rng.below(14)],
+            3 => {
+                let v = [0u16, 1, 8, 20, 40, 0xffff][rng.below(6)].to_be_bytes();
+                let n = v.len().min(f.len() - at);
+                f[at..at + n].copy_from_slice(&v[..n]);
+            }
+            4 => f.truncate(at),
+            _ => f.push(rng.next() as u8),
+        }
+    }
+    f
+}
+
+#[test]
+fn mutated_frames_never_panic_any_stage() {
+    let seeds = seeds();
+    let mut rng = Rng(0x1d5e_a5e5_0f1a_7e00);
+    let mut envs: Vec<(Tables, FlowTable, MacTable)> = [Mode::CrossConnect, Mode::Bridge, Mode::Router]
+        .into_iter()
+        .map(|mode| {
+            let mut s = two_port_router();
+            s.mode = mode;
+            (Tables::build(&s, 1).unwrap(), FlowTable::new(256, 0), MacTable::new(256, 0))
+        })
+        .collect();
+    let mut ampm_nodes = all_ampm_nodes();
+    let presences = [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }];
+    let mut int_nodes: Vec<IntNode> = presences
+        .iter()
+        .flat_map(|&p| [IntNode::new(1, 0b01, p), IntNode::new(2, 0, p), IntNode::new(3, 0b10, p)])
+        .collect();
+    let mut c = CounterValues::default();
+    let (mut parsed, mut int_acted, mut ampm_measured) = (0u64, 0u64, 0u64);
+    for i in 0..ROUNDS as u64 {
+        let seed = &seeds[rng.below(seeds.len())];
+        let f = mutate(&mut rng, seed);
+        let meta: Result<PacketMeta, DropReason> = parse(&f, 0);
+        parsed += meta.is_ok() as u64;
+        for (t, flows, macs) in envs.iter_mut() {
+            let mut frame = f.clone();
+            frame.resize(frame.len().max(128), 0);
+            let mut ctl = Discard;
+            let mut ctx = Ctx::new(t, flows, macs, &mut c, &mut ctl, i, i % 2 == 0);
+            let m = parse(&frame, 0);
+            forward::process_parsed(&mut ctx, &mut frame, 0, &m);
+        }
+        // Every AM-PM point sees a few mutants each, at a time in any slot.
+        let k = rng.below(ampm_nodes.len());
+        let at = 1_700_000_000 * SEC + rng.next() % (4 * SEC);
+        let mut b = VecBuf::new(&f, 128);
+        ampm_measured += (ampm_nodes[k].run(&mut b, at) == Some(ampm::Outcome::Measured)) as u64;
+        for n in int_nodes.iter_mut() {
+            let mut b = VecBuf::new(&f, 256);
+            let before = (n.events(Event::IntSourced), n.events(Event::IntTransited), n.events(Event::IntSunk));
+            n.run(&mut b);
+            let after = (n.events(Event::IntSourced), n.events(Event::IntTransited), n.events(Event::IntSunk));
+            int_acted += (before != after) as u64;
+        }
+    }
+    // The mutants reached the stages' work, not just the parser's checks.
+    assert!(parsed > ROUNDS as u64 / 2, "{parsed} of {ROUNDS} mutants parsed");
+    assert!(
+        int_acted > ROUNDS as u64 && ampm_measured > ROUNDS as u64 / 5,
+        "INT acted on {int_acted}, AM-PM measured {ampm_measured}"
+    );
+}
+
+#[test]
+fn int_round_trip_restores_every_wellformed_mutant() {
+    let seeds = seeds();
+    for (presence, seed) in
+        [(Presence::UdpPort(17768), 0x0ddb_a11c_0ffe), (Presence::Dscp { value: 0x17, mask: 0x3f }, 7)]
+    {
+        let mut rng = Rng(seed);
+        let (mut s1, mut s2, mut s3) =
+            (IntNode::new(1, 0b01, presence), IntNode::new(2, 0, presence), IntNode::new(3, 0b10, presence));
+        let mut checked = 0;
+        for _ in 0..ROUNDS {
+            let seed = &seeds[rng.below(seeds.len())];
+            let f = mutate(&mut rng, seed);
+            let Ok(meta) = parse(&f, 0) else { continue };
+            if int::find(&f, &meta, presence).is_some() {
+                continue;
+            }
+            // 0xffff in an IPv4 header or TCP checksum is 0x0000's other
+            // one's-complement form (no sender computes it): incremental
+            // updates (RFC 1624) give back 0x0000, an equal checksum.
+            let ffff = |at: usize| f.get(at..at + 2) == Some(&[0xff, 0xff][..]);
+            if (meta.key.ip_version() == 4 && ffff(meta.l3_offset + 10))
+                || (meta.key.proto() == 6 && ffff(meta.l4_offset + 16))
+            {
+                continue;
+            }
+            let mut b = VecBuf::new(&f, 256);
+            let sourced = s1.events(Event::IntSourced);
+            s1.run(&mut b);
+            if s1.events(Event::IntSourced) == sourced {
+                continue;
+            }
+            let (transited, sunk) = (s2.events(Event::IntTransited), s3.events(Event::IntSunk));
+            assert_eq!(s2.run(&mut b), Some(Ok(())), "transit of {f:02x?}");
+            assert_eq!(s2.events(Event::IntTransited), transited + 1, "transit of {f:02x?}");
+            assert_eq!(s3.run(&mut b), Some(Ok(())), "sink of {f:02x?}");
+            assert_eq!(s3.events(Event::IntSunk), sunk + 1, "sink of {f:02x?}");
+            assert_eq!(b.bytes(), &f[..], "{presence:?}: source, transit and sink give back {f:02x?}");
+            checked += 1;
+        }
+        assert!(checked > ROUNDS / 8, "{presence:?}: {checked} mutants went through the round trip");
+    }
+}
+
+#[test]
+fn altmark_option_round_trip_restores_every_wellformed_mutant() {
+    let seeds = seeds();
+    let mut rng = Rng(0xa17_3a4c);
+    for carrier in [Carrier::Ipv6HopByHop, Carrier::Ipv6DestOpts] {
+        let mut mp1 = AmpmNode::new(MpRole::Initiator, Method::Muxed, carrier);
+        let mut mp2 = AmpmNode::new(MpRole::Terminator, Method::Muxed, carrier);
+        let mut checked = 0;
+        for _ in 0..ROUNDS {
+            let seed = &seeds[rng.below(seeds.len())];
+            let f = mutate(&mut rng, seed);
+            let at = 1_700_000_000 * SEC + rng.next() % (4 * SEC);
+            let mut b = VecBuf::new(&f, 128);
+            let inserted = mp1.c.events[Event::AmpmOptionInserted as usize];
+            mp1.run(&mut b, at);
+            if mp1.c.events[Event::AmpmOptionInserted as usize] == inserted {
+                continue;
+            }
+            let removed = mp2.c.events[Event::AmpmOptionRemoved as usize];
+            assert_eq!(mp2.run(&mut b, at + 1_000), Some(ampm::Outcome::Measured), "{carrier:?}: {f:02x?}");
+            assert_eq!(mp2.c.events[Event::AmpmOptionRemoved as usize], removed + 1, "{carrier:?}: {f:02x?}");
+            assert_eq!(b.bytes(), &f[..], "{carrier:?}: initiator and terminator give back {f:02x?}");
+            checked += 1;
+        }
+        assert!(checked > ROUNDS / 20, "{carrier:?}: {checked} mutants went through the round trip");
+    }
+}
