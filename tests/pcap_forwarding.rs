@@ -245,6 +245,62 @@ fn two_port_bridge_floods_a_burst_to_the_other_port() {
     assert_eq!(out["total_drops"], 0);
 }
 
+/// A burst that leaves whole by the port the last one from its input port
+/// did is received straight into that port's TX buffer; every other kind
+/// is taken back out and bridged frame by frame. Bursts of 64 (the pcap
+/// is read 64 frames a poll): each kind of turn the expectation can take,
+/// with every frame out in order, by the right port, counted once.
+#[test]
+fn bridge_bursts_received_into_the_expected_port_and_taken_back_out() {
+    let d = Scratch::new("brx");
+    const H3: [u8; 6] = [0x02, 0, 0, 0, 0, 3];
+    let mut seq = 0u32;
+    let mut frames = |dst: [u8; 6], n: usize| -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|_| {
+                seq += 1;
+                // Frames differ past their first 16 bytes only.
+                ipv4_udp(dst, H1, [10, 0, 0, 1], [10, 0, 0, 9], 64, &seq.to_be_bytes())
+            })
+            .collect()
+    };
+    let to_b1 = frames(H2, 64); // uniform, to p1: expected from now on
+    let to_b2 = frames(H2, 64); // the same: received into p1's buffer
+    let mixed = [frames(H2, 32), frames(H3, 32)].concat(); // taken back out
+    let to_c = frames(H3, 64); // uniform, to p2: expected from now on
+    let to_b3 = frames(H2, 64); // expected p2, goes to p1: taken back out
+    let bcast = frames([0xff; 6], 64); // flooded to two ports: taken back out
+    let own = frames(H1, 10); // H1 is on p0 itself: dropped
+    let in0 = [to_b1.clone(), to_b2.clone(), mixed.clone(), to_c.clone(), to_b3.clone(), bcast.clone(), own].concat();
+    write_pcap(&d.path("in0.pcap"), &in0);
+    write_pcap(&d.path("in1.pcap"), &[]);
+    write_pcap(&d.path("in2.pcap"), &[]);
+    let statics = "[[bridge.static_mac]]\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n\
+                   [[bridge.static_mac]]\nmac = \"02:00:00:00:00:03\"\nport = \"p2\"\n";
+    let cfg = format!(
+        "{}{}{}{}{statics}",
+        header("brx", "bridge", &d),
+        port_cfg("p0", 0, &d, ""),
+        port_cfg("p1", 1, &d, ""),
+        port_cfg("p2", 2, &d, "")
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 2.0);
+    let want1 = [to_b1, to_b2, mixed[..32].to_vec(), to_b3, bcast.clone()].concat();
+    let want2 = [mixed[32..].to_vec(), to_c, bcast].concat();
+    assert_eq!(read_pcap(&d.path("out1.pcap")), want1);
+    assert_eq!(read_pcap(&d.path("out2.pcap")), want2);
+    assert_eq!(read_pcap(&d.path("out0.pcap")), Vec::<Vec<u8>>::new());
+    assert_eq!(out["ports"][0]["rx_packets"], in0.len());
+    assert_eq!(out["ports"][1]["tx_packets"], want1.len());
+    assert_eq!(out["ports"][2]["tx_packets"], want2.len());
+    let bytes: usize = want1.iter().map(|f| f.len()).sum();
+    assert_eq!(out["ports"][1]["tx_bytes"], bytes);
+    assert_eq!(out["events"]["flooded"], 64);
+    assert_eq!(out["drops"]["l2_same_segment"], 10);
+    assert_eq!(out["total_drops"], 10);
+}
+
 #[test]
 fn router_rewrites_answers_and_drops_with_reasons() {
     let d = Scratch::new("rt");

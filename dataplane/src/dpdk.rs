@@ -946,6 +946,65 @@ impl RxQueue {
         }
         r
     }
+
+    /// Receives up to `max` packets straight into `tx`'s buffer, as
+    /// [`RxQueue::relay_into`], then shows them to `keep`: when it says
+    /// yes they stay there (no per-packet handle, no second copy of the
+    /// pointers); otherwise they move to `out` (slots 0..n, which must be
+    /// empty) and the buffer holds what it held before. For a bridge that
+    /// expects a burst to leave by the port its last one did.
+    #[inline]
+    pub fn relay_into_if(
+        &mut self,
+        max: usize,
+        tx: &mut TxBuffer,
+        out: &mut [Option<Mbuf>; MAX_BURST],
+        keep: impl FnOnce(&[Mbuf]) -> bool,
+    ) -> (Relayed, bool) {
+        let max = max.min(MAX_BURST);
+        let mut r = Relayed::default();
+        if tx.len + max > MAX_BURST {
+            (r.refused, r.refused_bytes) = tx.flush();
+        }
+        let at = tx.len;
+        // SAFETY: tx.pkts has room for `max` pointers past tx.len (flushed
+        // above otherwise); this queue is polled by one lcore only.
+        let n =
+            unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, tx.pkts.as_mut_ptr().add(at), max as u16) } as usize;
+        // SAFETY: the n pointers DPDK just wrote are non-null mbufs, and a
+        // `Mbuf` is laid out as one (repr(transparent)): lent to `keep` as
+        // a shared slice, so nothing is dropped or moved through it.
+        let got: &[Mbuf] = unsafe { std::slice::from_raw_parts(tx.pkts.as_ptr().add(at).cast::<Mbuf>(), n) };
+        r.packets = n;
+        if n == 0 {
+            return (r, true);
+        }
+        if !keep(got) {
+            debug_assert!(out[..n].iter().all(Option::is_none), "relay_into_if: slots must be empty");
+            // SAFETY: an `Option<Mbuf>` is laid out as a `*mut rte_mbuf`;
+            // the n mbufs move to `out`, and the buffer forgets them
+            // (tx.len is not advanced), so each has one owner.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    tx.pkts.as_ptr().add(at),
+                    out.as_mut_ptr().cast::<*mut ffi::rte_mbuf>(),
+                    n,
+                )
+            };
+            return (r, false);
+        }
+        for &p in &tx.pkts[at..at + n] {
+            // SAFETY: one of the n valid mbufs DPDK just handed over, now owned by `tx`.
+            r.bytes += unsafe { (*p).pkt_len } as u64;
+        }
+        tx.len += n;
+        if tx.len == MAX_BURST {
+            let (n, b) = tx.flush();
+            r.refused += n;
+            r.refused_bytes += b;
+        }
+        (r, true)
+    }
 }
 
 /// What one `RxQueue::relay_into` moved: received packets and bytes, and

@@ -257,6 +257,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let mut pkts: [Option<Mbuf>; dpdk::MAX_BURST] = std::array::from_fn(|_| None);
     let mut metas: [Result<PacketMeta, DropReason>; dpdk::MAX_BURST] = [Err(DropReason::EthTruncated); dpdk::MAX_BURST];
     let mut verdicts = [Verdict::Consumed; dpdk::MAX_BURST];
+    // Per input port: where its last bridged burst left as a whole.
+    let mut expect_out: [Option<usize>; MAX_PORTS] = [None; MAX_PORTS];
     // AM-PM registers per flow slot (this worker's; the counters are shared).
     let mut ampm_regs = vec![0u8; me.ampm.len()];
 
@@ -354,7 +356,53 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 account_refused(&mut c, peer, r.refused, r.refused_bytes);
                 continue;
             }
-            let n = rxq.rx_burst_into(burst, &mut pkts);
+            // A bridge burst expected to leave whole by the port the last
+            // one from this port did (one flow, or a two-port bridge): it is
+            // received straight into that port's TX buffer and bridged once
+            // there, as a wire's is; one that does not (mixed frames, another
+            // port, a drop) is taken back out and handled as below.
+            let l2_wire = expect_out[ip]
+                .filter(|&p| {
+                    no_flows
+                        && tables.l2_only()
+                        && tables.emulated == 0
+                        && (cap_rx & (1 << ip)) | cap_tx == 0
+                        && p < out.tx.len()
+                        && tables.ports.get(ip).is_some_and(|p| p.up)
+                })
+                .map(|p| (p, out.single_flood_port(ip, &tables)));
+            let n = if let Some((p, flood_to)) = l2_wire {
+                let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, last_poll_tsc, false);
+                let mut kept = (0u64, false);
+                let (r, ok) = rxq.relay_into_if(burst, &mut out.tx[p], &mut pkts, |ms| {
+                    let Some(bytes) = uniform_head(ms.iter()) else { return false };
+                    let v = forward::bridge_l2(&mut ctx, ms[0].data(), in_port);
+                    let to = match v {
+                        Verdict::Tx(q) => Some(q as usize),
+                        Verdict::Flood => flood_to,
+                        _ => None,
+                    };
+                    kept = (bytes, v == Verdict::Flood);
+                    to == Some(p)
+                });
+                account_refused(&mut c, p, r.refused, r.refused_bytes);
+                if ok {
+                    let (bytes, flooded) = kept;
+                    got += r.packets;
+                    c.rx_packets[ip] += r.packets as u64;
+                    c.rx_bytes[ip] += bytes;
+                    c.tx_packets[p] += r.packets as u64;
+                    c.tx_bytes[p] += bytes;
+                    if flooded {
+                        c.event_n(Event::Flooded, r.packets as u64);
+                    }
+                    continue;
+                }
+                expect_out[ip] = None;
+                r.packets
+            } else {
+                rxq.rx_burst_into(burst, &mut pkts)
+            };
             if n == 0 {
                 continue;
             }
@@ -427,6 +475,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 };
                 if let (true, Some(p)) = (uniform && cap_tx == 0, single) {
                     if p < out.tx.len() && !tables.emulates(p) {
+                        expect_out[ip] = Some(p);
                         if verdicts[0] == Verdict::Flood {
                             ctx.counters.event_n(Event::Flooded, n as u64);
                         }
@@ -683,6 +732,23 @@ fn int_verdict(
             Err(r) => Verdict::Drop(r),
         },
     }
+}
+
+/// The bytes of a burst whose untagged frames all start with the first
+/// one's 16 bytes (MACs, ethertype, two more): a bridge gives them all the
+/// first one's verdict. None for any other burst.
+#[inline]
+fn uniform_head<'m>(mut ms: impl Iterator<Item = &'m Mbuf>) -> Option<u64> {
+    let first = ms.next()?;
+    let head = u128::from_ne_bytes(*first.data().first_chunk::<16>().filter(|h| !forward::vlan_tagged(h))?);
+    let mut bytes = first.pkt_len() as u64;
+    // No early exit per frame: the loop stays branch-light.
+    let mut same = true;
+    for m in ms {
+        bytes += m.pkt_len() as u64;
+        same &= m.data().first_chunk::<16>().is_some_and(|h| u128::from_ne_bytes(*h) == head);
+    }
+    same.then_some(bytes)
 }
 
 /// Mirrors a packet about to leave a port whose TX side is captured.
