@@ -405,8 +405,24 @@ impl Config {
                 format!("'{ops}' is not a mempool driver name (e.g. ring_mp_mc, stack)"),
             ));
         }
+        if d.tx_drain_us > 1_000_000 {
+            return Err(cerr("dataplane.tx_drain_us", "at most 1000000 (a second); 0 sends after every poll"));
+        }
+        if d.idle_sleep_us > 100_000 {
+            return Err(cerr(
+                "dataplane.idle_sleep_us",
+                "at most 100000 (0.1 s): a sleeping worker acks no table change",
+            ));
+        }
         if self.flow_table.capacity == 0 {
             return Err(cerr("flow_table.capacity", "must be at least 1"));
+        }
+        // MAC entries keep their last-seen time as flows do: one lap of it.
+        if self.bridge.aging_s > dataplane::flow_table::MAX_IDLE_TIMEOUT_S {
+            return Err(cerr(
+                "bridge.aging_s",
+                format!("at most {} (7 days); 0 never ages MAC entries", dataplane::flow_table::MAX_IDLE_TIMEOUT_S),
+            ));
         }
         if self.flow_table.idle_timeout_s > dataplane::flow_table::MAX_IDLE_TIMEOUT_S {
             return Err(cerr(
@@ -718,6 +734,22 @@ action = "drop"
     }
 
     #[test]
+    fn times_that_become_tsc_ticks_are_bounded() {
+        for (section, key, max, want) in [
+            ("dataplane", "tx_drain_us", 1_000_000u64, "dataplane.tx_drain_us: at most 1000000"),
+            ("dataplane", "idle_sleep_us", 100_000, "dataplane.idle_sleep_us: at most 100000"),
+            ("bridge", "aging_s", 604_800, "bridge.aging_s: at most 604800"),
+        ] {
+            let with =
+                |v: u64| BASE.replacen("mode = \"router\"", &format!("mode = \"router\"\n[{section}]\n{key} = {v}"), 1);
+            Config::from_toml(&with(max)).unwrap().validate().unwrap();
+            Config::from_toml(&with(0)).unwrap().validate().unwrap();
+            let e = err_of(&with(max + 1));
+            assert!(e.contains(want), "{e}");
+        }
+    }
+
+    #[test]
     fn mempool_driver_name() {
         let c = Config::from_toml(BASE).unwrap();
         assert_eq!(c.dataplane.mempool_ops, "ring_mp_mc");
@@ -786,6 +818,7 @@ action = "drop"
 #[cfg(test)]
 mod shipped_configs {
     use super::*;
+    use dataplane::tables::{PortState, TableSpec, Tables};
 
     #[test]
     fn reference_and_demo_configs_validate() {
@@ -794,5 +827,144 @@ mod shipped_configs {
             let c = Config::load(&path).unwrap_or_else(|e| panic!("{f}: {e}"));
             c.validate().unwrap_or_else(|e| panic!("{f}: {e}"));
         }
+    }
+
+    /// Every leaf of a TOML document (table keys and array items), as paths.
+    fn leaves(v: &toml::Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        match v {
+            toml::Value::Table(t) => {
+                for (k, c) in t {
+                    path.push(k.clone());
+                    leaves(c, path, out);
+                    path.pop();
+                }
+            }
+            toml::Value::Array(a) if a.iter().any(|c| c.is_table()) => {
+                for (i, c) in a.iter().enumerate() {
+                    path.push(i.to_string());
+                    leaves(c, path, out);
+                    path.pop();
+                }
+            }
+            _ => out.push(path.clone()),
+        }
+    }
+
+    fn at<'v>(v: &'v mut toml::Value, path: &[String]) -> Option<&'v mut toml::Value> {
+        path.iter().try_fold(v, |v, k| match v {
+            toml::Value::Table(t) => t.get_mut(k),
+            toml::Value::Array(a) => a.get_mut(k.parse::<usize>().ok()?),
+            _ => None,
+        })
+    }
+
+    /// The shipped configs with one to three values replaced by edge cases
+    /// of every type (or removed, or an array entry repeated): each is
+    /// refused with the key and a reason, or accepted, and an accepted one
+    /// builds the data path's tables (what the switch does before it
+    /// starts DPDK). Never a panic.
+    #[test]
+    fn mutated_configs_are_refused_with_a_reason_or_build() {
+        let odd: Vec<toml::Value> = [
+            "0",
+            "-1",
+            "1",
+            "65535",
+            "65536",
+            "4294967296",
+            "9223372036854775807",
+            "1e300",
+            "true",
+            "\"\"",
+            "\"x\"",
+            "\"p9\"",
+            "\"p1\"",
+            "\"10.0.0.1/33\"",
+            "\"::/0\"",
+            "\"0.0.0.0/0\"",
+            "\"255.255.255.255\"",
+            "\"ff:ff:ff:ff:ff:ff\"",
+            "\"1s\"",
+            "\"0ns\"",
+            "\"-5ms\"",
+            "\"udp\"",
+            "\"forward:p0\"",
+            "[]",
+            "[\"p0\", \"p0\"]",
+            "{}",
+        ]
+        .iter()
+        .map(|t| toml::from_str::<toml::Table>(&format!("v = {t}")).unwrap()["v"].clone())
+        .collect();
+        let mut x = 0x0c0f_f1e5_u64;
+        let mut rnd = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n.max(1) as u64) as usize
+        };
+        let (mut accepted, mut refused) = (0, 0);
+        for f in ["reference.toml", "demo.toml"] {
+            let text = std::fs::read_to_string(format!("{}/../configs/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+            let base: toml::Value = toml::from_str(&text).unwrap();
+            let mut paths = Vec::new();
+            leaves(&base, &mut Vec::new(), &mut paths);
+            for _ in 0..3_000 {
+                let mut v = base.clone();
+                for _ in 0..1 + rnd(3) {
+                    let p = &paths[rnd(paths.len())];
+                    let (parent, last) = p.split_at(p.len() - 1);
+                    match (rnd(8), at(&mut v, parent)) {
+                        (0, Some(toml::Value::Table(t))) => {
+                            t.remove(&last[0]);
+                        }
+                        (1, Some(toml::Value::Array(a))) if !a.is_empty() => {
+                            let c = a[rnd(a.len())].clone();
+                            a.push(c);
+                        }
+                        _ => {
+                            if let Some(leaf) = at(&mut v, p) {
+                                *leaf = odd[rnd(odd.len())].clone();
+                            }
+                        }
+                    }
+                }
+                let Ok(text) = toml::to_string(&v) else { continue };
+                match Config::from_toml(&text).and_then(|c| c.validate()) {
+                    Err(e) => {
+                        assert!(!e.reason.is_empty(), "{f}: an error without a reason");
+                        refused += 1;
+                    }
+                    Ok(plan) => {
+                        let spec = TableSpec {
+                            mode: plan.mode,
+                            ports: plan
+                                .ports
+                                .iter()
+                                .map(|p| PortState {
+                                    name: p.name.clone(),
+                                    mac: p.mac.unwrap_or([2, 0, 0, 0, 0, 1]),
+                                    up: p.enabled,
+                                    ipv4: p.ipv4.clone(),
+                                    ipv6: p.ipv6.clone(),
+                                    impair: p.impair,
+                                })
+                                .collect(),
+                            xconnect: plan.ports.iter().map(|p| p.peer).collect(),
+                            routes: plan.routes.clone(),
+                            neighbours: plan.neighbours.clone(),
+                            static_macs: plan.static_macs.clone(),
+                            int: plan.int.as_ref().map(|i| i.spec.clone()),
+                            ampm: plan.ampm.as_ref().map(|a| a.setup.clone()),
+                        };
+                        if let Err(e) = Tables::build(&spec, 1) {
+                            assert!(!e.is_empty(), "{f}: an error without a reason");
+                        }
+                        accepted += 1;
+                    }
+                }
+            }
+        }
+        assert!(accepted > 200 && refused > 1_000, "accepted {accepted}, refused {refused}");
     }
 }

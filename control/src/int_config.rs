@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::collector_tx::CollectorPlan;
 use crate::config::{parse_mac, parse_prefix, parse_proto, port_by_name, ConfigError};
 
+/// Longest per-flow report interval: a day (in TSC ticks it stays far
+/// below 2^64 at any clock rate).
+pub const MAX_REPORT_FLOW_INTERVAL_MS: u64 = 86_400_000;
+
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { key: key.into(), reason: reason.into() }
 }
@@ -425,6 +429,12 @@ impl IntConfig {
             m => return Err(cerr(k("mtu_exceeded"), format!("'{m}' is not one of flag, report"))),
         };
         let md_bits = instructions(&k("report_md"), &self.report_md, false)?;
+        if self.report_flow_interval_ms > MAX_REPORT_FLOW_INTERVAL_MS {
+            return Err(cerr(
+                k("report_flow_interval_ms"),
+                format!("at most {MAX_REPORT_FLOW_INTERVAL_MS} (a day); 0 reports every packet"),
+            ));
+        }
         if !(64..=REPORT_MAX).contains(&self.report_truncate) {
             return Err(cerr(k("report_truncate"), format!("must be 64..={REPORT_MAX}")));
         }
@@ -541,6 +551,7 @@ mod tests {
             ("node_id = 1\npresence = \"vxlan\"", "int.presence"),
             ("node_id = 1\npresence = \"dscp\"\ndscp_value = 0x21\ndscp_mask = 0x01", "int.dscp_value"),
             ("node_id = 1\npresence = \"dscp\"\ndscp_mask = 0x40", "int.dscp_mask"),
+            ("node_id = 1\nreport_flow_interval_ms = 86400001", "int.report_flow_interval_ms"),
         ];
         for (cfg, key) in cases {
             assert_eq!(plan(cfg).unwrap_err().key, key, "{cfg}");
