@@ -180,10 +180,10 @@ fn no_loss_phase(tb: &Testbed, t_ns: u64) -> i64 {
     let base = delays(&iv);
     assert!(base.len() >= 6 * 6, "pulses in most intervals: {base:?}");
     // A scheduling stall on a small machine (two testbeds share two cores)
-    // may hold a packet a few milliseconds: a couple of pulses may show it,
-    // the rest must not.
+    // may hold a packet a few milliseconds: a tenth of the pulses may show
+    // it (as in the delay phase), the rest must not.
     assert!(base.iter().all(|d| (0..20_000_000).contains(d)), "{base:?}");
-    assert!(base.iter().filter(|&&d| d >= 2_000_000).count() <= 2, "{base:?}");
+    assert!(base.iter().filter(|&&d| d >= 2_000_000).count() * 10 <= base.len(), "{base:?}");
     median(base)
 }
 
