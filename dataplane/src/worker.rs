@@ -373,26 +373,27 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 .map(|p| (p, out.single_flood_port(ip, &tables)));
             let n = if let Some((p, flood_to)) = l2_wire {
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, last_poll_tsc, false);
-                let mut kept = (0u64, false);
+                let mut flooded = false;
                 let (r, ok) = rxq.relay_into_if(burst, &mut out.tx[p], &mut pkts, |ms| {
-                    let Some(bytes) = uniform_head(ms.iter()) else { return false };
+                    if !same_head(ms) {
+                        return false;
+                    }
                     let v = forward::bridge_l2(&mut ctx, ms[0].data(), in_port);
                     let to = match v {
                         Verdict::Tx(q) => Some(q as usize),
                         Verdict::Flood => flood_to,
                         _ => None,
                     };
-                    kept = (bytes, v == Verdict::Flood);
+                    flooded = v == Verdict::Flood;
                     to == Some(p)
                 });
                 account_refused(&mut c, p, r.refused, r.refused_bytes);
                 if ok {
-                    let (bytes, flooded) = kept;
                     got += r.packets;
                     c.rx_packets[ip] += r.packets as u64;
-                    c.rx_bytes[ip] += bytes;
+                    c.rx_bytes[ip] += r.bytes;
                     c.tx_packets[p] += r.packets as u64;
-                    c.tx_bytes[p] += bytes;
+                    c.tx_bytes[p] += r.bytes;
                     if flooded {
                         c.event_n(Event::Flooded, r.packets as u64);
                     }
@@ -734,21 +735,17 @@ fn int_verdict(
     }
 }
 
-/// The bytes of a burst whose untagged frames all start with the first
+/// Whether a burst's frames are untagged and all start with the first
 /// one's 16 bytes (MACs, ethertype, two more): a bridge gives them all the
-/// first one's verdict. None for any other burst.
+/// first one's verdict.
 #[inline]
-fn uniform_head<'m>(mut ms: impl Iterator<Item = &'m Mbuf>) -> Option<u64> {
-    let first = ms.next()?;
-    let head = u128::from_ne_bytes(*first.data().first_chunk::<16>().filter(|h| !forward::vlan_tagged(h))?);
-    let mut bytes = first.pkt_len() as u64;
+fn same_head(ms: &[Mbuf]) -> bool {
+    let Some(head) = ms.first().and_then(|m| m.data().first_chunk::<16>()).filter(|h| !forward::vlan_tagged(h)) else {
+        return false;
+    };
+    let head = u128::from_ne_bytes(*head);
     // No early exit per frame: the loop stays branch-light.
-    let mut same = true;
-    for m in ms {
-        bytes += m.pkt_len() as u64;
-        same &= m.data().first_chunk::<16>().is_some_and(|h| u128::from_ne_bytes(*h) == head);
-    }
-    same.then_some(bytes)
+    ms.iter().fold(true, |same, m| same & m.data().first_chunk::<16>().is_some_and(|h| u128::from_ne_bytes(*h) == head))
 }
 
 /// Mirrors a packet about to leave a port whose TX side is captured.
