@@ -83,17 +83,25 @@ fn header(name: &str, mode: &str, dir: &Scratch) -> String {
     )
 }
 
+/// An ARP request from `mac` (`sender`) for `target`, unpadded.
+fn arp_request(mac: [u8; 6], sender: [u8; 4], target: [u8; 4]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend(mac);
+    f.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    f.extend(mac);
+    f.extend(sender);
+    f.extend([0; 6]);
+    f.extend(target);
+    f
+}
+
 /// Frames for the cross-connect tests: good IPv4, a bad IPv4 total length,
 /// IPv6, a truncated IPv4 header, ARP, VLAN-tagged, and one a flow rule
 /// drops (from 10.0.0.9).
 fn xconnect_frames() -> [Vec<u8>; 7] {
     let good = ipv4_udp(H2, H1, [10, 0, 0, 1], [10, 0, 0, 2], 64, b"hello");
     let v6f = ipv6_udp(H2, H1, v6(1, 1), v6(2, 1), 64, b"six");
-    let mut arp = vec![0xff; 6];
-    arp.extend(H1);
-    arp.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
-    arp.extend(H1);
-    arp.extend([10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2]);
+    let arp = arp_request(H1, [10, 0, 0, 1], [10, 0, 0, 2]);
     let mut vlan = good[..12].to_vec();
     vlan.extend([0x81, 0x00, 0x00, 0x64]);
     vlan.extend(&good[12..]);
@@ -312,11 +320,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     badsum[24] ^= 0x55;
     let fwd6 = ipv6_udp(P0_MAC, H1, v6(2, 1), v6(2, 2), 64, b"routed6");
     // ARP request for the router's p0 address.
-    let mut arp = vec![0xff; 6];
-    arp.extend(H1);
-    arp.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
-    arp.extend(H1);
-    arp.extend([10, 0, 1, 2, 0, 0, 0, 0, 0, 0, 10, 0, 1, 1]);
+    let arp = arp_request(H1, [10, 0, 1, 2], [10, 0, 1, 1]);
     let arp = pad60(arp);
     // ICMP echo request to the router.
     let mut ping = Vec::new();
@@ -356,11 +360,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     want6[6..12].copy_from_slice(&P1_MAC);
     want6[21] = 63;
     // ARP request the router sent to resolve 10.0.2.3, from p1.
-    let mut arpq = vec![0xff; 6];
-    arpq.extend(P1_MAC);
-    arpq.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
-    arpq.extend(P1_MAC);
-    arpq.extend([10, 0, 2, 1, 0, 0, 0, 0, 0, 0, 10, 0, 2, 3]);
+    let arpq = arp_request(P1_MAC, [10, 0, 2, 1], [10, 0, 2, 3]);
     let arpq = pad60(arpq);
     let out1 = read_pcap(&d.path("out1.pcap"));
     assert_eq!(out1[..2], [want, want6]);
@@ -451,11 +451,7 @@ fn mutated_frames_through_router_int_and_ampm() {
     let d = Scratch::new("fz");
     let fwd = ipv4_udp(P0_MAC, H1, [10, 0, 1, 2], [10, 0, 2, 2], 64, b"0123456789abcdef");
     let fwd6 = ipv6_udp(P0_MAC, H1, v6(2, 1), v6(2, 2), 64, b"0123456789abcdef");
-    let mut arp = vec![0xff; 6];
-    arp.extend(H1);
-    arp.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
-    arp.extend(H1);
-    arp.extend([10, 0, 1, 2, 0, 0, 0, 0, 0, 0, 10, 0, 1, 1]);
+    let arp = arp_request(H1, [10, 0, 1, 2], [10, 0, 1, 1]);
     let mut ping = fwd.clone();
     ping[23] = 1;
     ping[30..34].copy_from_slice(&[10, 0, 1, 1]);
@@ -466,13 +462,8 @@ fn mutated_frames_through_router_int_and_ampm() {
     let c = inet_checksum(&ping[34..]);
     ping[36..38].copy_from_slice(&c.to_be_bytes());
     let seeds = [fwd, fwd6, pad60(arp), ping];
-    let mut x = 0x1234_5678_9abc_def1_u64;
-    let mut rnd = move |n: usize| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % n.max(1) as u64) as usize
-    };
+    let mut rng = dataplane::rand::XorShift::new(0x1234_5678_9abc_def1);
+    let mut rnd = move |n: usize| rng.below(n);
     let frames: Vec<Vec<u8>> = (0..3000)
         .map(|_| {
             let mut f = seeds[rnd(seeds.len())].clone();

@@ -465,13 +465,8 @@ mod tests {
         // Reports come from the network: every mutant (bytes rewritten,
         // bits flipped, cut short, lengthened) decodes, or is refused with
         // a reason, and what decodes feeds the statistics.
-        let mut x = 0x5eed_u64;
-        let mut rnd = move |n: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % n.max(1) as u64) as usize
-        };
+        let mut rng = dataplane::rand::XorShift::new(0x5eed);
+        let mut rnd = move |n: usize| rng.below(n);
         let mut t = Tracker::default();
         let (mut decoded, mut refused) = (0, 0);
         for presence in [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }] {

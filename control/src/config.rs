@@ -336,6 +336,20 @@ pub struct PortPlan {
     pub impair: dataplane::impair::Impairment,
 }
 
+impl PortPlan {
+    /// The data path's view of the port, with the MAC the device has.
+    pub fn port_state(&self, mac: [u8; 6]) -> dataplane::tables::PortState {
+        dataplane::tables::PortState {
+            name: self.name.clone(),
+            mac,
+            up: self.enabled,
+            ipv4: self.ipv4.clone(),
+            ipv6: self.ipv6.clone(),
+            impair: self.impair,
+        }
+    }
+}
+
 /// A validated worker: its lcore and (port index, queue) list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerPlan {
@@ -818,7 +832,7 @@ action = "drop"
 #[cfg(test)]
 mod shipped_configs {
     use super::*;
-    use dataplane::tables::{PortState, TableSpec, Tables};
+    use dataplane::tables::{TableSpec, Tables};
 
     #[test]
     fn reference_and_demo_configs_validate() {
@@ -896,13 +910,8 @@ mod shipped_configs {
         .iter()
         .map(|t| toml::from_str::<toml::Table>(&format!("v = {t}")).unwrap()["v"].clone())
         .collect();
-        let mut x = 0x0c0f_f1e5_u64;
-        let mut rnd = move |n: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % n.max(1) as u64) as usize
-        };
+        let mut rng = dataplane::rand::XorShift::new(0x0c0f_f1e5);
+        let mut rnd = move |n: usize| rng.below(n);
         let (mut accepted, mut refused) = (0, 0);
         for f in ["reference.toml", "demo.toml"] {
             let text = std::fs::read_to_string(format!("{}/../configs/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap();
@@ -941,14 +950,7 @@ mod shipped_configs {
                             ports: plan
                                 .ports
                                 .iter()
-                                .map(|p| PortState {
-                                    name: p.name.clone(),
-                                    mac: p.mac.unwrap_or([2, 0, 0, 0, 0, 1]),
-                                    up: p.enabled,
-                                    ipv4: p.ipv4.clone(),
-                                    ipv6: p.ipv6.clone(),
-                                    impair: p.impair,
-                                })
+                                .map(|p| p.port_state(p.mac.unwrap_or([2, 0, 0, 0, 0, 1])))
                                 .collect(),
                             xconnect: plan.ports.iter().map(|p| p.peer).collect(),
                             routes: plan.routes.clone(),

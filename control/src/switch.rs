@@ -19,7 +19,7 @@ use dataplane::flow_table::FlowAction;
 use dataplane::forward::{self, ControlEvent};
 use dataplane::int::Presence;
 use dataplane::parse::FlowKey;
-use dataplane::tables::{NeighbourSpec, PortState, RouteSpec, TableSpec, Tables};
+use dataplane::tables::{NeighbourSpec, RouteSpec, TableSpec, Tables};
 use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, Shared, WorkerSetup, WorkerShared};
 use dataplane::DropReason;
 use serde_json::{json, Value};
@@ -215,19 +215,7 @@ impl Switch {
         }
         let mut spec = TableSpec {
             mode: plan.mode,
-            ports: plan
-                .ports
-                .iter()
-                .zip(&ports)
-                .map(|(p, dev)| PortState {
-                    name: p.name.clone(),
-                    mac: dev.mac(),
-                    up: p.enabled,
-                    ipv4: p.ipv4.clone(),
-                    ipv6: p.ipv6.clone(),
-                    impair: p.impair,
-                })
-                .collect(),
+            ports: plan.ports.iter().zip(&ports).map(|(p, dev)| p.port_state(dev.mac())).collect(),
             xconnect: plan.ports.iter().map(|p| p.peer).collect(),
             routes: Vec::new(),
             neighbours: Vec::new(),

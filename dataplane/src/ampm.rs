@@ -1096,4 +1096,4 @@ fn clear_marks<B: PacketBuf>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -347,11 +347,9 @@ mod tests {
     fn randomized_against_std_hashmap() {
         let mut m: FixedMap<u64, u64> = FixedMap::with_capacity(300);
         let mut r = std::collections::HashMap::new();
-        let mut x: u64 = 12345;
+        let mut rng = crate::rand::XorShift::new(12345);
         for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let k = x % 500;
             if x % 3 == 0 {
                 assert_eq!(m.remove(&k), r.remove(&k));

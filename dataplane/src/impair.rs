@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use crate::rand::XorShift;
 use crate::DropReason;
 
 /// Largest queue a port's emulation may hold (preallocated per worker).
@@ -183,12 +184,12 @@ pub enum Admit<T> {
 pub struct Impairer<T> {
     queue: VecDeque<(u64, T)>,
     last_release: u64,
-    rng: u64,
+    rng: XorShift,
 }
 
 impl<T> Impairer<T> {
     pub fn new(seed: u64) -> Impairer<T> {
-        Impairer { queue: VecDeque::with_capacity(MAX_LIMIT as usize), last_release: 0, rng: seed | 1 }
+        Impairer { queue: VecDeque::with_capacity(MAX_LIMIT as usize), last_release: 0, rng: XorShift::new(seed) }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -199,17 +200,9 @@ impl<T> Impairer<T> {
         self.queue.len()
     }
 
-    fn next_random(&mut self) -> u64 {
-        // xorshift64*
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     /// Applies `imp` to a packet of `len` bytes at TSC `now` (`hz` ticks/s).
     pub fn admit(&mut self, imp: &Impairment, hz: u64, now: u64, len: usize, pkt: T) -> Admit<T> {
-        if imp.loss_ppm != 0 && (self.next_random() % 1_000_000) < imp.loss_ppm as u64 {
+        if imp.loss_ppm != 0 && (self.rng.next_u64() % 1_000_000) < imp.loss_ppm as u64 {
             return Admit::Dropped(DropReason::ImpairLoss, pkt);
         }
         if !imp.queues() {
@@ -222,7 +215,7 @@ impl<T> Impairer<T> {
         let mut delay = imp.delay_ns as i128;
         if imp.jitter_ns != 0 {
             let span = 2 * imp.jitter_ns + 1;
-            delay += (self.next_random() % span) as i128 - imp.jitter_ns as i128;
+            delay += (self.rng.next_u64() % span) as i128 - imp.jitter_ns as i128;
         }
         let mut release = now + to_tsc(delay.max(0) as u64);
         release = release.max(self.last_release); // FIFO: never overtake

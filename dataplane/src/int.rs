@@ -857,13 +857,8 @@ mod tests {
         // 2000 random 40-byte blocks whose bytes 8..24 change: the adjusted
         // checksum verifies like the recomputed one (one's complement has
         // two zeros, so compare what a receiver checks, not the bits).
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = crate::rand::XorShift::new(0x2545_f491_4f6c_dd1d);
+        let mut rnd = || rng.next_u64();
         for _ in 0..2000 {
             let mut d: Vec<u8> = (0..40).map(|_| rnd() as u8).collect();
             d[38] = 0;

@@ -423,24 +423,24 @@ pub(crate) mod tests {
         Hop { in_port, out_port, rx_tsc: 1_000, tx_tsc: 3_000, queue_id: 1, queue_occupancy: 5, ..Default::default() }
     }
 
-    struct Node {
+    pub(crate) struct Node {
         spec: IntSpec,
         flows: FlowTable,
-        c: CounterValues,
-        reports: Vec<ReportRecord>,
+        pub(crate) c: CounterValues,
+        pub(crate) reports: Vec<ReportRecord>,
     }
 
     impl Node {
-        fn new(spec: IntSpec) -> Node {
+        pub(crate) fn new(spec: IntSpec) -> Node {
             Node { spec, flows: FlowTable::new(64, 0), c: CounterValues::default(), reports: Vec::new() }
         }
 
-        fn run(&mut self, b: &mut VecBuf, h: Hop) -> Result<(), DropReason> {
+        pub(crate) fn run(&mut self, b: &mut VecBuf, h: Hop) -> Result<(), DropReason> {
             let meta = parse(b.bytes(), h.in_port).unwrap();
             self.with_ctx(|ctx| apply(ctx, b, &meta, &h))
         }
 
-        fn drop_report(&mut self, f: &[u8], h: Hop, r: DropReason) {
+        pub(crate) fn drop_report(&mut self, f: &[u8], h: Hop, r: DropReason) {
             let meta = parse(f, h.in_port).unwrap();
             self.with_ctx(|ctx| dropped(ctx, f, &meta, &h, r))
         }

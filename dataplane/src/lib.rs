@@ -21,6 +21,7 @@ pub mod mac_table;
 pub mod parse;
 pub mod pcap;
 pub mod pktbuf;
+pub mod rand;
 pub mod report_ring;
 pub mod tables;
 pub mod wire;

@@ -216,13 +216,8 @@ mod tests {
 
     #[test]
     fn matches_linear_scan_on_random_routes() {
-        let mut x: u32 = 0x1234_5678;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        };
+        let mut rng = crate::rand::XorShift::new(0x1234_5678);
+        let mut next = || rng.next_u64() as u32;
         let routes: Vec<Prefix<4>> = (0..2000).map(|i| p4(next().to_be_bytes(), (next() % 33) as u8, i)).collect();
         let l = Lpm::build(&routes).unwrap();
         for _ in 0..5000 {

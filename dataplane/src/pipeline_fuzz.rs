@@ -9,38 +9,20 @@
 //! well-formed UDP packet, INT source -> transit -> sink gives its bytes
 //! back exactly. Seeded: a failure repeats.
 
-use crate::ampm::{
-    self, AmpmCtx, AmpmFlow, AmpmSetup, AmpmSpec, BurstTime, Carrier, FlowCounters, FlowRef, Method, MpRole, SlotMemo,
-    TimeFormat, Timing,
-};
-use crate::classifier::Key;
+use crate::ampm::{self, tests::Mp, Carrier, Method, MpRole};
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowTable;
 use crate::forward::{self, ControlEvent, ControlSink, Ctx};
 use crate::int::{self, Presence};
-use crate::int_stage::{self, tests::spec as int_spec, Hop, IntCtx, ReportRecord, WallClock};
+use crate::int_stage::tests::{spec as int_spec, Node};
+use crate::int_stage::Hop;
 use crate::mac_table::MacTable;
 use crate::parse::tests::{udp4, udp6};
 use crate::parse::{parse, PacketMeta};
 use crate::pktbuf::{PacketBuf, VecBuf};
+use crate::rand::XorShift;
 use crate::tables::{tests::two_port_router, Mode, Tables};
 use crate::DropReason;
-
-/// xorshift64*: small, seedable, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// Control events are dropped: the tables never change behind the test.
 struct Discard;
@@ -61,91 +43,38 @@ fn hop() -> Hop {
     Hop { in_port: 0, out_port: 1, rx_tsc: 1_000, tx_tsc: 2_500, queue_id: 0, queue_occupancy: 3, ..Default::default() }
 }
 
-/// One INT node: its spec and what the stage updates.
-struct IntNode {
-    spec: crate::int_watch::IntSpec,
-    flows: FlowTable,
-    c: CounterValues,
-    reports: Vec<ReportRecord>,
+/// An INT node whose watchlist sources every protocol (TCP gets NPT 2).
+fn int_node(node: u32, edge: u32, presence: Presence) -> Node {
+    let mut spec = int_spec(node, edge);
+    spec.presence = presence;
+    for r in spec.watch.iter_mut() {
+        r.proto = Default::default();
+    }
+    Node::new(spec)
 }
 
-impl IntNode {
-    fn new(node: u32, edge: u32, presence: Presence) -> IntNode {
-        let mut spec = int_spec(node, edge);
-        spec.presence = presence;
-        // The source's rule covers every protocol (TCP gets NPT 2).
-        for r in spec.watch.iter_mut() {
-            r.proto = Default::default();
-        }
-        IntNode { spec, flows: FlowTable::new(64, 0), c: CounterValues::default(), reports: Vec::new() }
-    }
-
-    fn events(&self, e: Event) -> u64 {
-        self.c.events[e as usize]
-    }
-
-    fn run(&mut self, pkt: &mut VecBuf) -> Option<Result<(), DropReason>> {
-        let meta = parse(pkt.bytes(), 0).ok()?;
-        let clock = WallClock::new(0, 1_700_000_000 * SEC, SEC);
-        let mut ctx = IntCtx {
-            spec: &self.spec,
-            clock: &clock,
-            flows: &mut self.flows,
-            counters: &mut self.c,
-            reports: &mut self.reports,
-        };
-        let r = int_stage::apply(&mut ctx, pkt, &meta, &hop());
-        int_stage::dropped(&mut ctx, pkt.bytes(), &meta, &hop(), DropReason::TtlExceeded);
-        // Reports only pile up in a test.
-        self.reports.clear();
-        Some(r)
-    }
+/// A drop report for a frame that parses (as if forwarding dropped it),
+/// then the INT stage on it.
+fn run_int(n: &mut Node, pkt: &mut VecBuf) -> Option<Result<(), DropReason>> {
+    parse(pkt.bytes(), 0).ok()?;
+    n.drop_report(pkt.bytes(), hop(), DropReason::TtlExceeded);
+    let r = n.run(pkt, hop());
+    // Reports only pile up in a test.
+    n.reports.clear();
+    Some(r)
 }
 
-/// One AM-PM measurement point per role x method x carrier.
-struct AmpmNode {
-    spec: AmpmSpec,
-    regs: Vec<u8>,
-    counters: Vec<FlowCounters>,
-    c: CounterValues,
+fn int_events(n: &Node, e: Event) -> u64 {
+    n.c.events[e as usize]
 }
 
-impl AmpmNode {
-    fn new(role: MpRole, method: Method, carrier: Carrier) -> AmpmNode {
-        let timing = Timing { format: TimeFormat::SecFrac, interval_bit: 32, sub_bits: 2 };
-        let mut s = AmpmSetup::new(1, timing, 4);
-        s.flows.push(AmpmFlow {
-            name: "all".into(),
-            mp: FlowRef { slot: 0, flow_mon_id: 0x12345, role, method, carrier, clear: true },
-            priority: 1,
-            value: Key::default(),
-            mask: Key::default(),
-        });
-        AmpmNode {
-            spec: s.compile(),
-            regs: vec![0; 4],
-            counters: (0..4).map(|_| FlowCounters::default()).collect(),
-            c: CounterValues::default(),
-        }
-    }
-
-    fn run(&mut self, pkt: &mut VecBuf, at_ns: u64) -> Option<ampm::Outcome> {
-        let mut meta = parse(pkt.bytes(), 0).ok()?;
-        let now = BurstTime::new(&self.spec.timing, at_ns);
-        let mut memo = SlotMemo::default();
-        let mut ctx = AmpmCtx {
-            spec: &self.spec,
-            regs: &mut self.regs,
-            counters: &self.counters,
-            c: &mut self.c,
-            now: &now,
-            memo: &mut memo,
-        };
-        Some(ampm::apply(&mut ctx, pkt, &mut meta))
-    }
+/// The AM-PM stage on a frame that parses.
+fn run_ampm(mp: &mut Mp, pkt: &mut VecBuf, at_ns: u64) -> Option<ampm::Outcome> {
+    parse(pkt.bytes(), 0).ok()?;
+    Some(mp.run(pkt, at_ns).0)
 }
 
-fn all_ampm_nodes() -> Vec<AmpmNode> {
+fn all_ampm_nodes() -> Vec<Mp> {
     let carriers = [
         Carrier::Dscp { l_bit: 0, d_bit: 1 },
         Carrier::Ipv4Flag { d_bit: 0 },
@@ -156,7 +85,7 @@ fn all_ampm_nodes() -> Vec<AmpmNode> {
     for r in MpRole::ALL {
         for m in Method::ALL {
             for c in carriers {
-                v.push(AmpmNode::new(r, m, c));
+                v.push(Mp::new(r, m, c));
             }
         }
     }
@@ -215,9 +144,9 @@ fn seeds() -> Vec<Vec<u8>> {
     for presence in [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }] {
         for f in [&plain4, &plain6, &tcp4] {
             let mut b = VecBuf::new(f, 256);
-            IntNode::new(1, 0b01, presence).run(&mut b);
+            run_int(&mut int_node(1, 0b01, presence), &mut b);
             v.push(b.bytes().to_vec());
-            IntNode::new(2, 0, presence).run(&mut b);
+            run_int(&mut int_node(2, 0, presence), &mut b);
             v.push(b.bytes().to_vec());
         }
     }
@@ -225,7 +154,7 @@ fn seeds() -> Vec<Vec<u8>> {
     for carrier in [Carrier::Dscp { l_bit: 0, d_bit: 1 }, Carrier::Ipv6HopByHop, Carrier::Ipv6DestOpts] {
         for f in [&plain4, &plain6] {
             let mut b = VecBuf::new(f, 256);
-            AmpmNode::new(MpRole::Initiator, Method::Double, carrier).run(&mut b, 1_700_000_000 * SEC);
+            run_ampm(&mut Mp::new(MpRole::Initiator, Method::Double, carrier), &mut b, 1_700_000_000 * SEC);
             v.push(b.bytes().to_vec());
         }
     }
@@ -233,7 +162,7 @@ fn seeds() -> Vec<Vec<u8>> {
 }
 
 /// A mutant of `seed`: one to four edits, mostly in the headers.
-fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+fn mutate(rng: &mut XorShift, seed: &[u8]) -> Vec<u8> {
     let mut f = seed.to_vec();
     for _ in 0..1 + rng.below(4) {
         if f.is_empty() {
@@ -241,7 +170,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
         }
         let at = if rng.below(5) > 0 { rng.below(f.len().min(110)) } else { rng.below(f.len()) };
         match rng.below(6) {
-            0 => f[at] = rng.next() as u8,
+            0 => f[at] = rng.next_u64() as u8,
             1 => f[at] ^= 1 << rng.below(8),
             // Edge values where lengths, counts and types live.
             2 => f[at] = [0, 1, 2, 3, 4, 0x0f, 0x10, 0x12, 0x3f, 0x40, 0x7f, 0x80, 0xfe, 0xff][rng.below(14)],
@@ -251,7 +180,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
                 f[at..at + n].copy_from_slice(&v[..n]);
             }
             4 => f.truncate(at),
-            _ => f.push(rng.next() as u8),
+            _ => f.push(rng.next_u64() as u8),
         }
     }
     f
@@ -260,7 +189,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
 #[test]
 fn mutated_frames_never_panic_any_stage() {
     let seeds = seeds();
-    let mut rng = Rng(0x1d5e_a5e5_0f1a_7e00);
+    let mut rng = XorShift::new(0x1d5e_a5e5_0f1a_7e00);
     let mut envs: Vec<(Tables, FlowTable, MacTable)> = [Mode::CrossConnect, Mode::Bridge, Mode::Router]
         .into_iter()
         .map(|mode| {
@@ -271,10 +200,8 @@ fn mutated_frames_never_panic_any_stage() {
         .collect();
     let mut ampm_nodes = all_ampm_nodes();
     let presences = [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }];
-    let mut int_nodes: Vec<IntNode> = presences
-        .iter()
-        .flat_map(|&p| [IntNode::new(1, 0b01, p), IntNode::new(2, 0, p), IntNode::new(3, 0b10, p)])
-        .collect();
+    let mut int_nodes: Vec<Node> =
+        presences.iter().flat_map(|&p| [int_node(1, 0b01, p), int_node(2, 0, p), int_node(3, 0b10, p)]).collect();
     let mut c = CounterValues::default();
     let (mut parsed, mut int_acted, mut ampm_measured) = (0u64, 0u64, 0u64);
     for i in 0..ROUNDS as u64 {
@@ -292,14 +219,15 @@ fn mutated_frames_never_panic_any_stage() {
         }
         // Every AM-PM point sees a few mutants each, at a time in any slot.
         let k = rng.below(ampm_nodes.len());
-        let at = 1_700_000_000 * SEC + rng.next() % (4 * SEC);
+        let at = 1_700_000_000 * SEC + rng.next_u64() % (4 * SEC);
         let mut b = VecBuf::new(&f, 128);
-        ampm_measured += (ampm_nodes[k].run(&mut b, at) == Some(ampm::Outcome::Measured)) as u64;
+        ampm_measured += (run_ampm(&mut ampm_nodes[k], &mut b, at) == Some(ampm::Outcome::Measured)) as u64;
         for n in int_nodes.iter_mut() {
             let mut b = VecBuf::new(&f, 256);
-            let before = (n.events(Event::IntSourced), n.events(Event::IntTransited), n.events(Event::IntSunk));
-            n.run(&mut b);
-            let after = (n.events(Event::IntSourced), n.events(Event::IntTransited), n.events(Event::IntSunk));
+            let acts = |n: &Node| [Event::IntSourced, Event::IntTransited, Event::IntSunk].map(|e| int_events(n, e));
+            let before = acts(n);
+            run_int(n, &mut b);
+            let after = acts(n);
             int_acted += (before != after) as u64;
         }
     }
@@ -317,9 +245,9 @@ fn int_round_trip_restores_every_wellformed_mutant() {
     for (presence, seed) in
         [(Presence::UdpPort(17768), 0x0ddb_a11c_0ffe), (Presence::Dscp { value: 0x17, mask: 0x3f }, 7)]
     {
-        let mut rng = Rng(seed);
+        let mut rng = XorShift::new(seed);
         let (mut s1, mut s2, mut s3) =
-            (IntNode::new(1, 0b01, presence), IntNode::new(2, 0, presence), IntNode::new(3, 0b10, presence));
+            (int_node(1, 0b01, presence), int_node(2, 0, presence), int_node(3, 0b10, presence));
         let mut checked = 0;
         for _ in 0..ROUNDS {
             let seed = &seeds[rng.below(seeds.len())];
@@ -338,16 +266,16 @@ fn int_round_trip_restores_every_wellformed_mutant() {
                 continue;
             }
             let mut b = VecBuf::new(&f, 256);
-            let sourced = s1.events(Event::IntSourced);
-            s1.run(&mut b);
-            if s1.events(Event::IntSourced) == sourced {
+            let sourced = int_events(&s1, Event::IntSourced);
+            run_int(&mut s1, &mut b);
+            if int_events(&s1, Event::IntSourced) == sourced {
                 continue;
             }
-            let (transited, sunk) = (s2.events(Event::IntTransited), s3.events(Event::IntSunk));
-            assert_eq!(s2.run(&mut b), Some(Ok(())), "transit of {f:02x?}");
-            assert_eq!(s2.events(Event::IntTransited), transited + 1, "transit of {f:02x?}");
-            assert_eq!(s3.run(&mut b), Some(Ok(())), "sink of {f:02x?}");
-            assert_eq!(s3.events(Event::IntSunk), sunk + 1, "sink of {f:02x?}");
+            let (transited, sunk) = (int_events(&s2, Event::IntTransited), int_events(&s3, Event::IntSunk));
+            assert_eq!(run_int(&mut s2, &mut b), Some(Ok(())), "transit of {f:02x?}");
+            assert_eq!(int_events(&s2, Event::IntTransited), transited + 1, "transit of {f:02x?}");
+            assert_eq!(run_int(&mut s3, &mut b), Some(Ok(())), "sink of {f:02x?}");
+            assert_eq!(int_events(&s3, Event::IntSunk), sunk + 1, "sink of {f:02x?}");
             assert_eq!(b.bytes(), &f[..], "{presence:?}: source, transit and sink give back {f:02x?}");
             checked += 1;
         }
@@ -358,24 +286,24 @@ fn int_round_trip_restores_every_wellformed_mutant() {
 #[test]
 fn altmark_option_round_trip_restores_every_wellformed_mutant() {
     let seeds = seeds();
-    let mut rng = Rng(0xa17_3a4c);
+    let mut rng = XorShift::new(0xa17_3a4c);
     for carrier in [Carrier::Ipv6HopByHop, Carrier::Ipv6DestOpts] {
-        let mut mp1 = AmpmNode::new(MpRole::Initiator, Method::Muxed, carrier);
-        let mut mp2 = AmpmNode::new(MpRole::Terminator, Method::Muxed, carrier);
+        let mut mp1 = Mp::new(MpRole::Initiator, Method::Muxed, carrier);
+        let mut mp2 = Mp::new(MpRole::Terminator, Method::Muxed, carrier);
         let mut checked = 0;
         for _ in 0..ROUNDS {
             let seed = &seeds[rng.below(seeds.len())];
             let f = mutate(&mut rng, seed);
-            let at = 1_700_000_000 * SEC + rng.next() % (4 * SEC);
+            let at = 1_700_000_000 * SEC + rng.next_u64() % (4 * SEC);
             let mut b = VecBuf::new(&f, 128);
-            let inserted = mp1.c.events[Event::AmpmOptionInserted as usize];
-            mp1.run(&mut b, at);
-            if mp1.c.events[Event::AmpmOptionInserted as usize] == inserted {
+            let inserted = mp1.event(Event::AmpmOptionInserted);
+            run_ampm(&mut mp1, &mut b, at);
+            if mp1.event(Event::AmpmOptionInserted) == inserted {
                 continue;
             }
-            let removed = mp2.c.events[Event::AmpmOptionRemoved as usize];
-            assert_eq!(mp2.run(&mut b, at + 1_000), Some(ampm::Outcome::Measured), "{carrier:?}: {f:02x?}");
-            assert_eq!(mp2.c.events[Event::AmpmOptionRemoved as usize], removed + 1, "{carrier:?}: {f:02x?}");
+            let removed = mp2.event(Event::AmpmOptionRemoved);
+            assert_eq!(run_ampm(&mut mp2, &mut b, at + 1_000), Some(ampm::Outcome::Measured), "{carrier:?}: {f:02x?}");
+            assert_eq!(mp2.event(Event::AmpmOptionRemoved), removed + 1, "{carrier:?}: {f:02x?}");
             assert_eq!(b.bytes(), &f[..], "{carrier:?}: initiator and terminator give back {f:02x?}");
             checked += 1;
         }

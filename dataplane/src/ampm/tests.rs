@@ -26,7 +26,7 @@ fn flow(role: MpRole, method: Method, carrier: Carrier) -> AmpmFlow {
 }
 
 /// One measurement point.
-struct Mp {
+pub(crate) struct Mp {
     spec: AmpmSpec,
     regs: Vec<u8>,
     counters: Vec<FlowCounters>,
@@ -34,7 +34,7 @@ struct Mp {
 }
 
 impl Mp {
-    fn new(role: MpRole, method: Method, carrier: Carrier) -> Mp {
+    pub(crate) fn new(role: MpRole, method: Method, carrier: Carrier) -> Mp {
         let mut s = AmpmSetup::new(1, timing(), 4);
         s.flows.push(flow(role, method, carrier));
         Mp {
@@ -45,7 +45,7 @@ impl Mp {
         }
     }
 
-    fn run(&mut self, pkt: &mut VecBuf, at_ns: u64) -> (Outcome, PacketMeta) {
+    pub(crate) fn run(&mut self, pkt: &mut VecBuf, at_ns: u64) -> (Outcome, PacketMeta) {
         let now = BurstTime::new(&self.spec.timing, at_ns);
         let mut meta = parse(pkt.bytes(), 0).unwrap();
         let mut memo = SlotMemo::default();
@@ -66,7 +66,7 @@ impl Mp {
         (c.packets.load(Relaxed), c.bytes.load(Relaxed), c.delay_count.load(Relaxed), c.delay_ts.load(Relaxed))
     }
 
-    fn event(&self, e: Event) -> u64 {
+    pub(crate) fn event(&self, e: Event) -> u64 {
         self.c.events[e as usize]
     }
 }
@@ -281,17 +281,22 @@ fn ipv6_hop_by_hop_option_inserted_and_removed() {
     assert_eq!(term.event(Event::AmpmOptionRemoved), 1);
 }
 
-/// A v6 frame with a Hop-by-Hop header holding a Router Alert option.
-fn v6_with_hbh() -> VecBuf {
+/// The v6 frame with one 8-byte extension header of type `nh` before UDP.
+fn v6_with_ext(nh: u8, ext: [u8; 8]) -> Vec<u8> {
     let base = v6();
     let b = base.bytes();
     let mut f = b[..54].to_vec();
-    f[20] = 0;
+    f[20] = nh;
     let pl = rd16(b, 18) + 8;
     f[18..20].copy_from_slice(&pl.to_be_bytes());
-    f.extend_from_slice(&[17, 0, 5, 2, 0, 0, 1, 0]);
+    f.extend_from_slice(&ext);
     f.extend_from_slice(&b[54..]);
-    VecBuf::new(&f, 64)
+    f
+}
+
+/// A v6 frame with a Hop-by-Hop header holding a Router Alert option.
+fn v6_with_hbh() -> VecBuf {
+    VecBuf::new(&v6_with_ext(0, [17, 0, 5, 2, 0, 0, 1, 0]), 64)
 }
 
 #[test]
@@ -339,14 +344,7 @@ fn destination_options_go_before_a_fragment_header() {
     // After it, the new header would be in the fragmentable part and break
     // reassembly. (This fragment's reserved byte is not zero: ignored on
     // reception, RFC 8200, it is no length.)
-    let base = v6();
-    let b = base.bytes();
-    let mut f = b[..54].to_vec();
-    f[20] = 44;
-    let pl = rd16(b, 18) + 8;
-    f[18..20].copy_from_slice(&pl.to_be_bytes());
-    f.extend_from_slice(&[17, 3, 0, 0, 0, 0, 0, 1]);
-    f.extend_from_slice(&b[54..]);
+    let f = v6_with_ext(44, [17, 3, 0, 0, 0, 0, 0, 1]);
     let mut p = VecBuf::new(&f, 64);
     let mut init = Mp::new(MpRole::Initiator, Method::Muxed, Carrier::Ipv6DestOpts);
     init.run(&mut p, T0);
