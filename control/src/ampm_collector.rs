@@ -83,6 +83,9 @@ fn segment(up: &Record, down: &Record) -> Value {
     })
 }
 
+/// (FlowMonID, interval) pairs waiting for their MPs, at most.
+pub const MAX_PENDING: usize = 1 << 16;
+
 #[derive(Default)]
 pub struct Joiner {
     /// MPs an interval needs before it is reported.
@@ -135,15 +138,19 @@ impl Joiner {
             && v.iter().any(|x| x.role == "initiator")
             && v.iter().any(|x| x.role == "terminator");
         if !done {
-            // Intervals that can no longer complete (4 newer ones seen).
-            let stale: Vec<(u64, u64)> = self
-                .pending
-                .keys()
-                .filter(|(f, i)| *f == key.0 && i.checked_add(4).is_some_and(|e| e <= key.1))
-                .copied()
-                .collect();
-            for k in stale {
-                self.pending.remove(&k);
+            // This flow's intervals that can no longer complete (4 newer
+            // ones seen): a range of the map, not a scan of it.
+            if let Some(upto) = key.1.checked_sub(3) {
+                let stale: Vec<(u64, u64)> = self.pending.range((key.0, 0)..(key.0, upto)).map(|(k, _)| *k).collect();
+                for k in stale {
+                    self.pending.remove(&k);
+                    self.incomplete += 1;
+                }
+            }
+            // Bounded: records of endless new FlowMonIDs (a misconfigured
+            // or hostile sender) push out the lowest ones, counted.
+            while self.pending.len() > MAX_PENDING {
+                self.pending.pop_first();
                 self.incomplete += 1;
             }
             return None;
@@ -250,5 +257,25 @@ mod tests {
         assert_eq!(j.bad_records, 1);
         let s = j.summary();
         assert_eq!(s["ampm_summary"]["records"], 3);
+    }
+
+    #[test]
+    fn waiting_intervals_are_bounded() {
+        let mut j = Joiner::new(2);
+        for f in 0..MAX_PENDING as u64 + 10 {
+            let r = Record::parse(
+                &rec(1, f, "initiator", 1, 1, None, 0).replace("\"flow_mon_id\":9", &format!("\"flow_mon_id\":{f}")),
+            );
+            j.record(r.unwrap());
+        }
+        assert_eq!(j.pending.len(), MAX_PENDING);
+        assert_eq!(j.summary()["ampm_summary"]["intervals_incomplete"], MAX_PENDING as u64 + 10);
+        // A flow's intervals four behind its newest are given up.
+        let mut j = Joiner::new(2);
+        for i in 1..=10 {
+            j.datagram(&rec(1, i, "initiator", i, 1, None, 0));
+        }
+        assert_eq!(j.pending.keys().map(|k| k.1).collect::<Vec<_>>(), [7, 8, 9, 10]);
+        assert_eq!(j.incomplete, 6);
     }
 }

@@ -321,12 +321,22 @@ pub struct Tracker {
     pub reports: u64,
     pub bad_packets: u64,
     pub hops: BTreeMap<u32, HopStats>,
+    /// Sequences and hop samples of nodes past [`MAX_TRACKED`], not kept.
+    pub untracked: u64,
 }
+
+/// (node, hw_id) sequences and hop nodes tracked, at most each: reports
+/// from endless new node IDs cannot grow the collector without bound.
+pub const MAX_TRACKED: usize = 1 << 16;
 
 impl Tracker {
     /// Accounts a report packet's sequence number (22 bits, wrapping).
     pub fn packet(&mut self, node: u32, hw_id: u8, seq: u32) {
         self.packets += 1;
+        if self.gaps.len() >= MAX_TRACKED && !self.gaps.contains_key(&(node, hw_id)) {
+            self.untracked += 1;
+            return;
+        }
         let gaps = self.gaps.entry((node, hw_id)).or_default();
         if let Some(last) = self.last_seq.insert((node, hw_id), seq) {
             let missing = seq.wrapping_sub(last).wrapping_sub(1) & 0x3f_ffff;
@@ -342,6 +352,10 @@ impl Tracker {
         let Ok(s) = &r.stack else { return };
         let mut add = |node: Option<u32>, h: &HopValues| {
             let (Some(node), Some(lat)) = (node, h.hop_latency_ns) else { return };
+            if self.hops.len() >= MAX_TRACKED && !self.hops.contains_key(&node) {
+                self.untracked += 1;
+                return;
+            }
             let st = self.hops.entry(node).or_default();
             if st.samples == 0 || (lat as u64) < st.latency_min {
                 st.latency_min = lat as u64;
@@ -375,7 +389,7 @@ impl Tracker {
             })
             .collect();
         json!({"summary": {"packets": self.packets, "reports": self.reports, "bad_packets": self.bad_packets,
-                           "sequence": gaps, "hops": hops}})
+                           "untracked": self.untracked, "sequence": gaps, "hops": hops}})
     }
 }
 
@@ -504,5 +518,16 @@ mod tests {
         }
         let _ = t.summary();
         assert!(decoded > 10_000 && refused > 10_000, "decoded {decoded}, refused {refused}");
+    }
+
+    #[test]
+    fn tracked_nodes_are_bounded() {
+        let mut t = Tracker::default();
+        for node in 0..MAX_TRACKED as u32 + 5 {
+            t.packet(node, 0, 1);
+        }
+        t.packet(0, 0, 3);
+        assert_eq!((t.gaps.len(), t.untracked, t.gaps[&(0, 0)]), (MAX_TRACKED, 5, 1));
+        assert_eq!(t.summary()["summary"]["untracked"], 5);
     }
 }
