@@ -993,30 +993,24 @@ fn write_mark<B: PacketBuf>(
         (carrier, Found::Absent { hdr, nh_at, at }) => {
             let data = altmark_data(flow.flow_mon_id, l, d);
             let want = if *carrier == Carrier::Ipv6HopByHop { NH_HOP_BY_HOP } else { NH_DEST_OPTS };
+            // Eight bytes at `at`: the end of the existing options header,
+            // or where a new one goes.
+            if !pkt.insert_at(at, ALTMARK_BYTES) {
+                return Written::NoRoom;
+            }
+            let b = pkt.bytes_mut();
+            b[at + 4..at + 8].copy_from_slice(&data);
             let f = match hdr {
                 // Grow the existing options header: PadN(0) then the option,
                 // so the option data stays 4-byte aligned.
                 Some((h, len)) => {
-                    if !pkt.insert_at(h + len, ALTMARK_BYTES) {
-                        return Written::NoRoom;
-                    }
-                    let b = pkt.bytes_mut();
-                    let at = h + len;
                     b[at..at + 4].copy_from_slice(&[1, 0, ALTMARK_OPTION, 4]);
-                    b[at + 4..at + 8].copy_from_slice(&data);
                     b[h + 1] += 1;
                     Found::Option { opt: at + 2, hdr: h, len: len + ALTMARK_BYTES, nh_at, only: false }
                 }
                 None => {
-                    if !pkt.insert_at(at, ALTMARK_BYTES) {
-                        return Written::NoRoom;
-                    }
-                    let b = pkt.bytes_mut();
-                    b[at] = b[nh_at];
-                    b[at + 1] = 0;
-                    b[at + 2] = ALTMARK_OPTION;
-                    b[at + 3] = 4;
-                    b[at + 4..at + 8].copy_from_slice(&data);
+                    let next = b[nh_at];
+                    b[at..at + 4].copy_from_slice(&[next, 0, ALTMARK_OPTION, 4]);
                     b[nh_at] = want;
                     Found::Option { opt: at + 2, hdr: at, len: ALTMARK_BYTES, nh_at, only: true }
                 }
@@ -1068,20 +1062,22 @@ fn clear_marks<B: PacketBuf>(
             // header valid, leave a PadN in its place.
             let cut = match padded_block(pkt.bytes(), hdr, len, opt) {
                 Some((s, e)) => Some((s, e - s)),
-                None if only => {
-                    let next = pkt.bytes()[hdr];
-                    pkt.bytes_mut()[nh_at] = next;
-                    Some((hdr, len))
-                }
+                None if only => Some((hdr, len)),
                 None => None,
             };
             match cut {
                 Some((at, n)) => {
+                    // The header's next-header byte, read before it goes.
+                    let next = pkt.bytes()[hdr];
                     if !pkt.remove_at(at, n) {
                         return;
                     }
-                    if at != hdr {
-                        pkt.bytes_mut()[hdr + 1] -= (n / 8) as u8;
+                    // (remove_at keeps the bytes before `at` in place.)
+                    let b = pkt.bytes_mut();
+                    if at == hdr {
+                        b[nh_at] = next;
+                    } else {
+                        b[hdr + 1] -= (n / 8) as u8;
                     }
                     grow_meta(meta, -(n as isize));
                     add_payload_len(pkt.bytes_mut(), meta, -(n as isize));

@@ -924,26 +924,8 @@ impl RxQueue {
     /// might not fit.
     #[inline]
     pub fn relay_into(&mut self, max: usize, tx: &mut TxBuffer) -> Relayed {
-        let max = max.min(MAX_BURST);
-        let mut r = Relayed::default();
-        if tx.len + max > MAX_BURST {
-            (r.refused, r.refused_bytes) = tx.flush();
-        }
-        // SAFETY: tx.pkts has room for `max` pointers past tx.len (flushed
-        // above otherwise); this queue is polled by one lcore only.
-        let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, tx.pkts.as_mut_ptr().add(tx.len), max as u16) }
-            as usize;
-        for &p in &tx.pkts[tx.len..tx.len + n] {
-            // SAFETY: one of the n valid mbufs DPDK just handed over, now owned by `tx`.
-            r.bytes += unsafe { (*p).pkt_len } as u64;
-        }
-        r.packets = n;
-        tx.len += n;
-        if tx.len == MAX_BURST {
-            let (n, b) = tx.flush();
-            r.refused += n;
-            r.refused_bytes += b;
-        }
+        let (mut r, n) = self.rx_past(max, tx);
+        tx.commit(n, &mut r);
         r
     }
 
@@ -961,25 +943,14 @@ impl RxQueue {
         out: &mut [Option<Mbuf>; MAX_BURST],
         keep: impl FnOnce(&[Mbuf]) -> bool,
     ) -> (Relayed, bool) {
-        let max = max.min(MAX_BURST);
-        let mut r = Relayed::default();
-        if tx.len + max > MAX_BURST {
-            (r.refused, r.refused_bytes) = tx.flush();
-        }
+        let (mut r, n) = self.rx_past(max, tx);
         let at = tx.len;
-        // SAFETY: tx.pkts has room for `max` pointers past tx.len (flushed
-        // above otherwise); this queue is polled by one lcore only.
-        let n =
-            unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, tx.pkts.as_mut_ptr().add(at), max as u16) } as usize;
-        // SAFETY: the n pointers DPDK just wrote are non-null mbufs, and a
-        // `Mbuf` is laid out as one (repr(transparent)): lent to `keep` as
-        // a shared slice, so nothing is dropped or moved through it.
+        // SAFETY: the n pointers DPDK just wrote past tx.len are non-null
+        // mbufs, and a `Mbuf` is laid out as one (repr(transparent)): lent
+        // to `keep` as a shared slice, so nothing is dropped or moved
+        // through it.
         let got: &[Mbuf] = unsafe { std::slice::from_raw_parts(tx.pkts.as_ptr().add(at).cast::<Mbuf>(), n) };
-        r.packets = n;
-        if n == 0 {
-            return (r, true);
-        }
-        if !keep(got) {
+        if n > 0 && !keep(got) {
             debug_assert!(out[..n].iter().all(Option::is_none), "relay_into_if: slots must be empty");
             // SAFETY: an `Option<Mbuf>` is laid out as a `*mut rte_mbuf`;
             // the n mbufs move to `out`, and the buffer forgets them
@@ -993,17 +964,26 @@ impl RxQueue {
             };
             return (r, false);
         }
-        for &p in &tx.pkts[at..at + n] {
-            // SAFETY: one of the n valid mbufs DPDK just handed over, now owned by `tx`.
-            r.bytes += unsafe { (*p).pkt_len } as u64;
-        }
-        tx.len += n;
-        if tx.len == MAX_BURST {
-            let (n, b) = tx.flush();
-            r.refused += n;
-            r.refused_bytes += b;
-        }
+        tx.commit(n, &mut r);
         (r, true)
+    }
+
+    /// Receives up to `max` packets into `tx.pkts` past `tx.len` (sending
+    /// the buffer first if they might not fit) without taking them into
+    /// the buffer yet: returns what that send refused, and how many came.
+    #[inline]
+    fn rx_past(&mut self, max: usize, tx: &mut TxBuffer) -> (Relayed, usize) {
+        let max = max.min(MAX_BURST);
+        let mut r = Relayed::default();
+        if tx.len + max > MAX_BURST {
+            (r.refused, r.refused_bytes) = tx.flush();
+        }
+        // SAFETY: tx.pkts has room for `max` pointers past tx.len (flushed
+        // above otherwise); this queue is polled by one lcore only.
+        let n = unsafe { ffi::shim_eth_rx_burst(self.port, self.queue, tx.pkts.as_mut_ptr().add(tx.len), max as u16) }
+            as usize;
+        r.packets = n;
+        (r, n)
     }
 }
 
@@ -1031,6 +1011,22 @@ unsafe impl Send for TxBuffer {}
 impl TxBuffer {
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Takes in the `n` packets received past `len` (see
+    /// `RxQueue::rx_past`), counting their bytes into `r`; sends when full.
+    #[inline]
+    fn commit(&mut self, n: usize, r: &mut Relayed) {
+        for &p in &self.pkts[self.len..self.len + n] {
+            // SAFETY: one of the n valid mbufs DPDK just handed over, now owned here.
+            r.bytes += unsafe { (*p).pkt_len } as u64;
+        }
+        self.len += n;
+        if self.len == MAX_BURST {
+            let (n, b) = self.flush();
+            r.refused += n;
+            r.refused_bytes += b;
+        }
     }
 
     pub fn pending(&self) -> usize {

@@ -361,17 +361,16 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // received straight into that port's TX buffer and bridged once
             // there, as a wire's is; one that does not (mixed frames, another
             // port, a drop) is taken back out and handled as below.
-            let l2_wire = expect_out[ip]
-                .filter(|&p| {
-                    no_flows
-                        && tables.l2_only()
-                        && tables.emulated == 0
-                        && (cap_rx & (1 << ip)) | cap_tx == 0
-                        && p < out.tx.len()
-                        && tables.ports.get(ip).is_some_and(|p| p.up)
-                })
-                .map(|p| (p, out.single_flood_port(ip, &tables)));
-            let n = if let Some((p, flood_to)) = l2_wire {
+            let l2_wire = expect_out[ip].filter(|&p| {
+                no_flows
+                    && tables.l2_only()
+                    && tables.emulated == 0
+                    && (cap_rx & (1 << ip)) | cap_tx == 0
+                    && p < out.tx.len()
+                    && tables.ports.get(ip).is_some_and(|p| p.up)
+            });
+            let n = if let Some(p) = l2_wire {
+                let nports = out.tx.len();
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, last_poll_tsc, false);
                 let mut flooded = false;
                 let (r, ok) = rxq.relay_into_if(burst, &mut out.tx[p], &mut pkts, |ms| {
@@ -381,7 +380,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     let v = forward::bridge_l2(&mut ctx, ms[0].data(), in_port);
                     let to = match v {
                         Verdict::Tx(q) => Some(q as usize),
-                        Verdict::Flood => flood_to,
+                        // (Only a flood needs the port list.)
+                        Verdict::Flood => single_flood_port(&tables, ip, nports),
                         _ => None,
                     };
                     flooded = v == Verdict::Flood;
@@ -471,7 +471,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 // (Flooding to the one other port of a two-port bridge is such a case.)
                 let single = match verdicts[0] {
                     Verdict::Tx(p) => Some(p as usize),
-                    Verdict::Flood => out.single_flood_port(ip, &tables),
+                    Verdict::Flood => single_flood_port(&tables, ip, out.tx.len()),
                     _ => None,
                 };
                 if let (true, Some(p)) = (uniform && cap_tx == 0, single) {
@@ -830,15 +830,6 @@ impl Egress {
         account_refused(c, port, n, b);
     }
 
-    /// The port a flood from `in_port` goes to when it is the only one.
-    fn single_flood_port(&self, in_port: usize, t: &Tables) -> Option<usize> {
-        let mut ports = flood_ports(t, in_port, self.tx.len());
-        match (ports.next(), ports.next()) {
-            (Some(i), None) => Some(i),
-            _ => None,
-        }
-    }
-
     /// Every other up port; emulated ports get their own copy.
     fn flood(&mut self, m: Mbuf, in_port: usize, t: &Tables, c: &mut CounterValues, now: u64) {
         let mut n = 0;
@@ -906,6 +897,15 @@ impl Egress {
 
 /// The ports a flood from `in_port` goes out of: every other up port that
 /// has a TX buffer (of `nports`).
+/// The port a flood from `in_port` goes to when it is the only one.
+fn single_flood_port(t: &Tables, in_port: usize, nports: usize) -> Option<usize> {
+    let mut ports = flood_ports(t, in_port, nports);
+    match (ports.next(), ports.next()) {
+        (Some(i), None) => Some(i),
+        _ => None,
+    }
+}
+
 fn flood_ports(t: &Tables, in_port: usize, nports: usize) -> impl Iterator<Item = usize> + '_ {
     t.ports.iter().enumerate().take(nports).filter(move |&(i, ps)| i != in_port && ps.up).map(|(i, _)| i)
 }
