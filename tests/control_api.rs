@@ -1,6 +1,6 @@
 //! The control socket, `intctl` and the metrics endpoint against a running
-//! intswitch on vdevs: every command round trip, hostile clients, socket
-//! ownership, updates under traffic, capture.
+//! intswitch on vdevs: every command round trip, hostile clients, mutated
+//! requests, socket ownership, updates under traffic, capture.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -17,6 +17,11 @@ const P0_MAC: &str = "02:00:00:00:a0:00";
 /// A router with p0 replaying `in.pcap` forever (UDP 10.0.1.10 -> 198.51.100.x)
 /// into p1 (net_null).
 fn start_router(d: &Scratch, name: &str, frames: usize) -> SwitchProcess {
+    start_router_with(d, name, frames, "")
+}
+
+/// `start_router` with more config sections after the neighbours.
+fn start_router_with(d: &Scratch, name: &str, frames: usize, extra: &str) -> SwitchProcess {
     let spec = control::traffic::TrafficSpec {
         count: frames,
         flows: frames,
@@ -61,6 +66,7 @@ port = "p1"
 ip = "10.0.2.253"
 mac = "02:00:00:00:02:fd"
 port = "p1"
+{extra}
 "#,
         pid = std::process::id(),
         control = control_section(d),
@@ -407,4 +413,252 @@ fn capture_writes_a_pcap_tshark_reads() {
     }
     let out = sw.stop();
     assert_eq!(out["total_drops"], 0);
+}
+
+/// One valid request per command (capture aside: it waits for packets and
+/// writes files) for a router with INT and AM-PM.
+fn valid_requests() -> Vec<(&'static str, Value)> {
+    let key = json!({"in_port": "p0", "src": "10.0.1.10", "dst": "198.51.100.10", "proto": "udp",
+                     "src_port": 1024, "dst_port": 5001});
+    let mut flow_add = key.clone();
+    flow_add["action"] = json!("drop");
+    vec![
+        ("show_version", json!({})),
+        ("show_config", json!({})),
+        ("show_ports", json!({})),
+        ("show_workers", json!({})),
+        ("show_counters", json!({})),
+        ("show_drops", json!({})),
+        ("show_routes", json!({})),
+        ("show_neighbours", json!({})),
+        ("show_flows", json!({"max": 10})),
+        ("flow_add", flow_add),
+        ("flow_del", key),
+        ("route_add", json!({"prefix": "203.0.113.0/24", "port": "p1", "via": "10.0.2.253"})),
+        ("route_del", json!({"prefix": "203.0.113.0/24"})),
+        ("neighbour_add", json!({"ip": "10.0.2.9", "mac": "02:00:00:00:02:09", "port": "p1"})),
+        ("neighbour_del", json!({"ip": "10.0.2.9"})),
+        ("port_disable", json!({"port": "p1"})),
+        ("port_enable", json!({"port": "p1"})),
+        ("port_impair", json!({"port": "p1", "netem": "delay 1ms 100us loss 1% rate 100mbit limit 100"})),
+        ("clear_counters", json!({})),
+        ("metrics", json!({})),
+        ("show_int", json!({})),
+        ("show_reports", json!({})),
+        (
+            "int_watch_add",
+            json!({"name": "w", "role": "source", "priority": 5, "src": "10.0.1.0/24", "proto": "udp",
+                   "dst_port": "5000/0xff00", "dscp": 0, "in_port": "p0",
+                   "instructions": ["node_id", "l1_ports", "hop_latency"], "max_hops": 8, "domain_id": 0}),
+        ),
+        ("int_watch_del", json!({"name": "w"})),
+        ("int_export", json!({"paused": true})),
+        ("show_ampm", json!({})),
+        (
+            "ampm_add",
+            json!({"name": "a", "flow_mon_id": 7, "role": "initiator", "method": "muxed", "carrier": "dscp",
+                   "clear": true, "l_bit": 0, "d_bit": 1, "priority": 0, "src": "10.0.1.0/24", "proto": "udp",
+                   "dst_port": 5001}),
+        ),
+        ("ampm_del", json!({"name": "a"})),
+        ("rule_show", json!({"table": "muxed-initiator"})),
+        (
+            "rule_add",
+            json!({"table": "muxed-initiator", "name": "r", "priority": 5, "time": "01*", "mark": "*1",
+                   "reg": "*", "set_l": true, "color": 1, "count": true, "timestamp": false}),
+        ),
+        ("rule_del", json!({"table": "muxed-initiator", "name": "r"})),
+    ]
+}
+
+/// Values of the wrong type, at the edges of their type, or malformed.
+fn odd_value(rng: &mut dataplane::rand::XorShift) -> Value {
+    let pool = [
+        Value::Null,
+        json!(true),
+        json!(-1),
+        json!(0),
+        json!(u64::MAX),
+        json!(i64::MIN),
+        json!(1e300),
+        json!(0.5),
+        json!(""),
+        json!("x".repeat(5000)),
+        json!("\u{1f4a5}\u{0}"),
+        json!([]),
+        json!({}),
+        json!([1, "a", null]),
+        json!("10.0.0.0/33"),
+        json!("::/0"),
+        json!("0.0.0.0/0"),
+        json!("255.255.255.255"),
+        json!("ff:ff:ff:ff:ff:ff"),
+        json!("p9"),
+        json!("*"),
+        json!("1e999"),
+        json!("65536"),
+        json!("0x1ffff/0xffff"),
+        json!("delay 1e300s"),
+        json!("rate 0.1bit"),
+        json!("loss nan%"),
+        json!("limit 99999999999999999999"),
+        json!("0101010101010101010101010101010101010101010101010101010101010101010101"),
+        json!("**1"),
+        json!(["node_id", "node_id", "bogus"]),
+        json!(4294967296u64),
+        json!(256),
+    ];
+    pool[rng.below(pool.len())].clone()
+}
+
+/// A string with one character replaced, inserted or removed.
+fn edit_string(rng: &mut dataplane::rand::XorShift, s: &str) -> String {
+    let mut c: Vec<char> = s.chars().collect();
+    let alphabet = ['0', '9', '.', '/', ':', '*', '-', 'x', 'f', ' ', '%', '\u{e9}'];
+    let at = rng.below(c.len() + 1);
+    let ch = alphabet[rng.below(alphabet.len())];
+    match rng.below(3) {
+        0 if at < c.len() => c[at] = ch,
+        1 => c.insert(at, ch),
+        _ if at < c.len() => {
+            c.remove(at);
+        }
+        _ => c.push(ch),
+    }
+    c.into_iter().collect()
+}
+
+fn mutate(rng: &mut dataplane::rand::XorShift, args: &mut Value) {
+    let Some(m) = args.as_object_mut() else { return };
+    let keys: Vec<String> = m.keys().cloned().collect();
+    let pick = |rng: &mut dataplane::rand::XorShift| keys.get(rng.below(keys.len())).cloned();
+    for _ in 0..1 + rng.below(3) {
+        match rng.below(5) {
+            0 => {
+                if let Some(k) = pick(rng) {
+                    m.insert(k, odd_value(rng));
+                }
+            }
+            1 => {
+                if let Some(k) = pick(rng) {
+                    m.remove(&k);
+                }
+            }
+            2 => {
+                m.insert(["colour", "", "max_hops ", "\u{0}"][rng.below(4)].to_string(), odd_value(rng));
+            }
+            3 => {
+                if let Some(k) = pick(rng) {
+                    if let Some(Value::String(s)) = m.get(&k) {
+                        let e = edit_string(rng, s);
+                        m.insert(k, json!(e));
+                    }
+                }
+            }
+            _ => {
+                // A number as a string, or a string as a number.
+                if let Some(k) = pick(rng) {
+                    let v = match m.get(&k) {
+                        Some(Value::Number(n)) => json!(n.to_string()),
+                        Some(Value::String(s)) => json!(s.len()),
+                        _ => continue,
+                    };
+                    m.insert(k, v);
+                }
+            }
+        }
+    }
+}
+
+/// Every command with mutated arguments (wrong types, edge values, edited
+/// strings, missing and unknown keys; now and then a misspelt command or
+/// arguments that are not an object): each request gets exactly one answer,
+/// its result or an error with a code and a message, on the same
+/// connection; the switch stays up and forwarding.
+#[test]
+fn mutated_requests_get_an_answer_and_forwarding_goes_on() {
+    let d = Scratch::new("api-mutate");
+    // Reports and AM-PM records go to a socket of this test's.
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap();
+    let extra = format!(
+        r#"[int]
+node_id = 3
+edge_ports = ["p0"]
+[[int.watch]]
+name = "udp"
+role = "source"
+proto = "udp"
+instructions = ["node_id", "hop_latency"]
+[[int.collector]]
+address = "{to}"
+[ampm]
+node_id = 3
+interval = "1s"
+max_flows = 64
+[[ampm.flow]]
+name = "f"
+flow_mon_id = 1
+role = "initiator"
+method = "muxed"
+carrier = "dscp"
+proto = "udp"
+[[ampm.collector]]
+address = "{to}"
+"#
+    );
+    let mut sw = start_router_with(&d, "apimut", 16, &extra);
+    let sock = d.path("sw.sock");
+    let mut conn = UnixStream::connect(&sock).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+    let rx0 = rx_packets(&d);
+
+    let valid = valid_requests();
+    let mut rng = dataplane::rand::XorShift::new(0xa91);
+    let (mut ok, mut refused) = (0u32, std::collections::BTreeMap::<String, u32>::new());
+    for id in 1..=4000u64 {
+        let (cmd, mut args) = valid[rng.below(valid.len())].clone();
+        mutate(&mut rng, &mut args);
+        // Now and then the whole args is not an object, or the command is misspelt.
+        let (cmd, args) = match rng.below(40) {
+            0 => (cmd.to_string(), odd_value(&mut rng)),
+            1 => (edit_string(&mut rng, cmd), args),
+            _ => (cmd.to_string(), args),
+        };
+        let req = json!({"version": 1, "id": id, "cmd": cmd, "args": args});
+        writeln!(conn, "{req}").unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or_else(|e| panic!("{req}: no answer: {e}"));
+        let r: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{req}: answer {line:?}: {e}"));
+        assert_eq!((r["version"].as_u64(), r["id"].as_u64()), (Some(1), Some(id)), "{req}: {r}");
+        match r["ok"].as_bool() {
+            Some(true) => ok += 1,
+            Some(false) => {
+                let (code, msg) = (r["error"]["code"].as_str(), r["error"]["message"].as_str());
+                assert!(code.is_some_and(|c| !c.is_empty()) && msg.is_some_and(|m| !m.is_empty()), "{req}: {r}");
+                *refused.entry(code.unwrap().to_string()).or_default() += 1;
+            }
+            None => panic!("{req}: {r}"),
+        }
+    }
+    // Both outcomes occur: the mutations reach past argument parsing.
+    assert!(ok > 400, "{ok} accepted, refused: {refused:?}");
+    assert!(refused.values().sum::<u32>() > 1000, "{ok} accepted, refused: {refused:?}");
+    assert!(refused.contains_key("bad_argument"), "{refused:?}");
+
+    // Undo what the accepted ones may have set, then the switch forwards on
+    // and every view still answers.
+    let mut c = Client::connect(sock.to_str().unwrap()).unwrap();
+    for p in ["p0", "p1"] {
+        c.call("port_enable", json!({"port": p})).unwrap();
+        c.call("port_impair", json!({"port": p, "netem": "none"})).unwrap();
+    }
+    assert!(sw.alive());
+    assert!(rx_beyond(&d, rx0));
+    for (cmd, args) in valid.iter().filter(|(c, _)| c.starts_with("show") || *c == "metrics") {
+        c.call(cmd, args.clone()).unwrap_or_else(|e| panic!("{cmd}: {e:?}"));
+    }
+    let out = sw.stop();
+    assert!(out["ports"][1]["tx_packets"].as_u64().unwrap() > 0, "{out}");
 }

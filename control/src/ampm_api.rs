@@ -214,6 +214,7 @@ impl Switch {
     /// Adds a slot-table row (or replaces the one with the same name).
     pub fn rule_add(&mut self, a: SlotRuleArgs) -> Result<Value, ApiError> {
         let ti = table_index(&a.table)?;
+        crate::config::check_name("name", &a.name)?;
         let t = self.ampm_setup()?.timing;
         let bad = |k: &str, e: String| ApiError::bad_argument(k, e);
         let mark = if a.mark.chars().all(|c| c == '*') {

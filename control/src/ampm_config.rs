@@ -162,6 +162,7 @@ pub fn timing(interval: &str, format: &str, sub_bits: u8) -> Result<Timing, Conf
 impl AmpmFlowConfig {
     /// The flow for counter slot `slot`.
     pub fn to_flow(&self, ports: &[String], slot: u32) -> Result<AmpmFlow, ConfigError> {
+        crate::config::check_name("name", &self.name)?;
         if self.flow_mon_id > 0xf_ffff {
             return Err(cerr("flow_mon_id", "must fit 20 bits (0-1048575)"));
         }

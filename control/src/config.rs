@@ -280,9 +280,58 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     }
     let mut m = [0u8; 6];
     for (i, p) in parts.iter().enumerate() {
+        // One or two hex digits: from_str_radix alone would also take "+f"
+        // and a typo such as "09f".
+        if !(1..=2).contains(&p.len()) || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("'{s}' is not a MAC address (six hex bytes separated by ':')"));
+        }
         m[i] = u8::from_str_radix(p, 16).map_err(|_| format!("'{s}' is not a MAC address"))?;
     }
     Ok(m)
+}
+
+/// A neighbour's (or a gateway's) MAC: unicast and not all zeros.
+pub fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
+    let m = parse_mac(s)?;
+    if m[0] & 1 != 0 || m == [0; 6] {
+        return Err(format!("'{s}' is not a unicast MAC address"));
+    }
+    Ok(m)
+}
+
+/// Longest name of a port, watch rule, AM-PM flow or slot rule.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Names are what intctl takes as one argument and the views print: 1 to
+/// 64 printable ASCII characters, no spaces.
+pub fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(cerr(
+            key,
+            format!(
+                "'{}' is not a name: 1 to {MAX_NAME_LEN} printable ASCII characters, no spaces",
+                name.escape_debug()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A neighbour's or gateway's address: a host, not an unspecified,
+/// loopback, multicast or broadcast address (nor IPv4 0.0.0.0/8).
+fn parse_host_ip(key: &str, s: &str) -> Result<IpAddr, ConfigError> {
+    let ip = parse_ip(key, s)?;
+    let bad = ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_multicast()
+        || match ip {
+            IpAddr::V4(a) => a.is_broadcast() || a.octets()[0] == 0,
+            IpAddr::V6(_) => false,
+        };
+    if bad {
+        return Err(cerr(key, format!("'{s}' is not a host address")));
+    }
+    Ok(ip)
 }
 
 pub fn format_mac(m: &[u8; 6]) -> String {
@@ -452,6 +501,7 @@ impl Config {
         }
         let mut names = HashSet::new();
         for (i, p) in self.ports.iter().enumerate() {
+            check_name(&format!("port[{i}].name"), &p.name)?;
             if !names.insert(p.name.as_str()) {
                 return Err(cerr(format!("port[{i}].name"), format!("'{}' is used twice", p.name)));
             }
@@ -469,7 +519,7 @@ impl Config {
             if p.device.is_empty() {
                 return Err(cerr(k("device"), "must name a vdev or PCI address"));
             }
-            let mac = p.mac.as_deref().map(parse_mac).transpose().map_err(|e| cerr(k("mac"), e))?;
+            let mac = p.mac.as_deref().map(parse_unicast_mac).transpose().map_err(|e| cerr(k("mac"), e))?;
             let mut ipv4 = Vec::new();
             let mut ipv6 = Vec::new();
             for a in &p.ipv4 {
@@ -610,7 +660,7 @@ impl RouteConfig {
     pub fn to_spec(&self, ports: &[String]) -> Result<RouteSpec, ConfigError> {
         let (prefix, len) = parse_prefix(&self.prefix).map_err(|e| cerr("prefix", e))?;
         let port = port_by_name(ports, "port", &self.port)?;
-        let gateway = self.via.as_deref().map(|v| parse_ip("via", v)).transpose()?;
+        let gateway = self.via.as_deref().map(|v| parse_host_ip("via", v)).transpose()?;
         if gateway.is_some_and(|g| g.is_ipv4() != prefix.is_ipv4()) {
             return Err(cerr("via", "gateway and prefix are of different IP versions"));
         }
@@ -620,8 +670,8 @@ impl RouteConfig {
 
 impl NeighbourConfig {
     pub fn to_spec(&self, ports: &[String]) -> Result<NeighbourSpec, ConfigError> {
-        let ip = parse_ip("ip", &self.ip)?;
-        let mac = parse_mac(&self.mac).map_err(|e| cerr("mac", e))?;
+        let ip = parse_host_ip("ip", &self.ip)?;
+        let mac = parse_unicast_mac(&self.mac).map_err(|e| cerr("mac", e))?;
         let port = port_by_name(ports, "port", &self.port)?;
         Ok(NeighbourSpec { ip, mac, port, permanent: true })
     }
@@ -714,6 +764,26 @@ action = "drop"
     }
 
     #[test]
+    fn macs_and_names_are_strict() {
+        assert_eq!(parse_mac("2:0:0:0:a:FF"), Ok([2, 0, 0, 0, 0xa, 0xff]));
+        for bad in
+            ["02:00:00:00:00:09f", "+2:00:00:00:00:01", "02:00:00:00:00:", "02:00:00:00:00:0g", "02-00-00-00-00-01"]
+        {
+            assert!(parse_mac(bad).is_err(), "{bad}");
+        }
+        assert!(parse_unicast_mac("02:00:00:00:00:01").is_ok());
+        assert!(parse_unicast_mac("ff:ff:ff:ff:ff:ff").is_err());
+        for good in ["p0", "h1-h2", "skip_5003", "a.b:c/d", &"x".repeat(MAX_NAME_LEN)] {
+            check_name("name", good).unwrap();
+        }
+        for bad in ["", "a b", "tab\t", "nul\0", "caf\u{e9}", &"x".repeat(MAX_NAME_LEN + 1)] {
+            let e = check_name("name", bad).unwrap_err();
+            assert_eq!(e.key, "name");
+            assert!(e.reason.contains("printable ASCII"), "{bad:?}: {}", e.reason);
+        }
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let e = err_of(&BASE.replace("mode = \"router\"", "mode = \"router\"\nspeed = 3"));
         assert!(e.contains("unknown field `speed`"), "{e}");
@@ -731,6 +801,18 @@ action = "drop"
             ("proto = \"udp\"", "proto = \"sctpx\"", "flow[0].proto: unknown protocol"),
             ("action = \"drop\"", "action = \"forward:p7\"", "flow[0].action: no port named 'p7'"),
             ("via = \"10.0.2.254\"", "via = \"2001:db8::1\"", "route[0].via: gateway and prefix"),
+            ("via = \"10.0.2.254\"", "via = \"0.0.2.254\"", "route[0].via: '0.0.2.254' is not a host address"),
+            ("ip = \"10.0.2.254\"", "ip = \"224.0.0.5\"", "neighbour[0].ip: '224.0.0.5' is not a host"),
+            ("ip = \"10.0.2.254\"", "ip = \"255.255.255.255\"", "neighbour[0].ip"),
+            ("ip = \"10.0.2.254\"", "ip = \"::\"", "neighbour[0].ip"),
+            (
+                "mac = \"02:00:00:00:00:fe\"",
+                "mac = \"01:00:5e:00:00:05\"",
+                "neighbour[0].mac: '01:00:5e:00:00:05' is not a unicast",
+            ),
+            ("mac = \"02:00:00:00:00:fe\"", "mac = \"00:00:00:00:00:00\"", "neighbour[0].mac"),
+            ("mac = \"02:00:00:00:00:fe\"", "mac = \"02:00:00:00:00:0fe\"", "neighbour[0].mac"),
+            ("name = \"p0\"", "name = \"p 0\"", "port[0].name: 'p 0' is not a name"),
         ] {
             let e = err_of(&BASE.replacen(from, to, 1));
             assert!(e.contains(want), "{e} !~ {want}");

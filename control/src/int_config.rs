@@ -11,7 +11,7 @@ use dataplane::wire::int_md::instr;
 use serde::{Deserialize, Serialize};
 
 use crate::collector_tx::CollectorPlan;
-use crate::config::{parse_mac, parse_prefix, parse_proto, port_by_name, ConfigError};
+use crate::config::{parse_prefix, parse_proto, parse_unicast_mac, port_by_name, ConfigError};
 
 /// Longest per-flow report interval: a day (in TSC ticks it stays far
 /// below 2^64 at any clock rate).
@@ -205,7 +205,7 @@ pub fn collector_plans(
         let port = c.port.as_deref().map(|p| port_by_name(ports, &ck("port"), p)).transpose()?;
         let mac = match (&c.mac, port) {
             (Some(_), None) => return Err(cerr(ck("mac"), "only with port (a kernel socket resolves by itself)")),
-            (Some(m), Some(_)) => Some(parse_mac(m).map_err(|e| cerr(ck("mac"), e))?),
+            (Some(m), Some(_)) => Some(parse_unicast_mac(m).map_err(|e| cerr(ck("mac"), e))?),
             (None, _) => None,
         };
         if let Some(p) = port {
@@ -297,9 +297,7 @@ fn prefix(key: &str, s: &str) -> Result<(u8, Ternary<u128>), ConfigError> {
 
 impl WatchConfig {
     pub fn to_rule(&self, ports: &[String]) -> Result<WatchRule, ConfigError> {
-        if self.name.is_empty() {
-            return Err(cerr("name", "must not be empty"));
-        }
+        crate::config::check_name("name", &self.name)?;
         let source_keys = self.instructions.is_some() || self.bitmap.is_some();
         let role = match self.role.as_str() {
             "source" => {

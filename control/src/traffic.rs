@@ -120,17 +120,32 @@ pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>
         egress_ts_ns: 1_700_000_000_000_001_000 + n as u64 * 1_000,
         ..Default::default()
     };
+    // The shim's length (8 bits of 4-byte words) covers the shim and the
+    // header (4 words) and the stack: a transit past it would set M and push
+    // nothing, and the frames would carry fewer hops than asked for.
+    let words = dataplane::wire::int_md::hop_words(t.bitmap);
+    if words == 0 {
+        return Err("no instructions: hops would carry no metadata (HopML 0)".into());
+    }
+    let max_hops = (255 - 4) / words;
+    if t.hops == 0 || t.hops as usize > max_hops {
+        return Err(format!("{} hops: from 1 to {max_hops} of {words} words fit the INT header", t.hops));
+    }
     let meta = dataplane::parse::parse(&f, 0).map_err(|r| r.name().to_string())?;
     dataplane::int::source(&mut b, &meta, &p, &md(1), 9000).map_err(|e| format!("INT source: {e:?}"))?;
     for n in 2..=t.hops as u32 {
         let meta = dataplane::parse::parse(b.bytes(), 0).map_err(|r| r.name().to_string())?;
-        dataplane::int::transit(&mut b, &meta, p.presence, &md(n), 9000).map_err(|r| r.name().to_string())?;
+        match dataplane::int::transit(&mut b, &meta, p.presence, &md(n), 9000).map_err(|r| r.name().to_string())? {
+            dataplane::int::Transit::Pushed => {}
+            other => return Err(format!("hop {n}: transit did not push ({other:?})")),
+        }
     }
     Ok(b.bytes().to_vec())
 }
 
 /// Writes `spec.count` frames with INT as a pcap.
 pub fn write_int_pcap(spec: &TrafficSpec, t: &IntTraffic, out: impl Write) -> std::io::Result<()> {
+    spec.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let mut w = PcapWriter::new(std::io::BufWriter::new(out), 65535)?;
     for i in 0..spec.count {
         let f = int_frame(spec, i, t).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
@@ -139,14 +154,30 @@ pub fn write_int_pcap(spec: &TrafficSpec, t: &IntTraffic, out: impl Write) -> st
     w.into_inner().flush()
 }
 
+/// Largest frame: the pcap's snapshot length, which also keeps the IP
+/// length fields (16 bits) exact.
+pub const MAX_FRAME_LEN: usize = 65535;
+
+impl TrafficSpec {
+    /// Refuses what `frame` cannot build as asked: frames shorter than their
+    /// headers are padded up to them instead.
+    pub fn check(&self) -> Result<(), String> {
+        if self.src.is_ipv4() != self.dst.is_ipv4() {
+            return Err("--src and --dst are of different IP versions".into());
+        }
+        if self.count == 0 || self.flows == 0 {
+            return Err("--count and --flows must be at least 1".into());
+        }
+        if self.frame_len > MAX_FRAME_LEN {
+            return Err(format!("--size {}: at most {MAX_FRAME_LEN} bytes", self.frame_len));
+        }
+        Ok(())
+    }
+}
+
 /// Writes `spec.count` frames as a pcap.
 pub fn write_pcap(spec: &TrafficSpec, out: impl Write) -> std::io::Result<()> {
-    if spec.src.is_ipv4() != spec.dst.is_ipv4() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "--src and --dst are of different IP versions",
-        ));
-    }
+    spec.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let mut w = PcapWriter::new(std::io::BufWriter::new(out), 65535)?;
     for i in 0..spec.count {
         w.write(i as u64 * 1000, &frame(spec, i))?;
@@ -182,5 +213,37 @@ mod tests {
         let m = parse::parse(&f, 0).unwrap();
         let v = dataplane::wire::int_md::IntMd::new_checked(&f[m.l4_offset + 8..]).unwrap();
         assert_eq!((v.hops(), v.rhc(), m.key.dst_port()), (5, 3, 17768));
+    }
+
+    #[test]
+    fn what_cannot_be_built_as_asked_is_refused() {
+        let ok = TrafficSpec::udp("10.0.1.10".parse().unwrap(), "10.0.2.10".parse().unwrap(), 10);
+        assert_eq!(ok.check(), Ok(()));
+        for (bad, want) in [
+            (TrafficSpec { count: 0, ..ok.clone() }, "at least 1"),
+            (TrafficSpec { flows: 0, ..ok.clone() }, "at least 1"),
+            // Its IPv4 total length would not fit 16 bits.
+            (TrafficSpec { frame_len: 100_000, ..ok.clone() }, "at most 65535"),
+            (TrafficSpec { dst: "::1".parse().unwrap(), ..ok.clone() }, "IP versions"),
+        ] {
+            let e = bad.check().unwrap_err();
+            assert!(e.contains(want), "{bad:?}: {e}");
+            assert!(write_pcap(&bad, Vec::new()).is_err());
+        }
+        // The largest frame keeps exact IP and UDP lengths.
+        let big = frame(&TrafficSpec { frame_len: MAX_FRAME_LEN, ..ok.clone() }, 0);
+        let m = parse::parse(&big, 0).unwrap();
+        assert_eq!((big.len(), m.l3_end), (MAX_FRAME_LEN, MAX_FRAME_LEN));
+        // 6 words a hop (ingress_ts takes two): 41 hops fit the 251 words after
+        // shim and header.
+        let t = |hops| IntTraffic { udp_port: 17768, bitmap: 0xf800, hops, rhc: 0 };
+        let f = int_frame(&ok, 0, &t(41)).unwrap();
+        let m = parse::parse(&f, 0).unwrap();
+        let v = dataplane::wire::int_md::IntMd::new_checked(&f[m.l4_offset + 8..]).unwrap();
+        assert_eq!(v.hops(), 41);
+        for (hops, bitmap, want) in [(42, 0xf800, "from 1 to 41"), (0, 0xf800, "from 1 to 41"), (1, 0, "HopML 0")] {
+            let e = int_frame(&ok, 0, &IntTraffic { bitmap, ..t(hops) }).unwrap_err();
+            assert!(e.contains(want), "{hops} hops, bitmap {bitmap:#x}: {e}");
+        }
     }
 }

@@ -48,6 +48,9 @@ fn parse_time_ns(s: &str) -> Result<u64, String> {
     Ok((v * mult).round() as u64)
 }
 
+/// 10 Tbit/s: more than any port, and far from u64's end.
+const MAX_RATE_BPS: f64 = 1e13;
+
 fn parse_rate_bps(s: &str) -> Result<u64, String> {
     let lower = s.to_ascii_lowercase();
     let units: [(&str, f64); 8] = [
@@ -63,10 +66,13 @@ fn parse_rate_bps(s: &str) -> Result<u64, String> {
     for (u, m) in units {
         if let Some(n) = lower.strip_suffix(u) {
             let v: f64 = n.parse().map_err(|_| format!("'{s}' is not a rate (e.g. 100mbit)"))?;
-            if v <= 0.0 {
-                return Err(format!("rate '{s}' must be positive"));
+            // NaN, infinities and rates that round to 0 bit/s (which would
+            // mean "no rate limit") are refused, not taken silently.
+            let bps = (v * m).round();
+            if !(1.0..=MAX_RATE_BPS).contains(&bps) {
+                return Err(format!("rate '{s}' must be from 1bit to 10tbit"));
             }
-            return Ok((v * m).round() as u64);
+            return Ok(bps as u64);
         }
     }
     Err(format!("'{s}' is not a rate: give a unit (bit, kbit, mbit, gbit, bps, kbps, mbps, gbps)"))
@@ -285,6 +291,12 @@ mod tests {
             ("delay 1ms 2ms", "jitter larger"),
             ("loss 120%", "between 0% and 100%"),
             ("rate 100", "give a unit"),
+            ("rate -5mbit", "from 1bit to 10tbit"),
+            // Would round to 0 bit/s, i.e. no limit at all.
+            ("rate 0.4bit", "from 1bit to 10tbit"),
+            ("rate nanmbit", "from 1bit to 10tbit"),
+            ("rate infgbit", "from 1bit to 10tbit"),
+            ("rate 1e300gbit", "from 1bit to 10tbit"),
             ("limit 0", "limit '0'"),
         ] {
             let e = Impairment::parse(bad).unwrap_err();

@@ -25,8 +25,8 @@ struct Cli {
     #[arg(long, default_value_t = 1)]
     stats_interval: u64,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long)]
-    duration: Option<f64>,
+    #[arg(long, value_parser = seconds)]
+    duration: Option<Duration>,
     /// Print the final counters as JSON.
     #[arg(long)]
     json: bool,
@@ -76,6 +76,16 @@ enum Cmd {
     },
 }
 
+/// `--duration`: seconds, a fraction allowed; NaN, negative and
+/// unrepresentable values are refused by the argument parser.
+fn seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if v.is_nan() || v < 0.0 {
+        return Err(format!("'{s}': must be 0 or more seconds"));
+    }
+    Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}': too many seconds"))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -116,9 +126,6 @@ fn run(cli: Cli) -> Result<(), String> {
         };
         let f = std::fs::File::create(&out).map_err(|e| format!("--out {out}: {e}"))?;
         if let Some(hops) = int_hops {
-            if hops == 0 {
-                return Err("--int-hops: must be at least 1".into());
-            }
             let bitmap = control::int_config::instruction_bits(&int_instructions)
                 .map_err(|e| format!("--int-instructions: {e}"))?;
             let t = control::traffic::IntTraffic { udp_port: int_port, bitmap, hops, rhc: int_rhc };
@@ -154,11 +161,7 @@ fn run(cli: Cli) -> Result<(), String> {
     let c = &plan.raw.control;
     let server = Server::bind(&c.socket_path(&plan.raw.name), c.metrics_addr().as_deref())?;
     let mut sw = Switch::start(plan)?;
-    let opts = RunOptions {
-        stats_interval_s: cli.stats_interval,
-        duration: cli.duration.map(Duration::from_secs_f64),
-        json: cli.json,
-    };
+    let opts = RunOptions { stats_interval_s: cli.stats_interval, duration: cli.duration, json: cli.json };
     eprintln!("intswitch: control socket {}", server.socket_path().display());
     if let Some(a) = server.metrics_addr {
         eprintln!("intswitch: metrics http://{a}/metrics");
