@@ -299,6 +299,16 @@ pub fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
     Ok(m)
 }
 
+/// A command line's seconds (`--duration`): a fraction allowed; NaN,
+/// negative and unrepresentable values are refused.
+pub fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if v.is_nan() || v < 0.0 {
+        return Err(format!("'{s}': must be 0 or more seconds"));
+    }
+    std::time::Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}': too many seconds"))
+}
+
 /// Longest name of a port, watch rule, AM-PM flow or slot rule.
 pub const MAX_NAME_LEN: usize = 64;
 
@@ -761,6 +771,15 @@ action = "drop"
         assert!(!p.ports[0].is_pci);
         assert!(is_pci("0000:01:00.0"));
         assert!(is_pci("01:00.1"));
+    }
+
+    #[test]
+    fn command_line_seconds() {
+        assert_eq!(parse_seconds("1.5"), Ok(std::time::Duration::from_millis(1500)));
+        assert_eq!(parse_seconds("0"), Ok(std::time::Duration::ZERO));
+        for bad in ["nan", "-1", "1e300", "inf", "x", ""] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -51,11 +51,11 @@ struct Cli {
     #[arg(long)]
     count: Option<u64>,
     /// Stop after this many seconds.
-    #[arg(long)]
-    duration: Option<f64>,
-    /// AM-PM: measurement points per flow (initiator, transits, terminator).
-    #[arg(long, default_value_t = 2)]
-    ampm_mps: usize,
+    #[arg(long, value_parser = control::config::parse_seconds)]
+    duration: Option<Duration>,
+    /// AM-PM: measurement points per flow (initiator, transits, terminator), 2-64.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=64))]
+    ampm_mps: u8,
     /// Socket receive buffer in bytes: absorbs report bursts while this
     /// process is not scheduled (above net.core.rmem_max needs root).
     #[arg(long, default_value_t = 8 << 20, value_name = "BYTES")]
@@ -173,12 +173,12 @@ fn run(cli: &Cli) -> Result<(), String> {
     );
     let started = Instant::now();
     let mut t = Tracker::default();
-    let mut am = Joiner::new(cli.ampm_mps);
+    let mut am = Joiner::new(cli.ampm_mps as usize);
     let mut buf = vec![0u8; 65536];
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
     while !stop.load(Ordering::Relaxed) {
-        if cli.duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
+        if cli.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
         if cli.count.is_some_and(|c| t.reports + am.joined >= c) {

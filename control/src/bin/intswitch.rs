@@ -25,7 +25,7 @@ struct Cli {
     #[arg(long, default_value_t = 1)]
     stats_interval: u64,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, value_parser = control::config::parse_seconds)]
     duration: Option<Duration>,
     /// Print the final counters as JSON.
     #[arg(long)]
@@ -74,16 +74,6 @@ enum Cmd {
         #[arg(long, default_value_t = 4)]
         int_rhc: u8,
     },
-}
-
-/// `--duration`: seconds, a fraction allowed; NaN, negative and
-/// unrepresentable values are refused by the argument parser.
-fn seconds(s: &str) -> Result<Duration, String> {
-    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if v.is_nan() || v < 0.0 {
-        return Err(format!("'{s}': must be 0 or more seconds"));
-    }
-    Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}': too many seconds"))
 }
 
 fn main() -> ExitCode {
