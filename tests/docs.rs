@@ -1,6 +1,6 @@
-//! Every counter a user can see and every control command is documented:
-//! drop reasons and events by name in README.md, commands in README.md's
-//! control protocol list.
+//! Every counter a user can see, every control command and every config
+//! key is documented: drop reasons, events and commands by name in
+//! README.md, config keys in configs/reference.toml.
 
 use dataplane::counters::Event;
 use dataplane::drop_reason::DropReason;
@@ -35,6 +35,56 @@ fn every_drop_reason_event_and_command_is_in_the_readme() {
         drops.is_empty() && events.is_empty() && commands.is_empty(),
         "not in README.md: drop reasons {drops:?}, events {events:?}, commands {commands:?}"
     );
+}
+
+/// The keys a config table takes, as serde lists them when it refuses an
+/// unknown one ("expected one of `a`, `b`").
+fn keys_of(section: &str) -> Vec<String> {
+    let text = format!("{section}\nzzz_not_a_key = 1\n");
+    let e = control::config::Config::from_toml(&text).map(|_| ()).unwrap_err().to_string();
+    let list = e.split("expected").nth(1).unwrap_or_else(|| panic!("{section}: {e}"));
+    list.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+#[test]
+fn every_config_key_is_in_the_reference_config() {
+    let reference = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/reference.toml")).unwrap();
+    // A key is documented where the reference sets it, or shows it commented out.
+    let lines: Vec<&str> = reference.lines().map(|l| l.trim_start_matches(['#', ' '])).collect();
+    let mut undocumented = Vec::new();
+    for section in [
+        "",
+        "[eal]",
+        "[dataplane]",
+        "[flow_table]",
+        "[bridge]",
+        "[[bridge.static_mac]]",
+        "[control]",
+        "[[port]]",
+        "[[worker]]",
+        "[[route]]",
+        "[[neighbour]]",
+        "[[flow]]",
+        "[int]",
+        "[[int.watch]]",
+        "[[int.collector]]",
+        "[ampm]",
+        "[[ampm.flow]]",
+        "[[ampm.collector]]",
+    ] {
+        let keys = keys_of(section);
+        assert!(keys.len() >= 2, "{section}: {keys:?}");
+        for k in keys {
+            let set = |l: &&str| l.strip_prefix(k.as_str()).is_some_and(|r| r.trim_start().starts_with('='));
+            // A table key is documented by its header: [k], [[k]], [p.k], [[p.k]].
+            let header =
+                |l: &&str| l.starts_with('[') && l.trim_matches(['[', ']']).rsplit('.').next() == Some(k.as_str());
+            if !lines.iter().any(|l| set(l) || header(l)) {
+                undocumented.push(format!("{section} {k}"));
+            }
+        }
+    }
+    assert!(undocumented.is_empty(), "not in configs/reference.toml: {undocumented:?}");
 }
 
 #[test]
