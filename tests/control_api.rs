@@ -319,6 +319,37 @@ fn hostile_clients_get_errors_and_forwarding_goes_on() {
     sw.stop();
 }
 
+/// The metrics endpoint serves one request at a time: a client that
+/// trickles its request in is cut off after a few seconds, and a scrape
+/// behind it is answered then, not when the trickle ends.
+#[test]
+fn slow_metrics_client_cannot_hold_up_the_scrape() {
+    let d = Scratch::new("api-slowhttp");
+    let sw = start_router(&d, "apislowhttp", 16);
+    let addr = sw.metrics_addr();
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    let trickle = std::thread::spawn(move || {
+        // One byte every 400 ms for 20 s, never the blank line that ends a head.
+        let started = std::time::Instant::now();
+        for b in b"GET /metrics HTTP/1.1\r\nX: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter().take(50) {
+            if slow.write_all(&[*b]).is_err() {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(400));
+        }
+        None
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    let body = http_get(&addr, "/metrics");
+    let waited = t.elapsed();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(waited < Duration::from_secs(10), "the scrape waited {waited:?} behind a trickling client");
+    let cut = trickle.join().unwrap();
+    assert!(cut.is_some_and(|c| c < Duration::from_secs(15)), "the trickling client was not cut off: {cut:?}");
+    sw.stop();
+}
+
 #[test]
 fn second_switch_on_the_same_socket_fails_clearly() {
     let d = Scratch::new("api-dup");

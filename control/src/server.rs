@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest request line accepted.
 pub const MAX_REQUEST: usize = 1 << 20;
@@ -24,6 +24,9 @@ pub const MAX_CLIENTS: usize = 256;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest a request may wait for the control loop (captures included).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(330);
+/// A metrics request's head must arrive within this, and be at most this long.
+const HTTP_HEAD_TIMEOUT: Duration = Duration::from_secs(3);
+const HTTP_MAX_HEAD: usize = 8192;
 
 /// Where a response goes.
 pub struct Reply(SyncSender<String>);
@@ -193,19 +196,32 @@ fn serve_metrics(listener: TcpListener, tx: SyncSender<Request>) {
     }
 }
 
+/// Reads an HTTP request head (up to the blank line) within `HTTP_HEAD_TIMEOUT`
+/// in all and `HTTP_MAX_HEAD` bytes: a client that trickles bytes in cannot
+/// hold the (one) metrics thread longer than that.
+fn read_http_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let deadline = Instant::now() + HTTP_HEAD_TIMEOUT;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    let complete = |h: &[u8]| h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n");
+    while !complete(&head) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || head.len() >= HTTP_MAX_HEAD {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "request head too slow or too long"));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf)? {
+            0 => break,
+            n => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Ok(head)
+}
+
 /// Answers one HTTP request: GET /metrics, anything else 404.
 fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut head = Vec::new();
-    let mut r = BufReader::new(stream.try_clone()?).take(8192);
-    loop {
-        let mut line = Vec::new();
-        if r.read_until(b'\n', &mut line)? == 0 || line == b"\r\n" || line == b"\n" {
-            break;
-        }
-        head.extend_from_slice(&line);
-    }
+    let head = read_http_head(&mut stream)?;
     let first = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
     let mut parts = first.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
