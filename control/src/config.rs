@@ -290,7 +290,8 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     Ok(m)
 }
 
-/// A neighbour's (or a gateway's) MAC: unicast and not all zeros.
+/// A station's own MAC (a port's, a neighbour's, a collector's next hop):
+/// unicast and not all zeros.
 pub fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
     let m = parse_mac(s)?;
     if m[0] & 1 != 0 || m == [0; 6] {

@@ -97,6 +97,23 @@ pub struct IntTraffic {
     pub rhc: u8,
 }
 
+impl IntTraffic {
+    /// The shim's length (8 bits of 4-byte words) covers the shim and the
+    /// header (4 words) and the stack: a transit past it would set M and
+    /// push nothing, and the frames would carry fewer hops than asked for.
+    pub fn check(&self) -> Result<(), String> {
+        let words = dataplane::wire::int_md::hop_words(self.bitmap);
+        if words == 0 {
+            return Err("no instructions: hops would carry no metadata (HopML 0)".into());
+        }
+        let max_hops = (255 - 4) / words;
+        if self.hops == 0 || self.hops as usize > max_hops {
+            return Err(format!("{} hops: from 1 to {max_hops} of {words} words fit the INT header", self.hops));
+        }
+        Ok(())
+    }
+}
+
 /// Frame number `i` carrying an INT-MD block: sourced by node 1, then
 /// transited by nodes 2..=hops, with metadata values a switch would write.
 pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>, String> {
@@ -120,17 +137,7 @@ pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>
         egress_ts_ns: 1_700_000_000_000_001_000 + n as u64 * 1_000,
         ..Default::default()
     };
-    // The shim's length (8 bits of 4-byte words) covers the shim and the
-    // header (4 words) and the stack: a transit past it would set M and push
-    // nothing, and the frames would carry fewer hops than asked for.
-    let words = dataplane::wire::int_md::hop_words(t.bitmap);
-    if words == 0 {
-        return Err("no instructions: hops would carry no metadata (HopML 0)".into());
-    }
-    let max_hops = (255 - 4) / words;
-    if t.hops == 0 || t.hops as usize > max_hops {
-        return Err(format!("{} hops: from 1 to {max_hops} of {words} words fit the INT header", t.hops));
-    }
+    t.check()?;
     let meta = dataplane::parse::parse(&f, 0).map_err(|r| r.name().to_string())?;
     dataplane::int::source(&mut b, &meta, &p, &md(1), 9000).map_err(|e| format!("INT source: {e:?}"))?;
     for n in 2..=t.hops as u32 {

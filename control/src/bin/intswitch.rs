@@ -114,14 +114,23 @@ fn run(cli: Cli) -> Result<(), String> {
             dst,
             vary_dst,
         };
+        spec.check()?;
+        let int = match int_hops {
+            Some(hops) => {
+                let bitmap = control::int_config::instruction_bits(&int_instructions)
+                    .map_err(|e| format!("--int-instructions: {e}"))?;
+                let t = control::traffic::IntTraffic { udp_port: int_port, bitmap, hops, rhc: int_rhc };
+                t.check().map_err(|e| format!("--int-hops: {e}"))?;
+                Some(t)
+            }
+            None => None,
+        };
         let f = std::fs::File::create(&out).map_err(|e| format!("--out {out}: {e}"))?;
-        if let Some(hops) = int_hops {
-            let bitmap = control::int_config::instruction_bits(&int_instructions)
-                .map_err(|e| format!("--int-instructions: {e}"))?;
-            let t = control::traffic::IntTraffic { udp_port: int_port, bitmap, hops, rhc: int_rhc };
-            return control::traffic::write_int_pcap(&spec, &t, f).map_err(|e| format!("--out {out}: {e}"));
+        return match int {
+            Some(t) => control::traffic::write_int_pcap(&spec, &t, f),
+            None => write_pcap(&spec, f),
         }
-        return write_pcap(&spec, f).map_err(|e| format!("--out {out}: {e}"));
+        .map_err(|e| format!("--out {out}: {e}"));
     }
     let demo_dir;
     let config = match &cli.config {
