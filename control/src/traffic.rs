@@ -118,6 +118,7 @@ impl IntTraffic {
 /// transited by nodes 2..=hops, with metadata values a switch would write.
 pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>, String> {
     use dataplane::pktbuf::PacketBuf;
+    t.check()?;
     let f = frame(spec, i);
     let mut b = dataplane::pktbuf::VecBuf::new(&f, 16 + t.hops as usize * 64);
     let p = dataplane::int::IntParams {
@@ -137,7 +138,6 @@ pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>
         egress_ts_ns: 1_700_000_000_000_001_000 + n as u64 * 1_000,
         ..Default::default()
     };
-    t.check()?;
     let meta = dataplane::parse::parse(&f, 0).map_err(|r| r.name().to_string())?;
     dataplane::int::source(&mut b, &meta, &p, &md(1), 9000).map_err(|e| format!("INT source: {e:?}"))?;
     for n in 2..=t.hops as u32 {
@@ -152,7 +152,7 @@ pub fn int_frame(spec: &TrafficSpec, i: usize, t: &IntTraffic) -> Result<Vec<u8>
 
 /// Writes `spec.count` frames with INT as a pcap.
 pub fn write_int_pcap(spec: &TrafficSpec, t: &IntTraffic, out: impl Write) -> std::io::Result<()> {
-    spec.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    spec.check().and_then(|()| t.check()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let mut w = PcapWriter::new(std::io::BufWriter::new(out), 65535)?;
     for i in 0..spec.count {
         let f = int_frame(spec, i, t).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;

@@ -661,8 +661,7 @@ pub fn prefetch(spec: &AmpmSpec, b: &[u8], meta: &PacketMeta) {
 /// Runs AM-PM on one packet. `meta` is kept valid when an option header is
 /// inserted or removed.
 pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta) -> Outcome {
-    // No flows yet (they are added at run time): no key to build.
-    if ctx.spec.flows.is_empty() || !matches!(meta.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
+    if !matches!(meta.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
         return Outcome::Unmonitored;
     }
     let spec = ctx.spec;

@@ -415,7 +415,10 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // and timestamps. Read before the TSC: should the thread stall in
             // between, a delay measured against it can only grow, never fall
             // below what the path really took.
-            let ampm_now = tables.ampm.as_ref().map(|a| BurstTime::new(&a.timing, realtime_ns()));
+            // With no monitored flows yet (they come at run time) the stage
+            // has nothing to do: no clock read, no per-packet key.
+            let ampm_now =
+                tables.ampm.as_ref().filter(|a| !a.flows.is_empty()).map(|a| BurstTime::new(&a.timing, realtime_ns()));
             let mut ampm_memo = SlotMemo::default();
             let l2_only = no_flows && tables.l2_only();
             // The bridge only stamps learned MACs with it: the last poll's
