@@ -22,6 +22,12 @@ fn start_router(d: &Scratch, name: &str, frames: usize) -> SwitchProcess {
 
 /// `start_router` with more config sections after the neighbours.
 fn start_router_with(d: &Scratch, name: &str, frames: usize, extra: &str) -> SwitchProcess {
+    std::fs::write(d.path("c.toml"), router_config(d, name, frames, extra)).unwrap();
+    SwitchProcess::start(&d.path("c.toml"), None)
+}
+
+/// The configuration `start_router_with` runs (writes the traffic's pcap).
+fn router_config(d: &Scratch, name: &str, frames: usize, extra: &str) -> String {
     let spec = control::traffic::TrafficSpec {
         count: frames,
         flows: frames,
@@ -34,7 +40,7 @@ fn start_router_with(d: &Scratch, name: &str, frames: usize, extra: &str) -> Swi
     };
     let frames: Vec<Vec<u8>> = (0..frames).map(|i| control::traffic::frame(&spec, i)).collect();
     write_pcap(&d.path("in.pcap"), &frames);
-    let cfg = format!(
+    format!(
         r#"name = "{name}"
 mode = "router"
 [eal]
@@ -71,9 +77,7 @@ port = "p1"
         pid = std::process::id(),
         control = control_section(d),
         pcap = d.path("in.pcap").display()
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    SwitchProcess::start(&d.path("c.toml"), None)
+    )
 }
 
 fn intctl(d: &Scratch, args: &[&str]) -> (bool, String, String) {
@@ -384,6 +388,35 @@ fn second_switch_on_the_same_socket_fails_clearly() {
 fn updates_under_traffic_lose_no_packet() {
     let d = Scratch::new("api-churn");
     let sw = start_router(&d, "apichurn", 200);
+    churn_loses_no_packet(&d, sw, 1);
+}
+
+/// The same with two workers, each polling an RX queue of p0 (net_pcap
+/// replays the traffic on both), on one CPU (lcore 2 is mapped onto CPU 1):
+/// every generation reaches both while both forward.
+#[test]
+fn updates_under_traffic_lose_no_packet_with_two_workers() {
+    let d = Scratch::new("api-churn2");
+    let cfg = router_config(
+        &d,
+        "apichurn2",
+        200,
+        "[[worker]]\nlcore = 1\nrx = [\"p0:0\", \"p1:0\"]\n[[worker]]\nlcore = 2\nrx = [\"p0:1\"]\n",
+    );
+    let pcap = d.path("in.pcap").display().to_string();
+    let two_queues = format!("rx_pcap={pcap},rx_pcap={pcap},infinite_rx=1");
+    let cfg = cfg.replacen(&format!("rx_pcap={pcap},infinite_rx=1"), &two_queues, 1).replacen(
+        "[eal]\n",
+        "[eal]\nlcores = \"0@0,1@1,2@1\"\n",
+        1,
+    );
+    assert!(cfg.contains(&two_queues) && cfg.contains("2@1"), "{cfg}");
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    churn_loses_no_packet(&d, sw, 2);
+}
+
+fn churn_loses_no_packet(d: &Scratch, sw: SwitchProcess, workers: usize) {
     let mut c = Client::connect(&d.path("sw.sock").display().to_string()).unwrap();
     // 1,000 updates that keep every packet forwardable: the traffic's route
     // flips between two resolved gateways, and one of its flows is installed
@@ -399,8 +432,12 @@ fn updates_under_traffic_lose_no_packet() {
         c.call("flow_add", add).unwrap();
         c.call("flow_del", flow.clone()).unwrap();
     }
-    let workers = c.call("show_workers", json!({})).unwrap();
-    assert!(workers[0]["table_generation"].as_u64().unwrap() >= 500);
+    let shown = c.call("show_workers", json!({})).unwrap();
+    assert_eq!(shown.as_array().map(Vec::len), Some(workers), "{shown}");
+    for w in 0..workers {
+        assert!(shown[w]["table_generation"].as_u64().unwrap() >= 500, "{shown}");
+        assert!(shown[w]["rx_packets"].as_u64().unwrap() > 1000, "worker {w} forwarded during the updates: {shown}");
+    }
     drop(c);
     let out = sw.stop();
     let rx = out["ports"][0]["rx_packets"].as_u64().unwrap();

@@ -2,7 +2,11 @@
 //! on the expected port (net_pcap tx files), counters equal. Expected output
 //! is built here byte by byte, not with the switch's own encoders.
 
-use intswitch_tests::{control_section, inet_checksum, read_pcap, run_for, write_pcap, Scratch};
+use std::time::Duration;
+
+use control::client::Client;
+use intswitch_tests::{control_section, inet_checksum, read_pcap, run_for, write_pcap, Scratch, SwitchProcess};
+use serde_json::{json, Value};
 
 const P0_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xa0, 0];
 const P1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xa1, 0];
@@ -309,6 +313,24 @@ fn bridge_bursts_received_into_the_expected_port_and_taken_back_out() {
     assert_eq!(out["total_drops"], 10);
 }
 
+/// What the router sends to H2 out of p1 for `f` (IPv4 or IPv6 from H1):
+/// MACs rewritten, TTL / hop limit one less, IPv4 header checksum
+/// recomputed here.
+fn routed_to_h2(f: &[u8]) -> Vec<u8> {
+    let mut want = f.to_vec();
+    want[0..6].copy_from_slice(&H2);
+    want[6..12].copy_from_slice(&P1_MAC);
+    if want[12..14] == [0x86, 0xdd] {
+        want[21] -= 1;
+    } else {
+        want[22] -= 1;
+        want[24..26].copy_from_slice(&[0, 0]);
+        let c = inet_checksum(&want[14..34]);
+        want[24..26].copy_from_slice(&c.to_be_bytes());
+    }
+    want
+}
+
 #[test]
 fn router_rewrites_answers_and_drops_with_reasons() {
     let d = Scratch::new("rt");
@@ -347,18 +369,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let out = run_for(&d.path("c.toml"), 2.5);
 
-    // Expected routed IPv4: MACs rewritten, TTL 63, header checksum recomputed here.
-    let mut want = fwd.clone();
-    want[0..6].copy_from_slice(&H2);
-    want[6..12].copy_from_slice(&P1_MAC);
-    want[22] = 63;
-    want[24..26].copy_from_slice(&[0, 0]);
-    let c = inet_checksum(&want[14..34]);
-    want[24..26].copy_from_slice(&c.to_be_bytes());
-    let mut want6 = fwd6.clone();
-    want6[0..6].copy_from_slice(&H2);
-    want6[6..12].copy_from_slice(&P1_MAC);
-    want6[21] = 63;
+    let (want, want6) = (routed_to_h2(&fwd), routed_to_h2(&fwd6));
     // ARP request the router sent to resolve 10.0.2.3, from p1.
     let arpq = arp_request(P1_MAC, [10, 0, 2, 1], [10, 0, 2, 3]);
     let arpq = pad60(arpq);
@@ -402,6 +413,99 @@ fn router_rewrites_answers_and_drops_with_reasons() {
         n.iter().any(|x| x["ip"] == "10.0.1.2" && x["mac"] == "02:00:00:00:00:01" && x["permanent"] == false),
         "{n:?}"
     );
+}
+
+/// Two workers, each with an RX queue of p0 (net_pcap: one queue per
+/// `rx_pcap`) and its own TX queue on every port (one per `tx_pcap`): each
+/// queue's frames leave, rewritten, through the TX queue of the worker that
+/// received them, in order; each worker learns only its own flows. Both
+/// workers share CPU 1 (lcore 2 is mapped onto it), so this runs on two cores.
+#[test]
+fn two_workers_each_own_an_rx_queue_and_a_tx_queue() {
+    let d = Scratch::new("rt2w");
+    let a: Vec<Vec<u8>> =
+        (0..30).map(|i| ipv4_udp(P0_MAC, H1, [10, 0, 1, 10 + i], [10, 0, 2, 2], 64, &[b'a', i])).collect();
+    let b: Vec<Vec<u8>> = (0..40)
+        .map(|i| match i % 2 {
+            0 => ipv4_udp(P0_MAC, H1, [10, 0, 1, 100 + i], [10, 0, 2, 2], 17, &[b'b', i]),
+            _ => ipv6_udp(P0_MAC, H1, v6(100 + i, 1), v6(2, 2), 9, &[b'b', i]),
+        })
+        .collect();
+    write_pcap(&d.path("in0a.pcap"), &a);
+    write_pcap(&d.path("in0b.pcap"), &b);
+    let p = |f: &str| d.path(f).display().to_string();
+    let cfg = format!(
+        r#"{header}[flow_table]
+learn = true
+[[port]]
+name = "p0"
+device = "net_pcap0,rx_pcap={in_a},rx_pcap={in_b},tx_pcap={out0a},tx_pcap={out0b}"
+mac = "02:00:00:00:a0:00"
+ipv4 = ["10.0.1.1/24"]
+ipv6 = ["2001:db8:1::1/64"]
+[[port]]
+name = "p1"
+device = "net_pcap1,tx_pcap={out1a},tx_pcap={out1b}"
+mac = "02:00:00:00:a1:00"
+ipv4 = ["10.0.2.1/24"]
+ipv6 = ["2001:db8:2::1/64"]
+[[neighbour]]
+ip = "10.0.2.2"
+mac = "02:00:00:00:00:02"
+port = "p1"
+[[neighbour]]
+ip = "2001:db8:2::2"
+mac = "02:00:00:00:00:02"
+port = "p1"
+[[worker]]
+lcore = 1
+rx = ["p0:0", "p1:0"]
+[[worker]]
+lcore = 2
+rx = ["p0:1"]
+"#,
+        header = header("rt2w", "router", &d).replace("[eal]\n", "[eal]\nlcores = \"0@0,1@1,2@1\"\n"),
+        in_a = p("in0a.pcap"),
+        in_b = p("in0b.pcap"),
+        out0a = p("out0a.pcap"),
+        out0b = p("out0b.pcap"),
+        out1a = p("out1a.pcap"),
+        out1b = p("out1b.pcap"),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    let mut c = Client::connect(&p("sw.sock")).unwrap();
+    // Both workers report, each with its own queues, frames and flows; a
+    // route added now is a table generation both acknowledge.
+    let mut workers = Value::Null;
+    for _ in 0..100 {
+        workers = c.call("show_workers", json!({})).unwrap();
+        if workers[0]["flows"] == 30 && workers[1]["flows"] == 40 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(workers[0]["rx_queues"], json!(["p0:0", "p1:0"]), "{workers}");
+    assert_eq!(workers[1]["rx_queues"], json!(["p0:1"]), "{workers}");
+    assert_eq!((workers[0]["rx_packets"].as_u64(), workers[1]["rx_packets"].as_u64()), (Some(30), Some(40)));
+    assert_eq!((workers[0]["flows"].as_u64(), workers[1]["flows"].as_u64()), (Some(30), Some(40)), "{workers}");
+    let before = workers[1]["table_generation"].as_u64().unwrap();
+    c.call("route_add", json!({"prefix": "192.0.2.0/24", "port": "p1", "via": "10.0.2.2"})).unwrap();
+    let after = c.call("show_workers", json!({})).unwrap();
+    for w in 0..2 {
+        assert!(after[w]["table_generation"].as_u64().unwrap() > before, "worker {w}: {after}");
+    }
+    drop(c);
+    let out = sw.stop();
+    let want_a: Vec<Vec<u8>> = a.iter().map(|f| routed_to_h2(f)).collect();
+    let want_b: Vec<Vec<u8>> = b.iter().map(|f| routed_to_h2(f)).collect();
+    assert_eq!(read_pcap(&d.path("out1a.pcap")), want_a, "worker 0's TX queue on p1");
+    assert_eq!(read_pcap(&d.path("out1b.pcap")), want_b, "worker 1's TX queue on p1");
+    assert!(read_pcap(&d.path("out0a.pcap")).is_empty() && read_pcap(&d.path("out0b.pcap")).is_empty());
+    assert_eq!(out["total_drops"], 0, "{out}");
+    assert_eq!(out["ports"][0]["rx_packets"], 70);
+    assert_eq!(out["ports"][1]["tx_packets"], 70);
+    assert_eq!(out["flows_in_use"], 70);
 }
 
 #[test]
