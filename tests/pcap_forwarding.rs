@@ -72,12 +72,23 @@ fn pad60(mut f: Vec<u8>) -> Vec<u8> {
 }
 
 fn port_cfg(name: &str, idx: usize, dir: &Scratch, extra: &str) -> String {
-    format!(
-        "[[port]]\nname = \"{name}\"\ndevice = \"net_pcap{idx},rx_pcap={},tx_pcap={}\"\n{extra}\n",
+    let device = format!(
+        "net_pcap{idx},rx_pcap={},tx_pcap={}",
         dir.path(&format!("in{idx}.pcap")).display(),
         dir.path(&format!("out{idx}.pcap")).display()
-    )
+    );
+    port_with_device(name, &device, extra)
 }
+
+fn port_with_device(name: &str, device: &str, extra: &str) -> String {
+    format!("[[port]]\nname = \"{name}\"\ndevice = \"{device}\"\n{extra}\n")
+}
+
+/// The router tests' ports: p0 towards H1, p1 towards H2, and H2's
+/// addresses as static neighbours on p1.
+const P0_ROUTER: &str = "mac = \"02:00:00:00:a0:00\"\nipv4 = [\"10.0.1.1/24\"]\nipv6 = [\"2001:db8:1::1/64\"]";
+const P1_ROUTER: &str = "mac = \"02:00:00:00:a1:00\"\nipv4 = [\"10.0.2.1/24\"]\nipv6 = [\"2001:db8:2::1/64\"]";
+const H2_NEIGHBOURS: &str = "[[neighbour]]\nip = \"10.0.2.2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n[[neighbour]]\nip = \"2001:db8:2::2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n";
 
 fn header(name: &str, mode: &str, dir: &Scratch) -> String {
     format!(
@@ -361,10 +372,10 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     write_pcap(&d.path("in0.pcap"), &[fwd.clone(), ttl1, noroute, unresolved, badsum, fwd6.clone(), arp, ping]);
     write_pcap(&d.path("in1.pcap"), &[]);
     let cfg = format!(
-        "{}{}{}[[neighbour]]\nip = \"10.0.2.2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n[[neighbour]]\nip = \"2001:db8:2::2\"\nmac = \"02:00:00:00:00:02\"\nport = \"p1\"\n",
+        "{}{}{}{H2_NEIGHBOURS}",
         header("rt", "router", &d),
-        port_cfg("p0", 0, &d, "mac = \"02:00:00:00:a0:00\"\nipv4 = [\"10.0.1.1/24\"]\nipv6 = [\"2001:db8:1::1/64\"]"),
-        port_cfg("p1", 1, &d, "mac = \"02:00:00:00:a1:00\"\nipv4 = [\"10.0.2.1/24\"]\nipv6 = [\"2001:db8:2::1/64\"]")
+        port_cfg("p0", 0, &d, P0_ROUTER),
+        port_cfg("p1", 1, &d, P1_ROUTER)
     );
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let out = run_for(&d.path("c.toml"), 2.5);
@@ -434,43 +445,20 @@ fn two_workers_each_own_an_rx_queue_and_a_tx_queue() {
     write_pcap(&d.path("in0a.pcap"), &a);
     write_pcap(&d.path("in0b.pcap"), &b);
     let p = |f: &str| d.path(f).display().to_string();
+    // lcore 2 shares CPU 1 with lcore 1.
+    let header = header("rt2w", "router", &d).replace("[eal]\n", "[eal]\nlcores = \"0@0,1@1,2@1\"\n");
+    let p0 = format!(
+        "net_pcap0,rx_pcap={},rx_pcap={},tx_pcap={},tx_pcap={}",
+        p("in0a.pcap"),
+        p("in0b.pcap"),
+        p("out0a.pcap"),
+        p("out0b.pcap")
+    );
+    let p1 = format!("net_pcap1,tx_pcap={},tx_pcap={}", p("out1a.pcap"), p("out1b.pcap"));
     let cfg = format!(
-        r#"{header}[flow_table]
-learn = true
-[[port]]
-name = "p0"
-device = "net_pcap0,rx_pcap={in_a},rx_pcap={in_b},tx_pcap={out0a},tx_pcap={out0b}"
-mac = "02:00:00:00:a0:00"
-ipv4 = ["10.0.1.1/24"]
-ipv6 = ["2001:db8:1::1/64"]
-[[port]]
-name = "p1"
-device = "net_pcap1,tx_pcap={out1a},tx_pcap={out1b}"
-mac = "02:00:00:00:a1:00"
-ipv4 = ["10.0.2.1/24"]
-ipv6 = ["2001:db8:2::1/64"]
-[[neighbour]]
-ip = "10.0.2.2"
-mac = "02:00:00:00:00:02"
-port = "p1"
-[[neighbour]]
-ip = "2001:db8:2::2"
-mac = "02:00:00:00:00:02"
-port = "p1"
-[[worker]]
-lcore = 1
-rx = ["p0:0", "p1:0"]
-[[worker]]
-lcore = 2
-rx = ["p0:1"]
-"#,
-        header = header("rt2w", "router", &d).replace("[eal]\n", "[eal]\nlcores = \"0@0,1@1,2@1\"\n"),
-        in_a = p("in0a.pcap"),
-        in_b = p("in0b.pcap"),
-        out0a = p("out0a.pcap"),
-        out0b = p("out0b.pcap"),
-        out1a = p("out1a.pcap"),
-        out1b = p("out1b.pcap"),
+        "{header}[flow_table]\nlearn = true\n{}{}{H2_NEIGHBOURS}[[worker]]\nlcore = 1\nrx = [\"p0:0\", \"p1:0\"]\n[[worker]]\nlcore = 2\nrx = [\"p0:1\"]\n",
+        port_with_device("p0", &p0, P0_ROUTER),
+        port_with_device("p1", &p1, P1_ROUTER),
     );
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let sw = SwitchProcess::start(&d.path("c.toml"), None);
