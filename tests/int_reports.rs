@@ -1,12 +1,13 @@
 //! The INT sink on one switch fed raw frames through net_af_packet: the
 //! report ring overflows exactly while export is paused, and malformed INT
-//! blocks are dropped under their named reasons.
+//! blocks are dropped under their named reasons; reports leave through a
+//! DPDK port; and, on net_pcap, two workers' rings make one sequence.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use control::traffic::{int_frame, IntTraffic, TrafficSpec};
-use intswitch_tests::{control_section, intctl_bin, ns, write_pcap, Namespaces, Scratch, SwitchProcess};
+use intswitch_tests::{control_section, intctl_bin, ns, read_pcap, write_pcap, Namespaces, Scratch, SwitchProcess};
 use serde_json::Value;
 
 const RING: u64 = 64;
@@ -202,4 +203,62 @@ port = \"p2\"\nmac = \"{mac}\"\nbind = \"10.72.0.1:40000\"\n",
     });
     let out = s.stop();
     assert_eq!(out["total_drops"].as_u64(), Some(0), "{out}");
+}
+
+/// Two workers sink INT (each from its own RX queue of p0: net_pcap gives a
+/// queue per `rx_pcap`) and fill their own report rings; the control core
+/// drains both into one report stream with one sequence, so intcollector
+/// sees every report and no gap. lcore 2 shares CPU 1 with lcore 1.
+#[test]
+fn two_workers_rings_make_one_gapless_report_sequence() {
+    const A: usize = 200;
+    const B: usize = 300;
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new("int2w");
+    let p = |f: &str| d.path(f).display().to_string();
+    write_pcap(&d.path("a.pcap"), &(0..A).map(watched_frame).collect::<Vec<_>>());
+    write_pcap(&d.path("b.pcap"), &(A..A + B).map(watched_frame).collect::<Vec<_>>());
+    let listen = format!("127.0.0.1:{}", 20_000 + id % 30_000);
+    let cfg = format!(
+        "name = \"int2w\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0@0,1@1,2@1\"\nfile_prefix = \"int2w-{id}\"\n\
+[dataplane]\nidle = true\nmbufs = 4095\n{}\n[[port]]\nname = \"p0\"\n\
+device = \"net_pcap0,rx_pcap={},rx_pcap={},tx_pcap={},tx_pcap={}\"\npeer = \"p1\"\n\
+[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={},tx_pcap={}\"\npeer = \"p0\"\n\
+[[worker]]\nlcore = 1\nrx = [\"p0:0\", \"p1:0\"]\n[[worker]]\nlcore = 2\nrx = [\"p0:1\"]\n\
+[int]\nnode_id = 9\nedge_ports = [\"p1\"]\n[[int.collector]]\naddress = \"{listen}\"\n",
+        control_section(&d),
+        p("a.pcap"),
+        p("b.pcap"),
+        p("o0a.pcap"),
+        p("o0b.pcap"),
+        p("o1a.pcap"),
+        p("o1b.pcap"),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    // The collector listens before the switch starts: the frames are read at once.
+    let collector = Command::new(intswitch_tests::workspace_bin("intcollector"))
+        .args(["--listen", &listen, "--json", "--quiet", "--count", &(A + B).to_string(), "--duration", "60"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let s = SwitchProcess::start(&d.path("c.toml"), None);
+    let sock = d.path("sw.sock");
+    wait_for("every report sent", || {
+        intctl(&sock, &["show", "reports"])["collectors"][0]["reports"].as_u64() == Some((A + B) as u64)
+    });
+    let r = intctl(&sock, &["show", "reports"]);
+    let received: Vec<Option<u64>> = (0..2).map(|w| r["rings"][w]["received"].as_u64()).collect();
+    assert_eq!(received, [Some(A as u64), Some(B as u64)], "{r}");
+    assert_eq!(r["collectors"][0]["send_errors"].as_u64(), Some(0), "{r}");
+    let out = collector.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["summary"]["reports"].as_u64(), Some((A + B) as u64), "{text}");
+    assert_eq!(summary["summary"]["sequence"][0]["gaps"].as_u64(), Some(0), "{text}");
+    let out = s.stop();
+    assert_eq!(out["total_drops"].as_u64(), Some(0), "{out}");
+    // Each worker's sunk frames leave through its own TX queue of p1.
+    assert_eq!((read_pcap(&d.path("o1a.pcap")).len(), read_pcap(&d.path("o1b.pcap")).len()), (A, B));
 }
