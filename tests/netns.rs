@@ -1,6 +1,7 @@
 //! Two Linux hosts in network namespaces talk through intswitch running on
 //! net_af_packet ports: ping and a TCP transfer, as an L2 bridge and as an
-//! L3 router (IPv4 and IPv6). Needs root (CI runs as root).
+//! L3 router (IPv4 and IPv6); and a three-port bridge whose two workers
+//! share what they learn. Needs root (CI runs as root).
 
 use intswitch_tests::{control_section, ns, ping, tcp_transfer, Namespaces, Scratch, SwitchProcess, TRANSFER_BYTES};
 
@@ -38,6 +39,53 @@ fn hosts_talk_through_l2_bridge() {
     assert!(out["macs_in_use"].as_u64().unwrap() >= 2, "{out}");
     assert!(out["ports"][1]["tx_bytes"].as_u64().unwrap() > TRANSFER_BYTES as u64);
     assert_eq!(out["drops"]["tx_full"], 0);
+}
+
+/// A three-port bridge with two workers: worker 0 polls h1's port, worker 1
+/// those of h2 and h3. Neither sees the other's hosts' frames, so each
+/// forwards to them only because the other announced what it learned: once
+/// h1 and h2 have spoken, unicast between them no longer reaches h3.
+#[test]
+fn two_workers_bridge_share_what_they_learn() {
+    let id = std::process::id() % 100_000;
+    let [h1, h2, h3, sw] = ["h1", "h2", "h3", "sw"].map(|n| format!("istm{n}-{id}"));
+    let nss = Namespaces::create(&[&h1, &h2, &h3, &sw]);
+    // No IPv6: its multicast chatter would be flooded to h3 too.
+    for n in [&h1, &h2, &h3, &sw] {
+        ns(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+        ns(n, &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"]);
+    }
+    for (h, i) in [(&h1, 1), (&h2, 2), (&h3, 3)] {
+        nss.veth(h, "eth0", &sw, &format!("sw-h{i}"));
+        ns(h, &["ip", "addr", "add", &format!("10.79.0.{i}/24"), "dev", "eth0"]);
+    }
+    let d = Scratch::new("nsbr2w");
+    let cfg = format!(
+        "name = \"nsbr2w\"\nmode = \"bridge\"\n[eal]\nlcores = \"0@0,1@1,2@1\"\nfile_prefix = \"nsbr2w-{id}\"\n\
+[dataplane]\nidle = true\nmbufs = 8191\n{}{}{}{}\
+[[worker]]\nlcore = 1\nrx = [\"p0:0\", \"p0:1\"]\n[[worker]]\nlcore = 2\nrx = [\"p1:0\", \"p1:1\", \"p2:0\", \"p2:1\"]\n",
+        control_section(&d),
+        // Two queue pairs: a TX queue for each worker (and two RX queues the
+        // kernel's fanout spreads frames over, both polled by the port's worker).
+        af_packet_port("p0", 0, "sw-h1,qpairs=2", ""),
+        af_packet_port("p1", 1, "sw-h2,qpairs=2", ""),
+        af_packet_port("p2", 2, "sw-h3,qpairs=2", "")
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let s = SwitchProcess::start(&d.path("c.toml"), Some(&sw));
+    // Learned: h1 (worker 0, from its ARP request) and h2 (worker 1, from its reply).
+    ping(&h1, "10.79.0.2");
+    let mut c = control::client::Client::connect(&d.path("sw.sock").display().to_string()).unwrap();
+    let mut to_h3 = || c.call("show_counters", serde_json::json!({})).unwrap()["ports"][2]["tx_packets"].as_u64();
+    let before = to_h3();
+    // Twenty more echo requests and replies, none of them for h3.
+    ns(&h1, &["ping", "-c", "20", "-i", "0.01", "-W", "1", "-q", "10.79.0.2"]);
+    let after = to_h3();
+    drop(c);
+    let out = s.stop();
+    assert_eq!(after, before, "unicast between h1 and h2 flooded to h3: {out}");
+    assert!(out["events"]["mac_synced"].as_u64().unwrap() >= 2, "{out}");
+    assert_eq!(out["macs_in_use"].as_u64(), Some(4), "h1 and h2 in both workers' tables: {out}");
 }
 
 #[test]

@@ -264,6 +264,7 @@ impl Switch {
                 flow_capacity: plan.raw.flow_table.capacity,
                 flow_idle_timeout_s: plan.raw.flow_table.idle_timeout_s,
                 learn_flows: plan.raw.flow_table.learn,
+                share_macs: workers.len() > 1,
                 mac_capacity: plan.raw.bridge.mac_capacity,
                 mac_aging_s: plan.raw.bridge.aging_s,
                 tx_drain_us: d.tx_drain_us,
@@ -649,6 +650,7 @@ impl Switch {
                     "busy_polls": c.busy_polls,
                     "flows": sh.flows_in_use.load(Ordering::Relaxed),
                     "macs": sh.macs_in_use.load(Ordering::Relaxed),
+                    "mac_sync_lost": sh.mac_sync_lost.load(Ordering::Relaxed),
                     "table_generation": sh.acked_tables.load(Ordering::Relaxed),
                     "flow_generation": sh.acked_flows.load(Ordering::Relaxed),
                 })
@@ -771,7 +773,7 @@ impl Switch {
     fn drain_events(&mut self) -> Result<(), String> {
         let mut learned = Vec::new();
         let mut resolve = Vec::new();
-        for w in self.shared.workers.clone() {
+        for (wi, w) in self.shared.workers.clone().iter().enumerate() {
             for _ in 0..1024 {
                 let Some(ev) = w.events.pop() else { break };
                 match ev {
@@ -781,6 +783,7 @@ impl Switch {
                         }
                     }
                     ControlEvent::Resolve { ip, port } => resolve.push((ip, port)),
+                    ControlEvent::MacLearned { key, port, seen } => self.share_mac(wi, key, port, seen),
                 }
             }
         }
@@ -814,6 +817,17 @@ impl Switch {
             self.resolve(ip, port);
         }
         Ok(())
+    }
+
+    /// Passes a MAC that worker `from` learned to every other worker; one
+    /// whose queue is full misses it (counted, and it learns the address
+    /// from the next announcement or from frames of its own).
+    fn share_mac(&self, from: usize, key: u64, port: u16, seen: u64) {
+        for (wi, w) in self.shared.workers.iter().enumerate() {
+            if wi != from && w.mac_sync.push((key, port, seen)).is_err() {
+                w.mac_sync_lost.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Records a neighbour if it is on one of the port's subnets; returns

@@ -40,6 +40,9 @@ pub enum ControlEvent {
     Neighbour { ip: IpAddr, mac: [u8; 6], port: u16 },
     /// Traffic waits for this next hop's MAC.
     Resolve { ip: IpAddr, port: u16 },
+    /// The bridge learned (or renews) `key` (a MAC-table key: VLAN and
+    /// MAC) on `port` at TSC `seen`, for the other workers' tables.
+    MacLearned { key: u64, port: u16, seen: u64 },
 }
 
 /// Where a worker sends control events; false when the queue is full.
@@ -59,6 +62,8 @@ pub struct Ctx<'a> {
     pub learn_flows: bool,
     /// Set to the next hop a `NeighbourUnresolved` verdict waits for.
     pub unresolved: Option<IpAddr>,
+    /// Announce learned MACs to the other workers (there are some).
+    pub share_macs: bool,
     /// Bridge lookups this burst already made (a Ctx lives for one burst).
     bridged: BridgeMemo,
 }
@@ -95,6 +100,7 @@ impl<'a> Ctx<'a> {
             now,
             learn_flows,
             unresolved: None,
+            share_macs: false,
             bridged: BridgeMemo::default(),
         }
     }
@@ -218,7 +224,8 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     if !ethernet::is_multicast(src) && ctx.bridged.src != Some((src_key, in_port)) {
         if ctx.tables.static_port(src_key).is_none() {
             // A new or moved address may be this burst's destination.
-            match ctx.macs.learn_key(src_key, in_port, ctx.now) {
+            let learned = ctx.macs.learn_key(src_key, in_port, ctx.now);
+            match learned {
                 Learned::New => {
                     ctx.counters.event(Event::MacLearned);
                     ctx.bridged.dst = None;
@@ -228,7 +235,10 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
                     ctx.bridged.dst = None;
                 }
                 Learned::Full => ctx.counters.event(Event::MacTableFull),
-                Learned::Refreshed => {}
+                Learned::Refreshed | Learned::Renewed => {}
+            }
+            if ctx.share_macs && learned.announce() {
+                ctx.notify(ControlEvent::MacLearned { key: src_key, port: in_port, seen: ctx.now });
             }
         }
         ctx.bridged.src = Some((src_key, in_port));

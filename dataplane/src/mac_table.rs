@@ -1,4 +1,8 @@
-//! L2 learning table: (VLAN, MAC) -> port, with idle aging.
+//! L2 learning table: (VLAN, MAC) -> port, with idle aging. Each worker
+//! has its own; with several workers, what one learns from frames is
+//! announced to the others (through the control core) and taken with
+//! `sync_key`, so a worker that never sees a host's frames still forwards
+//! to it instead of flooding.
 
 use crate::fixed_map::FixedMap;
 
@@ -6,11 +10,18 @@ use crate::fixed_map::FixedMap;
 pub struct MacEntry {
     pub port: u16,
     pub last_seen: u64,
+    /// When the other workers were last told about this address (or, for
+    /// one learned from them, when they saw it).
+    pub announced: u64,
 }
 
 pub struct MacTable {
     map: FixedMap<u64, MacEntry>,
     aging: u64,
+    /// Re-announce an address this long after the last announcement, so
+    /// the other workers' copies do not age out while it is active (0:
+    /// no aging, no renewal needed).
+    renew: u64,
     cursor: usize,
 }
 
@@ -29,16 +40,26 @@ pub fn key(vlan: u16, mac: &[u8; 6]) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Learned {
     Refreshed,
+    /// Refreshed, and a quarter of the aging time has passed since the
+    /// other workers were told: time to tell them again.
+    Renewed,
     New,
     Moved,
     /// Table full: the address is not learned (frames to it are flooded).
     Full,
 }
 
+impl Learned {
+    /// Whether the other workers should hear of it.
+    pub fn announce(self) -> bool {
+        matches!(self, Learned::New | Learned::Moved | Learned::Renewed)
+    }
+}
+
 impl MacTable {
     /// `aging` in TSC ticks; 0 disables aging.
     pub fn new(capacity: usize, aging: u64) -> MacTable {
-        MacTable { map: FixedMap::with_capacity(capacity), aging, cursor: 0 }
+        MacTable { map: FixedMap::with_capacity(capacity), aging, renew: aging / 4, cursor: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -62,18 +83,41 @@ impl MacTable {
     /// `learn` by a `key` already computed.
     #[inline]
     pub fn learn_key(&mut self, k: u64, port: u16, now: u64) -> Learned {
+        let renew = self.renew;
         if let Some(e) = self.map.get_mut(&k) {
             e.last_seen = now;
             if e.port != port {
                 e.port = port;
+                e.announced = now;
                 return Learned::Moved;
+            }
+            if renew != 0 && now.wrapping_sub(e.announced) >= renew {
+                e.announced = now;
+                return Learned::Renewed;
             }
             return Learned::Refreshed;
         }
-        match self.map.insert(k, MacEntry { port, last_seen: now }) {
+        match self.map.insert(k, MacEntry { port, last_seen: now, announced: now }) {
             Ok(_) => Learned::New,
             Err(_) => Learned::Full,
         }
+    }
+
+    /// Takes what another worker learned: `k` seen on `port` at `seen` (a
+    /// TSC; the cores' TSCs agree). The later sighting wins, so two
+    /// announcements that cross (a host moving between ports) settle on
+    /// where it was seen last. Returns whether the table changed.
+    pub fn sync_key(&mut self, k: u64, port: u16, seen: u64) -> bool {
+        if let Some(e) = self.map.get_mut(&k) {
+            if seen <= e.last_seen {
+                return false;
+            }
+            e.port = port;
+            e.last_seen = seen;
+            e.announced = e.announced.max(seen);
+            return true;
+        }
+        self.map.insert(k, MacEntry { port, last_seen: seen, announced: seen }).is_ok()
     }
 
     #[inline]
@@ -127,7 +171,7 @@ mod tests {
         assert_eq!(t.learn(0, &A, 2, 2), Learned::Moved);
         assert_eq!(t.lookup(0, &A), Some(2));
         let e: Vec<_> = t.entries().collect();
-        assert_eq!(e, vec![(0, A, MacEntry { port: 2, last_seen: 2 })]);
+        assert_eq!(e, vec![(0, A, MacEntry { port: 2, last_seen: 2, announced: 2 })]);
     }
 
     #[test]
@@ -154,5 +198,45 @@ mod tests {
         let mut t = MacTable::new(1, 0);
         t.learn(0, &A, 1, 0);
         assert_eq!(t.learn(0, &B, 1, 0), Learned::Full);
+    }
+
+    #[test]
+    fn renewed_a_quarter_aging_after_the_last_announcement() {
+        let mut t = MacTable::new(8, 400);
+        assert_eq!(t.learn(0, &A, 1, 1000), Learned::New);
+        assert_eq!(t.learn(0, &A, 1, 1099), Learned::Refreshed);
+        assert_eq!(t.learn(0, &A, 1, 1100), Learned::Renewed);
+        assert_eq!(t.learn(0, &A, 1, 1150), Learned::Refreshed, "counted from the renewal");
+        assert_eq!(t.learn(0, &A, 2, 1160), Learned::Moved);
+        assert_eq!(t.learn(0, &A, 2, 1259), Learned::Refreshed, "counted from the move");
+        assert!(Learned::Renewed.announce() && Learned::New.announce() && Learned::Moved.announce());
+        assert!(!Learned::Refreshed.announce() && !Learned::Full.announce());
+        // Without aging there is nothing to renew.
+        let mut t = MacTable::new(8, 0);
+        t.learn(0, &A, 1, 0);
+        assert_eq!(t.learn(0, &A, 1, u64::MAX / 2), Learned::Refreshed);
+    }
+
+    #[test]
+    fn sync_takes_the_later_sighting() {
+        let mut t = MacTable::new(8, 400);
+        // Unknown here: taken as announced (no echo back to the others).
+        assert!(t.sync_key(key(0, &A), 3, 500));
+        assert_eq!(t.lookup(0, &A), Some(3));
+        assert_eq!(t.learn(0, &A, 3, 599), Learned::Refreshed);
+        // An older sighting elsewhere (announcements that crossed) loses...
+        assert!(!t.sync_key(key(0, &A), 1, 590));
+        assert_eq!(t.lookup(0, &A), Some(3));
+        // ...a later one wins.
+        assert!(t.sync_key(key(0, &A), 1, 700));
+        assert_eq!(t.lookup(0, &A), Some(1));
+        // A synced address ages like a learned one.
+        assert_eq!(t.age(700 + 399, 64), 0);
+        assert_eq!(t.age(700 + 400, 64), 1);
+        assert_eq!(t.lookup(0, &A), None);
+        // A full table takes no more.
+        let mut t = MacTable::new(1, 0);
+        assert!(t.sync_key(key(0, &A), 1, 1));
+        assert!(!t.sync_key(key(0, &B), 1, 1));
     }
 }

@@ -105,6 +105,8 @@ pub struct WorkerSetup {
     pub flow_capacity: usize,
     pub flow_idle_timeout_s: u64,
     pub learn_flows: bool,
+    /// Announce learned MACs to the other workers (there are some).
+    pub share_macs: bool,
     pub mac_capacity: usize,
     pub mac_aging_s: u64,
     pub tx_drain_us: u64,
@@ -138,8 +140,14 @@ pub struct WorkerShared {
     pub flow_commands: ArrayQueue<FlowCommand>,
     /// Packets the control core wants sent (ARP requests, NS): (port, mbuf).
     pub inject: ArrayQueue<(u16, Mbuf)>,
-    /// Events for the control core (neighbours seen, resolution requests).
+    /// Events for the control core (neighbours seen, resolution requests,
+    /// MACs learned).
     pub events: ArrayQueue<ControlEvent>,
+    /// MACs the other workers learned: (table key, port, TSC seen).
+    pub mac_sync: ArrayQueue<(u64, u16, u64)>,
+    /// Of those, how many the control core could not queue (this worker
+    /// was behind): counted here by the control core.
+    pub mac_sync_lost: AtomicU64,
     pub flows_in_use: AtomicU64,
     pub macs_in_use: AtomicU64,
     pub lcore: AtomicU64,
@@ -162,6 +170,8 @@ impl WorkerShared {
             flow_commands: ArrayQueue::new(4096),
             inject: ArrayQueue::new(4096),
             events: ArrayQueue::new(1024),
+            mac_sync: ArrayQueue::new(4096),
+            mac_sync_lost: AtomicU64::new(0),
             flows_in_use: AtomicU64::new(0),
             macs_in_use: AtomicU64::new(0),
             lcore: AtomicU64::new(u64::MAX),
@@ -298,6 +308,12 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             }
             me.acked_flows.fetch_max(cmd.generation(), Ordering::AcqRel);
         }
+        // Bounded by the queue's size, like the flow commands.
+        while let Some((key, port, seen)) = me.mac_sync.pop() {
+            if macs.sync_key(key, port, seen) {
+                c.event(Event::MacSynced);
+            }
+        }
         while let Some((port, m)) = me.inject.pop() {
             if (port as usize) < nports {
                 c.event(Event::Injected);
@@ -311,6 +327,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             refresh_tables(&shared, &me, &mut tables, &mut my_gen, &mut c);
             let mut sink = QueueSink(&me.events);
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, dpdk::tsc(), setup.learn_flows);
+            ctx.share_macs = setup.share_macs;
             while let Some((in_port, mut m)) = me.reinject.pop() {
                 let mut meta = crate::parse::parse(m.data(), in_port);
                 let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, &meta);
@@ -372,6 +389,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             let n = if let Some(p) = l2_wire {
                 let nports = out.tx.len();
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, last_poll_tsc, false);
+                ctx.share_macs = setup.share_macs;
                 let mut flooded = false;
                 let (r, ok) = rxq.relay_into_if(burst, &mut out.tx[p], &mut pkts, |ms| {
                     if !same_head(ms) {
@@ -444,6 +462,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // A bridge with nothing that reads past Ethernet: MACs and VLAN only.
             if l2_only {
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, false);
+                ctx.share_macs = setup.share_macs;
                 // The verdict of the last untagged frame, by its first 16
                 // bytes (MACs, ethertype, 2 more): frames of a burst mostly
                 // repeat it (as VPP's l2 input caches its last lookup).
@@ -525,6 +544,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
             }
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, setup.learn_flows);
+            ctx.share_macs = setup.share_macs;
             for i in 0..n {
                 let mut m = pkts[i].take().expect("received");
                 ctx.counters.rx_packets[ip] += 1;
