@@ -246,6 +246,7 @@ fn every_command_round_trips() {
     assert!(body.contains("intswitch_port_rx_packets_total{port=\"p0\",worker=\"0\"}"));
     assert!(body.contains("intswitch_drops_total{worker=\"0\",reason=\"port_down\"}"));
     assert!(body.contains("intswitch_ethdev_ipackets_total{port=\"p0\"}"));
+    assert!(body.contains("intswitch_worker_mac_sync_lost_total{worker=\"0\"} 0"), "{body}");
     assert!(http_get(&sw.metrics_addr(), "/other").starts_with("HTTP/1.1 404"));
 
     let out = sw.stop();

@@ -73,6 +73,15 @@ pub fn render(sw: &Switch) -> String {
     for (w, v) in workers.as_array().into_iter().flatten().enumerate() {
         let _ = writeln!(o, "intswitch_worker_macs{{worker=\"{w}\"}} {}", v["macs"]);
     }
+    family(
+        &mut o,
+        "intswitch_worker_mac_sync_lost_total",
+        "counter",
+        "MAC announcements from other workers this worker's full queue missed.",
+    );
+    for (w, v) in workers.as_array().into_iter().flatten().enumerate() {
+        let _ = writeln!(o, "intswitch_worker_mac_sync_lost_total{{worker=\"{w}\"}} {}", v["mac_sync_lost"]);
+    }
     let ethdev: [(&str, &str); 8] = [
         ("ipackets", "Packets the device received."),
         ("opackets", "Packets the device sent."),
