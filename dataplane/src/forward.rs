@@ -573,6 +573,7 @@ mod tests {
         c: CounterValues,
         sink: Sink,
         learn: bool,
+        share_macs: bool,
     }
 
     impl Env {
@@ -586,11 +587,13 @@ mod tests {
                 c: CounterValues::default(),
                 sink: Sink::default(),
                 learn: false,
+                share_macs: false,
             }
         }
         fn run(&mut self, f: &mut [u8], port: u16) -> Verdict {
             let mut ctx =
                 Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
+            ctx.share_macs = self.share_macs;
             process(&mut ctx, f, port)
         }
 
@@ -646,6 +649,27 @@ mod tests {
         assert_eq!(e.c.events[Event::FlowLearned as usize], 1);
         let k = parse::parse(&f, 0).unwrap().key;
         assert_eq!(e.flows.get(&k).unwrap().packets, 2);
+    }
+
+    #[test]
+    fn bridge_announces_new_and_moved_addresses_when_workers_share() {
+        let mut e = Env::new(Mode::Bridge);
+        let mut f = to(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), [2, 0, 0, 0, 0, 2]);
+        e.run(&mut f, 0);
+        assert!(e.sink.0.is_empty(), "one worker: nobody to tell");
+        e.macs = MacTable::new(64, 0);
+        e.share_macs = true;
+        let h1 = crate::mac_table::key(0, &H1);
+        e.run(&mut f, 0);
+        e.run(&mut f, 0);
+        assert_eq!(e.sink.0, vec![ControlEvent::MacLearned { key: h1, port: 0, seen: 10 }], "new: told once");
+        e.run(&mut f, 1);
+        assert_eq!(e.sink.0[1..], [ControlEvent::MacLearned { key: h1, port: 1, seen: 10 }], "moved: told again");
+        // A multicast source is never learned, so never announced.
+        let mut m = f.clone();
+        m[6] |= 1;
+        e.run(&mut m, 0);
+        assert_eq!(e.sink.0.len(), 2);
     }
 
     #[test]
