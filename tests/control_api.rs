@@ -197,9 +197,19 @@ fn every_command_round_trips() {
     assert!(c["total_drops"].as_u64().unwrap() < 1000, "cleared: {c}");
 
     // Text output of every view works too.
-    for what in
-        ["ports", "workers", "counters", "drops", "flows", "routes", "neighbours", "config", "version", "metrics"]
-    {
+    for what in [
+        "ports",
+        "workers",
+        "counters",
+        "drops",
+        "flows",
+        "macs",
+        "routes",
+        "neighbours",
+        "config",
+        "version",
+        "metrics",
+    ] {
         let (ok, out, err) = intctl(&d, &["show", what]);
         assert!(ok && !out.is_empty(), "show {what}: {err}");
     }
@@ -501,6 +511,7 @@ fn valid_requests() -> Vec<(&'static str, Value)> {
         ("show_routes", json!({})),
         ("show_neighbours", json!({})),
         ("show_flows", json!({"max": 10})),
+        ("show_macs", json!({"max": 10})),
         ("flow_add", flow_add),
         ("flow_del", key),
         ("route_add", json!({"prefix": "203.0.113.0/24", "port": "p1", "via": "10.0.2.253"})),

@@ -81,6 +81,22 @@ fn two_workers_bridge_share_what_they_learn() {
     // Twenty more echo requests and replies, none of them for h3.
     ns(&h1, &["ping", "-c", "20", "-i", "0.01", "-W", "1", "-q", "10.79.0.2"]);
     let after = to_h3();
+    // Each worker's table has both hosts: its own from frames, the other's
+    // from the announcement.
+    let macs = c.call("show_macs", serde_json::json!({})).unwrap();
+    let mac_of = |h: &str| ns(h, &["cat", "/sys/class/net/eth0/address"]).trim().to_string();
+    for w in 0..2 {
+        for (h, port) in [(&h1, "p0"), (&h2, "p1")] {
+            let mac = mac_of(h);
+            assert!(
+                macs.as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m["worker"] == w && m["mac"] == mac.as_str() && m["port"] == port),
+                "worker {w} lacks {h} ({mac}) on {port}: {macs}"
+            );
+        }
+    }
     drop(c);
     let out = s.stop();
     assert_eq!(after, before, "unicast between h1 and h2 flooded to h3: {out}");

@@ -32,6 +32,7 @@ pub const COMMANDS: &[&str] = &[
     "show_counters",
     "show_drops",
     "show_flows",
+    "show_macs",
     "show_routes",
     "show_neighbours",
     "flow_add",
@@ -120,6 +121,15 @@ fn str_arg<'a>(args: &'a Map<String, Value>, name: &str) -> Result<&'a str, ApiE
     }
 }
 
+/// The optional `max` of a table dump (entries per worker; default 1000).
+fn max_per_worker(args: &Map<String, Value>) -> Result<usize, ApiError> {
+    only(args, &["max"])?;
+    match args.get("max") {
+        None => Ok(1000),
+        Some(v) => v.as_u64().map(|m| m as usize).ok_or_else(|| ApiError::bad_argument("max", "max must be a number")),
+    }
+}
+
 fn only(args: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
     match args.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(k) => Err(ApiError::bad_argument(k, format!("unknown argument {k} (expected: {})", allowed.join(", ")))),
@@ -192,14 +202,8 @@ fn dispatch(sw: &mut Switch, cmd: &str, args: &Map<String, Value>) -> Result<Val
         "show_drops" => Ok(sw.drops_json()),
         "show_routes" => Ok(sw.routes_json()),
         "show_neighbours" => Ok(sw.neighbours_json()),
-        "show_flows" => {
-            only(args, &["max"])?;
-            let max = match args.get("max") {
-                None => 1000,
-                Some(v) => v.as_u64().ok_or_else(|| ApiError::bad_argument("max", "max must be a number"))? as usize,
-            };
-            sw.flows_json(max)
-        }
+        "show_flows" => sw.flows_json(max_per_worker(args)?),
+        "show_macs" => sw.macs_json(max_per_worker(args)?),
         "flow_add" => {
             let f: FlowConfig = args_as(args)?;
             let (key, action) = f.to_rule(&names)?;

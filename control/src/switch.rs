@@ -20,7 +20,7 @@ use dataplane::forward::{self, ControlEvent};
 use dataplane::int::Presence;
 use dataplane::parse::FlowKey;
 use dataplane::tables::{NeighbourSpec, RouteSpec, TableSpec, Tables};
-use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, Shared, WorkerSetup, WorkerShared};
+use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, MacRecord, Shared, WorkerSetup, WorkerShared};
 use dataplane::DropReason;
 use serde_json::{json, Value};
 
@@ -465,13 +465,50 @@ impl Switch {
 
     /// Every worker's flows (at most `max` per worker).
     pub fn flows(&mut self, max: usize) -> Result<Vec<(usize, FlowRecord)>, ApiError> {
-        self.flow_command(|generation| FlowCommand::Dump { max, generation })?;
+        self.dump(|generation| FlowCommand::Dump { max, generation }, |w| &w.dump)
+    }
+
+    /// Has every worker fill its dump (`cmd`), then takes what `slot` of
+    /// each holds, by worker index.
+    fn dump<T>(
+        &mut self,
+        cmd: impl Fn(u64) -> FlowCommand,
+        slot: impl Fn(&WorkerShared) -> &std::sync::Mutex<Vec<T>>,
+    ) -> Result<Vec<(usize, T)>, ApiError> {
+        self.flow_command(cmd)?;
         let mut out = Vec::new();
         for (i, w) in self.shared.workers.iter().enumerate() {
-            let v = std::mem::take(&mut *w.dump.lock().map_err(|_| ApiError::internal("flow dump lock poisoned"))?);
+            let v = std::mem::take(&mut *slot(w).lock().map_err(|_| ApiError::internal("worker dump lock poisoned"))?);
             out.extend(v.into_iter().map(|r| (i, r)));
         }
         Ok(out)
+    }
+
+    /// Up to `max` learned MAC entries of each worker, by worker index.
+    pub fn macs(&mut self, max: usize) -> Result<Vec<(usize, MacRecord)>, ApiError> {
+        self.dump(|generation| FlowCommand::DumpMacs { max, generation }, |w| &w.mac_dump)
+    }
+
+    /// The MAC address table: static entries (every worker's), then each
+    /// worker's learned ones.
+    pub fn macs_json(&mut self, max: usize) -> Result<Value, ApiError> {
+        let learned = self.macs(max)?;
+        let hz = self.hz as f64;
+        let port_name = |p: u16| self.spec.ports.get(p as usize).map(|p| p.name.clone());
+        let mut v: Vec<Value> = self
+            .spec
+            .static_macs
+            .iter()
+            .map(|m| {
+                json!({"worker": null, "vlan": m.vlan, "mac": format_mac(&m.mac), "port": port_name(m.port),
+                       "kind": "static", "idle_s": null})
+            })
+            .collect();
+        v.extend(learned.iter().map(|(w, r)| {
+            json!({"worker": w, "vlan": r.vlan, "mac": format_mac(&r.mac), "port": port_name(r.port),
+                   "kind": "learned", "idle_s": r.idle_tsc as f64 / hz})
+        }));
+        Ok(Value::Array(v))
     }
 
     pub fn port_index(&self, name: &str) -> Result<u16, ApiError> {

@@ -52,6 +52,11 @@ pub enum FlowCommand {
         max: usize,
         generation: u64,
     },
+    /// Copy up to `max` MAC-table entries into `WorkerShared::mac_dump`.
+    DumpMacs {
+        max: usize,
+        generation: u64,
+    },
 }
 
 /// One flow as reported by a dump.
@@ -64,6 +69,17 @@ pub struct FlowRecord {
     /// TSC ticks since the last packet.
     pub idle_tsc: u64,
     pub installed: bool,
+}
+
+/// A learned MAC-table entry as a worker reports it (`FlowCommand::DumpMacs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MacRecord {
+    pub vlan: u16,
+    pub mac: [u8; 6],
+    pub port: u16,
+    /// TSC ticks since the address was last seen (here or, synced, by
+    /// another worker).
+    pub idle_tsc: u64,
 }
 
 /// A mirrored packet on its way to the control core (capture).
@@ -80,7 +96,8 @@ impl FlowCommand {
             FlowCommand::Install { generation, .. }
             | FlowCommand::Remove { generation, .. }
             | FlowCommand::Clear { generation }
-            | FlowCommand::Dump { generation, .. } => *generation,
+            | FlowCommand::Dump { generation, .. }
+            | FlowCommand::DumpMacs { generation, .. } => *generation,
         }
     }
 }
@@ -130,6 +147,8 @@ pub struct WorkerShared {
     pub failed_install: AtomicU64,
     /// Filled by a `FlowCommand::Dump`.
     pub dump: std::sync::Mutex<Vec<FlowRecord>>,
+    /// Filled by a `FlowCommand::DumpMacs`.
+    pub mac_dump: std::sync::Mutex<Vec<MacRecord>>,
     /// Mirrored packets for the control core's capture.
     pub capture: ArrayQueue<Captured>,
     /// Packets waiting for their next hop's MAC, handed to the control core:
@@ -164,6 +183,7 @@ impl WorkerShared {
             acked_flows: AtomicU64::new(0),
             failed_install: AtomicU64::new(0),
             dump: std::sync::Mutex::new(Vec::new()),
+            mac_dump: std::sync::Mutex::new(Vec::new()),
             capture: ArrayQueue::new(4096),
             held: ArrayQueue::new(256),
             reinject: ArrayQueue::new(1024),
@@ -298,6 +318,22 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                         })
                         .collect();
                     if let Ok(mut d) = me.dump.lock() {
+                        *d = v;
+                    }
+                }
+                FlowCommand::DumpMacs { max, .. } => {
+                    // Asked for explicitly, like a flow dump.
+                    let v: Vec<MacRecord> = macs
+                        .entries()
+                        .take(max)
+                        .map(|(vlan, mac, e)| MacRecord {
+                            vlan,
+                            mac,
+                            port: e.port,
+                            idle_tsc: now.saturating_sub(e.last_seen),
+                        })
+                        .collect();
+                    if let Ok(mut d) = me.mac_dump.lock() {
                         *d = v;
                     }
                 }

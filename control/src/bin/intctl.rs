@@ -29,7 +29,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Show state: ports, workers, counters, drops, flows, routes, neighbours, config, version, metrics, int, reports (AM-PM: `ampm show`, `rule show`).
+    /// Show state: ports, workers, counters, drops, flows, macs, routes, neighbours, config, version, metrics, int, reports (AM-PM: `ampm show`, `rule show`).
     Show {
         #[command(subcommand)]
         what: Show,
@@ -113,6 +113,12 @@ enum Show {
     Drops,
     Flows {
         /// At most this many flows per worker.
+        #[arg(long, default_value_t = 1000)]
+        max: u64,
+    },
+    /// The MAC address table: static entries, then each worker's learned ones.
+    Macs {
+        /// At most this many learned entries per worker.
         #[arg(long, default_value_t = 1000)]
         max: u64,
     },
@@ -450,6 +456,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Show::Counters => ("show_counters", json!({})),
             Show::Drops => ("show_drops", json!({})),
             Show::Flows { max } => ("show_flows", json!({ "max": max })),
+            Show::Macs { max } => ("show_macs", json!({ "max": max })),
             Show::Routes => ("show_routes", json!({})),
             Show::Neighbours => ("show_neighbours", json!({})),
             Show::Config => ("show_config", json!({})),
@@ -684,6 +691,16 @@ fn print_text(cmd: &str, r: &Value) {
                         s(&f["bytes"]),
                         format!("{:.1}", f["idle_s"].as_f64().unwrap_or(0.0)),
                     ]
+                })
+                .collect(),
+        ),
+        "show_macs" => table(
+            &["WORKER", "VLAN", "MAC", "PORT", "KIND", "IDLE S"],
+            arr()
+                .iter()
+                .map(|m| {
+                    let idle = m["idle_s"].as_f64().map_or("-".into(), |i| format!("{i:.1}"));
+                    vec![s(&m["worker"]), s(&m["vlan"]), s(&m["mac"]), s(&m["port"]), s(&m["kind"]), idle]
                 })
                 .collect(),
         ),
