@@ -11,15 +11,40 @@
 # BENCH_HUGEPAGES=0 skips reserving 2 MiB hugepages (reserved for the run
 # and released at exit);
 # BENCH_CASES=name,name,... runs only those cases (an export case comes with
-# the report-every-packet case it is measured in).
+# the report-every-packet case it is measured in);
+# BENCH_WORKERS=N (default 1) runs N workers, each on a core of its own
+# polling an RX queue of the source port (net_pcap: one queue per rx_pcap
+# of the same file), against testpmd with N forwarding cores and queues:
+# a scaling run, for a machine with more than N cores. Lines then end in
+# workers=N.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
 rounds=${BENCH_ROUNDS:-1}
+workers=${BENCH_WORKERS:-1}
 if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
   echo "bench.sh: BENCH_ROUNDS=$rounds: need a whole number, at least 1" >&2
   exit 2
 fi
+if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]] || (( workers >= $(nproc) )); then
+  echo "bench.sh: BENCH_WORKERS=$workers: need 1 to $(( $(nproc) - 1 )) (a core each, and one for the control core)" >&2
+  exit 2
+fi
+# The source port's RX queues (net_pcap: one per rx_pcap, all replaying
+# the same file) and, with several workers, what each worker polls.
+rx_pcaps() { # pcap
+  local i out=""
+  for ((i = 0; i < workers; i++)); do out+="rx_pcap=$1,"; done
+  printf '%s' "$out"
+}
+worker_sections() { # extra queue-0 ports for worker 0, e.g. '"p1:0"'
+  (( workers > 1 )) || return 0
+  local i
+  printf '[[worker]]\nlcore = 1\nrx = ["p0:0", %s]\n' "$1"
+  for ((i = 1; i < workers; i++)); do
+    printf '[[worker]]\nlcore = %d\nrx = ["p0:%d"]\n' $((i + 1)) "$i"
+  done
+}
 # The first two per-second samples are warm-up: fewer than 4 leave too few.
 if ! [[ "$secs" =~ ^[0-9]+$ ]] || (( secs < 4 )); then
   echo "bench.sh: BENCH_SECONDS=$secs: need a whole number of seconds, at least 4" >&2
@@ -57,9 +82,10 @@ DUT_MAC=02:00:00:00:be:00
 avg() { awk 'NR>2 {s+=$1; n++} END { if (n) printf "%.2f", s/n; else print "0.00" }'; }
 
 testpmd_mpps() { # pcap
-  timeout $((secs + 20)) dpdk-testpmd -l 0-1 "${tp_mem[@]}" --no-pci --file-prefix "bench-tp-$$" \
-    --vdev "net_pcap0,rx_pcap=$1,infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
+  timeout $((secs + 20)) dpdk-testpmd -l "0-$workers" "${tp_mem[@]}" --no-pci --file-prefix "bench-tp-$$" \
+    --vdev "net_pcap0,$(rx_pcaps "$1")infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
     --forward-mode=macswap --stats-period 1 --total-num-mbufs=200000 --no-lsc-interrupt \
+    --nb-cores="$workers" --rxq="$workers" --txq="$workers" \
     >"$work/tp.log" 2>&1 </dev/null &
   local pid=$! i
   # Time from when forwarding starts: the first run after the reservation
@@ -84,7 +110,7 @@ config() { # mode pcap extra-port0 extra-port1 tail
 name = "bench"
 mode = "$1"
 [eal]
-lcores = "0-1"
+lcores = "0-$workers"
 $mem_args
 file_prefix = "bench-is-$$"
 log_level = "error"
@@ -95,7 +121,7 @@ capacity = 131072
 learn = ${6:-false}
 [[port]]
 name = "p0"
-device = "net_pcap0,rx_pcap=$2,infinite_rx=1"
+device = "net_pcap0,$(rx_pcaps "$2")infinite_rx=1"
 mac = "$DUT_MAC"
 $3
 [[port]]
@@ -103,6 +129,7 @@ name = "p1"
 device = "net_null0,no-rx=1"
 $4
 $5
+$(worker_sections "$(if [[ "$5" == *'name = "p2"'* ]]; then echo '"p1:0", "p2:0"'; else echo '"p1:0"'; fi)")
 EOF2
 }
 
@@ -140,7 +167,8 @@ run_case() { # name pcap config
     cp "$work/is.log" "$work/is-$r.log"
   done
   awk -v n="$1" -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" \
-    'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f\n", n, a, (b > 0 ? a / b : 0), b }'
+    -v w="$( (( workers > 1 )) && echo " workers=$workers")" \
+    'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f%s\n", n, a, (b > 0 ? a / b : 0), b, w }'
 }
 
 # Cross-connect and L2: one flow of 64-byte frames.
