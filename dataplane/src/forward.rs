@@ -62,8 +62,6 @@ pub struct Ctx<'a> {
     pub learn_flows: bool,
     /// Set to the next hop a `NeighbourUnresolved` verdict waits for.
     pub unresolved: Option<IpAddr>,
-    /// Announce learned MACs to the other workers (there are some).
-    pub share_macs: bool,
     /// Bridge lookups this burst already made (a Ctx lives for one burst).
     bridged: BridgeMemo,
 }
@@ -100,7 +98,6 @@ impl<'a> Ctx<'a> {
             now,
             learn_flows,
             unresolved: None,
-            share_macs: false,
             bridged: BridgeMemo::default(),
         }
     }
@@ -237,7 +234,7 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
                 Learned::Full => ctx.counters.event(Event::MacTableFull),
                 Learned::Refreshed | Learned::Renewed => {}
             }
-            if ctx.share_macs && learned.announce() {
+            if ctx.macs.has_peers() && learned.announce() {
                 ctx.notify(ControlEvent::MacLearned { key: src_key, port: in_port, seen: ctx.now });
             }
         }
@@ -573,7 +570,6 @@ mod tests {
         c: CounterValues,
         sink: Sink,
         learn: bool,
-        share_macs: bool,
     }
 
     impl Env {
@@ -587,13 +583,11 @@ mod tests {
                 c: CounterValues::default(),
                 sink: Sink::default(),
                 learn: false,
-                share_macs: false,
             }
         }
         fn run(&mut self, f: &mut [u8], port: u16) -> Verdict {
             let mut ctx =
                 Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
-            ctx.share_macs = self.share_macs;
             process(&mut ctx, f, port)
         }
 
@@ -657,8 +651,7 @@ mod tests {
         let mut f = to(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, b"x"), [2, 0, 0, 0, 0, 2]);
         e.run(&mut f, 0);
         assert!(e.sink.0.is_empty(), "one worker: nobody to tell");
-        e.macs = MacTable::new(64, 0);
-        e.share_macs = true;
+        e.macs = MacTable::new(64, 0).with_peers();
         let h1 = crate::mac_table::key(0, &H1);
         e.run(&mut f, 0);
         e.run(&mut f, 0);

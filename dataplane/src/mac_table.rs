@@ -18,9 +18,11 @@ pub struct MacEntry {
 pub struct MacTable {
     map: FixedMap<u64, MacEntry>,
     aging: u64,
+    /// Other workers keep tables too: what this one learns is announced.
+    peers: bool,
     /// Re-announce an address this long after the last announcement, so
     /// the other workers' copies do not age out while it is active (0:
-    /// no aging, no renewal needed).
+    /// no peers, or no aging: no renewal needed).
     renew: u64,
     cursor: usize,
 }
@@ -59,7 +61,19 @@ impl Learned {
 impl MacTable {
     /// `aging` in TSC ticks; 0 disables aging.
     pub fn new(capacity: usize, aging: u64) -> MacTable {
-        MacTable { map: FixedMap::with_capacity(capacity), aging, renew: aging / 4, cursor: 0 }
+        MacTable { map: FixedMap::with_capacity(capacity), aging, peers: false, renew: 0, cursor: 0 }
+    }
+
+    /// The table of one of several workers: learning reports what the
+    /// others should hear of (`Learned::announce`), renewals included.
+    pub fn with_peers(mut self) -> MacTable {
+        self.peers = true;
+        self.renew = self.aging / 4;
+        self
+    }
+
+    pub fn has_peers(&self) -> bool {
+        self.peers
     }
 
     pub fn len(&self) -> usize {
@@ -202,7 +216,7 @@ mod tests {
 
     #[test]
     fn renewed_a_quarter_aging_after_the_last_announcement() {
-        let mut t = MacTable::new(8, 400);
+        let mut t = MacTable::new(8, 400).with_peers();
         assert_eq!(t.learn(0, &A, 1, 1000), Learned::New);
         assert_eq!(t.learn(0, &A, 1, 1099), Learned::Refreshed);
         assert_eq!(t.learn(0, &A, 1, 1100), Learned::Renewed);
@@ -211,15 +225,18 @@ mod tests {
         assert_eq!(t.learn(0, &A, 2, 1259), Learned::Refreshed, "counted from the move");
         assert!(Learned::Renewed.announce() && Learned::New.announce() && Learned::Moved.announce());
         assert!(!Learned::Refreshed.announce() && !Learned::Full.announce());
-        // Without aging there is nothing to renew.
-        let mut t = MacTable::new(8, 0);
+        // Without aging, or alone, there is nothing to renew.
+        let mut alone = MacTable::new(8, 400);
+        alone.learn(0, &A, 1, 1000);
+        assert_eq!(alone.learn(0, &A, 1, 1100), Learned::Refreshed);
+        let mut t = MacTable::new(8, 0).with_peers();
         t.learn(0, &A, 1, 0);
         assert_eq!(t.learn(0, &A, 1, u64::MAX / 2), Learned::Refreshed);
     }
 
     #[test]
     fn sync_takes_the_later_sighting() {
-        let mut t = MacTable::new(8, 400);
+        let mut t = MacTable::new(8, 400).with_peers();
         // Unknown here: taken as announced (no echo back to the others).
         assert!(t.sync_key(key(0, &A), 3, 500));
         assert_eq!(t.lookup(0, &A), Some(3));

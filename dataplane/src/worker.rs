@@ -259,6 +259,9 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let hz = dpdk::tsc_hz().max(1);
     let mut flows = FlowTable::new(setup.flow_capacity, setup.flow_idle_timeout_s * hz);
     let mut macs = MacTable::new(setup.mac_capacity, setup.mac_aging_s * hz);
+    if setup.share_macs {
+        macs = macs.with_peers();
+    }
     let mut tables = shared.tables.load_full();
     let mut my_gen = tables.generation;
     me.acked_tables.store(my_gen, Ordering::Release);
@@ -363,7 +366,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             refresh_tables(&shared, &me, &mut tables, &mut my_gen, &mut c);
             let mut sink = QueueSink(&me.events);
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, dpdk::tsc(), setup.learn_flows);
-            ctx.share_macs = setup.share_macs;
             while let Some((in_port, mut m)) = me.reinject.pop() {
                 let mut meta = crate::parse::parse(m.data(), in_port);
                 let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, &meta);
@@ -425,7 +427,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             let n = if let Some(p) = l2_wire {
                 let nports = out.tx.len();
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, last_poll_tsc, false);
-                ctx.share_macs = setup.share_macs;
                 let mut flooded = false;
                 let (r, ok) = rxq.relay_into_if(burst, &mut out.tx[p], &mut pkts, |ms| {
                     if !same_head(ms) {
@@ -498,7 +499,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // A bridge with nothing that reads past Ethernet: MACs and VLAN only.
             if l2_only {
                 let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, false);
-                ctx.share_macs = setup.share_macs;
                 // The verdict of the last untagged frame, by its first 16
                 // bytes (MACs, ethertype, 2 more): frames of a burst mostly
                 // repeat it (as VPP's l2 input caches its last lookup).
@@ -580,7 +580,6 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
             }
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, setup.learn_flows);
-            ctx.share_macs = setup.share_macs;
             for i in 0..n {
                 let mut m = pkts[i].take().expect("received");
                 ctx.counters.rx_packets[ip] += 1;
@@ -954,8 +953,6 @@ impl Egress {
     }
 }
 
-/// The ports a flood from `in_port` goes out of: every other up port that
-/// has a TX buffer (of `nports`).
 /// The port a flood from `in_port` goes to when it is the only one.
 fn single_flood_port(t: &Tables, in_port: usize, nports: usize) -> Option<usize> {
     let mut ports = flood_ports(t, in_port, nports);
@@ -965,6 +962,8 @@ fn single_flood_port(t: &Tables, in_port: usize, nports: usize) -> Option<usize>
     }
 }
 
+/// The ports a flood from `in_port` goes out of: every other up port that
+/// has a TX buffer (of `nports`).
 fn flood_ports(t: &Tables, in_port: usize, nports: usize) -> impl Iterator<Item = usize> + '_ {
     t.ports.iter().enumerate().take(nports).filter(move |&(i, ps)| i != in_port && ps.up).map(|(i, _)| i)
 }
