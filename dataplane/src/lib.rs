@@ -30,4 +30,7 @@ pub mod worker;
 #[cfg(test)]
 mod pipeline_fuzz;
 
+#[cfg(test)]
+mod hot_path_alloc;
+
 pub use drop_reason::DropReason;

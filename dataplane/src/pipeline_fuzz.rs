@@ -93,7 +93,7 @@ fn all_ampm_nodes() -> Vec<Mp> {
 }
 
 /// Valid frames of every kind the stages look into.
-fn seeds() -> Vec<Vec<u8>> {
+pub(crate) fn seeds() -> Vec<Vec<u8>> {
     let payload = b"0123456789abcdefghijklmnopqrstuv";
     let plain4 = udp4([10, 0, 1, 2], [172, 16, 0, 9], 4000, 5001, payload);
     let plain6 = udp6(V6_A, V6_B, 4000, 5001, payload);
@@ -162,7 +162,7 @@ fn seeds() -> Vec<Vec<u8>> {
 }
 
 /// A mutant of `seed`: one to four edits, mostly in the headers.
-fn mutate(rng: &mut XorShift, seed: &[u8]) -> Vec<u8> {
+pub(crate) fn mutate(rng: &mut XorShift, seed: &[u8]) -> Vec<u8> {
     let mut f = seed.to_vec();
     for _ in 0..1 + rng.below(4) {
         if f.is_empty() {
