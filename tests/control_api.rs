@@ -9,7 +9,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use control::client::Client;
-use intswitch_tests::{control_section, intctl_bin, read_pcap, write_pcap, Scratch, SwitchProcess};
+use intswitch_tests::{
+    int_source_section, intctl_bin, read_pcap, replay_router_config, write_pcap, Scratch, SwitchProcess,
+};
 use serde_json::{json, Value};
 
 const P0_MAC: &str = "02:00:00:00:a0:00";
@@ -40,44 +42,7 @@ fn router_config(d: &Scratch, name: &str, frames: usize, extra: &str) -> String 
     };
     let frames: Vec<Vec<u8>> = (0..frames).map(|i| control::traffic::frame(&spec, i)).collect();
     write_pcap(&d.path("in.pcap"), &frames);
-    format!(
-        r#"name = "{name}"
-mode = "router"
-[eal]
-file_prefix = "{name}-{pid}"
-[dataplane]
-idle = true
-mbufs = 8191
-{control}
-[flow_table]
-learn = true
-[[port]]
-name = "p0"
-device = "net_pcap0,rx_pcap={pcap},infinite_rx=1"
-mac = "{P0_MAC}"
-ipv4 = ["10.0.1.1/24"]
-[[port]]
-name = "p1"
-device = "net_null0,no-rx=1"
-ipv4 = ["10.0.2.1/24"]
-[[route]]
-prefix = "198.51.100.0/24"
-port = "p1"
-via = "10.0.2.254"
-[[neighbour]]
-ip = "10.0.2.254"
-mac = "02:00:00:00:02:fe"
-port = "p1"
-[[neighbour]]
-ip = "10.0.2.253"
-mac = "02:00:00:00:02:fd"
-port = "p1"
-{extra}
-"#,
-        pid = std::process::id(),
-        control = control_section(d),
-        pcap = d.path("in.pcap").display()
-    )
+    replay_router_config(d, name, &d.path("in.pcap"), P0_MAC, "198.51.100.0/24", extra)
 }
 
 fn intctl(d: &Scratch, args: &[&str]) -> (bool, String, String) {
@@ -662,15 +627,7 @@ fn mutated_requests_get_an_answer_and_forwarding_goes_on() {
     let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let to = sink.local_addr().unwrap();
     let extra = format!(
-        r#"[int]
-node_id = 3
-edge_ports = ["p0"]
-[[int.watch]]
-name = "udp"
-role = "source"
-proto = "udp"
-instructions = ["node_id", "hop_latency"]
-[[int.collector]]
+        r#"{int}[[int.collector]]
 address = "{to}"
 [ampm]
 node_id = 3
@@ -685,7 +642,8 @@ carrier = "dscp"
 proto = "udp"
 [[ampm.collector]]
 address = "{to}"
-"#
+"#,
+        int = int_source_section(3, "p0", &["node_id", "hop_latency"])
     );
     let mut sw = start_router_with(&d, "apimut", 16, &extra);
     let sock = d.path("sw.sock");

@@ -182,6 +182,69 @@ impl Drop for SwitchProcess {
     }
 }
 
+/// A switch replaying `pcap` forever from p0 (net_pcap, MAC `p0_mac`) into
+/// p1 (net_null), idle mode and flow learning on. `p0` and `p1` add lines
+/// to the ports, `extra` sections after them.
+#[allow(clippy::too_many_arguments)]
+pub fn replay_config(
+    d: &Scratch,
+    name: &str,
+    mode: &str,
+    pcap: &Path,
+    p0_mac: &str,
+    p0: &str,
+    p1: &str,
+    extra: &str,
+) -> String {
+    format!(
+        r#"name = "{name}"
+mode = "{mode}"
+[eal]
+file_prefix = "{name}-{pid}"
+[dataplane]
+idle = true
+mbufs = 8191
+{control}
+[flow_table]
+learn = true
+[[port]]
+name = "p0"
+device = "net_pcap0,rx_pcap={pcap},infinite_rx=1"
+mac = "{p0_mac}"
+{p0}
+[[port]]
+name = "p1"
+device = "net_null0,no-rx=1"
+{p1}
+{extra}
+"#,
+        pid = std::process::id(),
+        control = control_section(d),
+        pcap = pcap.display()
+    )
+}
+
+/// A router for [`replay_config`]: p0 10.0.1.1/24, p1 10.0.2.1/24, `prefix`
+/// via 10.0.2.254, and two resolved gateways on p1 (.254 and .253).
+pub fn replay_router_config(d: &Scratch, name: &str, pcap: &Path, p0_mac: &str, prefix: &str, extra: &str) -> String {
+    let neighbour = |ip: &str, mac: &str| format!("[[neighbour]]\nip = \"{ip}\"\nmac = \"{mac}\"\nport = \"p1\"\n");
+    let routes = format!(
+        "[[route]]\nprefix = \"{prefix}\"\nport = \"p1\"\nvia = \"10.0.2.254\"\n{}{}{extra}",
+        neighbour("10.0.2.254", "02:00:00:00:02:fe"),
+        neighbour("10.0.2.253", "02:00:00:00:02:fd"),
+    );
+    replay_config(d, name, "router", pcap, p0_mac, "ipv4 = [\"10.0.1.1/24\"]", "ipv4 = [\"10.0.2.1/24\"]", &routes)
+}
+
+/// An `[int]` section with one watch rule that sources all UDP entering
+/// by `edge` with these instructions.
+pub fn int_source_section(node_id: u32, edge: &str, instructions: &[&str]) -> String {
+    format!(
+        "[int]\nnode_id = {node_id}\nedge_ports = [\"{edge}\"]\n[[int.watch]]\nname = \"udp\"\nrole = \"source\"\n\
+proto = \"udp\"\ninstructions = {instructions:?}\n"
+    )
+}
+
 /// Runs intswitch on `config` for `secs` and returns its final counters.
 pub fn run_for(config: &Path, secs: f64) -> serde_json::Value {
     let out = Command::new(intswitch_bin())

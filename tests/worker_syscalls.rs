@@ -7,7 +7,9 @@
 //! hands to the control core goes through memory; the control core does
 //! the sending.
 
-use intswitch_tests::{control_section, intctl_bin, intswitch_bin, Scratch, SwitchProcess};
+use intswitch_tests::{
+    int_source_section, intctl_bin, intswitch_bin, replay_config, replay_router_config, Scratch, SwitchProcess,
+};
 use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -15,33 +17,6 @@ use std::time::{Duration, Instant};
 const P0_MAC: &str = "02:00:00:00:00:a0";
 /// How long strace watches the worker.
 const WATCH: Duration = Duration::from_secs(2);
-
-fn base(d: &Scratch, name: &str, mode: &str, pcap: &str, p0: &str, p1: &str, extra: &str) -> String {
-    format!(
-        r#"name = "{name}"
-mode = "{mode}"
-[eal]
-file_prefix = "{name}-{pid}"
-[dataplane]
-idle = true
-mbufs = 8191
-{control}
-[flow_table]
-learn = true
-[[port]]
-name = "p0"
-device = "net_pcap0,rx_pcap={pcap},infinite_rx=1"
-mac = "{P0_MAC}"
-{p0}
-[[port]]
-name = "p1"
-device = "net_null0,no-rx=1"
-{p1}
-{extra}"#,
-        pid = std::process::id(),
-        control = control_section(d),
-    )
-}
 
 fn gen_traffic(out: &str, args: &[&str]) {
     let st = Command::new(intswitch_bin())
@@ -135,30 +110,13 @@ fn workers_make_no_system_call_while_forwarding() {
 
     // Routing 1,000 flows it learns, INT source on the edge port.
     gen_traffic(&pcap("udp.pcap"), &["--src", "10.0.1.10", "--dst", "198.51.100.10", "--vary-dst"]);
-    let routed = base(
+    let routed = replay_router_config(
         &d,
         "nosys-rt",
-        "router",
-        &pcap("udp.pcap"),
-        "ipv4 = [\"10.0.1.1/24\"]",
-        "ipv4 = [\"10.0.2.1/24\"]",
-        r#"[[route]]
-prefix = "198.51.0.0/16"
-port = "p1"
-via = "10.0.2.254"
-[[neighbour]]
-ip = "10.0.2.254"
-mac = "02:00:00:00:02:fe"
-port = "p1"
-[int]
-node_id = 7
-edge_ports = ["p0"]
-[[int.watch]]
-name = "all"
-role = "source"
-proto = "udp"
-instructions = ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts"]
-"#,
+        &d.path("udp.pcap"),
+        P0_MAC,
+        "198.51.0.0/16",
+        &int_source_section(7, "p0", &["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts"]),
     );
     watch_worker(&d, "router with INT source", routed, |c| {
         assert!(event(c, "int_sourced") > 200_000 && event(c, "flow_learned") == 1_000, "{c}")
@@ -167,11 +125,12 @@ instructions = ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts"]
     // INT sink, a report for every packet to a UDP socket nobody reads.
     let collector = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     gen_traffic(&pcap("int.pcap"), &["--int-hops", "3", "--int-rhc", "2"]);
-    let sink = base(
+    let sink = replay_config(
         &d,
         "nosys-sink",
         "xconnect",
-        &pcap("int.pcap"),
+        &d.path("int.pcap"),
+        P0_MAC,
         "peer = \"p1\"",
         "peer = \"p0\"",
         &format!(
@@ -184,11 +143,12 @@ instructions = ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts"]
     });
 
     // AM-PM initiator, multiplexed marking on a DSCP bit, every flow monitored.
-    let ampm = base(
+    let ampm = replay_config(
         &d,
         "nosys-ampm",
         "xconnect",
-        &pcap("udp.pcap"),
+        &d.path("udp.pcap"),
+        P0_MAC,
         "peer = \"p1\"",
         "peer = \"p0\"",
         &format!(
