@@ -18,6 +18,7 @@ use dataplane::dpdk::{self, Eal, EalArgs, MbufStash, Mempool, Port, PortSetup};
 use dataplane::flow_table::FlowAction;
 use dataplane::forward::{self, ControlEvent};
 use dataplane::int::Presence;
+use dataplane::mac_table::Sighting;
 use dataplane::parse::FlowKey;
 use dataplane::tables::{NeighbourSpec, RouteSpec, TableSpec, Tables};
 use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, MacRecord, Shared, WorkerSetup, WorkerShared};
@@ -820,7 +821,7 @@ impl Switch {
                         }
                     }
                     ControlEvent::Resolve { ip, port } => resolve.push((ip, port)),
-                    ControlEvent::MacLearned { key, port, seen } => self.share_mac(wi, key, port, seen),
+                    ControlEvent::MacLearned(s) => self.share_mac(wi, s),
                 }
             }
         }
@@ -859,9 +860,9 @@ impl Switch {
     /// Passes a MAC that worker `from` learned to every other worker; one
     /// whose queue is full misses it (counted, and it learns the address
     /// from the next announcement or from frames of its own).
-    fn share_mac(&self, from: usize, key: u64, port: u16, seen: u64) {
+    fn share_mac(&self, from: usize, s: Sighting) {
         for (wi, w) in self.shared.workers.iter().enumerate() {
-            if wi != from && w.mac_sync.push((key, port, seen)).is_err() {
+            if wi != from && w.mac_sync.push(s).is_err() {
                 w.mac_sync_lost.fetch_add(1, Ordering::Relaxed);
             }
         }

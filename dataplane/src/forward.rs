@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::{FlowAction, FlowTable};
-use crate::mac_table::{self, Learned, MacTable};
+use crate::mac_table::{self, Learned, MacTable, Sighting};
 use crate::parse::{self, L3Kind, PacketMeta, PROTO_ICMP, PROTO_ICMPV6};
 use crate::tables::{v4_key, v6_key, Mode, Tables};
 use crate::wire::arp::{self, ArpPacket, ArpRepr};
@@ -40,9 +40,9 @@ pub enum ControlEvent {
     Neighbour { ip: IpAddr, mac: [u8; 6], port: u16 },
     /// Traffic waits for this next hop's MAC.
     Resolve { ip: IpAddr, port: u16 },
-    /// The bridge learned (or renews) `key` (a MAC-table key: VLAN and
-    /// MAC) on `port` at TSC `seen`, for the other workers' tables.
-    MacLearned { key: u64, port: u16, seen: u64 },
+    /// The bridge learned (or renews) an address, for the other workers'
+    /// tables.
+    MacLearned(Sighting),
 }
 
 /// Where a worker sends control events; false when the queue is full.
@@ -235,7 +235,7 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
                 Learned::Refreshed | Learned::Renewed => {}
             }
             if ctx.macs.has_peers() && learned.announce() {
-                ctx.notify(ControlEvent::MacLearned { key: src_key, port: in_port, seen: ctx.now });
+                ctx.notify(ControlEvent::MacLearned(Sighting { key: src_key, port: in_port, seen: ctx.now }));
             }
         }
         ctx.bridged.src = Some((src_key, in_port));
@@ -655,9 +655,13 @@ mod tests {
         let h1 = crate::mac_table::key(0, &H1);
         e.run(&mut f, 0);
         e.run(&mut f, 0);
-        assert_eq!(e.sink.0, vec![ControlEvent::MacLearned { key: h1, port: 0, seen: 10 }], "new: told once");
+        assert_eq!(e.sink.0, vec![ControlEvent::MacLearned(Sighting { key: h1, port: 0, seen: 10 })], "new: told once");
         e.run(&mut f, 1);
-        assert_eq!(e.sink.0[1..], [ControlEvent::MacLearned { key: h1, port: 1, seen: 10 }], "moved: told again");
+        assert_eq!(
+            e.sink.0[1..],
+            [ControlEvent::MacLearned(Sighting { key: h1, port: 1, seen: 10 })],
+            "moved: told again"
+        );
         // A multicast source is never learned, so never announced.
         let mut m = f.clone();
         m[6] |= 1;

@@ -39,6 +39,17 @@ pub fn key(vlan: u16, mac: &[u8; 6]) -> u64 {
 }
 
 /// What a learn call changed.
+/// An address seen on a port: what one worker's bridge tells the others
+/// (through the control core), taken there with `MacTable::sync_key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sighting {
+    /// The table key (VLAN and MAC, see `key`).
+    pub key: u64,
+    pub port: u16,
+    /// TSC of the sighting.
+    pub seen: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Learned {
     Refreshed,

@@ -20,7 +20,7 @@ use crate::flow_table::{FlowAction, FlowTable};
 use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
 use crate::impair::{Admit, Impairer};
 use crate::int_stage::{self, Hop, IntCtx, WallClock};
-use crate::mac_table::MacTable;
+use crate::mac_table::{MacTable, Sighting};
 use crate::parse::{FlowKey, PacketMeta};
 use crate::report_ring::ReportProducer;
 use crate::tables::Tables;
@@ -162,8 +162,8 @@ pub struct WorkerShared {
     /// Events for the control core (neighbours seen, resolution requests,
     /// MACs learned).
     pub events: ArrayQueue<ControlEvent>,
-    /// MACs the other workers learned: (table key, port, TSC seen).
-    pub mac_sync: ArrayQueue<(u64, u16, u64)>,
+    /// MACs the other workers learned.
+    pub mac_sync: ArrayQueue<Sighting>,
     /// Of those, how many the control core could not queue (this worker
     /// was behind): counted here by the control core.
     pub mac_sync_lost: AtomicU64,
@@ -348,8 +348,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             me.acked_flows.fetch_max(cmd.generation(), Ordering::AcqRel);
         }
         // Bounded by the queue's size, like the flow commands.
-        while let Some((key, port, seen)) = me.mac_sync.pop() {
-            if macs.sync_key(key, port, seen) {
+        while let Some(s) = me.mac_sync.pop() {
+            if macs.sync_key(s.key, s.port, s.seen) {
                 c.event(Event::MacSynced);
             }
         }
