@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use dataplane::flow_table::FlowAction;
 use dataplane::parse::FlowKey;
-use dataplane::tables::{Mode, NeighbourSpec, RouteSpec, StaticMac};
+use dataplane::tables::{Mode, NeighbourSpec, RouteSpec, StaticMac, TableSpec};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -431,6 +431,35 @@ pub struct Plan {
     pub flows: Vec<(FlowKey, FlowAction)>,
     pub int: Option<crate::int_config::IntPlan>,
     pub ampm: Option<crate::ampm_config::AmpmPlan>,
+}
+
+impl Plan {
+    /// The forwarding state the plan describes, for ports whose devices
+    /// have `port_macs` (in port order), with INT report intervals in ticks
+    /// of a `tsc_hz` clock.
+    pub fn table_spec(&self, port_macs: &[[u8; 6]], tsc_hz: u64) -> TableSpec {
+        let mut spec = TableSpec {
+            mode: self.mode,
+            ports: self.ports.iter().zip(port_macs).map(|(p, mac)| p.port_state(*mac)).collect(),
+            xconnect: self.ports.iter().map(|p| p.peer).collect(),
+            routes: Vec::new(),
+            neighbours: Vec::new(),
+            static_macs: self.static_macs.clone(),
+            int: self.int.as_ref().map(|ip| {
+                let mut is = ip.spec.clone();
+                is.report.flow_interval_tsc = ip.flow_interval_ms * tsc_hz.max(1) / 1000;
+                is
+            }),
+            ampm: self.ampm.as_ref().map(|a| a.setup.clone()),
+        };
+        for r in &self.routes {
+            spec.upsert_route(*r);
+        }
+        for n in &self.neighbours {
+            spec.upsert_neighbour(*n);
+        }
+        spec
+    }
 }
 
 fn is_pci(dev: &str) -> bool {
@@ -934,7 +963,7 @@ action = "drop"
 #[cfg(test)]
 mod shipped_configs {
     use super::*;
-    use dataplane::tables::{TableSpec, Tables};
+    use dataplane::tables::Tables;
 
     #[test]
     fn reference_and_demo_configs_validate() {
@@ -1047,20 +1076,9 @@ mod shipped_configs {
                         refused += 1;
                     }
                     Ok(plan) => {
-                        let spec = TableSpec {
-                            mode: plan.mode,
-                            ports: plan
-                                .ports
-                                .iter()
-                                .map(|p| p.port_state(p.mac.unwrap_or([2, 0, 0, 0, 0, 1])))
-                                .collect(),
-                            xconnect: plan.ports.iter().map(|p| p.peer).collect(),
-                            routes: plan.routes.clone(),
-                            neighbours: plan.neighbours.clone(),
-                            static_macs: plan.static_macs.clone(),
-                            int: plan.int.as_ref().map(|i| i.spec.clone()),
-                            ampm: plan.ampm.as_ref().map(|a| a.setup.clone()),
-                        };
+                        let macs: Vec<[u8; 6]> =
+                            plan.ports.iter().map(|p| p.mac.unwrap_or([2, 0, 0, 0, 0, 1])).collect();
+                        let spec = plan.table_spec(&macs, 1_000_000_000);
                         if let Err(e) = Tables::build(&spec, 1) {
                             assert!(!e.is_empty(), "{f}: an error without a reason");
                         }

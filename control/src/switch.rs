@@ -214,28 +214,9 @@ impl Switch {
             ports
                 .push(Port::open(&eal, &p.device, &setup, &pool).map_err(|e| format!("port[{pi}] '{}': {e}", p.name))?);
         }
-        let mut spec = TableSpec {
-            mode: plan.mode,
-            ports: plan.ports.iter().zip(&ports).map(|(p, dev)| p.port_state(dev.mac())).collect(),
-            xconnect: plan.ports.iter().map(|p| p.peer).collect(),
-            routes: Vec::new(),
-            neighbours: Vec::new(),
-            static_macs: plan.static_macs.clone(),
-            int: None,
-            ampm: plan.ampm.as_ref().map(|a| a.setup.clone()),
-        };
+        let macs: Vec<[u8; 6]> = ports.iter().map(|p| p.mac()).collect();
         let hz = dpdk::tsc_hz().max(1);
-        if let Some(ip) = &plan.int {
-            let mut is = ip.spec.clone();
-            is.report.flow_interval_tsc = ip.flow_interval_ms * hz / 1000;
-            spec.int = Some(is);
-        }
-        for r in &plan.routes {
-            upsert_route(&mut spec, *r);
-        }
-        for n in &plan.neighbours {
-            upsert_neighbour(&mut spec, *n);
-        }
+        let spec = plan.table_spec(&macs, hz);
         let tables = Tables::build(&spec, 1)?;
         let shared = Arc::new(Shared::new(tables, workers.len()));
         // Startup flows reach every worker before traffic: RSS may put a flow on any.
@@ -407,7 +388,7 @@ impl Switch {
     // ---- operations of the control API ----
 
     pub fn route_add(&mut self, r: RouteSpec) -> Result<Value, ApiError> {
-        upsert_route(&mut self.spec, r);
+        self.spec.upsert_route(r);
         let g = self.commit()?;
         Ok(json!({ "generation": g }))
     }
@@ -423,7 +404,7 @@ impl Switch {
     }
 
     pub fn neighbour_add(&mut self, n: NeighbourSpec) -> Result<Value, ApiError> {
-        upsert_neighbour(&mut self.spec, n);
+        self.spec.upsert_neighbour(n);
         let g = self.commit()?;
         Ok(json!({ "generation": g }))
     }
@@ -1103,22 +1084,6 @@ impl Switch {
 
 fn not_configured() -> ApiError {
     ApiError::new("not_configured", None, "INT is not configured on this switch (no [int] section)")
-}
-
-/// Adds a route or replaces the one with the same prefix.
-fn upsert_route(spec: &mut TableSpec, r: RouteSpec) {
-    match spec.routes.iter_mut().find(|x| x.prefix == r.prefix && x.len == r.len) {
-        Some(x) => *x = r,
-        None => spec.routes.push(r),
-    }
-}
-
-/// Adds a neighbour or replaces the entry for the same address.
-fn upsert_neighbour(spec: &mut TableSpec, n: NeighbourSpec) {
-    match spec.neighbours.iter_mut().find(|x| x.ip == n.ip) {
-        Some(x) => *x = n,
-        None => spec.neighbours.push(n),
-    }
 }
 
 const _: () = assert!(MAX_PORTS <= 32, "capture masks are u32");

@@ -58,6 +58,15 @@ impl VecBuf {
         buf.extend_from_slice(frame);
         VecBuf { buf, start: headroom }
     }
+
+    /// Replaces the packet with `frame` behind `headroom` bytes, reusing the
+    /// buffer (no allocation once it has held a packet this large).
+    pub fn load(&mut self, frame: &[u8], headroom: usize) {
+        self.buf.clear();
+        self.buf.resize(headroom, 0);
+        self.buf.extend_from_slice(frame);
+        self.start = headroom;
+    }
 }
 
 impl PacketBuf for VecBuf {
@@ -98,5 +107,15 @@ mod tests {
         assert_eq!(b.bytes(), &[1, 2, 3, 4, 5]);
         assert!(!b.insert_at(0, 5), "only 4 bytes of headroom");
         assert!(!b.remove_at(4, 2), "past the end");
+    }
+
+    #[test]
+    fn load_replaces_packet_and_headroom() {
+        let mut b = VecBuf::new(&[1, 2, 3], 2);
+        assert!(b.grow_front(2));
+        b.load(&[7, 8], 1);
+        assert_eq!(b.bytes(), &[7, 8]);
+        assert!(b.grow_front(1) && !b.grow_front(1), "one byte of headroom, zeroed");
+        assert_eq!(b.bytes(), &[0, 7, 8]);
     }
 }

@@ -84,6 +84,24 @@ pub struct TableSpec {
     pub ampm: Option<crate::ampm::AmpmSetup>,
 }
 
+impl TableSpec {
+    /// Adds a route or replaces the one for the same prefix.
+    pub fn upsert_route(&mut self, r: RouteSpec) {
+        match self.routes.iter_mut().find(|x| x.prefix == r.prefix && x.len == r.len) {
+            Some(x) => *x = r,
+            None => self.routes.push(r),
+        }
+    }
+
+    /// Adds a neighbour or replaces the entry for the same address.
+    pub fn upsert_neighbour(&mut self, n: NeighbourSpec) {
+        match self.neighbours.iter_mut().find(|x| x.ip == n.ip) {
+            Some(x) => *x = n,
+            None => self.neighbours.push(n),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NextHop {
     pub port: u16,
