@@ -35,11 +35,10 @@ use dataplane::pktbuf::{PacketBuf, VecBuf};
 use dataplane::report_ring::{report_ring, ReportConsumer, ReportProducer};
 use dataplane::tables::Tables;
 use dataplane::wire::int_md::instr;
+use dataplane::worker::Prefetch;
 use dataplane::DropReason;
 
 const BURST: usize = 32;
-/// Flow-table size from which the worker parses and prefetches a burst first.
-const PREFETCH_MIN_FLOWS: usize = 4096;
 const DUT_MAC: &str = "02:00:00:00:be:00";
 /// A nominal TSC rate for the INT clock and report intervals.
 const HZ: u64 = 2_500_000_000;
@@ -282,19 +281,13 @@ impl<'a> Worker<'a> {
         for (b, f) in self.bufs.iter_mut().zip(frames) {
             b.load(f, 128);
         }
-        let prefetch_flows = self.flows.len() >= PREFETCH_MIN_FLOWS;
-        let prefetch_ampm = t.ampm.as_ref().is_some_and(|a| a.flows.len() >= PREFETCH_MIN_FLOWS);
-        let two_pass = prefetch_flows || prefetch_ampm;
+        let prefetch = Prefetch::for_burst(&self.flows, t);
+        let two_pass = prefetch.any();
         if two_pass {
             for i in 0..n {
                 self.metas[i] = parse(self.bufs[i].bytes(), 0);
                 if let Ok(meta) = &self.metas[i] {
-                    if prefetch_flows {
-                        self.flows.prefetch(&meta.key);
-                    }
-                    if let (true, Some(a)) = (prefetch_ampm, t.ampm.as_ref()) {
-                        ampm::prefetch(a, self.bufs[i].bytes(), meta);
-                    }
+                    prefetch.packet(&self.flows, t, self.bufs[i].bytes(), meta);
                 }
             }
         }

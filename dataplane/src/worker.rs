@@ -558,9 +558,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             // caches, pass 1 parses the burst and prefetches each flow's slot
             // so pass 2's lookups overlap their misses; otherwise one pass is
             // cheaper (a burst of parses kept in an array costs ~7 ns a packet).
-            let prefetch_flows = flows.len() >= PREFETCH_MIN_FLOWS;
-            let prefetch_ampm = tables.ampm.as_ref().is_some_and(|a| a.flows.len() >= PREFETCH_MIN_FLOWS);
-            let two_pass = prefetch_ampm || prefetch_flows;
+            let prefetch = Prefetch::for_burst(&flows, &tables);
+            let two_pass = prefetch.any();
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
@@ -570,12 +569,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                         crate::parse::parse(m.data(), in_port)
                     };
                     if let Ok(meta) = &metas[i] {
-                        if prefetch_flows {
-                            flows.prefetch(&meta.key);
-                        }
-                        if let (true, Some(a)) = (prefetch_ampm, tables.ampm.as_ref()) {
-                            ampm::prefetch(a, m.data(), meta);
-                        }
+                        prefetch.packet(&flows, &tables, m.data(), meta);
                     }
                 }
             }
@@ -670,6 +664,40 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     }
     me.counters.publish(&mut c);
     0
+}
+
+/// The parse-and-prefetch pass of a burst: which tables are larger than
+/// the caches, so that their lookups are started for the whole burst before
+/// any packet is handled.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefetch {
+    flows: bool,
+    ampm: bool,
+}
+
+impl Prefetch {
+    pub fn for_burst(flows: &FlowTable, t: &Tables) -> Prefetch {
+        Prefetch {
+            flows: flows.len() >= PREFETCH_MIN_FLOWS,
+            ampm: t.ampm.as_ref().is_some_and(|a| a.flows.len() >= PREFETCH_MIN_FLOWS),
+        }
+    }
+
+    /// Whether the burst gets the pass at all.
+    pub fn any(self) -> bool {
+        self.flows || self.ampm
+    }
+
+    /// Starts loading what the lookups of one parsed packet will read.
+    #[inline(always)]
+    pub fn packet(self, flows: &FlowTable, t: &Tables, frame: &[u8], meta: &PacketMeta) {
+        if self.flows {
+            flows.prefetch(&meta.key);
+        }
+        if let (true, Some(a)) = (self.ampm, t.ampm.as_ref()) {
+            ampm::prefetch(a, frame, meta);
+        }
+    }
 }
 
 /// Picks up a newly published table generation and acknowledges it. The
