@@ -100,7 +100,9 @@ fn chain3_int_source_transit_sink_and_reports() {
         let mut last_ts = 0;
         for h in hops {
             let lat = h["hop_latency_ns"].as_u64().unwrap();
-            assert!(lat > 0 && lat < 50_000_000, "hop latency {lat} ns: {v}");
+            // Microseconds normally; a loaded host may preempt a worker
+            // mid-burst for tens of milliseconds (CI has seen 40 ms stalls).
+            assert!(lat > 0 && lat < 500_000_000, "hop latency {lat} ns: {v}");
             assert_eq!((h["ingress_port"].as_u64(), h["egress_port"].as_u64()), (Some(0), Some(1)), "{v}");
             // One host clock: ingress times follow the path (1 ms slack for
             // each switch's TSC calibration).
