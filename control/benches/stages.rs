@@ -28,7 +28,7 @@ use dataplane::ampm::{self, AmpmCtx, BurstTime, FlowCounters, SlotMemo};
 use dataplane::counters::{CounterValues, Event};
 use dataplane::flow_table::FlowTable;
 use dataplane::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
-use dataplane::int_stage::{self, Hop, HopSource, IntCtx, ReportRecord, WallClock};
+use dataplane::int_stage::{self, EgressClock, Hop, HopSource, IntCtx, ReportRecord, WallClock};
 use dataplane::mac_table::MacTable;
 use dataplane::parse::{parse, PacketMeta};
 use dataplane::pktbuf::{PacketBuf, VecBuf};
@@ -54,11 +54,12 @@ impl ControlSink for Discard {
 
 /// The INT hop as the worker measures it: the egress time is read when the
 /// stage acts on the packet.
-struct BenchHop {
+struct BenchHop<'a> {
     rx_tsc: u64,
+    egress: &'a EgressClock,
 }
 
-impl HopSource for BenchHop {
+impl HopSource for BenchHop<'_> {
     fn ports(&self) -> (u16, u16) {
         (0, 1)
     }
@@ -70,7 +71,7 @@ impl HopSource for BenchHop {
             in_port: 0,
             out_port: 1,
             rx_tsc: self.rx_tsc,
-            tx_tsc: dataplane::dpdk::tsc(),
+            tx_tsc: self.egress.now(dataplane::dpdk::tsc),
             queue_id: 0,
             queue_occupancy: 7,
             tx_util: None,
@@ -292,6 +293,7 @@ impl<'a> Worker<'a> {
             }
         }
         let mut sink = Discard;
+        let egress = EgressClock::default();
         for i in 0..n {
             let b = &mut self.bufs[i];
             let mut meta = if two_pass { self.metas[i] } else { parse(b.bytes(), 0) };
@@ -318,7 +320,7 @@ impl<'a> Worker<'a> {
                     counters: &mut self.c,
                     reports: &mut self.reports,
                 };
-                if let Err(r) = int_stage::apply(&mut ictx, b, meta, &BenchHop { rx_tsc }) {
+                if let Err(r) = int_stage::apply(&mut ictx, b, meta, &BenchHop { rx_tsc, egress: &egress }) {
                     v = Verdict::Drop(r);
                 }
             }
