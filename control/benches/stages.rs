@@ -15,7 +15,8 @@
 //! Each packet is copied into its buffer first (what net_pcap's RX does) and
 //! handled as the worker's loop handles it: bursts of 32 with one receive
 //! time each, a parse-and-prefetch pass for large flow tables, forwarding,
-//! then the AM-PM and INT stages, the INT hop's egress time read per packet.
+//! then the AM-PM and INT stages, the INT hop's egress time from the burst's
+//! clock (one TSC read per 8 INT packets).
 //! Sink reports go into a real report ring; the time spent draining it
 //! (the control core's work) is not counted.
 
@@ -28,7 +29,7 @@ use dataplane::ampm::{self, AmpmCtx, BurstTime, FlowCounters, SlotMemo};
 use dataplane::counters::{CounterValues, Event};
 use dataplane::flow_table::FlowTable;
 use dataplane::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
-use dataplane::int_stage::{self, EgressClock, Hop, HopSource, IntCtx, ReportRecord, WallClock};
+use dataplane::int_stage::{self, BurstClock, Hop, HopSource, IntCtx, ReportRecord, WallClock};
 use dataplane::mac_table::MacTable;
 use dataplane::parse::{parse, PacketMeta};
 use dataplane::pktbuf::{PacketBuf, VecBuf};
@@ -52,26 +53,23 @@ impl ControlSink for Discard {
     }
 }
 
-/// The INT hop as the worker measures it: the egress time is read when the
-/// stage acts on the packet.
-struct BenchHop<'a> {
-    rx_tsc: u64,
-    egress: &'a EgressClock,
-}
+/// The INT hop as the worker measures it: the egress time comes from the
+/// burst's clock when the stage acts on the packet.
+struct BenchHop<'a>(&'a BurstClock);
 
 impl HopSource for BenchHop<'_> {
     fn ports(&self) -> (u16, u16) {
         (0, 1)
     }
     fn rx_tsc(&self) -> u64 {
-        self.rx_tsc
+        self.0.rx_tsc
     }
     fn measure(&self) -> Hop {
         Hop {
             in_port: 0,
             out_port: 1,
-            rx_tsc: self.rx_tsc,
-            tx_tsc: self.egress.now(dataplane::dpdk::tsc),
+            rx_tsc: self.0.rx_tsc,
+            tx_tsc: self.0.egress_tsc(dataplane::dpdk::tsc),
             queue_id: 0,
             queue_occupancy: 7,
             tx_util: None,
@@ -293,7 +291,7 @@ impl<'a> Worker<'a> {
             }
         }
         let mut sink = Discard;
-        let egress = EgressClock::default();
+        let times = BurstClock::new(rx_tsc);
         for i in 0..n {
             let b = &mut self.bufs[i];
             let mut meta = if two_pass { self.metas[i] } else { parse(b.bytes(), 0) };
@@ -320,7 +318,7 @@ impl<'a> Worker<'a> {
                     counters: &mut self.c,
                     reports: &mut self.reports,
                 };
-                if let Err(r) = int_stage::apply(&mut ictx, b, meta, &BenchHop { rx_tsc, egress: &egress }) {
+                if let Err(r) = int_stage::apply(&mut ictx, b, meta, &BenchHop(&times)) {
                     v = Verdict::Drop(r);
                 }
             }

@@ -344,20 +344,22 @@ address = "127.0.0.1:32766""#,
 
     #[test]
     fn flow_names_are_unique_among_100k_flows() {
+        // One flow's table body (without its `[[flow]]` header).
         let flow = |i: usize, name: &str| {
             format!(
-                "[[flow]]\nname = \"{name}\"\nflow_mon_id = {}\nrole = \"initiator\"\nmethod = \"muxed\"\ncarrier = \"dscp\"\ndst_port = {}\n",
+                "name = \"{name}\"\nflow_mon_id = {}\nrole = \"initiator\"\nmethod = \"muxed\"\ncarrier = \"dscp\"\ndst_port = {}\n",
                 i % 4096,
                 i % 65536
             )
         };
-        let dup = format!("node_id = 1\n{}{}{}", flow(0, "a"), flow(1, "b"), flow(2, "a"));
+        let dup =
+            format!("node_id = 1\n[[flow]]\n{}[[flow]]\n{}[[flow]]\n{}", flow(0, "a"), flow(1, "b"), flow(2, "a"));
         let e = parse(&dup).unwrap_err();
         assert_eq!((e.key.as_str(), e.reason.as_str()), ("ampm.flow[2].name", "'a' is used twice"));
         // 100k flows (0.7 s; a scan of the earlier names made it 48 s).
         let n = 100_000;
         let mut c: AmpmConfig = toml::from_str("node_id = 1\nmax_flows = 100000").unwrap();
-        c.flow = (0..n).map(|i| toml::from_str(&flow(i, &format!("f{i}"))[9..]).unwrap()).collect();
+        c.flow = (0..n).map(|i| toml::from_str(&flow(i, &format!("f{i}"))).unwrap()).collect();
         let p = c.to_plan(&["p0".into(), "p1".into()], &[1500, 1500]).unwrap();
         assert_eq!(p.setup.flows.len(), n);
     }

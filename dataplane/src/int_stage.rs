@@ -124,22 +124,29 @@ impl Hop {
 /// Packets of a burst that share one egress TSC read.
 pub const EGRESS_READS_EVERY: u8 = 8;
 
-/// A burst's egress clock for INT hops. A TSC read costs 12-15 ns in a VM
-/// (measured with the stage bench), as much as a transit hop's other work,
-/// so one read stamps up to [`EGRESS_READS_EVERY`] consecutive packets: a
-/// later one's egress time is early by the processing of at most 7 packets
-/// (~0.5 us), the same order as the burst-wide ingress time's error. Made
-/// anew for each burst, so no read outlives its burst.
-#[derive(Debug, Default)]
-pub struct EgressClock {
+/// A burst's INT times: when it was received, and an egress clock. A TSC
+/// read costs 12-15 ns in a VM (measured with the stage bench), as much as
+/// a transit hop's other work, so one read stamps up to
+/// [`EGRESS_READS_EVERY`] consecutive packets: a later one's egress time is
+/// early by the processing of at most 7 packets (~0.5 us), the same order
+/// as the burst-wide ingress time's error. Made anew for each burst, so no
+/// read outlives its burst.
+#[derive(Debug)]
+pub struct BurstClock {
+    /// TSC when the burst was received.
+    pub rx_tsc: u64,
     tsc: Cell<u64>,
     left: Cell<u8>,
 }
 
-impl EgressClock {
+impl BurstClock {
+    pub fn new(rx_tsc: u64) -> BurstClock {
+        BurstClock { rx_tsc, tsc: Cell::new(0), left: Cell::new(0) }
+    }
+
     /// The egress TSC for the next packet; `read` reads the clock.
     #[inline]
-    pub fn now(&self, read: impl FnOnce() -> u64) -> u64 {
+    pub fn egress_tsc(&self, read: impl FnOnce() -> u64) -> u64 {
         let left = match self.left.get() {
             0 => {
                 self.tsc.set(read());
@@ -660,18 +667,19 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn egress_clock_reads_once_per_eight_packets() {
+    fn burst_clock_reads_the_egress_time_once_per_eight_packets() {
         let reads = Cell::new(0u64);
         let read = || {
             reads.set(reads.get() + 1);
             reads.get() * 100
         };
-        let c = EgressClock::default();
-        let got: Vec<u64> = (0..17).map(|_| c.now(read)).collect();
+        let c = BurstClock::new(50);
+        let got: Vec<u64> = (0..17).map(|_| c.egress_tsc(read)).collect();
         assert_eq!(reads.get(), 3);
         assert!(got[..8].iter().all(|&t| t == 100) && got[8..16].iter().all(|&t| t == 200), "{got:?}");
         assert_eq!(got[16], 300);
+        assert_eq!(c.rx_tsc, 50);
         // A new burst reads again at once.
-        assert_eq!(EgressClock::default().now(read), 400);
+        assert_eq!(BurstClock::new(350).egress_tsc(read), 400);
     }
 }

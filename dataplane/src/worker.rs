@@ -19,7 +19,7 @@ use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
 use crate::impair::{Admit, Impairer};
-use crate::int_stage::{self, EgressClock, Hop, IntCtx, WallClock};
+use crate::int_stage::{self, BurstClock, Hop, IntCtx, WallClock};
 use crate::mac_table::{MacTable, Sighting};
 use crate::parse::{FlowKey, PacketMeta};
 use crate::report_ring::ReportProducer;
@@ -375,15 +375,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, &t, &mut memo, &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
-                    let egress = EgressClock::default();
-                    let w = IntWorker {
-                        id: setup.id,
-                        clock: &setup.clock,
-                        rx_tsc: ctx.now,
-                        egress: &egress,
-                        out: &out,
-                        shared: &shared,
-                    };
+                    let times = BurstClock::new(ctx.now);
+                    let w = IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
                     v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
                 }
                 out.deliver(m, v, in_port as usize, ctx.tables, ctx.counters, ctx.now);
@@ -581,7 +574,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
             }
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, setup.learn_flows);
-            let egress = EgressClock::default();
+            let times = BurstClock::new(now);
             for i in 0..n {
                 let mut m = pkts[i].take().expect("received");
                 ctx.counters.rx_packets[ip] += 1;
@@ -608,14 +601,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, t, &mut ampm_memo, &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
-                    let w = IntWorker {
-                        id: setup.id,
-                        clock: &setup.clock,
-                        rx_tsc: now,
-                        egress: &egress,
-                        out: &out,
-                        shared: &shared,
-                    };
+                    let w = IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
                     v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
                 }
                 if cap_tx != 0 {
@@ -764,9 +750,8 @@ fn ampm_stage(
 struct IntWorker<'a> {
     id: usize,
     clock: &'a WallClock,
-    /// TSC when the burst was received.
-    rx_tsc: u64,
-    egress: &'a EgressClock,
+    /// The burst's receive time and egress clock.
+    times: &'a BurstClock,
     out: &'a Egress,
     shared: &'a Shared,
 }
@@ -784,7 +769,7 @@ impl int_stage::HopSource for WorkerHop<'_, '_> {
     }
 
     fn rx_tsc(&self) -> u64 {
-        self.w.rx_tsc
+        self.w.times.rx_tsc
     }
 
     fn measure(&self) -> Hop {
@@ -793,8 +778,8 @@ impl int_stage::HopSource for WorkerHop<'_, '_> {
         Hop {
             in_port: self.in_port,
             out_port: self.out_port,
-            rx_tsc: w.rx_tsc,
-            tx_tsc: w.egress.now(dpdk::tsc),
+            rx_tsc: w.times.rx_tsc,
+            tx_tsc: w.times.egress_tsc(dpdk::tsc),
             queue_id: w.id as u8,
             queue_occupancy: w.out.occupancy(o) as u32,
             tx_util: (util != u32::MAX).then_some(util),
