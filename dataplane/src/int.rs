@@ -122,19 +122,19 @@ impl Block {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn rd16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-#[inline]
+#[inline(always)]
 fn wr16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 /// Adjusts a checksum for data whose one's-complement sum went from `old`
 /// to `new` (both folded 16-bit sums).
-#[inline]
+#[inline(always)]
 fn adjust(csum: u16, old: u32, new: u32) -> u16 {
     // RFC 1624 eqn. 3 in one sum: 0xffff_ffff = 0xffff * 0x10001 is zero in
     // one's-complement arithmetic, so 0xffff_ffff - old stands for -old and
@@ -145,7 +145,7 @@ fn adjust(csum: u16, old: u32, new: u32) -> u16 {
 
 /// The UDP checksum field after an adjustment: zero stays zero (not
 /// computed), a computed zero is sent as 0xFFFF.
-#[inline]
+#[inline(always)]
 fn udp_adjust(csum: u16, old: u32, new: u32) -> u16 {
     if csum == 0 {
         return 0;
@@ -174,7 +174,7 @@ struct Lengths {
 
 impl Lengths {
     /// The IP fields only (the L4 ones read as 0).
-    #[inline]
+    #[inline(always)]
     fn read_ip(b: &[u8], meta: &PacketMeta) -> Lengths {
         let l3 = meta.l3_offset;
         let (ip_len, ip_csum) =
@@ -183,7 +183,7 @@ impl Lengths {
     }
 
     /// The IP fields and those of the UDP or TCP header.
-    #[inline]
+    #[inline(always)]
     fn read(b: &[u8], meta: &PacketMeta) -> Lengths {
         let l4 = meta.l4_offset;
         let (l4_len, l4_csum) = match meta.key.proto() {
@@ -194,7 +194,7 @@ impl Lengths {
     }
 
     /// The IP packet's length, header included (IPv6: 40 + payload length).
-    #[inline]
+    #[inline(always)]
     fn ip_packet_len(&self, meta: &PacketMeta) -> usize {
         if meta.key.ip_version() == 4 {
             self.ip_len as usize
@@ -204,7 +204,7 @@ impl Lengths {
     }
 
     /// Writes the IP length `delta` bytes longer (and the IPv4 checksum).
-    #[inline]
+    #[inline(always)]
     fn write_ip(&self, b: &mut [u8], meta: &PacketMeta, delta: i32) {
         let l3 = meta.l3_offset;
         let new = (self.ip_len as i32 + delta) as u16;
@@ -221,7 +221,7 @@ impl Lengths {
     /// sum of the bytes that changed going from `old` to `new`: the UDP
     /// length and checksum (zero stays zero), or the TCP checksum
     /// (pseudo-header length). The IP length is the one read.
-    #[inline]
+    #[inline(always)]
     fn write_l4(&self, b: &mut [u8], meta: &PacketMeta, delta: i32, old: u32, new: u32) {
         let l4 = meta.l4_offset;
         if meta.key.proto() == PROTO_UDP {
