@@ -404,7 +404,7 @@ address = "{collector}"
     }
     let out = sw.stop();
     assert!(records > 0, "no record arrived");
-    assert_eq!((packets, bytes), ((A + B) as u64, l3_bytes), "records summed over {records}");
+    assert_eq!((packets, bytes), ((A + B) as u64, l3_bytes), "records summed over {records}: {out}");
     assert_eq!(out["total_drops"].as_u64(), Some(0), "{out}");
     assert_eq!(out["ports"][1]["tx_packets"].as_u64(), Some((A + B) as u64), "{out}");
 }

@@ -25,6 +25,8 @@ pub struct Record {
     pub delay_count: u64,
     pub delay_ts_ns: Option<u64>,
     pub mean_ts_offset_ns: Option<i64>,
+    /// The MP started during the interval (counts from then on only).
+    pub partial: bool,
 }
 
 impl Record {
@@ -51,6 +53,7 @@ impl Record {
             delay_count: u("delay_count")?,
             delay_ts_ns: v["delay_ts_ns"].as_u64(),
             mean_ts_offset_ns: v["mean_ts_offset_ns"].as_i64(),
+            partial: v["partial"].as_bool().unwrap_or(false),
         })
     }
 
@@ -99,6 +102,9 @@ pub struct Joiner {
     pub incomplete: u64,
     pub loss_packets: i64,
     pub loss_bytes: i64,
+    /// Joined intervals an MP saw only part of (started during them):
+    /// reported, but their loss left out of the totals.
+    pub partial: u64,
     delay_sum: i64,
     delay_n: u64,
 }
@@ -164,8 +170,13 @@ impl Joiner {
         let (first, last) = (&mps[0], &mps[mps.len() - 1]);
         let e2e = segment(first, last);
         self.joined += 1;
-        self.loss_packets = self.loss_packets.wrapping_add(e2e["loss_packets"].as_i64().unwrap_or(0));
-        self.loss_bytes = self.loss_bytes.wrapping_add(e2e["loss_bytes"].as_i64().unwrap_or(0));
+        let partial = mps.iter().any(|r| r.partial);
+        if partial {
+            self.partial += 1;
+        } else {
+            self.loss_packets = self.loss_packets.wrapping_add(e2e["loss_packets"].as_i64().unwrap_or(0));
+            self.loss_bytes = self.loss_bytes.wrapping_add(e2e["loss_bytes"].as_i64().unwrap_or(0));
+        }
         if let Some(d) = e2e["delay_ns"].as_i64() {
             self.delay_sum = self.delay_sum.wrapping_add(d);
             self.delay_n += 1;
@@ -181,6 +192,7 @@ impl Joiner {
             "loss_bytes": e2e["loss_bytes"],
             "delay_ns": e2e["delay_ns"],
             "mean_delay_ns": e2e["mean_delay_ns"],
+            "partial": partial,
             "mps": mps.iter().map(|r| json!({ "node": r.node, "role": r.role, "packets": r.packets, "bytes": r.bytes })).collect::<Vec<_>>(),
             "segments": mps.windows(2).map(|w| segment(&w[0], &w[1])).collect::<Vec<_>>(),
         })
@@ -192,6 +204,7 @@ impl Joiner {
             "records_lost": self.records_lost,
             "bad_records": self.bad_records,
             "intervals_joined": self.joined,
+            "intervals_partial": self.partial,
             "intervals_incomplete": self.incomplete + self.pending.len() as u64,
             "loss_packets": self.loss_packets,
             "loss_bytes": self.loss_bytes,
@@ -225,6 +238,20 @@ mod tests {
         );
         assert_eq!((v["delay_ns"].as_i64(), v["mean_delay_ns"].as_i64()), (Some(20_000_000), Some(20_000_000)));
         assert_eq!(j.summary()["ampm_summary"]["loss_packets"], 10);
+    }
+
+    #[test]
+    fn an_interval_an_mp_started_in_is_reported_but_not_summed() {
+        let mut j = Joiner::new(2);
+        let partial = rec(2, 0, "terminator", 7, 400, None, 0).replace("}", ",\"partial\":true}");
+        j.datagram(&rec(1, 0, "initiator", 7, 1000, None, 0));
+        let out = j.datagram(&partial);
+        assert_eq!((out[0]["loss_packets"].as_i64(), out[0]["partial"].as_bool()), (Some(600), Some(true)));
+        j.datagram(&rec(1, 1, "initiator", 8, 1000, None, 0));
+        let out = j.datagram(&rec(2, 1, "terminator", 8, 998, None, 0));
+        assert_eq!(out[0]["partial"], false);
+        let s = &j.summary()["ampm_summary"];
+        assert_eq!((s["loss_packets"].as_i64(), s["intervals_partial"].as_u64()), (Some(2), Some(1)));
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! `{"type":"ampm","version":1,"node":N,"seq":S,"flow":"name","flow_mon_id":ID,
 //!   "role":"initiator","method":"muxed","carrier":"dscp","interval":J,
 //!   "interval_ns":T,"start_ns":J*T,"color":J%2,"packets":P,"bytes":B,
-//!   "delay_count":K,"delay_ts_ns":TS|null,"mean_ts_offset_ns":M|null}`
+//!   "delay_count":K,"delay_ts_ns":TS|null,"mean_ts_offset_ns":M|null,
+//!   "partial":false}`
+//! `partial` marks the interval the switch started in.
 //! `seq` counts records per collector from 0, so a collector counts lost
 //! records as gaps; `interval` is the index of the block on the shared
 //! CLOCK_REALTIME time line, so records of different MPs join on
@@ -62,8 +64,10 @@ pub struct AmpmExporter {
     collectors: Vec<Collector>,
     /// Per slot and color: the counters at the last export.
     last: Vec<[ColorSnap; 2]>,
-    /// Last interval exported (or skipped at start).
-    last_interval: Option<u64>,
+    /// Last interval exported; at start, the one before the switch started.
+    last_interval: u64,
+    /// The interval the switch started in: its records are partial.
+    first_interval: u64,
     pub records: u64,
     pub intervals_missed: u64,
     /// Last record of each flow (for `show ampm`), by slot.
@@ -71,12 +75,15 @@ pub struct AmpmExporter {
 }
 
 impl AmpmExporter {
+    /// `started_ns`: CLOCK_REALTIME before any worker counts a packet (the
+    /// counters are zero then, so every packet counted since is exported).
     pub fn new(
         node_id: u32,
         timing: Timing,
         slots: usize,
         collectors: &[CollectorPlan],
         ports: &dyn PortOut,
+        started_ns: u64,
     ) -> Result<AmpmExporter, String> {
         let mut cs = Vec::new();
         for (i, c) in collectors.iter().enumerate() {
@@ -88,7 +95,8 @@ impl AmpmExporter {
             timing,
             collectors: cs,
             last: vec![[ColorSnap::default(); 2]; slots],
-            last_interval: None,
+            last_interval: timing.position(started_ns).0.saturating_sub(1),
+            first_interval: timing.position(started_ns).0,
             records: 0,
             intervals_missed: 0,
             last_record: vec![None; slots],
@@ -110,19 +118,11 @@ impl AmpmExporter {
         let (j, slot) = self.timing.position(now_ns);
         let second_half = slot >> (self.timing.sub_bits - 1) == 1;
         let Some(due) = (if second_half { j.checked_sub(1) } else { j.checked_sub(2) }) else { return 0 };
-        match self.last_interval {
-            None => {
-                // Start: earlier blocks were not (fully) seen.
-                for s in 0..self.last.len() {
-                    self.last[s] = [sum(shared, s, 0), sum(shared, s, 1)];
-                }
-                self.last_interval = Some(due);
-                return 0;
-            }
-            Some(l) if l >= due => return 0,
-            Some(l) => self.intervals_missed += due - l - 1,
+        if self.last_interval >= due {
+            return 0;
         }
-        self.last_interval = Some(due);
+        self.intervals_missed += due - self.last_interval - 1;
+        self.last_interval = due;
         let color = (due & 1) as usize;
         let mut lines: Vec<Value> = Vec::with_capacity(flows.len());
         for f in flows {
@@ -153,6 +153,8 @@ impl AmpmExporter {
                 "delay_count": delays,
                 "delay_ts_ns": (delays > 0).then_some(now.delay_ts),
                 "mean_ts_offset_ns": (packets > 0).then(|| (now.ts_sum.wrapping_sub(was.ts_sum) as i64) / packets as i64),
+                // The switch started during it: packets before that are not counted.
+                "partial": due == self.first_interval,
             });
             self.last_record[slot] = Some(rec.clone());
             lines.push(rec);

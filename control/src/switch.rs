@@ -278,6 +278,7 @@ impl Switch {
                 a.setup.capacity,
                 &a.collectors,
                 &port_info,
+                wall0_ns,
             )?),
             None => None,
         };

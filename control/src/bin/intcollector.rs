@@ -27,8 +27,9 @@ at exit (SIGINT/SIGTERM, --count or --duration) a summary: packets, reports, seq
 (node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy.\n\
 AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived (--json:\n\
 {flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
-mean_delay_ns, mps[...], segments[...]}); summary: records, records_lost (sequence gaps),\n\
-intervals joined/incomplete, total loss, mean delay."
+mean_delay_ns, partial, mps[...], segments[...]}; partial: an MP started during the interval);\n\
+summary: records, records_lost (sequence gaps), intervals joined/incomplete/partial, total\n\
+loss (partial intervals left out), mean delay."
 )]
 struct Cli {
     /// Address to listen on.
@@ -116,7 +117,7 @@ fn ampm_line(v: &serde_json::Value) -> String {
         v["loss_bytes"],
         v["delay_ns"],
         v["mean_delay_ns"]
-    )
+    ) + if v["partial"] == true { " (partial: an MP started during it)" } else { "" }
 }
 
 /// `--int-dscp VALUE[/MASK]` -> the presence method to decode inner packets by.
@@ -236,8 +237,9 @@ fn run(cli: &Cli) -> Result<(), String> {
             let a = &s["ampm_summary"];
             let _ = writeln!(
                 out,
-                "ampm records {} lost {} bad {}; intervals joined {} incomplete {}; loss {} packets {} bytes; mean delay {} ns",
+                "ampm records {} lost {} bad {}; intervals joined {} incomplete {} partial {}; loss {} packets {} bytes; mean delay {} ns",
                 a["records"], a["records_lost"], a["bad_records"], a["intervals_joined"], a["intervals_incomplete"],
+                a["intervals_partial"],
                 a["loss_packets"], a["loss_bytes"], a["delay_mean_ns"]
             );
         }
