@@ -311,15 +311,18 @@ impl<'a> Worker<'a> {
                 self.measured += (ampm::apply(&mut actx, b, meta) == ampm::Outcome::Measured) as u64;
             }
             if let (Some(spec), Ok(meta), Verdict::Tx(_)) = (t.int.as_ref(), &meta, v) {
-                let mut ictx = IntCtx {
-                    spec,
-                    clock: &self.clock,
-                    flows: &mut self.flows,
-                    counters: &mut self.c,
-                    reports: &mut self.reports,
-                };
-                if let Err(r) = int_stage::apply(&mut ictx, b, meta, &BenchHop(&times)) {
-                    v = Verdict::Drop(r);
+                // As the worker: only packets the stage may act on go in.
+                if int_stage::may_act(spec, b.bytes(), meta, 0) {
+                    let mut ictx = IntCtx {
+                        spec,
+                        clock: &self.clock,
+                        flows: &mut self.flows,
+                        counters: &mut self.c,
+                        reports: &mut self.reports,
+                    };
+                    if let Err(r) = int_stage::apply(&mut ictx, b, meta, &BenchHop(&times)) {
+                        v = Verdict::Drop(r);
+                    }
                 }
             }
             self.forwarded += matches!(v, Verdict::Tx(_)) as u64;

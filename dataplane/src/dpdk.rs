@@ -524,19 +524,41 @@ impl Mbuf {
     }
 
     /// Grows the packet at the front by `len` bytes; None if the headroom is short.
+    /// (rte_pktmbuf_prepend, done here on the fields: the INT stages call it
+    /// per packet, and a call into the C shim spills their registers.)
+    #[inline(always)]
     pub fn prepend(&mut self, len: u16) -> Option<&mut [u8]> {
-        // SAFETY: DPDK returns NULL when headroom is insufficient; otherwise the new
-        // `len` bytes at the returned pointer belong to this mbuf.
+        // SAFETY: `&mut self` owns the mbuf; the headroom is the `data_off`
+        // bytes in front of the data, so moving the start back by at most
+        // that stays inside the buffer, and the new `len` bytes belong to it.
         unsafe {
-            let p = ffi::shim_pktmbuf_prepend(self.raw(), len);
-            (!p.is_null()).then(|| std::slice::from_raw_parts_mut(p as *mut u8, len as usize))
+            let m = &mut *self.raw();
+            if len > m.data_off {
+                return None;
+            }
+            m.data_off -= len;
+            m.data_len += len;
+            m.pkt_len += len as u32;
+            Some(std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(m.data_off as usize), len as usize))
         }
     }
 
-    /// Removes `len` bytes from the front; false if the packet is shorter.
+    /// Removes `len` bytes from the front; false if the first segment is
+    /// shorter (rte_pktmbuf_adj, on the fields as `prepend`).
+    #[inline(always)]
     pub fn adj(&mut self, len: u16) -> bool {
-        // SAFETY: DPDK checks the length against data_len.
-        unsafe { !ffi::shim_pktmbuf_adj(self.raw(), len).is_null() }
+        // SAFETY: `&mut self` owns the mbuf; at most `data_len` bytes are
+        // taken off the front, so the data stays inside the first segment.
+        unsafe {
+            let m = &mut *self.raw();
+            if len > m.data_len {
+                return false;
+            }
+            m.data_off += len;
+            m.data_len -= len;
+            m.pkt_len -= len as u32;
+            true
+        }
     }
 
     /// Grows the packet at the end by `len` bytes; None if the tailroom is short.

@@ -94,24 +94,34 @@ pub struct Block {
     pub domain_id: u16,
     /// D: drop after the sink extracted it.
     pub discard: bool,
+    /// One's-complement sum of shim + header as read (what a transit
+    /// adjusts the L4 checksum from).
+    pub hdr_sum: u32,
 }
 
 impl Block {
     /// The block at `at` (what `find` returned), within the IP packet.
-    #[inline]
+    /// Inlined: as a call, its `Result` came back through memory, stored
+    /// field by field and read back with wide loads, which stalled on store
+    /// forwarding (a third of the INT stage's samples in a transit profile).
+    #[inline(always)]
     pub fn read(b: &[u8], meta: &PacketMeta, at: usize) -> Result<Block, DropReason> {
         let end = meta.l3_end.min(b.len()).max(at);
-        let v = IntMd::new_checked(&b[at..end])?;
+        IntMd::new_checked(&b[at..end])?;
+        // Checked: shim + header lie within the packet; their fields are
+        // read at constant offsets of one view.
+        let h = view::<INT_HDR_LEN>(b, at);
         Ok(Block {
             at,
-            npt: v.npt(),
-            saved: v.saved(),
-            total: v.total_len(),
-            hop_ml: v.hop_ml(),
-            rhc: v.rhc(),
-            bitmap: v.bitmap(),
-            domain_id: v.domain_id(),
-            discard: v.flag_d(),
+            npt: (h[0] >> 2) & 0x3,
+            saved: be16(h, 2),
+            total: SHIM_LEN + h[1] as usize * 4,
+            hop_ml: (h[SHIM_LEN + 2] & 0x1f) as usize,
+            rhc: h[SHIM_LEN + 3],
+            bitmap: be16(h, SHIM_LEN + 4),
+            domain_id: be16(h, SHIM_LEN + 6),
+            discard: h[SHIM_LEN] & 0x08 != 0,
+            hdr_sum: header_sum(h),
         })
     }
 
@@ -122,14 +132,38 @@ impl Block {
     }
 }
 
+/// The `N` bytes at `at` as an array: one bounds check, then every field
+/// inside is read or written at a constant offset, unchecked. (Parsing
+/// guarantees the headers INT touches lie within the packet; indexing a
+/// slice per field cost two checks and an overflow test each.)
+#[inline(always)]
+fn view<const N: usize>(b: &[u8], at: usize) -> &[u8; N] {
+    b[at..].first_chunk::<N>().expect("header within the packet")
+}
+
+#[inline(always)]
+fn view_mut<const N: usize>(b: &mut [u8], at: usize) -> &mut [u8; N] {
+    b[at..].first_chunk_mut::<N>().expect("header within the packet")
+}
+
+#[inline(always)]
+fn be16<const N: usize>(h: &[u8; N], i: usize) -> u16 {
+    u16::from_be_bytes([h[i], h[i + 1]])
+}
+
+#[inline(always)]
+fn put16<const N: usize>(h: &mut [u8; N], i: usize, v: u16) {
+    [h[i], h[i + 1]] = v.to_be_bytes();
+}
+
 #[inline(always)]
 fn rd16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    be16(view::<2>(b, at), 0)
 }
 
 #[inline(always)]
 fn wr16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+    *view_mut::<2>(b, at) = v.to_be_bytes();
 }
 
 /// Adjusts a checksum for data whose one's-complement sum went from `old`
@@ -156,6 +190,20 @@ fn udp_adjust(csum: u16, old: u32, new: u32) -> u16 {
     }
 }
 
+/// The one's-complement sum of shim + header (16 bytes), as
+/// `checksum::sum` would give it, from four big-endian words.
+#[inline(always)]
+fn header_sum(h: &[u8; INT_HDR_LEN]) -> u32 {
+    let w = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as u64;
+    checksum::fold_words(w(0) + w(4) + w(8) + w(12))
+}
+
+/// Bytes of the IP header that hold its length fields (IPv4: total length
+/// and checksum; IPv6: payload length): a view this long covers both.
+const IP_LEN_VIEW: usize = 12;
+/// Bytes of the TCP header up to and including its checksum.
+const TCP_CSUM_VIEW: usize = 18;
+
 /// The length and checksum fields that an insertion into (or removal from)
 /// the L4 segment changes. Read before the headers move and written after:
 /// reading them back right after the move (wide stores) can stall on store
@@ -176,9 +224,8 @@ impl Lengths {
     /// The IP fields only (the L4 ones read as 0).
     #[inline(always)]
     fn read_ip(b: &[u8], meta: &PacketMeta) -> Lengths {
-        let l3 = meta.l3_offset;
-        let (ip_len, ip_csum) =
-            if meta.key.ip_version() == 4 { (rd16(b, l3 + 2), rd16(b, l3 + 10)) } else { (rd16(b, l3 + 4), 0) };
+        let ip = view::<IP_LEN_VIEW>(b, meta.l3_offset);
+        let (ip_len, ip_csum) = if meta.key.ip_version() == 4 { (be16(ip, 2), be16(ip, 10)) } else { (be16(ip, 4), 0) };
         Lengths { ip_len, ip_csum, l4_len: 0, l4_csum: 0 }
     }
 
@@ -187,8 +234,11 @@ impl Lengths {
     fn read(b: &[u8], meta: &PacketMeta) -> Lengths {
         let l4 = meta.l4_offset;
         let (l4_len, l4_csum) = match meta.key.proto() {
-            PROTO_UDP => (rd16(b, l4 + 4), rd16(b, l4 + 6)),
-            _ => (0, rd16(b, l4 + 16)),
+            PROTO_UDP => {
+                let u = view::<8>(b, l4);
+                (be16(u, 4), be16(u, 6))
+            }
+            _ => (0, be16(view::<TCP_CSUM_VIEW>(b, l4), 16)),
         };
         Lengths { l4_len, l4_csum, ..Lengths::read_ip(b, meta) }
     }
@@ -206,13 +256,13 @@ impl Lengths {
     /// Writes the IP length `delta` bytes longer (and the IPv4 checksum).
     #[inline(always)]
     fn write_ip(&self, b: &mut [u8], meta: &PacketMeta, delta: i32) {
-        let l3 = meta.l3_offset;
+        let ip = view_mut::<IP_LEN_VIEW>(b, meta.l3_offset);
         let new = (self.ip_len as i32 + delta) as u16;
         if meta.key.ip_version() == 4 {
-            wr16(b, l3 + 2, new);
-            wr16(b, l3 + 10, checksum::update16(self.ip_csum, self.ip_len, new));
+            put16(ip, 2, new);
+            put16(ip, 10, checksum::update16(self.ip_csum, self.ip_len, new));
         } else {
-            wr16(b, l3 + 4, new);
+            put16(ip, 4, new);
         }
     }
 
@@ -227,15 +277,16 @@ impl Lengths {
         if meta.key.proto() == PROTO_UDP {
             let old_len = self.l4_len;
             let new_len = (old_len as i32 + delta) as u16;
-            wr16(b, l4 + 4, new_len);
             // Length counts twice: UDP header and pseudo-header.
             let c = udp_adjust(self.l4_csum, old + 2 * old_len as u32, new + 2 * new_len as u32);
-            wr16(b, l4 + 6, c);
+            let u = view_mut::<8>(b, l4);
+            put16(u, 4, new_len);
+            put16(u, 6, c);
         } else {
             let old_len = (self.ip_packet_len(meta) - (l4 - meta.l3_offset)) as u32;
             let new_len = (old_len as i32 + delta) as u32;
             let c = adjust(self.l4_csum, old + old_len, new + new_len);
-            wr16(b, l4 + 16, c);
+            put16(view_mut::<TCP_CSUM_VIEW>(b, l4), 16, c);
         }
     }
 }
@@ -308,6 +359,7 @@ fn l4_payload(b: &[u8], meta: &PacketMeta) -> Option<usize> {
 }
 
 /// Offset of the INT block, when the packet carries one by `presence`.
+#[inline]
 pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
     if !applicable(b, meta) {
         return None;
@@ -357,7 +409,8 @@ pub fn source_unmarked(
     // Where the block goes, how many bytes precede it there (an inserted
     // UDP header), and what the shim announces.
     let (at, extra, npt, saved) = match p.presence {
-        Presence::UdpPort(_) if udp => (l4 + 8, 0, Npt::UdpPort, rd16(pkt.bytes(), l4 + 2)),
+        // (The destination port as parsed: forwarding rewrites no ports.)
+        Presence::UdpPort(_) if udp => (l4 + 8, 0, Npt::UdpPort, meta.key.dst_port()),
         Presence::UdpPort(_) => (l4, 8, Npt::InsertedUdp, meta.key.proto() as u16),
         Presence::Dscp { .. } => {
             let at = l4_payload(pkt.bytes(), meta).filter(|at| *at <= meta.l3_end).ok_or(Skip::NotApplicable)?;
@@ -382,7 +435,7 @@ pub fn source_unmarked(
     }
     let b = pkt.bytes_mut();
     let blk = at + extra;
-    let hdr_sum = IntMdRepr {
+    let mut hdr = IntMdRepr {
         npt,
         saved,
         flag_d: false,
@@ -394,16 +447,18 @@ pub fn source_unmarked(
         ds_flags: 0,
         stack_words: (md_len / 4) as u8,
     }
-    .emit(&mut b[blk..blk + INT_HDR_LEN]);
+    .words();
+    if !push && p.source_pushes && p.max_hops > 0 {
+        hdr[1] |= 0x02 << 24; // M: our own metadata did not fit
+    }
+    let (out, md) = b[blk..blk + INT_HDR_LEN + md_len].split_at_mut(INT_HDR_LEN);
+    let out: &mut [u8; INT_HDR_LEN] = out.try_into().expect("16 bytes");
+    for (o, w) in out.chunks_exact_mut(4).zip(hdr) {
+        o.copy_from_slice(&w.to_be_bytes());
+    }
     // Sums come from the values written, not from re-reading the bytes.
-    let inserted = if push {
-        hdr_sum + emit_hop(p.bitmap, own, &mut b[blk + INT_HDR_LEN..blk + INT_HDR_LEN + md_len])
-    } else if p.source_pushes && p.max_hops > 0 {
-        b[blk + 4] |= 0x02; // M: our own metadata did not fit
-        checksum::sum(0, &b[blk..blk + INT_HDR_LEN])
-    } else {
-        hdr_sum
-    };
+    let hdr_sum = checksum::fold_words(hdr.iter().map(|&w| w as u64).sum());
+    let inserted = if push { hdr_sum + emit_hop(p.bitmap, own, md) } else { hdr_sum };
     match p.presence {
         Presence::UdpPort(port) if udp => {
             wr16(b, l4 + 2, port);
@@ -468,7 +523,7 @@ pub fn transit_block(
     if hop_words(bitmap) != hop_ml {
         return Err(DropReason::IntBadHopMl);
     }
-    let old_hdr = checksum::sum(0, &pkt.bytes()[blk..blk + INT_HDR_LEN]);
+    let old_hdr = block.hdr_sum;
     let n = hop_ml * 4;
     let shim_words = (total - SHIM_LEN) / 4;
     let lens = Lengths::read(pkt.bytes(), meta);
@@ -492,8 +547,9 @@ pub fn transit_block(
         // just stored can stall on store forwarding): the shim length (low
         // byte of its first 16-bit word) grows by HopML, RHC (low byte of
         // the header's second word) falls by one (+0xfffe in one's complement).
-        b[blk + 1] = (shim_words + hop_ml) as u8;
-        b[blk + SHIM_LEN + 3] = rhc - 1;
+        let h = view_mut::<INT_HDR_LEN>(b, blk);
+        h[1] = (shim_words + hop_ml) as u8;
+        h[SHIM_LEN + 3] = rhc - 1;
         (Transit::Pushed, old_hdr + hop_ml as u32 + 0xfffe + pushed)
     };
     let pushed = if outcome == Transit::Pushed { n } else { 0 };

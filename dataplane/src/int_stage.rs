@@ -277,6 +277,27 @@ fn report_len(spec: &IntSpec, meta: &PacketMeta, int_end: usize) -> usize {
     spec.report.truncate.max(int_end).min(meta.l3_end).min(REPORT_MAX)
 }
 
+/// Whether [`apply`] or [`dropped`] can do anything with a packet that
+/// came in on `in_port`: it is IP and either may carry INT by the domain's
+/// presence method, or came in on an edge port where a watch rule may make
+/// this switch its source. Decided from the parse (and, in DSCP mode, one
+/// byte), so the worker skips the stage for everything else (most packets
+/// of a transit node) without gathering a hop.
+#[inline(always)]
+pub fn may_act(spec: &IntSpec, b: &[u8], meta: &PacketMeta, in_port: u16) -> bool {
+    let k = &meta.key;
+    if k.ip_version() == 0 {
+        return false;
+    }
+    let may_carry = match spec.presence {
+        int::Presence::UdpPort(port) => k.proto() == crate::parse::PROTO_UDP && k.dst_port() == port,
+        int::Presence::Dscp { value, mask } => {
+            matches!(k.proto(), crate::parse::PROTO_UDP | crate::parse::PROTO_TCP) && int::dscp(b, meta) & mask == value
+        }
+    };
+    may_carry || (!spec.watch.is_empty() && spec.is_edge(in_port as usize))
+}
+
 /// Runs the INT stage on a packet that leaves by the hop's output port.
 /// `meta` is its parse (offsets still valid after forwarding's rewrites).
 /// An error is a drop with that reason.
@@ -473,6 +494,14 @@ pub(crate) mod tests {
     impl Node {
         pub(crate) fn new(spec: IntSpec) -> Node {
             Node { spec, flows: FlowTable::new(64, 0), c: CounterValues::default(), reports: Vec::new() }
+        }
+
+        pub(crate) fn spec(&self) -> &IntSpec {
+            &self.spec
+        }
+
+        pub(crate) fn clear_watch(&mut self) {
+            self.spec.watch.clear();
         }
 
         pub(crate) fn run(&mut self, b: &mut VecBuf, h: Hop) -> Result<(), DropReason> {

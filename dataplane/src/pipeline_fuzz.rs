@@ -240,6 +240,43 @@ fn mutated_frames_never_panic_any_stage() {
 }
 
 #[test]
+fn int_precheck_skips_only_what_the_stage_leaves_alone() {
+    let seeds = seeds();
+    let mut rng = XorShift::new(0x5c1f_7e57);
+    let presences = [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }];
+    // Source (edge in), transit, sink (edge out), and an edge node without rules.
+    let mut nodes: Vec<Node> = presences
+        .iter()
+        .flat_map(|&p| {
+            let mut bare = int_node(4, 0b01, p);
+            bare.clear_watch();
+            [int_node(1, 0b01, p), int_node(2, 0, p), int_node(3, 0b10, p), bare]
+        })
+        .collect();
+    let (mut skipped, mut kept) = (0u64, 0u64);
+    for _ in 0..ROUNDS {
+        let seed = &seeds[rng.below(seeds.len())];
+        let f = mutate(&mut rng, seed);
+        let Ok(meta) = parse(&f, 0) else { continue };
+        for n in nodes.iter_mut() {
+            if crate::int_stage::may_act(n.spec(), &f, &meta, 0) {
+                kept += 1;
+                continue;
+            }
+            skipped += 1;
+            let before = (n.c.events, n.c.drops);
+            let mut b = VecBuf::new(&f, 256);
+            n.drop_report(b.bytes(), hop(), DropReason::TtlExceeded);
+            assert_eq!(n.run(&mut b, hop()), Ok(()), "skipped, but the stage dropped {f:02x?}");
+            assert_eq!(b.bytes(), &f[..], "skipped, but the stage changed {f:02x?}");
+            assert!((n.c.events, n.c.drops) == before, "skipped, but the stage counted something for {f:02x?}");
+            assert!(n.reports.is_empty(), "skipped, but the stage reported {f:02x?}");
+        }
+    }
+    assert!(skipped > ROUNDS as u64 && kept > ROUNDS as u64, "skipped {skipped}, kept {kept}");
+}
+
+#[test]
 fn int_round_trip_restores_every_wellformed_mutant() {
     let seeds = seeds();
     for (presence, seed) in

@@ -12,34 +12,74 @@ pub trait PacketBuf {
     fn shrink_front(&mut self, n: usize) -> bool;
 
     /// Opens `n` bytes at offset `at` by moving the first `at` bytes forward.
+    #[inline]
     fn insert_at(&mut self, at: usize, n: usize) -> bool {
         if at > self.bytes().len() || !self.grow_front(n) {
             return false;
         }
-        self.bytes_mut().copy_within(n..n + at, 0);
+        move_within(self.bytes_mut(), n, 0, at);
         true
     }
 
     /// Removes `n` bytes at offset `at` by moving the first `at` bytes back.
+    #[inline]
     fn remove_at(&mut self, at: usize, n: usize) -> bool {
         if at + n > self.bytes().len() {
             return false;
         }
-        self.bytes_mut().copy_within(0..at, n);
+        move_within(self.bytes_mut(), 0, n, at);
         self.shrink_front(n)
     }
 }
 
+/// `b.copy_within(src..src + len, dst)`. The headers INT and AM-PM move
+/// (16 to 64 bytes) go as two to four 16-byte loads, every load before any
+/// store (so any overlap is fine), instead of a call to libc's memmove:
+/// the call spills the data path's registers around it.
+#[inline(always)]
+pub fn move_within(b: &mut [u8], src: usize, dst: usize, len: usize) {
+    // Whole registers (u128), so the loaded bytes stay in registers
+    // rather than going through a stack array.
+    #[inline(always)]
+    fn load(b: &[u8], at: usize) -> u128 {
+        u128::from_ne_bytes(*b[at..].first_chunk::<16>().expect("16 bytes"))
+    }
+    #[inline(always)]
+    fn store(b: &mut [u8], at: usize, v: u128) {
+        *b[at..].first_chunk_mut::<16>().expect("16 bytes") = v.to_ne_bytes();
+    }
+    match len {
+        16..=32 => {
+            let (h, t) = (load(b, src), load(b, src + len - 16));
+            store(b, dst, h);
+            store(b, dst + len - 16, t);
+        }
+        33..=64 => {
+            let (h0, h1) = (load(b, src), load(b, src + 16));
+            let (t0, t1) = (load(b, src + len - 32), load(b, src + len - 16));
+            store(b, dst, h0);
+            store(b, dst + 16, h1);
+            store(b, dst + len - 32, t0);
+            store(b, dst + len - 16, t1);
+        }
+        _ => b.copy_within(src..src + len, dst),
+    }
+}
+
 impl PacketBuf for crate::dpdk::Mbuf {
+    #[inline(always)]
     fn bytes(&self) -> &[u8] {
         self.data()
     }
+    #[inline(always)]
     fn bytes_mut(&mut self) -> &mut [u8] {
         self.data_mut()
     }
+    #[inline(always)]
     fn grow_front(&mut self, n: usize) -> bool {
         n <= u16::MAX as usize && self.prepend(n as u16).is_some()
     }
+    #[inline(always)]
     fn shrink_front(&mut self, n: usize) -> bool {
         n <= u16::MAX as usize && self.adj(n as u16)
     }
@@ -70,12 +110,15 @@ impl VecBuf {
 }
 
 impl PacketBuf for VecBuf {
+    #[inline]
     fn bytes(&self) -> &[u8] {
         &self.buf[self.start..]
     }
+    #[inline]
     fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.buf[self.start..]
     }
+    #[inline]
     fn grow_front(&mut self, n: usize) -> bool {
         if n > self.start {
             return false;
@@ -83,6 +126,7 @@ impl PacketBuf for VecBuf {
         self.start -= n;
         true
     }
+    #[inline]
     fn shrink_front(&mut self, n: usize) -> bool {
         if n > self.buf.len() - self.start {
             return false;
@@ -107,6 +151,22 @@ mod tests {
         assert_eq!(b.bytes(), &[1, 2, 3, 4, 5]);
         assert!(!b.insert_at(0, 5), "only 4 bytes of headroom");
         assert!(!b.remove_at(4, 2), "past the end");
+    }
+
+    #[test]
+    fn small_moves_match_copy_within_for_every_overlap() {
+        let orig: Vec<u8> = (0..=255).collect();
+        for len in 0..=140 {
+            for (src, dst) in [(0, 0), (0, 1), (1, 0), (0, 16), (16, 0), (3, 40), (40, 3), (0, 100), (100, 0)] {
+                if src.max(dst) + len > orig.len() {
+                    continue;
+                }
+                let (mut a, mut b) = (orig.clone(), orig.clone());
+                move_within(&mut a, src, dst, len);
+                b.copy_within(src..src + len, dst);
+                assert_eq!(a, b, "len {len} from {src} to {dst}");
+            }
+        }
     }
 
     #[test]

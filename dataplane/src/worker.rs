@@ -601,8 +601,21 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, t, &mut ampm_memo, &mut m, meta, v);
                 }
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
-                    let w = IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
-                    v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
+                    if int_stage::may_act(spec, m.data(), meta, in_port) {
+                        let w =
+                            IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
+                        v = int_verdict(
+                            spec,
+                            &w,
+                            &mut m,
+                            meta,
+                            v,
+                            in_port,
+                            &mut setup.reports,
+                            ctx.flows,
+                            ctx.counters,
+                        );
+                    }
                 }
                 if cap_tx != 0 {
                     mirror_tx(&me, &setup.pool, &m, v, cap_tx, ctx.counters);

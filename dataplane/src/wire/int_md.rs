@@ -234,21 +234,25 @@ impl IntMdRepr {
     /// words and stored word-wise: summing bytes just stored one at a time
     /// would stall on store forwarding.
     pub fn emit(&self, buf: &mut [u8]) -> u32 {
+        let words = self.words();
+        for (w, out) in words.iter().zip(buf[..INT_HDR_LEN].chunks_exact_mut(4)) {
+            out.copy_from_slice(&w.to_be_bytes());
+        }
+        checksum::fold_words(words.iter().map(|&w| w as u64).sum())
+    }
+
+    /// Shim + header as four big-endian words (what `emit` writes).
+    #[inline(always)]
+    pub fn words(&self) -> [u32; 4] {
         let len = (MD_HDR_LEN / 4) as u32 + self.stack_words as u32;
-        let words = [
+        [
             ((INT_TYPE_MD << 4 | (self.npt as u8) << 2) as u32) << 24 | (len & 0xff) << 16 | self.saved as u32,
             ((VERSION << 4 | if self.flag_d { 0x08 } else { 0 }) as u32) << 24
                 | ((self.hop_ml & 0x1f) as u32) << 8
                 | self.rhc as u32,
             (self.bitmap as u32) << 16 | self.domain_id as u32,
             (self.ds_instruction as u32) << 16 | self.ds_flags as u32,
-        ];
-        let mut acc = 0u64;
-        for (w, out) in words.iter().zip(buf[..INT_HDR_LEN].chunks_exact_mut(4)) {
-            out.copy_from_slice(&w.to_be_bytes());
-            acc += *w as u64;
-        }
-        checksum::fold_words(acc)
+        ]
     }
 }
 
