@@ -17,6 +17,11 @@
 # of the same file), against testpmd with N forwarding cores and queues:
 # a scaling run, for a machine with more than N cores. Lines then end in
 # workers=N.
+# The switch measured is the deployment build, optimised with a profile of
+# its own data path (scripts/pgo.sh, target/pgo/release/intswitch; lines
+# end in build=pgo); BENCH_PGO=0 measures the plain release build instead
+# (build=release), BENCH_BIN=PATH a given binary (build=given).
+# BENCH_TESTPMD=0 skips testpmd (ratio 0.00; pgo.sh's training runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
@@ -62,8 +67,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --release -q --bin intswitch
-bin=target/release/intswitch
+if [[ -n "${BENCH_BIN:-}" ]]; then
+  bin=$BENCH_BIN build=given
+elif [[ "${BENCH_PGO:-1}" != 0 ]]; then
+  scripts/pgo.sh
+  bin=target/pgo/release/intswitch build=pgo
+else
+  cargo build --release -q --bin intswitch
+  bin=target/release/intswitch build=release
+fi
 
 mem_args='memory_mb = 2048'
 tp_mem=(--no-huge -m 2048)
@@ -162,13 +174,13 @@ run_case() { # name pcap config
   # testpmd and intswitch take turns, so a slow spell of the machine
   # touches both; each figure is the median of its rounds.
   for ((r = 0; r < rounds; r++)); do
-    theirs+=("$(testpmd_mpps "$2")")
+    if [[ "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2")"); else theirs+=(0); fi
     ours+=("$(intswitch_mpps "$3")")
     cp "$work/is.log" "$work/is-$r.log"
   done
   awk -v n="$1" -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" \
-    -v w="$( (( workers > 1 )) && echo " workers=$workers")" \
-    'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f%s\n", n, a, (b > 0 ? a / b : 0), b, w }'
+    -v w="$( (( workers > 1 )) && echo " workers=$workers")" -v k="$build" \
+    'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f%s build=%s\n", n, a, (b > 0 ? a / b : 0), b, w, k }'
 }
 
 # Cross-connect and L2: one flow of 64-byte frames.

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The deployment build of intswitch, optimised with a profile of its own
+# data path (profile-guided optimisation). An instrumented build first runs
+# a training set on vdevs (no NIC, no hugepages):
+#   - every case of scripts/bench.sh: cross-connect, bridge (known unicast
+#     and flooding), router with 10k routes and 100k learned flows, INT
+#     source / transit / sink (with and without a report per packet, to a
+#     socket and through a port), AM-PM muxed initiator and terminator;
+#   - the demo's IPv4 + IPv6 router with flow rules (configs/demo.toml);
+#   - INT in DSCP mode, and AM-PM double marking in the IPv6 Hop-by-Hop
+#     option over IPv6 traffic (the other presence method and carrier).
+# LLVM then lays out, inlines and orders the per-packet code by what it
+# really does: 20-30 % more packets a core on the INT and AM-PM paths in
+# bench.sh (the cross-connect and bridge, which do little per packet, are
+# unchanged). Paths outside the training set are laid out as cold code.
+#
+# Output: target/pgo/release/intswitch (the plain release build stays in
+# target/release). Needs root for EAL (as bench.sh), and llvm-profdata of
+# rustc's LLVM version: rustup's llvm-tools component (added here when
+# rustup is installed) or LLVM_PROFDATA=/path/to/llvm-profdata.
+# PGO_SECONDS (default 4) sets each training run's length.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${PGO_SECONDS:-4}
+if ! [[ "$secs" =~ ^[0-9]+$ ]] || (( secs < 3 )); then
+  echo "pgo.sh: PGO_SECONDS=$secs: need a whole number of seconds, at least 3" >&2
+  exit 2
+fi
+
+profdata=${LLVM_PROFDATA:-}
+if [[ -z "$profdata" ]]; then
+  profdata="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata"
+  if [[ ! -x "$profdata" ]] && command -v rustup >/dev/null; then
+    echo "pgo.sh: adding rustup's llvm-tools component (llvm-profdata)" >&2
+    rustup component add llvm-tools >&2 || true
+  fi
+fi
+if [[ ! -x "$profdata" ]]; then
+  echo "pgo.sh: llvm-profdata not found at $profdata: run 'rustup component add llvm-tools' or set LLVM_PROFDATA" >&2
+  exit 1
+fi
+
+out=$PWD/target/pgo
+data=$out/profraw
+work=$(mktemp -d /tmp/intswitch-pgo.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+echo "pgo.sh: instrumented build (target/pgo-gen)" >&2
+RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$data" CARGO_TARGET_DIR=target/pgo-gen \
+  cargo build --release -q --bin intswitch
+gen=target/pgo-gen/release/intswitch
+
+# The profile is made again only when the instrumented binary changed.
+profile=$out/intswitch.profdata
+if [[ ! -f "$profile" || "$gen" -nt "$profile" ]]; then
+  rm -rf "$data"
+  mkdir -p "$data"
+  echo "pgo.sh: training: bench.sh's cases (${secs}s each)" >&2
+  BENCH_BIN=$gen BENCH_SECONDS=$secs BENCH_HUGEPAGES=0 BENCH_TESTPMD=0 scripts/bench.sh >/dev/null
+
+  echo "pgo.sh: training: the demo, INT in DSCP mode, AM-PM on IPv6" >&2
+  train() { # name config-text
+    printf '%s\n' "$2" >"$work/$1.toml"
+    "$gen" --config "$work/$1.toml" --duration "$secs" --stats-interval 0 >"$work/$1.log" 2>&1 </dev/null ||
+      { echo "pgo.sh: training run $1 failed:" >&2; tail -n 5 "$work/$1.log" >&2; exit 1; }
+  }
+  # (The demo's pcap path is relative to the repository root, where this runs.)
+  train demo "$(cat configs/demo.toml)"
+  "$gen" gen-traffic --out "$work/v4.pcap" --count 4096 --flows 64 --size 60 --dst-mac 02:00:00:00:00:02
+  "$gen" gen-traffic --out "$work/v6.pcap" --count 4096 --flows 64 --size 80 --dst-mac 02:00:00:00:00:02 \
+    --src 2001:db8:1::10 --dst 2001:db8:2::10
+  ports() { # pcap
+    printf '[[port]]\nname = "p0"\ndevice = "net_pcap0,rx_pcap=%s,infinite_rx=1"\npeer = "p1"\n' "$1"
+    printf '[[port]]\nname = "p1"\ndevice = "net_null0,no-rx=1"\npeer = "p0"\n'
+  }
+  preamble() { # name
+    printf 'name = "pgo-%s"\nmode = "xconnect"\n[eal]\nlcores = "0-1"\nmemory_mb = 1024\nfile_prefix = "pgo-%s-%s"\n' \
+      "$1" "$1" "$$"
+    printf '[control]\nsocket = "%s/%s.sock"\nmetrics = ""\n' "$work" "$1"
+  }
+  train int-dscp "$(preamble int-dscp; ports "$work/v4.pcap"
+    printf '[int]\nnode_id = 7\npresence = "dscp"\nedge_ports = ["p0"]\n'
+    printf '[[int.watch]]\nname = "all"\nrole = "source"\ninstructions = ["node_id", "l1_ports", "hop_latency", "queue", "egress_ts", "tx_util", "buffer"]\n')"
+  for role in initiator terminator; do
+    train "ampm-v6-$role" "$(preamble "ampm-v6-$role"; ports "$work/v6.pcap"
+      printf '[ampm]\nnode_id = 9\ninterval = "1s"\n'
+      printf '[[ampm.flow]]\nname = "v6"\nflow_mon_id = 1\nrole = "%s"\nmethod = "double"\ncarrier = "ipv6_hbh"\nsrc = "2001:db8:1::/64"\n' "$role")"
+  done
+  "$profdata" merge -o "$profile" "$data"/*.profraw
+fi
+
+echo "pgo.sh: optimised build (target/pgo)" >&2
+RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$profile" CARGO_TARGET_DIR=target/pgo \
+  cargo build --release -q --bin intswitch
+echo "pgo.sh: built target/pgo/release/intswitch" >&2
