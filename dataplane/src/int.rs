@@ -588,6 +588,18 @@ pub fn strip_stack_at(pkt: &mut impl PacketBuf, meta: &PacketMeta, blk: usize) -
     Ok(n)
 }
 
+/// The one's-complement sum of the INT block the sink takes out of the L4
+/// segment (what the segment's checksum loses): only where there is a
+/// checksum to adjust, not in a UDP checksum of zero. The header's sum is
+/// the block's; only the stack is summed here.
+#[inline(always)]
+fn removed_sum(b: &[u8], meta: &PacketMeta, block: &Block, lens: &Lengths) -> u32 {
+    if meta.key.proto() == PROTO_UDP && lens.l4_csum == 0 {
+        return 0;
+    }
+    checksum::sum(block.hdr_sum, &b[block.at + INT_HDR_LEN..block.at + block.total])
+}
+
 /// INT sink: removes shim + header + stack (and an inserted UDP header) and
 /// restores what NPT saved. Before that, `report` gets the packet as it
 /// arrived, stack inside, up to its length; returns the bytes copied there.
@@ -628,11 +640,11 @@ pub fn sink_block(
     }
     let copied = report.len().min(meta.l3_end).min(pkt.bytes().len());
     report[..copied].copy_from_slice(&pkt.bytes()[..copied]);
-    let old = checksum::sum(0, &pkt.bytes()[blk..blk + total]);
     // Length fields read before the headers move, written after (see `Lengths`).
     let removed = match npt {
         0 => {
             let lens = Lengths::read(pkt.bytes(), meta);
+            let old = removed_sum(pkt.bytes(), meta, block, &lens);
             if !pkt.remove_at(blk, total) {
                 return Err(DropReason::IntTruncated);
             }
@@ -644,7 +656,8 @@ pub fn sink_block(
         }
         1 => {
             let lens = Lengths::read(pkt.bytes(), meta);
-            let port = rd16(pkt.bytes(), l4 + 2);
+            let old = removed_sum(pkt.bytes(), meta, block, &lens);
+            let port = meta.key.dst_port();
             if !pkt.remove_at(blk, total) {
                 return Err(DropReason::IntTruncated);
             }

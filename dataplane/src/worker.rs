@@ -575,10 +575,11 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             }
             let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, setup.learn_flows);
             let times = BurstClock::new(now);
+            // Received bytes add up in a register, counted after the burst.
+            let mut rx_bytes = 0u64;
             for i in 0..n {
                 let mut m = pkts[i].take().expect("received");
-                ctx.counters.rx_packets[ip] += 1;
-                ctx.counters.rx_bytes[ip] += m.pkt_len() as u64;
+                rx_bytes += m.pkt_len() as u64;
                 let mut meta = if two_pass {
                     metas[i]
                 } else if m.segments() != 1 {
@@ -622,6 +623,8 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
                 out.deliver(m, v, ip, ctx.tables, ctx.counters, now);
             }
+            ctx.counters.rx_packets[ip] += n as u64;
+            ctx.counters.rx_bytes[ip] += rx_bytes;
         }
 
         c.polls += 1;
