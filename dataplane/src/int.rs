@@ -452,12 +452,8 @@ pub fn source_unmarked(
         hdr[1] |= 0x02 << 24; // M: our own metadata did not fit
     }
     let (out, md) = b[blk..blk + INT_HDR_LEN + md_len].split_at_mut(INT_HDR_LEN);
-    let out: &mut [u8; INT_HDR_LEN] = out.try_into().expect("16 bytes");
-    for (o, w) in out.chunks_exact_mut(4).zip(hdr) {
-        o.copy_from_slice(&w.to_be_bytes());
-    }
     // Sums come from the values written, not from re-reading the bytes.
-    let hdr_sum = checksum::fold_words(hdr.iter().map(|&w| w as u64).sum());
+    let hdr_sum = int_md::emit_words(hdr, out);
     let inserted = if push { hdr_sum + emit_hop(p.bitmap, own, md) } else { hdr_sum };
     match p.presence {
         Presence::UdpPort(port) if udp => {

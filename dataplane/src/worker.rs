@@ -563,11 +563,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             if two_pass {
                 for i in 0..n {
                     let m = pkts[i].as_ref().expect("received");
-                    metas[i] = if m.segments() != 1 {
-                        Err(DropReason::MultiSegment)
-                    } else {
-                        crate::parse::parse(m.data(), in_port)
-                    };
+                    metas[i] = parse_frame(m, in_port);
                     if let Ok(meta) = &metas[i] {
                         prefetch.packet(&flows, &tables, m.data(), meta);
                     }
@@ -580,13 +576,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
             for i in 0..n {
                 let mut m = pkts[i].take().expect("received");
                 rx_bytes += m.pkt_len() as u64;
-                let mut meta = if two_pass {
-                    metas[i]
-                } else if m.segments() != 1 {
-                    Err(DropReason::MultiSegment)
-                } else {
-                    crate::parse::parse(m.data(), in_port)
-                };
+                let mut meta = if two_pass { metas[i] } else { parse_frame(&m, in_port) };
                 let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, &meta);
                 if let (Verdict::Drop(DropReason::NeighbourUnresolved), Some(hop)) = (v, ctx.unresolved.take()) {
                     // Hold it while the control core resolves the next hop.
@@ -714,6 +704,17 @@ impl Prefetch {
         if let (true, Some(a)) = (self.ampm, t.ampm.as_ref()) {
             ampm::prefetch(a, frame, meta);
         }
+    }
+}
+
+/// The frame's parse; a chained mbuf is not parsed (its headers may span
+/// segments).
+#[inline(always)]
+fn parse_frame(m: &Mbuf, in_port: u16) -> Result<PacketMeta, DropReason> {
+    if m.segments() != 1 {
+        Err(DropReason::MultiSegment)
+    } else {
+        crate::parse::parse(m.data(), in_port)
     }
 }
 

@@ -228,20 +228,27 @@ pub struct IntMdRepr {
     pub stack_words: u8,
 }
 
+/// Stores shim + header `words` into `buf[..16]` and returns their
+/// one's-complement sum (as `checksum::sum` would give).
+#[inline(always)]
+pub fn emit_words(words: [u32; 4], buf: &mut [u8]) -> u32 {
+    for (w, out) in words.iter().zip(buf[..INT_HDR_LEN].chunks_exact_mut(4)) {
+        out.copy_from_slice(&w.to_be_bytes());
+    }
+    checksum::fold_words(words.iter().map(|&w| w as u64).sum())
+}
+
 impl IntMdRepr {
     /// Writes shim + header into `buf[..16]` and returns their
     /// one's-complement sum (as `checksum::sum` would give). Built as four
     /// words and stored word-wise: summing bytes just stored one at a time
     /// would stall on store forwarding.
     pub fn emit(&self, buf: &mut [u8]) -> u32 {
-        let words = self.words();
-        for (w, out) in words.iter().zip(buf[..INT_HDR_LEN].chunks_exact_mut(4)) {
-            out.copy_from_slice(&w.to_be_bytes());
-        }
-        checksum::fold_words(words.iter().map(|&w| w as u64).sum())
+        emit_words(self.words(), &mut buf[..INT_HDR_LEN])
     }
 
-    /// Shim + header as four big-endian words (what `emit` writes).
+    /// Shim + header as four big-endian words (what `emit` writes; a source
+    /// may set flags in them first and store them with [`emit_words`]).
     #[inline(always)]
     pub fn words(&self) -> [u32; 4] {
         let len = (MD_HDR_LEN / 4) as u32 + self.stack_words as u32;
