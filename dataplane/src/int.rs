@@ -638,29 +638,26 @@ pub fn sink_block(
     report[..copied].copy_from_slice(&pkt.bytes()[..copied]);
     // Length fields read before the headers move, written after (see `Lengths`).
     let removed = match npt {
-        0 => {
+        0 | 1 => {
             let lens = Lengths::read(pkt.bytes(), meta);
-            let old = removed_sum(pkt.bytes(), meta, block, &lens);
+            let mut old = removed_sum(pkt.bytes(), meta, block, &lens);
             if !pkt.remove_at(blk, total) {
                 return Err(DropReason::IntTruncated);
             }
             let b = pkt.bytes_mut();
-            lens.write_l4(b, meta, -(total as i32), old, 0);
-            lens.write_ip(b, meta, -(total as i32));
-            set_dscp(b, meta, (saved as u8) >> 2);
-            total
-        }
-        1 => {
-            let lens = Lengths::read(pkt.bytes(), meta);
-            let old = removed_sum(pkt.bytes(), meta, block, &lens);
-            let port = meta.key.dst_port();
-            if !pkt.remove_at(blk, total) {
-                return Err(DropReason::IntTruncated);
+            // NPT 1: the original destination port comes back (and into the
+            // L4 checksum with the block's removal).
+            let mut new = 0;
+            if npt == 1 {
+                wr16(b, l4 + 2, saved);
+                (old, new) = (old + meta.key.dst_port() as u32, saved as u32);
             }
-            let b = pkt.bytes_mut();
-            wr16(b, l4 + 2, saved);
-            lens.write_l4(b, meta, -(total as i32), port as u32 + old, saved as u32);
+            lens.write_l4(b, meta, -(total as i32), old, new);
+            // After the length: write_ip sets the IPv4 checksum from the one read.
             lens.write_ip(b, meta, -(total as i32));
+            if npt == 0 {
+                set_dscp(b, meta, (saved as u8) >> 2);
+            }
             total
         }
         _ => {

@@ -244,7 +244,7 @@ impl IntMdRepr {
     /// words and stored word-wise: summing bytes just stored one at a time
     /// would stall on store forwarding.
     pub fn emit(&self, buf: &mut [u8]) -> u32 {
-        emit_words(self.words(), &mut buf[..INT_HDR_LEN])
+        emit_words(self.words(), buf)
     }
 
     /// Shim + header as four big-endian words (what `emit` writes; a source
