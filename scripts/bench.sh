@@ -22,6 +22,11 @@
 # end in build=pgo); BENCH_PGO=0 measures the plain release build instead
 # (build=release), BENCH_BIN=PATH a given binary (build=given).
 # BENCH_TESTPMD=0 skips testpmd (ratio 0.00; pgo.sh's training runs).
+# BENCH_L3FWD=1 (one worker) also measures DPDK's own l3fwd example, built
+# from dpdk-doc's sources, on the same vdevs and traffic: with the L3 case's
+# 10k routes (LPM) and 100k flows (exact match), and with the AM-PM cases'
+# 10k flows (exact match). Its lines end in build=l3fwd: a reference for
+# what one table lookup a packet costs on this harness.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
@@ -50,6 +55,18 @@ worker_sections() { # extra queue-0 ports for worker 0, e.g. '"p1:0"'
     printf '[[worker]]\nlcore = %d\nrx = ["p0:%d"]\n' $((i + 1)) "$i"
   done
 }
+l3fwd_ref=${BENCH_L3FWD:-0}
+l3fwd_src=/usr/share/dpdk/examples
+if [[ "$l3fwd_ref" != 0 ]]; then
+  if (( workers > 1 )); then
+    echo "bench.sh: BENCH_L3FWD=1 measures one worker only (BENCH_WORKERS=$workers)" >&2
+    exit 2
+  fi
+  if [[ ! -f "$l3fwd_src/l3fwd/main.c" ]] || ! command -v tshark >/dev/null; then
+    echo "bench.sh: BENCH_L3FWD=1 needs DPDK's example sources and tshark: apt-get install dpdk-doc tshark" >&2
+    exit 2
+  fi
+fi
 # The first two per-second samples are warm-up: fewer than 4 leave too few.
 if ! [[ "$secs" =~ ^[0-9]+$ ]] || (( secs < 4 )); then
   echo "bench.sh: BENCH_SECONDS=$secs: need a whole number of seconds, at least 4" >&2
@@ -61,7 +78,7 @@ hp_before=""
 cleanup() {
   # DPDK leaves its hugepage files behind; they keep the pages as surplus
   # until removed.
-  rm -f /dev/hugepages/bench-tp-$$map_* /dev/hugepages/bench-is-$$map_* 2>/dev/null || true
+  rm -f /dev/hugepages/bench-tp-$$map_* /dev/hugepages/bench-is-$$map_* /dev/hugepages/bench-l3-$$map_* 2>/dev/null || true
   [[ -n "$hp_before" ]] && echo "$hp_before" > "$hp_file" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -115,6 +132,94 @@ testpmd_mpps() { # pcap
 intswitch_mpps() { # config
   timeout $((secs + 30)) "$bin" --config "$1" --duration "$secs" --stats-interval 1 --json >"$work/is.log" 2>&1 </dev/null || true
   grep -E "^p0:" "$work/is.log" | sed -E 's/.*p1: rx [0-9.]+ Mpps [0-9.]+ Gbps tx ([0-9.]+) Mpps.*/\1/' | avg
+}
+
+# DPDK's l3fwd example as shipped, with three changes so that it runs here
+# as testpmd and the switch do: RX offloads limited to what the port has
+# (net_pcap has no checksum offload, which stock l3fwd asks for and fails
+# on), a pool of at least 200000 mbufs (infinite_rx holds the whole pcap in
+# mbufs; the same pool as testpmd's and the switch's), and room for 16k
+# LPM routes (stock: 1024).
+build_l3fwd() {
+  local d=$work/examples
+  mkdir -p "$d"
+  cp -r "$l3fwd_src/l3fwd" "$l3fwd_src/common" "$d/"
+  patch_l3fwd l3fwd_lpm.c 's/\(#define IPV4_L3FWD_LPM_MAX_RULES[[:space:]]*\)1024$/\116384/' \
+    'IPV4_L3FWD_LPM_MAX_RULES[[:space:]]*16384'
+  patch_l3fwd main.c 's/(unsigned)8192)/(unsigned)200000)/' '(unsigned)200000)'
+  patch_l3fwd main.c 's/^\([[:space:]]*\)ret = config_port_max_pkt_len(&local_port_conf, &dev_info);/\1local_port_conf.rxmode.offloads \&= dev_info.rx_offload_capa;\n\1port_conf.rxmode.offloads \&= dev_info.rx_offload_capa;\n&/' \
+    'port_conf.rxmode.offloads &= dev_info.rx_offload_capa'
+  make -s -C "$d/l3fwd" >"$work/l3fwd-build.log" 2>&1 || { cat "$work/l3fwd-build.log" >&2; exit 1; }
+  l3fwd_bin=$d/l3fwd/build/l3fwd
+}
+patch_l3fwd() { # file sed-expression what-must-match-after
+  sed -i "$2" "$work/examples/l3fwd/$1"
+  grep -q "$3" "$work/examples/l3fwd/$1" || {
+    echo "bench.sh: DPDK's l3fwd/$1 is not what BENCH_L3FWD expects (DPDK 22.11)" >&2
+    exit 1
+  }
+}
+
+# l3fwd's TX rate on net_null (port 1), read through DPDK's telemetry
+# socket (l3fwd prints no rates), over the run less its first two seconds
+# (the other figures skip their first two samples).
+l3fwd_mpps() { # -L|-E rules-v4 rules-v6 pcap
+  local prefix=bench-l3-$$
+  timeout $((secs + 70)) "$l3fwd_bin" -l 1 "${tp_mem[@]}" --no-pci --file-prefix "$prefix" --log-level=error \
+    --vdev "net_pcap0,rx_pcap=$4,infinite_rx=1" --vdev "net_null0,no-rx=1" -- \
+    -p 0x3 --config "(0,0,1),(1,0,1)" --parse-ptype "$1" --rule_ipv4 "$2" --rule_ipv6 "$3" \
+    >"$work/l3fwd.log" 2>&1 </dev/null &
+  local pid=$!
+  # Ready when its socket answers and port 1 has sent (its stdout is a
+  # file, so its own messages come only at exit); then 2 s of warm-up.
+  python3 - "/var/run/dpdk/$prefix/dpdk_telemetry.v2" $((secs - 2)) $pid <<'EOF2' 2>"$work/l3fwd-tel.log" || echo 0.00
+import json, os, socket, sys, time
+path, secs, pid = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+def sent():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(path)
+    s.recv(1024)
+    s.send(b"/ethdev/stats,1")
+    r = json.loads(s.recv(65536))
+    s.close()
+    return r["/ethdev/stats"]["opackets"]
+for _ in range(600):  # up to 60 s to start (hugepage zeroing, 100k routes)
+    os.kill(pid, 0)  # gone: no figure
+    try:
+        if sent() > 0:
+            break
+    except (OSError, KeyError, ValueError):
+        pass
+    time.sleep(0.1)
+else:
+    sys.exit("l3fwd never sent")
+time.sleep(2)
+a, t0 = sent(), time.monotonic()
+time.sleep(secs)
+b, t1 = sent(), time.monotonic()
+print("%.2f" % ((b - a) / (t1 - t0) / 1e6))
+EOF2
+  kill -INT $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
+  rm -f /dev/hugepages/${prefix}map_* 2>/dev/null || true
+}
+
+# The 5-tuples of a pcap's IPv4/UDP packets as l3fwd exact-match rules,
+# all to port 1 ("R<dst> <src> <dst port> <src port> <proto> <port>").
+em_rules() { # pcap
+  tshark -r "$1" -T fields -e ip.src -e ip.dst -e udp.srcport -e udp.dstport 2>/dev/null |
+    sort -u | awk 'NF == 4 { printf "R%s %s %s %s 0x11 1\n", $2, $1, $4, $3 }'
+}
+
+run_l3fwd() { # name pcap -L|-E rules-v4 rules-v6
+  [[ -n "${l3fwd_bin:-}" ]] || build_l3fwd
+  local ours=() theirs=() r
+  for ((r = 0; r < rounds; r++)); do
+    theirs+=("$(testpmd_mpps "$2")")
+    ours+=("$(l3fwd_mpps "$3" "$4" "$5" "$2")")
+  done
+  awk -v n="$1" -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" \
+    'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd\n", n, a, (b > 0 ? a / b : 0), b }'
 }
 
 config() { # mode pcap extra-port0 extra-port1 tail
@@ -205,6 +310,14 @@ $bin gen-traffic --out "$work/l3.pcap" --count 100000 --flows 100000 --size 60 \
   done
 } >"$work/l3.toml"
 run_case l3-10k-routes-100k-flows "$work/l3.pcap" "$work/l3.toml"
+if [[ "$l3fwd_ref" != 0 ]] && want l3-10k-routes-100k-flows; then
+  for i in $(seq 0 9999); do printf 'R20.%d.%d.0/24 1\n' $((i / 256)) $((i % 256)); done >"$work/lpm-v4.cfg"
+  echo "R2001:db8::/32 1" >"$work/lpm-v6.cfg"
+  echo "R2001:db8::1 2001:db8::2 1 1 0x11 1" >"$work/em-v6.cfg"
+  em_rules "$work/l3.pcap" >"$work/em-l3.cfg"
+  run_l3fwd l3fwd-lpm-10k-routes "$work/l3.pcap" -L "$work/lpm-v4.cfg" "$work/lpm-v6.cfg"
+  run_l3fwd l3fwd-em-100k-flows "$work/l3.pcap" -E "$work/em-l3.cfg" "$work/em-v6.cfg"
+fi
 
 # INT: 64-byte UDP frames (plus the INT they carry) from p0 to p1.
 # Reports go to a bound UDP socket nobody reads (no collector CPU cost; the
@@ -277,4 +390,8 @@ config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg initia
 run_case ampm-initiator "$work/ampm.pcap" "$work/ampm-i.toml"
 config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t.toml"
 run_case ampm-terminator "$work/ampm.pcap" "$work/ampm-t.toml"
-
+if [[ "$l3fwd_ref" != 0 ]] && { want ampm-initiator || want ampm-terminator; }; then
+  echo "R2001:db8::1 2001:db8::2 1 1 0x11 1" >"$work/em-v6.cfg"
+  em_rules "$work/ampm.pcap" >"$work/em-ampm.cfg"
+  run_l3fwd l3fwd-em-10k-flows "$work/ampm.pcap" -E "$work/em-ampm.cfg" "$work/em-v6.cfg"
+fi
