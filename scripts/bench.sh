@@ -151,6 +151,9 @@ build_l3fwd() {
     'port_conf.rxmode.offloads &= dev_info.rx_offload_capa'
   make -s -C "$d/l3fwd" >"$work/l3fwd-build.log" 2>&1 || { cat "$work/l3fwd-build.log" >&2; exit 1; }
   l3fwd_bin=$d/l3fwd/build/l3fwd
+  # l3fwd wants IPv6 rules too: one each, which no packet here matches.
+  echo "R2001:db8::/32 1" >"$work/lpm-v6.cfg"
+  echo "R2001:db8::1 2001:db8::2 1 1 0x11 1" >"$work/em-v6.cfg"
 }
 patch_l3fwd() { # file sed-expression what-must-match-after
   sed -i "$2" "$work/examples/l3fwd/$1"
@@ -211,7 +214,7 @@ em_rules() { # pcap
     sort -u | awk 'NF == 4 { printf "R%s %s %s %s 0x11 1\n", $2, $1, $4, $3 }'
 }
 
-run_l3fwd() { # name pcap -L|-E rules-v4 rules-v6
+run_l3fwd() { # name pcap -L|-E rules-v4 rules-v6 (build_l3fwd writes those)
   [[ -n "${l3fwd_bin:-}" ]] || build_l3fwd
   local ours=() theirs=() r
   for ((r = 0; r < rounds; r++)); do
@@ -312,8 +315,6 @@ $bin gen-traffic --out "$work/l3.pcap" --count 100000 --flows 100000 --size 60 \
 run_case l3-10k-routes-100k-flows "$work/l3.pcap" "$work/l3.toml"
 if [[ "$l3fwd_ref" != 0 ]] && want l3-10k-routes-100k-flows; then
   for i in $(seq 0 9999); do printf 'R20.%d.%d.0/24 1\n' $((i / 256)) $((i % 256)); done >"$work/lpm-v4.cfg"
-  echo "R2001:db8::/32 1" >"$work/lpm-v6.cfg"
-  echo "R2001:db8::1 2001:db8::2 1 1 0x11 1" >"$work/em-v6.cfg"
   em_rules "$work/l3.pcap" >"$work/em-l3.cfg"
   run_l3fwd l3fwd-lpm-10k-routes "$work/l3.pcap" -L "$work/lpm-v4.cfg" "$work/lpm-v6.cfg"
   run_l3fwd l3fwd-em-100k-flows "$work/l3.pcap" -E "$work/em-l3.cfg" "$work/em-v6.cfg"
@@ -391,7 +392,6 @@ run_case ampm-initiator "$work/ampm.pcap" "$work/ampm-i.toml"
 config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t.toml"
 run_case ampm-terminator "$work/ampm.pcap" "$work/ampm-t.toml"
 if [[ "$l3fwd_ref" != 0 ]] && { want ampm-initiator || want ampm-terminator; }; then
-  echo "R2001:db8::1 2001:db8::2 1 1 0x11 1" >"$work/em-v6.cfg"
   em_rules "$work/ampm.pcap" >"$work/em-ampm.cfg"
   run_l3fwd l3fwd-em-10k-flows "$work/ampm.pcap" -E "$work/em-ampm.cfg" "$work/em-v6.cfg"
 fi
