@@ -564,13 +564,13 @@ pub fn strip_stack(pkt: &mut impl PacketBuf, meta: &PacketMeta, presence: Presen
 
 /// `strip_stack` on the INT block at `blk` (what `find` returned).
 pub fn strip_stack_at(pkt: &mut impl PacketBuf, meta: &PacketMeta, blk: usize) -> Result<usize, DropReason> {
-    let total = Block::read(pkt.bytes(), meta, blk)?.total;
-    let n = total - INT_HDR_LEN;
+    let block = Block::read(pkt.bytes(), meta, blk)?;
+    let n = block.total - INT_HDR_LEN;
     if n == 0 {
         return Ok(0);
     }
-    let old = checksum::sum(0, &pkt.bytes()[blk..blk + total]);
     let lens = Lengths::read(pkt.bytes(), meta);
+    let old = removed_sum(pkt.bytes(), meta, &block, &lens);
     if !pkt.remove_at(blk + INT_HDR_LEN, n) {
         return Err(DropReason::IntTruncated);
     }
@@ -584,10 +584,11 @@ pub fn strip_stack_at(pkt: &mut impl PacketBuf, meta: &PacketMeta, blk: usize) -
     Ok(n)
 }
 
-/// The one's-complement sum of the INT block the sink takes out of the L4
-/// segment (what the segment's checksum loses): only where there is a
-/// checksum to adjust, not in a UDP checksum of zero. The header's sum is
-/// the block's; only the stack is summed here.
+/// The one's-complement sum of the INT block as read, shim, header and
+/// stack (what the L4 checksum loses when the sink takes the block out, or
+/// a strip rewrites it): only where there is a checksum to adjust, not in a
+/// UDP checksum of zero. The header's sum is the block's; only the stack is
+/// summed here.
 #[inline(always)]
 fn removed_sum(b: &[u8], meta: &PacketMeta, block: &Block, lens: &Lengths) -> u32 {
     if meta.key.proto() == PROTO_UDP && lens.l4_csum == 0 {
