@@ -347,7 +347,7 @@ $bin gen-traffic --out "$work/int5.pcap" --count 4096 --flows 64 --size 60 --dst
 collector=$'[[int.collector]]\naddress = "127.0.0.1:32766"'
 config xconnect "$work/int5.pcap" 'peer = "p1"' 'peer = "p0"' \
   "$(int_cfg '["p1"]' "report_flow_interval_ms = 1000
-$collector")" true >"$work/sink.toml"
+$collector")" >"$work/sink.toml"
 run_case int-sink-5x4 "$work/int5.pcap" "$work/sink.toml"
 config xconnect "$work/int5.pcap" 'peer = "p1"' 'peer = "p0"' \
   "$(int_cfg '["p1"]' "report_max_packet = ${BENCH_REPORT_PACKET:-1472}

@@ -77,9 +77,12 @@ pub struct IntConfig {
     /// Inner packet bytes kept in a report (the INT stack always stays in).
     #[serde(default = "default_truncate")]
     pub report_truncate: usize,
-    /// At most one report per tracked flow (flow table entry) this often; 0: every packet.
+    /// At most one report per flow this often; 0: every packet.
     #[serde(default)]
     pub report_flow_interval_ms: u64,
+    /// Slots of each worker's per-flow report filter (the interval's state).
+    #[serde(default = "default_filter_slots")]
+    pub report_filter_slots: usize,
     /// UDP payload bytes per report packet (several reports are batched).
     #[serde(default = "default_max_packet")]
     pub report_max_packet: usize,
@@ -139,6 +142,9 @@ fn default_max_packet() -> usize {
 }
 fn default_ring() -> usize {
     4096
+}
+fn default_filter_slots() -> usize {
+    65536
 }
 
 /// One watchlist rule (file entry and API argument).
@@ -236,6 +242,8 @@ pub struct IntPlan {
     pub max_packet: usize,
     /// Report interval in ms (the spec holds it in TSC ticks, set at start).
     pub flow_interval_ms: u64,
+    /// Slots of each worker's report filter (1 without an interval).
+    pub filter_slots: usize,
 }
 
 /// The bitmap of instruction names (any of INSTRUCTIONS).
@@ -433,6 +441,10 @@ impl IntConfig {
                 format!("at most {MAX_REPORT_FLOW_INTERVAL_MS} (a day); 0 reports every packet"),
             ));
         }
+        let max_slots = dataplane::report_filter::MAX_SLOTS;
+        if !(1..=max_slots).contains(&self.report_filter_slots) || !self.report_filter_slots.is_power_of_two() {
+            return Err(cerr(k("report_filter_slots"), format!("must be a power of two, 1..={max_slots}")));
+        }
         if !(64..=REPORT_MAX).contains(&self.report_truncate) {
             return Err(cerr(k("report_truncate"), format!("must be 64..={REPORT_MAX}")));
         }
@@ -475,6 +487,7 @@ impl IntConfig {
             hw_id: self.hw_id,
             max_packet: self.report_max_packet,
             flow_interval_ms: self.report_flow_interval_ms,
+            filter_slots: if self.report_flow_interval_ms > 0 { self.report_filter_slots } else { 1 },
         })
     }
 }
@@ -550,6 +563,8 @@ mod tests {
             ("node_id = 1\npresence = \"dscp\"\ndscp_value = 0x21\ndscp_mask = 0x01", "int.dscp_value"),
             ("node_id = 1\npresence = \"dscp\"\ndscp_mask = 0x40", "int.dscp_mask"),
             ("node_id = 1\nreport_flow_interval_ms = 86400001", "int.report_flow_interval_ms"),
+            ("node_id = 1\nreport_filter_slots = 1000", "int.report_filter_slots"),
+            ("node_id = 1\nreport_filter_slots = 0", "int.report_filter_slots"),
         ];
         for (cfg, key) in cases {
             assert_eq!(plan(cfg).unwrap_err().key, key, "{cfg}");

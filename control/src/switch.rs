@@ -246,6 +246,7 @@ impl Switch {
                 flow_capacity: plan.raw.flow_table.capacity,
                 flow_idle_timeout_s: plan.raw.flow_table.idle_timeout_s,
                 learn_flows: plan.raw.flow_table.learn,
+                report_filter_slots: plan.int.as_ref().map_or(1, |i| i.filter_slots),
                 share_macs: workers.len() > 1,
                 mac_capacity: plan.raw.bridge.mac_capacity,
                 mac_aging_s: plan.raw.bridge.aging_s,

@@ -114,7 +114,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
         }
     }
 
-    /// The slot holding `k`, if any (a hint for [`FixedMap::slot_hinted`]).
+    /// The slot holding `k`, if any.
     #[inline]
     pub fn slot_of(&self, k: &K) -> Option<usize> {
         self.find(k).ok()
@@ -137,17 +137,6 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
     pub fn cold_mut(&mut self, i: usize) -> Option<&mut C> {
         self.slots.get(i)?.0.as_ref()?;
         Some(&mut self.cold[i])
-    }
-
-    /// The slot holding `k`, looked for first at `hint` (no hash, no probe
-    /// when the hint is right); a stale hint (the entry moved, went, or the
-    /// slot holds another key) falls back to a lookup.
-    #[inline]
-    pub fn slot_hinted(&self, hint: usize, k: &K) -> Option<usize> {
-        match self.slots.get(hint) {
-            Some(Line(Some((kk, _)))) if kk == k => Some(hint),
-            _ => self.find(k).ok(),
-        }
     }
 
     /// Inserts or replaces (a replaced entry's cold part starts over). A
@@ -293,32 +282,6 @@ mod tests {
         }
         assert_eq!(m.remove(&K(5, 15)), Some(4));
         assert_eq!(m.get(&K(6, 15)), Some(&5));
-    }
-
-    /// `k`'s value, looked for first in slot `hint`.
-    fn get_mut_hinted<'a>(m: &'a mut FixedMap<K, u32>, hint: usize, k: &K) -> Option<&'a mut u32> {
-        let i = m.slot_hinted(hint, k)?;
-        m.at_mut(i)
-    }
-
-    #[test]
-    fn hinted_lookup_survives_a_stale_hint() {
-        let mut m: FixedMap<K, u32> = FixedMap::with_capacity(8); // 16 slots
-        m.insert(K(1, 3), 1).unwrap();
-        m.insert(K(2, 3), 2).unwrap();
-        let hint = m.slot_of(&K(2, 3)).unwrap();
-        assert_eq!(hint, 4);
-        assert_eq!(get_mut_hinted(&mut m, hint, &K(2, 3)), Some(&mut 2));
-        // Removing K(1) shifts K(2) back to slot 3: the hint now names an
-        // empty slot, then a slot of another key, then lies past the end.
-        m.remove(&K(1, 3));
-        assert_eq!(m.slot_of(&K(2, 3)), Some(3));
-        assert_eq!(get_mut_hinted(&mut m, hint, &K(2, 3)), Some(&mut 2));
-        m.insert(K(3, 4), 3).unwrap();
-        assert_eq!(m.slot_of(&K(3, 4)), Some(4));
-        assert_eq!(get_mut_hinted(&mut m, 4, &K(2, 3)), Some(&mut 2));
-        assert_eq!(get_mut_hinted(&mut m, 99, &K(2, 3)), Some(&mut 2));
-        assert_eq!(get_mut_hinted(&mut m, 3, &K(9, 3)), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Per-worker exact-match flow table: 5-tuple (+ in-port, VLAN) -> action,
-//! counters and state slots for the telemetry stages. Fixed capacity, no
-//! allocation per packet, incremental idle aging.
+//! Per-worker exact-match flow table: 5-tuple (+ in-port, VLAN) -> action
+//! and counters. Fixed capacity, no allocation per packet, incremental idle
+//! aging.
 
 use crate::fixed_map::{FixedMap, MapKey};
 use crate::parse::FlowKey;
@@ -22,9 +22,6 @@ pub enum FlowAction {
     Drop,
 }
 
-/// Per-flow state slots reserved for telemetry stages (INT, AM-PM, ...).
-pub const STATE_SLOTS: usize = 4;
-
 /// A flow as the control core sees it (assembled from the table's parts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowEntry {
@@ -35,7 +32,6 @@ pub struct FlowEntry {
     pub seen: Seen,
     /// Installed by the control core (never aged) rather than learned.
     pub installed: bool,
-    pub state: [u64; STATE_SLOTS],
 }
 
 /// A TSC reading in units of 2^SEEN_SHIFT ticks, 32 bits wide: about 0.35 ms
@@ -71,15 +67,14 @@ struct Hot {
     seen: Seen,
 }
 
-/// The rest of a flow, in an array beside the slots: read by the telemetry
-/// stages, aging and dumps, not by forwarding.
+/// The rest of a flow, in an array beside the slots: read by aging, dumps
+/// and removal, and written on a counter's carry, not by every packet.
 #[derive(Debug, Clone, Copy, Default)]
 struct Cold {
     /// Multiples of 2^32 the hot counters wrapped past.
     packets_hi: u64,
     bytes_hi: u64,
     installed: bool,
-    state: [u64; STATE_SLOTS],
 }
 
 fn entry(h: &Hot, c: &Cold) -> FlowEntry {
@@ -89,7 +84,6 @@ fn entry(h: &Hot, c: &Cold) -> FlowEntry {
         bytes: c.bytes_hi + h.bytes as u64,
         seen: h.seen,
         installed: c.installed,
-        state: c.state,
     }
 }
 
@@ -103,9 +97,6 @@ pub struct FlowTable {
     map: FixedMap<FlowKey, Hot, Cold>,
     idle_timeout: u64,
     cursor: usize,
-    /// Slot of the last flow `hit` or `learn` found: the stages that read
-    /// state slots after forwarding ask for the same flow right away.
-    last: usize,
 }
 
 const _: () = assert!(std::mem::size_of::<Option<(FlowKey, Hot)>>() <= 64, "a flow's hot part fits one cache line");
@@ -114,7 +105,7 @@ impl FlowTable {
     /// `idle_timeout` is in TSC ticks; 0 disables aging of learned flows
     /// (longer than [`MAX_IDLE_TIMEOUT_S`] is for the config to refuse).
     pub fn new(capacity: usize, idle_timeout: u64) -> FlowTable {
-        FlowTable { map: FixedMap::with_capacity(capacity), idle_timeout, cursor: 0, last: 0 }
+        FlowTable { map: FixedMap::with_capacity(capacity), idle_timeout, cursor: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -145,7 +136,6 @@ impl FlowTable {
     #[inline]
     pub fn hit(&mut self, key: &FlowKey, bytes: usize, now: u64) -> Option<FlowAction> {
         let i = self.map.slot_of(key)?;
-        self.last = i;
         let h = self.map.at_mut(i)?;
         let (p, p_wrapped) = h.packets.overflowing_add(1);
         let (b, b_wrapped) = h.bytes.overflowing_add(bytes as u32);
@@ -165,13 +155,6 @@ impl FlowTable {
             c.packets_hi += (packets as u64) << 32;
             c.bytes_hi += (bytes as u64) << 32;
         }
-    }
-
-    /// The telemetry state slots of a flow (no packet accounted).
-    #[inline]
-    pub fn state_mut(&mut self, key: &FlowKey) -> Option<&mut [u64; STATE_SLOTS]> {
-        let i = self.map.slot_hinted(self.last, key)?;
-        self.map.cold_mut(i).map(|c| &mut c.state)
     }
 
     pub fn get(&self, key: &FlowKey) -> Option<FlowEntry> {
@@ -202,7 +185,7 @@ impl FlowTable {
     /// Learns a flow seen on a miss (action Normal, aged when idle).
     pub fn learn(&mut self, key: FlowKey, bytes: usize, now: u64) -> Result<(), FlowTableError> {
         let hot = Hot { action: FlowAction::Normal, packets: 1, bytes: bytes as u32, seen: Seen::at(now) };
-        self.last = self.map.insert_slot(key, hot).map_err(|_| FlowTableError::Full)?.0;
+        self.map.insert_slot(key, hot).map_err(|_| FlowTableError::Full)?;
         Ok(())
     }
 
@@ -256,20 +239,6 @@ mod tests {
         assert_eq!(t.get(&key(1)).unwrap().packets, 1, "replacing the action keeps counters");
         assert!(t.remove(&key(1)).is_some());
         assert!(t.is_empty());
-    }
-
-    #[test]
-    fn state_follows_the_flow_not_the_last_hit() {
-        let mut t = FlowTable::new(16, 0);
-        t.learn(key(1), 60, 0).unwrap();
-        t.learn(key(2), 60, 0).unwrap();
-        t.state_mut(&key(1)).unwrap()[0] = 11;
-        t.hit(&key(2), 60, 1).unwrap();
-        t.state_mut(&key(2)).unwrap()[0] = 22;
-        assert_eq!(t.state_mut(&key(1)).unwrap()[0], 11, "not the last hit's slot");
-        t.remove(&key(2));
-        assert!(t.state_mut(&key(2)).is_none(), "a removed flow has no state");
-        assert_eq!(t.get(&key(1)).unwrap().state[0], 11);
     }
 
     #[test]

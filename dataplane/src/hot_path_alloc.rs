@@ -22,6 +22,7 @@ use crate::parse::tests::{udp4, udp6};
 use crate::pipeline_fuzz::{mutate, seeds};
 use crate::pktbuf::{PacketBuf, VecBuf};
 use crate::rand::XorShift;
+use crate::report_filter::ReportFilter;
 use crate::report_ring::report_ring;
 use crate::tables::{tests::two_port_router, Mode, Tables};
 use crate::wire::checksum;
@@ -146,7 +147,7 @@ fn int_source_transit_and_sink_allocate_nothing_per_packet() {
             s
         });
         let clock = WallClock::new(0, 1_700_000_000 * SEC, SEC);
-        let mut flows = FlowTable::new(256, 0);
+        let mut filter = ReportFilter::new(256);
         let mut c = CounterValues::default();
         // A ring that fills: refused reports are counted, not queued elsewhere.
         let (mut reports, mut consumer) = report_ring(256);
@@ -165,7 +166,7 @@ fn int_source_transit_and_sink_allocate_nothing_per_packet() {
                 for spec in &specs {
                     let Ok(meta) = parse(b.bytes(), 0) else { break };
                     let mut ctx =
-                        IntCtx { spec, clock: &clock, flows: &mut flows, counters: &mut c, reports: &mut reports };
+                        IntCtx { spec, clock: &clock, filter: &mut filter, counters: &mut c, reports: &mut reports };
                     if i % 10 == 0 {
                         int_stage::dropped(&mut ctx, b.bytes(), &meta, &hop, DropReason::TtlExceeded);
                     }

@@ -7,7 +7,7 @@
 use std::cell::Cell;
 
 use crate::counters::{CounterValues, Event};
-use crate::flow_table::FlowTable;
+use crate::report_filter::ReportFilter;
 use crate::int::{self, Block, Skip, Transit};
 use crate::int_watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::parse::PacketMeta;
@@ -18,9 +18,6 @@ use crate::DropReason;
 
 /// Largest inner packet a report record holds.
 pub const REPORT_MAX: usize = 512;
-
-/// Flow-table state slot holding the TSC of the flow's last report.
-pub const SLOT_LAST_REPORT: usize = 0;
 
 /// One report on its way from a worker to the control core.
 #[derive(Clone, Copy)]
@@ -186,7 +183,8 @@ impl HopSource for Hop {
 pub struct IntCtx<'a, R: ReportSink> {
     pub spec: &'a IntSpec,
     pub clock: &'a WallClock,
-    pub flows: &'a mut FlowTable,
+    /// The sink's per-flow report state (one report per flow per interval).
+    pub filter: &'a mut ReportFilter,
     pub counters: &'a mut CounterValues,
     pub reports: &'a mut R,
 }
@@ -243,20 +241,16 @@ fn passed(c: &mut CounterValues, r: DropReason) {
     });
 }
 
-/// Whether the sink reports this packet: every packet of an untracked flow;
-/// a tracked flow (in the flow table) at most once per interval.
+/// Whether the sink reports this packet, and its flags: every packet when
+/// there is no report interval; otherwise at most one a flow per interval,
+/// flagged F (a flow the sink tracks).
+#[inline(always)]
 fn report_due<R: ReportSink>(ctx: &mut IntCtx<R>, meta: &PacketMeta, now: u64) -> (bool, u8) {
     let interval = ctx.spec.report.flow_interval_tsc;
-    match ctx.flows.state_mut(&meta.key) {
-        Some(st) => {
-            let due = interval == 0 || st[SLOT_LAST_REPORT] == 0 || now.wrapping_sub(st[SLOT_LAST_REPORT]) >= interval;
-            if due {
-                st[SLOT_LAST_REPORT] = now;
-            }
-            (due, FLAG_F)
-        }
-        None => (true, 0),
+    if interval == 0 {
+        return (true, 0);
     }
+    (ctx.filter.due(meta.key.hash64(), now, interval), FLAG_F)
 }
 
 fn queue<R: ReportSink>(ctx: &mut IntCtx<R>, rec: ReportRecord) {
@@ -486,14 +480,14 @@ pub(crate) mod tests {
 
     pub(crate) struct Node {
         spec: IntSpec,
-        flows: FlowTable,
+        filter: ReportFilter,
         pub(crate) c: CounterValues,
         pub(crate) reports: Vec<ReportRecord>,
     }
 
     impl Node {
         pub(crate) fn new(spec: IntSpec) -> Node {
-            Node { spec, flows: FlowTable::new(64, 0), c: CounterValues::default(), reports: Vec::new() }
+            Node { spec, filter: ReportFilter::new(64), c: CounterValues::default(), reports: Vec::new() }
         }
 
         pub(crate) fn spec(&self) -> &IntSpec {
@@ -519,7 +513,7 @@ pub(crate) mod tests {
             let mut ctx = IntCtx {
                 spec: &self.spec,
                 clock: &clock,
-                flows: &mut self.flows,
+                filter: &mut self.filter,
                 counters: &mut self.c,
                 reports: &mut self.reports,
             };
@@ -592,23 +586,25 @@ pub(crate) mod tests {
     #[test]
     fn none_rule_and_tracked_flow_report_interval() {
         let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x");
+        let other = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4001, 5001, b"x");
         let mut s1 = Node::new(spec(1, 0b01));
         let mut s3 = Node::new(spec(3, 0b10));
         s3.spec.report.flow_interval_tsc = 10_000;
-        let sunk_key = {
-            let mut b = VecBuf::new(&orig, 256);
+        // Flows are tracked without the flow table (it is empty, not learning).
+        let mut send = |frame: &[u8], rx_tsc: u64| {
+            let mut b = VecBuf::new(frame, 256);
             s1.run(&mut b, hop(0, 1)).unwrap();
-            parse(b.bytes(), 0).unwrap().key
+            s3.run(&mut b, Hop { rx_tsc, ..hop(0, 1) }).unwrap();
+            assert_eq!(b.bytes(), frame);
         };
-        s3.flows.learn(sunk_key, 0, 0).unwrap();
-        for _ in 0..3 {
-            let mut b = VecBuf::new(&orig, 256);
-            s1.run(&mut b, hop(0, 1)).unwrap();
-            s3.run(&mut b, hop(0, 1)).unwrap();
-            assert_eq!(b.bytes(), &orig[..]);
+        for t in [1_000, 2_000, 10_999] {
+            send(&orig, t);
         }
-        assert_eq!(s3.reports.len(), 1, "a tracked flow reports once per interval");
-        assert_eq!(s3.reports[0].flags, FLAG_F);
+        send(&other, 11_000);
+        send(&orig, 11_000);
+        send(&orig, 12_000);
+        let flags: Vec<u8> = s3.reports.iter().map(|r| r.flags).collect();
+        assert_eq!(flags, [FLAG_F; 3], "each flow once per interval: at 1000 and 11000, the other flow at 11000");
         // A higher-priority `none` rule on the original dport exempts the flow at the sink.
         let mut none = WatchRule::any("skip-5001", Role::None);
         none.dst_port = Ternary::exact(5001);

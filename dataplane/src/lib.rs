@@ -22,6 +22,7 @@ pub mod parse;
 pub mod pcap;
 pub mod pktbuf;
 pub mod rand;
+pub mod report_filter;
 pub mod report_ring;
 pub mod tables;
 pub mod wire;

@@ -22,6 +22,7 @@ use crate::impair::{Admit, Impairer};
 use crate::int_stage::{self, BurstClock, Hop, IntCtx, WallClock};
 use crate::mac_table::{MacTable, Sighting};
 use crate::parse::{FlowKey, PacketMeta};
+use crate::report_filter::ReportFilter;
 use crate::report_ring::ReportProducer;
 use crate::tables::Tables;
 use crate::DropReason;
@@ -122,6 +123,8 @@ pub struct WorkerSetup {
     pub flow_capacity: usize,
     pub flow_idle_timeout_s: u64,
     pub learn_flows: bool,
+    /// Slots of the INT sink's per-flow report filter.
+    pub report_filter_slots: usize,
     /// Announce learned MACs to the other workers (there are some).
     pub share_macs: bool,
     pub mac_capacity: usize,
@@ -258,6 +261,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     }
     let hz = dpdk::tsc_hz().max(1);
     let mut flows = FlowTable::new(setup.flow_capacity, setup.flow_idle_timeout_s * hz);
+    let mut report_filter = ReportFilter::new(setup.report_filter_slots);
     let mut macs = MacTable::new(setup.mac_capacity, setup.mac_aging_s * hz);
     if setup.share_macs {
         macs = macs.with_peers();
@@ -377,7 +381,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
                     let times = BurstClock::new(ctx.now);
                     let w = IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
-                    v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, ctx.flows, ctx.counters);
+                    v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, &mut report_filter, ctx.counters);
                 }
                 out.deliver(m, v, in_port as usize, ctx.tables, ctx.counters, ctx.now);
             }
@@ -603,7 +607,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                             v,
                             in_port,
                             &mut setup.reports,
-                            ctx.flows,
+                            &mut report_filter,
                             ctx.counters,
                         );
                     }
@@ -817,7 +821,7 @@ fn int_verdict(
     v: Verdict,
     in_port: u16,
     reports: &mut ReportProducer,
-    flows: &mut FlowTable,
+    filter: &mut ReportFilter,
     counters: &mut CounterValues,
 ) -> Verdict {
     let out_port = match v {
@@ -826,7 +830,7 @@ fn int_verdict(
         _ => return v,
     };
     let hop = WorkerHop { w, in_port, out_port };
-    let mut ictx = IntCtx { spec, clock: w.clock, flows, counters, reports };
+    let mut ictx = IntCtx { spec, clock: w.clock, filter, counters, reports };
     match v {
         Verdict::Drop(r) => {
             int_stage::dropped(&mut ictx, m.data(), meta, &hop, r);

@@ -4,30 +4,32 @@
 /// 17 bits, so callers may add a few more terms without overflow).
 #[inline]
 pub fn sum(initial: u32, data: &[u8]) -> u32 {
-    // Native-order 64-bit words, each added as its two 32-bit halves (2^32
-    // is 1 in one's-complement arithmetic): no byte swap per word. Summing
-    // byte-swapped 16-bit words gives the byte-swapped sum (RFC 1071 §2(B)),
-    // so one swap of the folded total makes it the big-endian sum.
-    let mut acc = 0u64;
+    // Native-order 64-bit words added into 128 bits (an add and an add
+    // with carry each): the high half counts the carries out of the low
+    // one, which one's-complement arithmetic adds back in. No byte swap
+    // per word: summing byte-swapped 16-bit words gives the byte-swapped
+    // sum (RFC 1071 §2(B)), so one swap of the folded total makes it the
+    // big-endian sum.
+    let mut acc = 0u128;
     let mut words = data.chunks_exact(8);
     for w in &mut words {
-        let w = u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
-        acc += (w & 0xffff_ffff) + (w >> 32);
+        acc += u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) as u128;
     }
     let mut rest = words.remainder();
     if let [a, b, c, d, tail @ ..] = rest {
-        acc += u32::from_ne_bytes([*a, *b, *c, *d]) as u64;
+        acc += u32::from_ne_bytes([*a, *b, *c, *d]) as u128;
         rest = tail;
     }
     if let [a, b, tail @ ..] = rest {
-        acc += u16::from_ne_bytes([*a, *b]) as u64;
+        acc += u16::from_ne_bytes([*a, *b]) as u128;
         rest = tail;
     }
     if let [b] = rest {
         // The odd byte is the high byte of a zero-padded big-endian word.
-        acc += u16::from_ne_bytes([*b, 0]) as u64;
+        acc += u16::from_ne_bytes([*b, 0]) as u128;
     }
-    let native = fold(fold_words(acc));
+    let (lo, carry) = (acc as u64).overflowing_add((acc >> 64) as u64);
+    let native = fold(fold_words(lo) + carry as u32);
     fold_words(initial as u64 + u16::from_be(native) as u64)
 }
 
