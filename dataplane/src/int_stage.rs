@@ -7,11 +7,11 @@
 use std::cell::Cell;
 
 use crate::counters::{CounterValues, Event};
-use crate::report_filter::ReportFilter;
 use crate::int::{self, Block, Skip, Transit};
 use crate::int_watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::parse::PacketMeta;
 use crate::pktbuf::PacketBuf;
+use crate::report_filter::ReportFilter;
 use crate::wire::int_md::HopMetadata;
 use crate::wire::telemetry_report::{FLAG_D, FLAG_F, FLAG_I};
 use crate::DropReason;
@@ -590,7 +590,7 @@ pub(crate) mod tests {
         let mut s1 = Node::new(spec(1, 0b01));
         let mut s3 = Node::new(spec(3, 0b10));
         s3.spec.report.flow_interval_tsc = 10_000;
-        // Flows are tracked without the flow table (it is empty, not learning).
+        // Flows are tracked by the report filter: no flow table takes part.
         let mut send = |frame: &[u8], rx_tsc: u64| {
             let mut b = VecBuf::new(frame, 256);
             s1.run(&mut b, hop(0, 1)).unwrap();

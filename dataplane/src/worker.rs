@@ -381,7 +381,17 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
                     let times = BurstClock::new(ctx.now);
                     let w = IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
-                    v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut setup.reports, &mut report_filter, ctx.counters);
+                    v = int_verdict(
+                        spec,
+                        &w,
+                        &mut m,
+                        meta,
+                        v,
+                        in_port,
+                        &mut setup.reports,
+                        &mut report_filter,
+                        ctx.counters,
+                    );
                 }
                 out.deliver(m, v, in_port as usize, ctx.tables, ctx.counters, ctx.now);
             }
