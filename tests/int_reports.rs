@@ -1,7 +1,8 @@
 //! The INT sink on one switch fed raw frames through net_af_packet: the
 //! report ring overflows exactly while export is paused, and malformed INT
 //! blocks are dropped under their named reasons; reports leave through a
-//! DPDK port; and, on net_pcap, two workers' rings make one sequence.
+//! DPDK port; and, on net_pcap, two workers' rings make one sequence, and
+//! the report interval reports each flow once without flow learning.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -39,13 +40,22 @@ s.send(d[o+16:o+16+n])\n  o+=16+n\n",
     ns(netns, &["python3", "-c", &py]);
 }
 
-/// intcollector in namespace `netns`, printing JSON lines until it has
-/// `count` reports (or 60 s pass); given 300 ms to bind.
-fn start_collector(netns: &str, listen: &str, count: u64) -> std::process::Child {
-    let child = Command::new("ip")
-        .args(["netns", "exec", netns])
-        .arg(intswitch_tests::workspace_bin("intcollector"))
-        .args(["--listen", listen, "--json", "--quiet", "--count", &count.to_string(), "--duration", "60"])
+/// intcollector, in namespace `netns` or on this host, printing JSON lines
+/// (`--quiet`: only the summary) until it has `count` reports (or 60 s
+/// pass); given 300 ms to bind.
+fn start_collector(netns: Option<&str>, listen: &str, count: u64, quiet: bool) -> std::process::Child {
+    let bin = intswitch_tests::workspace_bin("intcollector");
+    let mut cmd = match netns {
+        Some(n) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", n]).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let child = cmd
+        .args(["--listen", listen, "--json", "--count", &count.to_string(), "--duration", "60"])
+        .args(quiet.then_some("--quiet"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -85,7 +95,7 @@ mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_af_packet0,iface=sw-in
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let s = SwitchProcess::start(&d.path("c.toml"), Some(&sw));
     let sock = d.path("sw.sock");
-    let collector = start_collector(&sw, "127.0.0.1:32766", RING);
+    let collector = start_collector(Some(&sw), "127.0.0.1:32766", RING, true);
 
     // Export paused: the ring takes RING records, every further one is refused and counted.
     assert_eq!(intctl(&sock, &["int", "export", "pause"])["paused"], true);
@@ -181,7 +191,7 @@ port = \"p2\"\nmac = \"{mac}\"\nbind = \"10.72.0.1:40000\"\n",
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let s = SwitchProcess::start(&d.path("c.toml"), Some(&sw));
     let sock = d.path("sw.sock");
-    let collector = start_collector(&col, "10.72.0.2:32766", N);
+    let collector = start_collector(Some(&col), "10.72.0.2:32766", N, true);
     let frames: Vec<Vec<u8>> = (0..N as usize).map(watched_frame).collect();
     write_pcap(&d.path("int.pcap"), &frames);
     send_raw(&h, "eth0", &d.path("int.pcap"));
@@ -236,13 +246,7 @@ device = \"net_pcap0,rx_pcap={},rx_pcap={},tx_pcap={},tx_pcap={}\"\npeer = \"p1\
     );
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     // The collector listens before the switch starts: the frames are read at once.
-    let collector = Command::new(intswitch_tests::workspace_bin("intcollector"))
-        .args(["--listen", &listen, "--json", "--quiet", "--count", &(A + B).to_string(), "--duration", "60"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let collector = start_collector(None, &listen, (A + B) as u64, true);
     let s = SwitchProcess::start(&d.path("c.toml"), None);
     let sock = d.path("sw.sock");
     wait_for("every report sent", || {
@@ -261,4 +265,51 @@ device = \"net_pcap0,rx_pcap={},rx_pcap={},tx_pcap={},tx_pcap={}\"\npeer = \"p1\
     assert_eq!(out["total_drops"].as_u64(), Some(0), "{out}");
     // Each worker's sunk frames leave through its own TX queue of p1.
     assert_eq!((read_pcap(&d.path("o1a.pcap")).len(), read_pcap(&d.path("o1b.pcap")).len()), (A, B));
+}
+
+/// With `report_flow_interval_ms` and no flow learning, the sink's report
+/// filter reports each flow once per interval: 8 flows in 400 frames read at
+/// once make 8 reports, each flagged F, while every frame is sunk and
+/// forwarded.
+#[test]
+fn report_interval_reports_each_flow_once_without_flow_learning() {
+    const SENT: usize = 400;
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new("intivl");
+    let p = |f: &str| d.path(f).display().to_string();
+    write_pcap(&d.path("in.pcap"), &(0..SENT).map(watched_frame).collect::<Vec<_>>());
+    let listen = format!("127.0.0.1:{}", 20_000 + (id + 7) % 30_000);
+    let cfg = format!(
+        "name = \"intivl\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"intivl-{id}\"\n\
+[dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
+device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
+peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 600000\n\
+report_filter_slots = 1024\n[[int.collector]]\naddress = \"{listen}\"\n",
+        control_section(&d),
+        p("in.pcap"),
+        p("out.pcap"),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let collector = start_collector(None, &listen, 8, false);
+    let s = SwitchProcess::start(&d.path("c.toml"), None);
+    let sock = d.path("sw.sock");
+    wait_for("the first reports sent", || {
+        intctl(&sock, &["show", "reports"])["collectors"][0]["reports"].as_u64() == Some(8)
+    });
+    let out = collector.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let reports: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("flags").is_some())
+        .collect();
+    assert_eq!(reports.len(), 8, "{text}");
+    assert!(reports.iter().all(|r| r["flags"] == "F"), "{text}");
+    let flows: std::collections::HashSet<String> = reports.iter().map(|r| r["flow"].to_string()).collect();
+    assert_eq!(flows.len(), 8, "one report a flow: {text}");
+    let out = s.stop();
+    assert_eq!(out["events"]["int_sunk"].as_u64(), Some(SENT as u64), "{out}");
+    assert_eq!(out["events"]["int_report_queued"].as_u64(), Some(8), "{out}");
+    assert_eq!(out["events"]["flow_learned"].as_u64().unwrap_or(0), 0, "{out}");
+    assert_eq!(read_pcap(&d.path("out.pcap")).len(), SENT);
 }
