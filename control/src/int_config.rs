@@ -442,7 +442,7 @@ impl IntConfig {
             ));
         }
         let max_slots = dataplane::report_filter::MAX_SLOTS;
-        if !(1..=max_slots).contains(&self.report_filter_slots) || !self.report_filter_slots.is_power_of_two() {
+        if self.report_filter_slots > max_slots || !self.report_filter_slots.is_power_of_two() {
             return Err(cerr(k("report_filter_slots"), format!("must be a power of two, 1..={max_slots}")));
         }
         if !(64..=REPORT_MAX).contains(&self.report_truncate) {

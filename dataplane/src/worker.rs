@@ -261,7 +261,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     }
     let hz = dpdk::tsc_hz().max(1);
     let mut flows = FlowTable::new(setup.flow_capacity, setup.flow_idle_timeout_s * hz);
-    let mut report_filter = ReportFilter::new(setup.report_filter_slots);
+    let mut int_own = IntOwn { reports: setup.reports, filter: ReportFilter::new(setup.report_filter_slots) };
     let mut macs = MacTable::new(setup.mac_capacity, setup.mac_aging_s * hz);
     if setup.share_macs {
         macs = macs.with_peers();
@@ -381,17 +381,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
                     let times = BurstClock::new(ctx.now);
                     let w = IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
-                    v = int_verdict(
-                        spec,
-                        &w,
-                        &mut m,
-                        meta,
-                        v,
-                        in_port,
-                        &mut setup.reports,
-                        &mut report_filter,
-                        ctx.counters,
-                    );
+                    v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut int_own, ctx.counters);
                 }
                 out.deliver(m, v, in_port as usize, ctx.tables, ctx.counters, ctx.now);
             }
@@ -609,17 +599,7 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     if int_stage::may_act(spec, m.data(), meta, in_port) {
                         let w =
                             IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
-                        v = int_verdict(
-                            spec,
-                            &w,
-                            &mut m,
-                            meta,
-                            v,
-                            in_port,
-                            &mut setup.reports,
-                            &mut report_filter,
-                            ctx.counters,
-                        );
+                        v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut int_own, ctx.counters);
                     }
                 }
                 if cap_tx != 0 {
@@ -819,6 +799,13 @@ impl int_stage::HopSource for WorkerHop<'_, '_> {
     }
 }
 
+/// What the INT stage of a worker keeps for itself: the ring its reports go
+/// to the control core in, and the sink's per-flow report filter.
+struct IntOwn {
+    reports: ReportProducer,
+    filter: ReportFilter,
+}
+
 /// Runs the INT stage on a forwarded packet (or files a drop report for a
 /// dropped one); returns the verdict, which becomes a drop when INT says so.
 #[allow(clippy::too_many_arguments)]
@@ -830,8 +817,7 @@ fn int_verdict(
     meta: &PacketMeta,
     v: Verdict,
     in_port: u16,
-    reports: &mut ReportProducer,
-    filter: &mut ReportFilter,
+    own: &mut IntOwn,
     counters: &mut CounterValues,
 ) -> Verdict {
     let out_port = match v {
@@ -840,7 +826,7 @@ fn int_verdict(
         _ => return v,
     };
     let hop = WorkerHop { w, in_port, out_port };
-    let mut ictx = IntCtx { spec, clock: w.clock, filter, counters, reports };
+    let mut ictx = IntCtx { spec, clock: w.clock, filter: &mut own.filter, counters, reports: &mut own.reports };
     match v {
         Verdict::Drop(r) => {
             int_stage::dropped(&mut ictx, m.data(), meta, &hop, r);
