@@ -22,6 +22,10 @@
 # end in build=pgo); BENCH_PGO=0 measures the plain release build instead
 # (build=release), BENCH_BIN=PATH a given binary (build=given).
 # BENCH_TESTPMD=0 skips testpmd (ratio 0.00; pgo.sh's training runs).
+# BENCH_PROFILE_DIR=DIR (pgo.sh's training, with an instrumented binary):
+# each case's switch runs write their profile and final counters (a JSON
+# line a run, counters.jsonl) under DIR/<case>/, so that pgo.sh can weigh
+# the cases by the packets they received.
 # BENCH_L3FWD=1 (one worker) also measures DPDK's own l3fwd example, built
 # from dpdk-doc's sources, on the same vdevs and traffic: with the L3 case's
 # 10k routes (LPM) and 100k flows (exact match), and with the AM-PM cases'
@@ -129,8 +133,12 @@ testpmd_mpps() { # pcap
   grep -E "Tx-pps:" "$work/tp.log" | awk 'NR%2==0 {print $2/1e6}' | avg
 }
 
-intswitch_mpps() { # config
-  timeout $((secs + 30)) "$bin" --config "$1" --duration "$secs" --stats-interval 1 --json >"$work/is.log" 2>&1 </dev/null || true
+intswitch_mpps() { # config [case]
+  local profile=() dir=${BENCH_PROFILE_DIR:+$BENCH_PROFILE_DIR/${2:-}}
+  [[ -n "$dir" ]] && mkdir -p "$dir" && profile=("LLVM_PROFILE_FILE=$dir/%p.profraw")
+  env "${profile[@]}" timeout $((secs + 30)) "$bin" --config "$1" --duration "$secs" --stats-interval 1 --json \
+    >"$work/is.log" 2>&1 </dev/null || true
+  [[ -z "$dir" ]] || tail -n 1 "$work/is.log" >>"$dir/counters.jsonl"
   grep -E "^p0:" "$work/is.log" | sed -E 's/.*p1: rx [0-9.]+ Mpps [0-9.]+ Gbps tx ([0-9.]+) Mpps.*/\1/' | avg
 }
 
@@ -283,7 +291,7 @@ run_case() { # name pcap config
   # touches both; each figure is the median of its rounds.
   for ((r = 0; r < rounds; r++)); do
     if [[ "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2")"); else theirs+=(0); fi
-    ours+=("$(intswitch_mpps "$3")")
+    ours+=("$(intswitch_mpps "$3" "$1")")
     cp "$work/is.log" "$work/is-$r.log"
   done
   awk -v n="$1" -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" \

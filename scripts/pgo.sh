@@ -9,10 +9,11 @@
 #   - the demo's IPv4 + IPv6 router with flow rules (configs/demo.toml);
 #   - INT in DSCP mode, and AM-PM double marking in the IPv6 Hop-by-Hop
 #     option over IPv6 traffic (the other presence method and carrier).
-# LLVM then lays out, inlines and orders the per-packet code by what it
-# really does: 20-30 % more packets a core on the INT and AM-PM paths in
-# bench.sh (the cross-connect and bridge, which do little per packet, are
-# unchanged). Paths outside the training set are laid out as cold code.
+# Each run is weighted by the packets it received (see below). LLVM then
+# lays out, inlines and orders the per-packet code by what it really does:
+# 20-30 % more packets a core on the INT and AM-PM paths in bench.sh (the
+# cross-connect and bridge, which do little per packet, are unchanged).
+# Paths outside the training set are laid out as cold code.
 #
 # Output: target/pgo/release/intswitch (the plain release build stays in
 # target/release). Needs root for EAL (as bench.sh), and llvm-profdata of
@@ -56,13 +57,17 @@ if [[ ! -f "$profile" || "$gen" -nt "$profile" ]]; then
   rm -rf "$data"
   mkdir -p "$data"
   echo "pgo.sh: training: bench.sh's cases (${secs}s each)" >&2
-  BENCH_BIN=$gen BENCH_SECONDS=$secs BENCH_HUGEPAGES=0 BENCH_TESTPMD=0 scripts/bench.sh >/dev/null
+  BENCH_BIN=$gen BENCH_SECONDS=$secs BENCH_HUGEPAGES=0 BENCH_TESTPMD=0 BENCH_PROFILE_DIR=$data/cases \
+    scripts/bench.sh >/dev/null
 
   echo "pgo.sh: training: the demo, INT in DSCP mode, AM-PM on IPv6" >&2
   train() { # name config-text
     printf '%s\n' "$2" >"$work/$1.toml"
-    "$gen" --config "$work/$1.toml" --duration "$secs" --stats-interval 0 >"$work/$1.log" 2>&1 </dev/null ||
+    mkdir -p "$data/cases/$1"
+    LLVM_PROFILE_FILE="$data/cases/$1/%p.profraw" \
+      "$gen" --config "$work/$1.toml" --duration "$secs" --stats-interval 0 --json >"$work/$1.log" 2>&1 </dev/null ||
       { echo "pgo.sh: training run $1 failed:" >&2; tail -n 5 "$work/$1.log" >&2; exit 1; }
+    tail -n 1 "$work/$1.log" >"$data/cases/$1/counters.jsonl"
   }
   # (The demo's pcap path is relative to the repository root, where this runs.)
   train demo "$(cat configs/demo.toml)"
@@ -86,7 +91,36 @@ if [[ ! -f "$profile" || "$gen" -nt "$profile" ]]; then
       printf '[ampm]\nnode_id = 9\ninterval = "1s"\n'
       printf '[[ampm.flow]]\nname = "v6"\nflow_mon_id = 1\nrole = "%s"\nmethod = "double"\ncarrier = "ipv6_hbh"\nsrc = "2001:db8:1::/64"\n' "$role")"
   done
-  "$profdata" merge -o "$profile" "$data"/*.profraw
+  # Each training run counts the same packets in the profile, however
+  # fast it ran: a run's counts grow with its packet rate and with how much
+  # of the CPU it got, and a slow run's per-packet path could fall under
+  # LLVM's hot-code threshold (and be laid out and inlined as cold code)
+  # on one build and not the next. A run's weight scales the packets its
+  # ports received up to the largest run's (x10, for 10 % steps); the
+  # set-up runs (pcap generation, outside any case) count once. A run that
+  # received nothing would leave its path out: that fails the build.
+  shopt -s nullglob
+  inputs=()
+  for d in "$data"/cases/*/; do
+    run=$(basename "$d")
+    rx=$(python3 -c '
+import json, sys
+print(sum(p["rx_packets"] for line in open(sys.argv[1]) for p in json.loads(line)["ports"]))
+' "$d/counters.jsonl" 2>/dev/null) || rx=0
+    if (( rx == 0 )) || [[ -z "$(echo "$d"*.profraw)" ]]; then
+      echo "pgo.sh: training run $run received no packets (another DPDK process on the vdevs?)" >&2
+      exit 1
+    fi
+    "$profdata" merge -o "$data/$run.profdata" "$d"*.profraw
+    inputs+=("$rx $data/$run.profdata")
+  done
+  max=$(printf '%s\n' "${inputs[@]}" | sort -n | tail -n 1 | cut -d' ' -f1)
+  weighted=()
+  for i in "${inputs[@]}"; do
+    rx=${i%% *}
+    weighted+=("--weighted-input=$(( (10 * max + rx / 2) / rx )),${i#* }")
+  done
+  "$profdata" merge -o "$profile" "${weighted[@]}" "$data"/*.profraw
 fi
 
 echo "pgo.sh: optimised build (target/pgo)" >&2
