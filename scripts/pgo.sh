@@ -100,7 +100,8 @@ if [[ ! -f "$profile" || "$gen" -nt "$profile" ]]; then
   # set-up runs (pcap generation, outside any case) count once. A run that
   # received nothing would leave its path out: that fails the build.
   shopt -s nullglob
-  inputs=()
+  declare -A received
+  max=0
   for d in "$data"/cases/*/; do
     run=$(basename "$d")
     rx=$(python3 -c '
@@ -112,13 +113,13 @@ print(sum(p["rx_packets"] for line in open(sys.argv[1]) for p in json.loads(line
       exit 1
     fi
     "$profdata" merge -o "$data/$run.profdata" "$d"*.profraw
-    inputs+=("$rx $data/$run.profdata")
+    received[$run]=$rx
+    max=$(( rx > max ? rx : max ))
   done
-  max=$(printf '%s\n' "${inputs[@]}" | sort -n | tail -n 1 | cut -d' ' -f1)
   weighted=()
-  for i in "${inputs[@]}"; do
-    rx=${i%% *}
-    weighted+=("--weighted-input=$(( (10 * max + rx / 2) / rx )),${i#* }")
+  for run in "${!received[@]}"; do
+    rx=${received[$run]}
+    weighted+=("--weighted-input=$(( (10 * max + rx / 2) / rx )),$data/$run.profdata")
   done
   "$profdata" merge -o "$profile" "${weighted[@]}" "$data"/*.profraw
 fi
