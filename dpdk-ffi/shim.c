@@ -19,8 +19,6 @@ int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, uns
 { return rte_pktmbuf_alloc_bulk(mp, mbufs, n); }
 void shim_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 void shim_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned n) { rte_pktmbuf_free_bulk(mbufs, n); }
-struct rte_mbuf *shim_pktmbuf_clone(struct rte_mbuf *m, struct rte_mempool *mp)
-{ return rte_pktmbuf_clone(m, mp); }
 char *shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_prepend(m, len); }
 char *shim_pktmbuf_append(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_append(m, len); }
 char *shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_adj(m, len); }

@@ -16,7 +16,6 @@ struct rte_mbuf *shim_pktmbuf_alloc(struct rte_mempool *mp);
 int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned n);
 void shim_pktmbuf_free(struct rte_mbuf *m);
 void shim_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned n);
-struct rte_mbuf *shim_pktmbuf_clone(struct rte_mbuf *m, struct rte_mempool *mp);
 char *shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
 char *shim_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 char *shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);

@@ -13,71 +13,36 @@
 //! them the case's stage acted on (1.00: all of them).
 //!
 //! Each packet is copied into its buffer first (what net_pcap's RX does) and
-//! handled as the worker's loop handles it: bursts of 32 with one receive
-//! time each, a parse-and-prefetch pass for large flow tables, forwarding,
-//! then the AM-PM and INT stages, the INT hop's egress time from the burst's
-//! clock (one TSC read per 8 INT packets).
+//! handled by the worker's own pipeline (`worker::pipeline`): bursts of 32
+//! with one receive time each, a parse-and-prefetch pass for large tables,
+//! forwarding, then the AM-PM and INT stages, the INT hop's egress time from
+//! the burst's clock (one TSC read per 8 INT packets).
 //! Sink reports go into a real report ring; the time spent draining it
 //! (the control core's work) is not counted.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use control::config::Config;
 use control::traffic::{frame, int_frame, IntTraffic, TrafficSpec};
-use dataplane::ampm::{self, AmpmCtx, BurstTime, FlowCounters, SlotMemo};
 use dataplane::counters::{CounterValues, Event};
-use dataplane::flow_table::FlowTable;
-use dataplane::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
-use dataplane::int_stage::{self, BurstClock, Hop, HopSource, IntCtx, ReportRecord, WallClock};
-use dataplane::mac_table::MacTable;
-use dataplane::parse::{parse, PacketMeta};
+use dataplane::forward::Verdict;
+use dataplane::int::report_ring::{report_ring, ReportConsumer};
+use dataplane::int::stage::{ReportRecord, WallClock};
+use dataplane::parse::parse;
+use dataplane::pipeline::{Burst, PortLoad, RxTime, VecOut};
 use dataplane::pktbuf::{PacketBuf, VecBuf};
-use dataplane::report_filter::ReportFilter;
-use dataplane::report_ring::{report_ring, ReportConsumer, ReportProducer};
 use dataplane::tables::Tables;
 use dataplane::wire::int_md::instr;
-use dataplane::worker::Prefetch;
-use dataplane::DropReason;
+use dataplane::worker::{self, FlowSetup, MacSetup, StageSetup, WorkerPipeline, WorkerShared};
 
 const BURST: usize = 32;
 const DUT_MAC: &str = "02:00:00:00:be:00";
 /// A nominal TSC rate for the INT clock and report intervals.
 const HZ: u64 = 2_500_000_000;
-
-/// Control events the bench does not act on (the worker's queue, drained).
-struct Discard;
-
-impl ControlSink for Discard {
-    fn send(&mut self, _: ControlEvent) -> bool {
-        true
-    }
-}
-
-/// The INT hop as the worker measures it: the egress time comes from the
-/// burst's clock when the stage acts on the packet.
-struct BenchHop<'a>(&'a BurstClock);
-
-impl HopSource for BenchHop<'_> {
-    fn ports(&self) -> (u16, u16) {
-        (0, 1)
-    }
-    fn rx_tsc(&self) -> u64 {
-        self.0.rx_tsc
-    }
-    fn measure(&self) -> Hop {
-        Hop {
-            in_port: 0,
-            out_port: 1,
-            rx_tsc: self.0.rx_tsc,
-            tx_tsc: self.0.egress_tsc(dataplane::dpdk::tsc),
-            queue_id: 0,
-            queue_occupancy: 7,
-            tx_util: None,
-            buffer_occupancy: 1000,
-        }
-    }
-}
 
 /// One case: tables from a config, the frames it replays.
 struct Case {
@@ -228,121 +193,76 @@ fn build(name: &'static str) -> Case {
     }
 }
 
-/// A worker's state for one case.
+/// A worker's pipeline for one case, and what its output side keeps.
 struct Worker<'a> {
     t: &'a Tables,
-    flows: FlowTable,
-    filter: ReportFilter,
-    macs: MacTable,
+    pipe: WorkerPipeline,
+    me: Arc<WorkerShared>,
     c: CounterValues,
-    clock: WallClock,
-    reports: ReportProducer,
     drain: ReportConsumer,
-    regs: Vec<u8>,
-    ampm: Vec<FlowCounters>,
-    bufs: Vec<VecBuf>,
-    metas: Vec<Result<PacketMeta, DropReason>>,
-    learn: bool,
+    out: VecOut<VecBuf>,
+    load: PortLoad,
+    slots: Vec<Option<VecBuf>>,
     /// Packets that left with a Tx verdict.
     forwarded: u64,
-    /// Packets AM-PM measured.
-    measured: u64,
 }
 
 impl<'a> Worker<'a> {
     fn new(case: &'a Case) -> Worker<'a> {
         let slots = case.tables.ampm.as_ref().map_or(0, |a| a.capacity);
+        let me = Arc::new(WorkerShared::new(slots));
         let (reports, drain) = report_ring(1024);
+        let stages = StageSetup {
+            report_filter_slots: 65_536,
+            reports,
+            clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
+        };
+        let flows = FlowSetup { capacity: 131_072, idle_timeout_s: 0, learn: case.learn };
+        let macs = MacSetup { capacity: 4096, aging_s: 0, share: false };
+        let mut out = VecOut::new(BURST, 0);
+        out.occupancy = 7;
         Worker {
             t: &case.tables,
-            flows: FlowTable::new(131_072, 0),
-            filter: ReportFilter::new(65_536),
-            macs: MacTable::new(4096, 0),
+            pipe: worker::pipeline(me.clone(), flows, macs, stages, HZ),
+            me,
             c: CounterValues::default(),
-            clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
-            reports,
             drain,
-            regs: vec![0; slots],
-            ampm: (0..slots).map(|_| FlowCounters::default()).collect(),
-            bufs: (0..BURST).map(|_| VecBuf::new(&[0; 256], 128)).collect(),
-            metas: vec![Err(DropReason::EthTruncated); BURST],
-            learn: case.learn,
+            out,
+            load: PortLoad::default(),
+            slots: (0..BURST).map(|_| Some(VecBuf::new(&[0; 256], 128))).collect(),
             forwarded: 0,
-            measured: 0,
         }
     }
 
-    /// One burst, as the worker's loop handles it.
+    /// One burst, run by the worker's pipeline.
     fn burst(&mut self, frames: &[Vec<u8>]) {
-        let t = self.t;
         let n = frames.len();
-        let rx_tsc = dataplane::dpdk::tsc();
-        let ampm_now =
-            t.ampm.as_ref().filter(|a| !a.flows.is_empty()).map(|a| BurstTime::new(&a.timing, realtime_ns()));
-        let mut memo = SlotMemo::default();
-        for (b, f) in self.bufs.iter_mut().zip(frames) {
-            b.load(f, 128);
+        for (b, f) in self.slots.iter_mut().zip(frames) {
+            b.as_mut().expect("buffer").load(f, 128);
         }
-        let prefetch = Prefetch::for_burst(&self.flows, t);
-        let two_pass = prefetch.any();
-        if two_pass {
-            for i in 0..n {
-                self.metas[i] = parse(self.bufs[i].bytes(), 0);
-                if let Ok(meta) = &self.metas[i] {
-                    prefetch.packet(&self.flows, t, self.bufs[i].bytes(), meta);
-                }
-            }
-        }
-        let mut sink = Discard;
-        let times = BurstClock::new(rx_tsc);
-        for i in 0..n {
-            let b = &mut self.bufs[i];
-            let mut meta = if two_pass { self.metas[i] } else { parse(b.bytes(), 0) };
-            let mut ctx = Ctx::new(t, &mut self.flows, &mut self.macs, &mut self.c, &mut sink, rx_tsc, self.learn);
-            let mut v = forward::process_parsed(&mut ctx, b.bytes_mut(), 0, &meta);
-            if let (Some(a), Some(now), Ok(meta), Verdict::Tx(_) | Verdict::Flood) =
-                (t.ampm.as_ref(), ampm_now.as_ref(), &mut meta, v)
-            {
-                let mut actx = AmpmCtx {
-                    spec: a,
-                    regs: &mut self.regs,
-                    counters: &self.ampm,
-                    c: &mut self.c,
-                    now,
-                    memo: &mut memo,
-                };
-                self.measured += (ampm::apply(&mut actx, b, meta) == ampm::Outcome::Measured) as u64;
-            }
-            if let (Some(spec), Ok(meta), Verdict::Tx(_)) = (t.int.as_ref(), &meta, v) {
-                // As the worker: only packets the stage may act on go in.
-                if int_stage::may_act(spec, b.bytes(), meta, 0) {
-                    let mut ictx = IntCtx {
-                        spec,
-                        clock: &self.clock,
-                        filter: &mut self.filter,
-                        counters: &mut self.c,
-                        reports: &mut self.reports,
-                    };
-                    if let Err(r) = int_stage::apply(&mut ictx, b, meta, &BenchHop(&times)) {
-                        v = Verdict::Drop(r);
-                    }
-                }
-            }
+        let (_, depth) = self.pipe.shortcut::<VecBuf, _>(self.t, &self.out, 0);
+        let burst = Burst::received(0, RxTime { tsc: dataplane::dpdk::tsc(), wall_ns: 0 }, depth);
+        self.pipe.run(self.t, &mut self.c, &mut self.out, &self.load, &burst, &mut self.slots[..n]);
+        for (slot, (b, v)) in self.slots.iter_mut().zip(self.out.out.drain(..)) {
             self.forwarded += matches!(v, Verdict::Tx(_)) as u64;
             black_box(b.bytes().len());
+            *slot = Some(b);
         }
     }
 
-    /// Empties the report ring (the control core's part); returns the time it took.
+    /// Packets AM-PM counted, all flows and colours.
+    fn measured(&self) -> u64 {
+        self.me.ampm.iter().flat_map(|f| &f.color).map(|c| c.packets.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Empties the report ring and the control queue (the control core's
+    /// part); returns the time it took.
     fn drain_reports(&mut self, rec: &mut ReportRecord) -> Duration {
         let t0 = Instant::now();
         while self.drain.pop_into(rec) {}
+        while self.me.events.pop().is_some() {}
         t0.elapsed()
     }
-}
-
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Ns per packet of the fastest of `passes` timed passes of at least
@@ -363,7 +283,7 @@ fn measure(case: &Case, passes: usize, min_packets: usize) -> (f64, f64) {
     let acted = |w: &Worker| match case.acts {
         Acts::Forwarded => w.forwarded,
         Acts::Counted(e) => w.c.events[e as usize],
-        Acts::AmpmMeasured => w.measured,
+        Acts::AmpmMeasured => w.measured(),
     };
     let before = acted(&w);
     let (mut parsed, mut total) = (0u64, 0u64);
@@ -375,7 +295,7 @@ fn measure(case: &Case, passes: usize, min_packets: usize) -> (f64, f64) {
         for _ in 0..rounds {
             for chunk in case.frames.chunks(BURST) {
                 if case.parse_only {
-                    for (b, f) in w.bufs.iter_mut().zip(chunk) {
+                    for (b, f) in w.slots.iter_mut().flatten().zip(chunk) {
                         b.load(f, 128);
                         parsed += black_box(parse(b.bytes(), 0)).is_ok() as u64;
                     }

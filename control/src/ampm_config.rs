@@ -215,7 +215,7 @@ impl AmpmFlowConfig {
         let r = w.to_rule(ports)?;
         let (mut value, mut mask) = (Key::default(), Key::default());
         // Addresses as the flow key holds them: IPv4 in the low 32 bits.
-        let addr = |t: &dataplane::int_watch::Ternary<u128>| -> (u128, u128) {
+        let addr = |t: &dataplane::int::watch::Ternary<u128>| -> (u128, u128) {
             if r.ip_version == 4 {
                 (t.value & 0xffff_ffff, t.mask & 0xffff_ffff)
             } else {

@@ -397,8 +397,8 @@ impl Tracker {
 mod tests {
     use super::*;
     use crate::int_export::encode;
+    use dataplane::int::stage::{ReportRecord, REPORT_MAX};
     use dataplane::int::{self, IntParams};
-    use dataplane::int_stage::{ReportRecord, REPORT_MAX};
     use dataplane::parse::parse;
     use dataplane::pktbuf::{PacketBuf, VecBuf};
     use dataplane::wire::int_md::HopMetadata;

@@ -5,8 +5,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use dataplane::counters::MAX_PORTS;
-use dataplane::int_stage::REPORT_MAX;
-use dataplane::int_watch::{IntSpec, Presence, ReportParams, Role, SourceParams, Ternary, WatchRule};
+use dataplane::int::stage::REPORT_MAX;
+use dataplane::int::watch::{IntSpec, Presence, ReportParams, Role, SourceParams, Ternary, WatchRule};
 use dataplane::wire::int_md::instr;
 use serde::{Deserialize, Serialize};
 
@@ -294,7 +294,7 @@ fn prefix(key: &str, s: &str) -> Result<(u8, Ternary<u128>), ConfigError> {
         IpAddr::V4(a) => {
             let mask = if len == 0 { 0 } else { (u32::MAX << (32 - len as u32)) as u128 };
             let mask = mask | if len == 0 { 0 } else { u128::MAX << 32 };
-            (4, Ternary { value: dataplane::int_watch::mapped_v4(u32::from(a)), mask })
+            (4, Ternary { value: dataplane::int::watch::mapped_v4(u32::from(a)), mask })
         }
         IpAddr::V6(a) => {
             let mask = if len == 0 { 0 } else { u128::MAX << (128 - len as u32) };
@@ -441,7 +441,7 @@ impl IntConfig {
                 format!("at most {MAX_REPORT_FLOW_INTERVAL_MS} (a day); 0 reports every packet"),
             ));
         }
-        let max_slots = dataplane::report_filter::MAX_SLOTS;
+        let max_slots = dataplane::int::report_filter::MAX_SLOTS;
         if self.report_filter_slots > max_slots || !self.report_filter_slots.is_power_of_two() {
             return Err(cerr(k("report_filter_slots"), format!("must be a power of two, 1..={max_slots}")));
         }

@@ -9,8 +9,8 @@
 //! drop reason, 16 bits of padding), then the inner packet padded to 4 bytes.
 
 use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut, SegmentsError, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
-use dataplane::int_stage::ReportRecord;
-use dataplane::report_ring::ReportConsumer;
+use dataplane::int::report_ring::ReportConsumer;
+use dataplane::int::stage::ReportRecord;
 use dataplane::wire::int_md::{emit_hop, hop_words};
 use dataplane::wire::telemetry_report::{
     emit_group, Individual, FLAG_D, GROUP_HDR_LEN, INDIV_HDR_LEN, INT_MAIN_LEN, IN_TYPE_ETHERNET, REPMD_DROP_REASON,
@@ -353,8 +353,8 @@ impl Exporter {
 mod tests {
     use super::*;
     use crate::collector_tx::NoPorts;
-    use dataplane::int_stage::{ReportSink, REPORT_MAX};
-    use dataplane::report_ring::report_ring;
+    use dataplane::int::report_ring::report_ring;
+    use dataplane::int::stage::{ReportSink, REPORT_MAX};
     use dataplane::wire::int_md::HopMetadata;
     use dataplane::wire::telemetry_report::{parse_group, FLAG_F};
     use std::net::UdpSocket;

@@ -21,7 +21,10 @@ use dataplane::int::Presence;
 use dataplane::mac_table::Sighting;
 use dataplane::parse::FlowKey;
 use dataplane::tables::{NeighbourSpec, RouteSpec, TableSpec, Tables};
-use dataplane::worker::{self, FlowCommand, FlowRecord, IdleConfig, MacRecord, Shared, WorkerSetup, WorkerShared};
+use dataplane::worker::{
+    self, FlowCommand, FlowRecord, FlowSetup, HeldPacket, IdleConfig, MacRecord, MacSetup, Shared, StageSetup,
+    WorkerSetup, WorkerShared,
+};
 use dataplane::DropReason;
 use serde_json::{json, Value};
 
@@ -31,7 +34,7 @@ use crate::collector_tx::PortOut;
 use crate::config::{format_mac, Plan, WorkerPlan};
 use crate::int_export::Exporter;
 use crate::server::Server;
-use dataplane::int_stage::WallClock;
+use dataplane::int::stage::WallClock;
 
 /// How the switch reports while running and at exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,13 +47,11 @@ pub struct RunOptions {
     pub json: bool,
 }
 
-/// A packet waiting for its next hop's MAC.
+/// A packet waiting for its next hop's MAC, since when, from which worker.
 struct Held {
     since: Instant,
     worker: usize,
-    in_port: u16,
-    hop: IpAddr,
-    mbuf: dataplane::dpdk::Mbuf,
+    packet: HeldPacket,
 }
 
 /// How long a packet waits for its next hop's MAC before it is dropped.
@@ -236,25 +237,31 @@ impl Switch {
         let ring_size = plan.int.as_ref().map_or(1, |i| i.ring_size);
         let mut consumers = Vec::new();
         for (wi, w) in workers.iter().enumerate() {
-            let (producer, consumer) = dataplane::report_ring::report_ring(ring_size);
+            let (producer, consumer) = dataplane::int::report_ring::report_ring(ring_size);
             consumers.push(consumer);
             let setup = WorkerSetup {
                 id: wi,
                 rx: w.rx.iter().map(|(p, q)| (*p, ports[*p as usize].rx_queue(*q))).collect(),
                 tx: ports.iter().map(|p| p.tx_buffer(wi as u16)).collect(),
                 burst: d.burst,
-                flow_capacity: plan.raw.flow_table.capacity,
-                flow_idle_timeout_s: plan.raw.flow_table.idle_timeout_s,
-                learn_flows: plan.raw.flow_table.learn,
-                report_filter_slots: plan.int.as_ref().map_or(1, |i| i.filter_slots),
-                share_macs: workers.len() > 1,
-                mac_capacity: plan.raw.bridge.mac_capacity,
-                mac_aging_s: plan.raw.bridge.aging_s,
+                flows: FlowSetup {
+                    capacity: plan.raw.flow_table.capacity,
+                    idle_timeout_s: plan.raw.flow_table.idle_timeout_s,
+                    learn: plan.raw.flow_table.learn,
+                },
+                macs: MacSetup {
+                    capacity: plan.raw.bridge.mac_capacity,
+                    aging_s: plan.raw.bridge.aging_s,
+                    share: workers.len() > 1,
+                },
                 tx_drain_us: d.tx_drain_us,
                 idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
                 pool: pool.clone(),
-                reports: producer,
-                clock,
+                stages: StageSetup {
+                    report_filter_slots: plan.int.as_ref().map_or(1, |i| i.filter_slots),
+                    reports: producer,
+                    clock,
+                },
             };
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
@@ -436,8 +443,11 @@ impl Switch {
         let g = self.flow_command(|generation| FlowCommand::Install { key, action, generation })?;
         if let Some(i) = self.shared.workers.iter().position(|w| w.failed_install.load(Ordering::Acquire) == g) {
             // Keep the tables consistent: take it out of the workers that took it.
-            let _ = self.flow_command(|generation| FlowCommand::Remove { key, generation });
-            return Err(ApiError::new("table_full", None, format!("worker {i}'s flow table is full")));
+            let rollback = match self.flow_command(|generation| FlowCommand::Remove { key, generation }) {
+                Ok(_) => String::new(),
+                Err(e) => format!("; removing it from the other workers failed too ({}): `flow del` it", e.message),
+            };
+            return Err(ApiError::new("table_full", None, format!("worker {i}'s flow table is full{rollback}")));
         }
         Ok(json!({ "generation": g }))
     }
@@ -521,7 +531,7 @@ impl Switch {
         Ok(json!({ "generation": g, "impair": imp.to_netem() }))
     }
 
-    fn int_spec_mut(&mut self) -> Result<&mut dataplane::int_watch::IntSpec, ApiError> {
+    fn int_spec_mut(&mut self) -> Result<&mut dataplane::int::watch::IntSpec, ApiError> {
         self.spec.int.as_mut().ok_or_else(not_configured)
     }
 
@@ -558,7 +568,7 @@ impl Switch {
         }))
     }
 
-    pub fn int_watch_add(&mut self, rule: dataplane::int_watch::WatchRule) -> Result<Value, ApiError> {
+    pub fn int_watch_add(&mut self, rule: dataplane::int::watch::WatchRule) -> Result<Value, ApiError> {
         self.int_spec_mut()?.upsert(rule);
         let g = self.commit()?;
         Ok(json!({ "generation": g }))
@@ -810,8 +820,8 @@ impl Switch {
         }
         let now = Instant::now();
         for (wi, w) in self.shared.workers.iter().enumerate() {
-            while let Some((in_port, hop, mbuf)) = w.held.pop() {
-                self.held.push_back(Held { since: now, worker: wi, in_port, hop, mbuf });
+            while let Some(packet) = w.held.pop() {
+                self.held.push_back(Held { since: now, worker: wi, packet });
             }
         }
         if !learned.is_empty() {
@@ -823,14 +833,14 @@ impl Switch {
         let overfull = self.held.len().saturating_sub(HOLD_MAX);
         let mut keep = std::collections::VecDeque::with_capacity(self.held.len());
         for (i, h) in std::mem::take(&mut self.held).into_iter().enumerate() {
-            let due = i < overfull || learned.contains(&h.hop) || now.duration_since(h.since) >= HOLD_TIME;
+            let due = i < overfull || learned.contains(&h.packet.hop) || now.duration_since(h.since) >= HOLD_TIME;
             if !due {
                 keep.push_back(h);
                 continue;
             }
-            if let Err((in_port, mbuf)) = self.shared.workers[h.worker].reinject.push((h.in_port, h.mbuf)) {
+            if let Err(packet) = self.shared.workers[h.worker].reinject.push(h.packet) {
                 // The worker has not drained its queue yet: retry next round.
-                keep.push_back(Held { in_port, mbuf, ..h });
+                keep.push_back(Held { packet, ..h });
             }
         }
         self.held = keep;
@@ -997,10 +1007,10 @@ impl Switch {
                 } else {
                     u32::MAX
                 };
-                self.shared.port_tx_util[i].store(util, Ordering::Relaxed);
+                self.shared.load.tx_util[i].store(util, Ordering::Relaxed);
             }
         }
-        self.shared.pool_in_use.store(self.pool.in_use(), Ordering::Relaxed);
+        self.shared.load.pool_in_use.store(self.pool.in_use(), Ordering::Relaxed);
         self.load_sample = Some((now, bytes));
     }
 

@@ -593,12 +593,6 @@ impl Mbuf {
         NonNull::new(unsafe { ffi::rte_pktmbuf_copy(self.raw(), pool.ptr.as_ptr(), 0, u32::MAX) }).map(Mbuf)
     }
 
-    /// An indirect clone that shares the data (read-only use).
-    pub fn clone_into(&self, pool: &Mempool) -> Option<Mbuf> {
-        // SAFETY: both pointers are live; DPDK bumps the refcount of the direct buffer.
-        NonNull::new(unsafe { ffi::shim_pktmbuf_clone(self.raw(), pool.ptr.as_ptr()) }).map(Mbuf)
-    }
-
     #[inline(always)]
     fn into_raw(self) -> *mut ffi::rte_mbuf {
         let p = self.raw();
@@ -748,8 +742,13 @@ impl Port {
             return Err(err(format!("rte_eth_dev_start({name})"), rc));
         }
         if setup.promiscuous {
-            // SAFETY: valid, started port. Failure (-ENOTSUP on some vdevs) is harmless.
-            unsafe { ffi::rte_eth_promiscuous_enable(id) };
+            // SAFETY: valid, started port.
+            let rc = unsafe { ffi::rte_eth_promiscuous_enable(id) };
+            // Vdevs that receive every frame anyway (net_null, net_ring)
+            // answer -ENOTSUP; any other failure is the port's.
+            if rc != 0 && rc != -libc_enotsup() {
+                return Err(err(format!("rte_eth_promiscuous_enable({name})"), rc));
+            }
         }
         let mut mac = [0u8; 6];
         // SAFETY: rte_ether_addr is 6 bytes; mac is a 6-byte writable buffer.

@@ -1,31 +1,33 @@
-//! The per-packet path never calls the allocator: parsing, forwarding in
-//! every mode (learning flows and MAC addresses, answering ARP and echo,
-//! flooding, TTL expiry, a full flow table), the AM-PM stage in every
-//! role, and the INT stage as source, transit and sink with reports into
-//! the worker's real report ring, on valid frames and on mutants of them.
-//! Frames and tables are built before; only the per-packet calls run in
-//! the checked zone. This test binary's allocator counts every
+//! The per-packet path never calls the allocator: the worker's own pipeline
+//! (`worker::pipeline`) over test buffers, parsing and forwarding in every
+//! mode (learning flows and MAC addresses, answering ARP and echo,
+//! flooding, TTL expiry, a full flow table, holding packets for neighbour
+//! resolution and reinjecting them), INT as source, transit and sink with
+//! drop reports into the worker's real report ring; and the AM-PM stage's
+//! work in every role; on valid frames and on mutants of them. Frames and
+//! tables are built before; only the bursts run in the checked zone. This test binary's allocator counts every
 //! (de)allocation made in the zone, on the thread that makes it.
 
+use std::sync::Arc;
+
 use assert_no_alloc::{assert_no_alloc, violation_count, AllocDisabler};
-use crossbeam_queue::ArrayQueue;
 
 use crate::ampm::{tests::Mp, Carrier, Method, MpRole, Outcome};
 use crate::counters::{CounterValues, Event};
-use crate::flow_table::FlowTable;
-use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
+use crate::flow_table::FlowAction;
+use crate::forward::Verdict;
+use crate::int::report_ring::{report_ring, ReportConsumer};
+use crate::int::stage::{tests::spec as int_spec, ReportRecord, WallClock};
 use crate::int::Presence;
-use crate::int_stage::{self, tests::spec as int_spec, Hop, IntCtx, WallClock};
-use crate::mac_table::MacTable;
 use crate::parse::parse;
 use crate::parse::tests::{udp4, udp6};
+use crate::pipeline::{Burst, PortLoad, RxTime, VecOut};
 use crate::pipeline_fuzz::{mutate, seeds};
 use crate::pktbuf::{PacketBuf, VecBuf};
 use crate::rand::XorShift;
-use crate::report_filter::ReportFilter;
-use crate::report_ring::report_ring;
 use crate::tables::{tests::two_port_router, Mode, Tables};
 use crate::wire::checksum;
+use crate::worker::{self, FlowSetup, MacSetup, StageSetup, WorkerPipeline, WorkerShared};
 use crate::DropReason;
 
 #[global_allocator]
@@ -36,15 +38,6 @@ fn allocations_in(f: impl FnOnce()) -> u32 {
     let before = violation_count();
     assert_no_alloc(f);
     violation_count() - before
-}
-
-/// The worker's control queue: bounded, allocated up front; full refuses.
-struct Queue(ArrayQueue<ControlEvent>);
-
-impl ControlSink for Queue {
-    fn send(&mut self, ev: ControlEvent) -> bool {
-        self.0.push(ev).is_ok()
-    }
 }
 
 const SEC: u64 = 1_000_000_000;
@@ -76,6 +69,38 @@ fn frames(mutants: usize) -> Vec<Vec<u8>> {
     v
 }
 
+/// A worker's real pipeline (forwarding, AM-PM, INT, capture) over test
+/// buffers, its report ring's far end, and its shared state.
+fn worker_pipeline(flows: usize, macs: usize, learn: bool) -> (WorkerPipeline, ReportConsumer, Arc<WorkerShared>) {
+    let me = Arc::new(WorkerShared::new(0));
+    let (reports, consumer) = report_ring(256);
+    let stages = StageSetup { report_filter_slots: 256, reports, clock: WallClock::new(0, 1_700_000_000 * SEC, SEC) };
+    let flows = FlowSetup { capacity: flows, idle_timeout_s: 1, learn };
+    let macs = MacSetup { capacity: macs, aging_s: 1, share: false };
+    // A "TSC" of 1000 ticks a second: the tables age as in the old test.
+    (worker::pipeline(me.clone(), flows, macs, stages, 1_000), consumer, me)
+}
+
+/// Runs one burst of `pkts` from `in_port` received at `tsc`, at the depth
+/// the pipeline says, and moves what it delivered to `done`.
+#[allow(clippy::too_many_arguments)]
+fn run_burst(
+    pipe: &mut WorkerPipeline,
+    t: &Tables,
+    c: &mut CounterValues,
+    out: &mut VecOut<VecBuf>,
+    pkts: &mut [Option<VecBuf>],
+    in_port: u16,
+    tsc: u64,
+    done: &mut Vec<(VecBuf, Verdict)>,
+) {
+    let load = PortLoad::default();
+    let (_, depth) = pipe.shortcut::<VecBuf, _>(t, out, in_port as usize);
+    let burst = Burst::received(in_port, RxTime { tsc, wall_ns: 1_700_000_000 * SEC + tsc }, depth);
+    pipe.run(t, c, out, &load, &burst, pkts);
+    done.append(&mut out.out);
+}
+
 #[test]
 fn forwarding_allocates_nothing_per_packet() {
     let frames = frames(20_000);
@@ -84,8 +109,7 @@ fn forwarding_allocates_nothing_per_packet() {
         s.mode = mode;
         let tables = Tables::build(&s, 1).unwrap();
         // Smaller than the flows and hosts sent: the full tables' paths run too.
-        let (mut flows, mut macs) = (FlowTable::new(512, 1_000), MacTable::new(256, 1_000));
-        let mut control = Queue(ArrayQueue::new(64));
+        let (mut pipe, _reports, me) = worker_pipeline(512, 256, true);
         let mut c = CounterValues::default();
         let bufs_for = |i: usize, f: &Vec<u8>| {
             let mut b = f.clone();
@@ -100,24 +124,50 @@ fn forwarding_allocates_nothing_per_packet() {
                     b[..6].copy_from_slice(&if i % 50 == 0 { [0xff; 6] } else { host(i + 699) });
                 }
             }
-            b
+            VecBuf::new(&b, 64)
         };
         let in_port = |i: usize| if mode == Mode::Router { 0 } else { (i % 2) as u16 };
-        let mut bufs: Vec<Vec<u8>> = frames.iter().enumerate().map(|(i, f)| bufs_for(i, f)).collect();
-        let mut verdicts = vec![Verdict::Consumed; bufs.len()];
+        let mut bufs: Vec<Option<VecBuf>> = frames.iter().enumerate().map(|(i, f)| Some(bufs_for(i, f))).collect();
+        let mut done: Vec<(VecBuf, Verdict)> = Vec::with_capacity(bufs.len());
+        let mut out = VecOut::new(32, 64);
+        let mut burst: Vec<Option<VecBuf>> = (0..32).map(|_| None).collect();
         let n = allocations_in(|| {
-            for (i, (b, v)) in bufs.iter_mut().zip(verdicts.iter_mut()).enumerate() {
-                let in_port = in_port(i);
-                let meta = parse(b, in_port);
-                let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut control, i as u64 * 1_000, true);
-                *v = forward::process_parsed(&mut ctx, b, in_port, &meta);
-                if i % 100 == 0 {
-                    // The control core drains its queue now and then.
-                    while control.0.pop().is_some() {}
+            // Bursts of one input port each, from 32-frame windows.
+            for (w, window) in bufs.chunks_mut(32).enumerate() {
+                for port in 0..2u16 {
+                    let mut k = 0;
+                    for (j, slot) in window.iter_mut().enumerate() {
+                        if in_port(w * 32 + j) == port && slot.is_some() {
+                            burst[k] = slot.take();
+                            k += 1;
+                        }
+                    }
+                    if k > 0 {
+                        let tsc = (w * 32) as u64 * 1_000;
+                        run_burst(&mut pipe, &tables, &mut c, &mut out, &mut burst[..k], port, tsc, &mut done);
+                    }
+                }
+                if w % 3 == 0 {
+                    // The control core drains its queue now and then, and
+                    // sends held packets back.
+                    while me.events.pop().is_some() {}
+                }
+                if w % 16 == 0 && !out.held.is_empty() {
+                    let (port, _, rx, _) = out.held[0];
+                    let k = out.held.len().min(32);
+                    for (slot, (_, _, _, m)) in burst.iter_mut().zip(out.held.drain(..k)) {
+                        *slot = Some(m);
+                    }
+                    let load = PortLoad::default();
+                    let b = Burst::reinjected(port, rx, rx.tsc + 1);
+                    pipe.run(&tables, &mut c, &mut out, &load, &b, &mut burst[..k]);
+                    done.append(&mut out.out);
                 }
             }
         });
         assert_eq!(n, 0, "{mode:?}: allocator calls while forwarding {} frames", bufs.len());
+        let verdicts: Vec<Verdict> = done.iter().map(|(_, v)| *v).collect();
+        let (flows, macs) = (&pipe.forward.flows, &pipe.forward.macs);
         // The frames went through the paths named above, not only the parser's checks.
         let sent = verdicts.iter().filter(|v| matches!(v, Verdict::Tx(_) | Verdict::TxLen(..))).count();
         assert!(sent > 1_000, "{mode:?}: {sent} frames sent");
@@ -127,6 +177,7 @@ fn forwarding_allocates_nothing_per_packet() {
                 assert!(verdicts.contains(&Verdict::Drop(DropReason::TtlExceeded)), "router: no TTL expiry");
                 // ARP and echo replies are built in the frame's own buffer.
                 assert!(verdicts.iter().any(|v| matches!(v, Verdict::TxLen(0, _))), "router: no reply");
+                assert!(c.events[Event::Held as usize] > 0, "router: nothing held for resolution");
             }
             Mode::Bridge => {
                 assert!(verdicts.contains(&Verdict::Flood), "bridge: nothing flooded");
@@ -141,41 +192,57 @@ fn forwarding_allocates_nothing_per_packet() {
 fn int_source_transit_and_sink_allocate_nothing_per_packet() {
     let frames = frames(20_000);
     for presence in [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }] {
-        // Source on edge port 0, transit, sink towards edge port 1.
-        let specs = [int_spec(1, 0b01), int_spec(2, 0), int_spec(3, 0b10)].map(|mut s| {
-            s.presence = presence;
-            s
-        });
-        let clock = WallClock::new(0, 1_700_000_000 * SEC, SEC);
-        let mut filter = ReportFilter::new(256);
+        // Source on edge port 0, transit, sink towards edge port 1: three
+        // switches' pipelines, each with its own report ring of 256 (they
+        // fill: refused reports are counted, not queued elsewhere).
+        let nodes: Vec<Tables> = [int_spec(1, 0b01), int_spec(2, 0), int_spec(3, 0b10)]
+            .into_iter()
+            .map(|mut spec| {
+                spec.presence = presence;
+                let mut s = two_port_router();
+                s.mode = Mode::CrossConnect;
+                s.int = Some(spec);
+                Tables::build(&s, 1).unwrap()
+            })
+            .collect();
+        let mut pipes: Vec<_> = nodes.iter().map(|_| worker_pipeline(64, 64, false)).collect();
+        // The source drops some flows (flow entries): drop reports.
+        for f in frames.iter().step_by(10) {
+            if let Ok(meta) = parse(f, 0) {
+                let _ = pipes[0].0.forward.flows.install(meta.key, FlowAction::Drop, 0);
+            }
+        }
         let mut c = CounterValues::default();
-        // A ring that fills: refused reports are counted, not queued elsewhere.
-        let (mut reports, mut consumer) = report_ring(256);
-        let mut drained = int_stage::ReportRecord::empty();
-        let mut bufs: Vec<VecBuf> = frames.iter().map(|f| VecBuf::new(f, 256)).collect();
+        let mut drained = ReportRecord::empty();
+        let mut bufs: Vec<Option<VecBuf>> = frames.iter().map(|f| Some(VecBuf::new(f, 256))).collect();
+        let mut done: Vec<(VecBuf, Verdict)> = Vec::with_capacity(bufs.len());
+        let mut hop_bufs: Vec<(VecBuf, Verdict)> = Vec::with_capacity(32);
+        let mut out = VecOut::new(32, 0);
+        let mut burst: Vec<Option<VecBuf>> = (0..32).map(|_| None).collect();
         let n = allocations_in(|| {
-            for (i, b) in bufs.iter_mut().enumerate() {
-                let hop = Hop {
-                    in_port: 0,
-                    out_port: 1,
-                    rx_tsc: i as u64 * 100,
-                    tx_tsc: i as u64 * 100 + 40,
-                    queue_occupancy: 3,
-                    ..Default::default()
-                };
-                for spec in &specs {
-                    let Ok(meta) = parse(b.bytes(), 0) else { break };
-                    let mut ctx =
-                        IntCtx { spec, clock: &clock, filter: &mut filter, counters: &mut c, reports: &mut reports };
-                    if i % 10 == 0 {
-                        int_stage::dropped(&mut ctx, b.bytes(), &meta, &hop, DropReason::TtlExceeded);
-                    }
-                    if int_stage::apply(&mut ctx, b, &meta, &hop).is_err() {
-                        break;
+            for (w, chunk) in bufs.chunks_mut(32).enumerate() {
+                let mut k = chunk.len();
+                for (slot, b) in burst.iter_mut().zip(chunk.iter_mut()) {
+                    *slot = b.take();
+                }
+                for (i, (t, (pipe, _, _))) in nodes.iter().zip(pipes.iter_mut()).enumerate() {
+                    let tsc = (w * 32) as u64 * 100 + i as u64 * 40;
+                    run_burst(pipe, t, &mut c, &mut out, &mut burst[..k], 0, tsc, &mut hop_bufs);
+                    // What left by port 1 goes on to the next switch.
+                    k = 0;
+                    for (m, v) in hop_bufs.drain(..) {
+                        if v == Verdict::Tx(1) && i < 2 {
+                            burst[k] = Some(m);
+                            k += 1;
+                        } else {
+                            done.push((m, v));
+                        }
                     }
                 }
-                if i % 1_000 == 0 {
-                    while consumer.pop_into(&mut drained) {}
+                if w % 30 == 0 {
+                    for (_, consumer, _) in pipes.iter_mut() {
+                        while consumer.pop_into(&mut drained) {}
+                    }
                 }
             }
         });
@@ -189,6 +256,7 @@ fn int_source_transit_and_sink_allocate_nothing_per_packet() {
             e(Event::IntSunk)
         );
         assert!(e(Event::IntReportRingFull) > 0, "{presence:?}: the ring never filled");
+        assert!(e(Event::IntDropReported) > 0, "{presence:?}: no drop reported");
     }
 }
 

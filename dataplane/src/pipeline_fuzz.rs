@@ -13,9 +13,9 @@ use crate::ampm::{self, tests::Mp, Carrier, Method, MpRole};
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowTable;
 use crate::forward::{self, ControlEvent, ControlSink, Ctx};
+use crate::int::stage::tests::{spec as int_spec, Node};
+use crate::int::stage::Hop;
 use crate::int::{self, Presence};
-use crate::int_stage::tests::{spec as int_spec, Node};
-use crate::int_stage::Hop;
 use crate::mac_table::MacTable;
 use crate::parse::tests::{udp4, udp6};
 use crate::parse::{parse, PacketMeta};
@@ -213,7 +213,8 @@ fn mutated_frames_never_panic_any_stage() {
             let mut frame = f.clone();
             frame.resize(frame.len().max(128), 0);
             let mut ctl = Discard;
-            let mut ctx = Ctx::new(t, flows, macs, &mut c, &mut ctl, i, i % 2 == 0);
+            let mut memo = forward::BridgeMemo::default();
+            let mut ctx = Ctx::new(t, flows, macs, &mut c, &mut ctl, i, i % 2 == 0, &mut memo);
             let m = parse(&frame, 0);
             forward::process_parsed(&mut ctx, &mut frame, 0, &m);
         }
@@ -259,7 +260,7 @@ fn int_precheck_skips_only_what_the_stage_leaves_alone() {
         let f = mutate(&mut rng, seed);
         let Ok(meta) = parse(&f, 0) else { continue };
         for n in nodes.iter_mut() {
-            if crate::int_stage::may_act(n.spec(), &f, &meta, 0) {
+            if crate::int::stage::may_act(n.spec(), &f, &meta, 0) {
                 kept += 1;
                 continue;
             }

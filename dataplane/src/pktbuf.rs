@@ -11,6 +11,18 @@ pub trait PacketBuf {
     /// Removes `n` bytes from the front (false: packet too short).
     fn shrink_front(&mut self, n: usize) -> bool;
 
+    /// Whether `bytes` is the whole frame (not the first of chained segments).
+    #[inline(always)]
+    fn single_segment(&self) -> bool {
+        true
+    }
+
+    /// The whole frame's length, over all its segments.
+    #[inline(always)]
+    fn frame_len(&self) -> usize {
+        self.bytes().len()
+    }
+
     /// Opens `n` bytes at offset `at` by moving the first `at` bytes forward.
     #[inline]
     fn insert_at(&mut self, at: usize, n: usize) -> bool {
@@ -82,6 +94,14 @@ impl PacketBuf for crate::dpdk::Mbuf {
     #[inline(always)]
     fn shrink_front(&mut self, n: usize) -> bool {
         n <= u16::MAX as usize && self.adj(n as u16)
+    }
+    #[inline(always)]
+    fn single_segment(&self) -> bool {
+        self.segments() == 1
+    }
+    #[inline(always)]
+    fn frame_len(&self) -> usize {
+        self.pkt_len()
     }
 }
 

@@ -79,7 +79,7 @@ pub struct TableSpec {
     /// Bridge mode: addresses pinned to ports.
     pub static_macs: Vec<StaticMac>,
     /// INT domain configuration (None: INT off).
-    pub int: Option<crate::int_watch::IntSpec>,
+    pub int: Option<crate::int::watch::IntSpec>,
     /// AM-PM measurement points (None: AM-PM off).
     pub ampm: Option<crate::ampm::AmpmSetup>,
 }
@@ -133,7 +133,7 @@ pub struct Tables {
     pub local6: FixedMap<u128, u16>,
     /// Static bridge entries: `mac_table::key(vlan, mac)` -> port.
     pub static_macs: FixedMap<u64, u16>,
-    pub int: Option<crate::int_watch::IntSpec>,
+    pub int: Option<crate::int::watch::IntSpec>,
     pub ampm: Option<crate::ampm::AmpmSpec>,
 }
 
@@ -240,25 +240,17 @@ impl Tables {
         })
     }
 
-    /// Where a cross-connect passes `in_port`'s frames on untouched, like a
-    /// wire: no telemetry stage reads them and the peer is up with no link
-    /// emulation. (The worker also needs an empty flow table without
-    /// learning.) None: frames take the parsing path.
+    /// The peer a cross-connect passes `in_port`'s frames to untouched,
+    /// like a wire: it is up and has no link emulation. Whether anything
+    /// reads the frames is the pipeline's to say (`Pipeline::shortcut`).
     #[inline]
     pub fn wire_peer(&self, in_port: usize) -> Option<usize> {
-        if self.mode != Mode::CrossConnect || self.int.is_some() || self.ampm.is_some() {
+        if self.mode != Mode::CrossConnect {
             return None;
         }
         let peer = (*self.xconnect.get(in_port)?)? as usize;
         let p = self.ports.get(peer)?;
         (p.up && p.impair.is_none()).then_some(peer)
-    }
-
-    /// A bridge whose frames no stage reads past Ethernet (the worker also
-    /// needs an empty flow table without learning): `forward::bridge_l2`.
-    #[inline]
-    pub fn l2_only(&self) -> bool {
-        self.mode == Mode::Bridge && self.int.is_none() && self.ampm.is_none()
     }
 
     /// The port a static bridge entry pins a `mac_table::key` (VLAN, MAC)
@@ -355,33 +347,6 @@ pub(crate) mod tests {
         assert_eq!(t.neigh4.get(&v4_key([10, 0, 2, 254])).unwrap().mac, [2, 0, 0, 0, 0, 0xfe]);
         assert_eq!(t.v4_source_for([10, 0, 2, 77]), Some((1, [10, 0, 2, 1])));
         assert!(t.lpm6.lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_some());
-    }
-
-    #[test]
-    fn only_an_unread_cross_connect_is_a_wire() {
-        let mut s = two_port_router();
-        s.mode = Mode::CrossConnect;
-        let wire = |s: &TableSpec| {
-            let t = Tables::build(s, 1).unwrap();
-            (t.wire_peer(0), t.wire_peer(1), t.l2_only())
-        };
-        assert_eq!(wire(&s), (Some(1), Some(0), false));
-        s.ports[1].up = false;
-        assert_eq!(wire(&s), (None, Some(0), false), "a down peer drops instead");
-        s.ports[1].up = true;
-        s.ports[0].impair.delay_ns = 1000;
-        assert_eq!(wire(&s), (Some(1), None, false), "a peer with link emulation queues");
-        s.ports[0].impair.delay_ns = 0;
-        s.xconnect[1] = None;
-        assert_eq!(wire(&s), (Some(1), None, false), "no peer: dropped as no_peer");
-        s.int = Some(crate::int_stage::tests::spec(1, 0));
-        assert_eq!(wire(&s), (None, None, false), "INT reads every packet");
-        s.mode = Mode::Bridge;
-        assert_eq!(wire(&s), (None, None, false));
-        s.int = None;
-        assert_eq!(wire(&s), (None, None, true));
-        s.mode = Mode::Router;
-        assert_eq!(wire(&s), (None, None, false));
     }
 
     #[test]

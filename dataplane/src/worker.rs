@@ -1,11 +1,14 @@
 //! The run-to-completion worker loop (one per lcore) and the state it shares
 //! with the control core.
 //!
-//! One loop, as in DPDK's l3fwd: pick up a new table generation if one was
-//! published, apply queued flow commands, RX a burst per owned queue,
-//! process, buffer TX; drain TX buffers on a timer or when idle; publish
-//! counters once per burst; age tables a little; sleep when idle (if asked).
+//! One loop, as in DPDK's l3fwd: control messages (a new table generation,
+//! flow commands, MACs other workers learned, packets to inject or
+//! reinject), then per owned queue receive a burst and run the pipeline on
+//! it (or the shortcut its depth allows), then transmit: drain TX buffers on
+//! a timer or when idle, publish counters, age tables a little, sleep when
+//! idle (if asked).
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,22 +16,23 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use crossbeam_queue::ArrayQueue;
 
-use crate::ampm::{self, AmpmCtx, BurstTime, FlowCounters, SlotMemo};
+use crate::ampm::stage::AmpmStage;
+use crate::ampm::FlowCounters;
 use crate::counters::{CounterValues, Event, SharedCounters, MAX_PORTS};
-use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer};
+use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer, MAX_BURST};
 use crate::flow_table::{FlowAction, FlowTable};
-use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
+use crate::forward::stage::ForwardStage;
+use crate::forward::{ControlEvent, ControlSink, Verdict};
 use crate::impair::{Admit, Impairer};
-use crate::int_stage::{self, BurstClock, Hop, IntCtx, WallClock};
+use crate::int::report_filter::ReportFilter;
+use crate::int::report_ring::ReportProducer;
+use crate::int::stage::{IntStage, WallClock};
 use crate::mac_table::{MacTable, Sighting};
-use crate::parse::{FlowKey, PacketMeta};
-use crate::report_filter::ReportFilter;
-use crate::report_ring::ReportProducer;
+use crate::parse::FlowKey;
+use crate::pipeline::{Burst, CaptureTx, Output, Pipeline, PortLoad, RxTime, Shortcut};
 use crate::tables::Tables;
 use crate::DropReason;
 
-/// Flow-table size from which a burst is parsed and prefetched first.
-const PREFETCH_MIN_FLOWS: usize = 4096;
 /// How often a second the worker ages a slice of its flow and MAC tables.
 const AGE_SLICES_PER_S: u64 = 1000;
 
@@ -120,23 +124,30 @@ pub struct WorkerSetup {
     /// One TX buffer per port index (this worker's own TX queue on each port).
     pub tx: Vec<TxBuffer>,
     pub burst: usize,
-    pub flow_capacity: usize,
-    pub flow_idle_timeout_s: u64,
-    pub learn_flows: bool,
-    /// Slots of the INT sink's per-flow report filter.
-    pub report_filter_slots: usize,
-    /// Announce learned MACs to the other workers (there are some).
-    pub share_macs: bool,
-    pub mac_capacity: usize,
-    pub mac_aging_s: u64,
+    pub flows: FlowSetup,
+    pub macs: MacSetup,
     pub tx_drain_us: u64,
     pub idle: IdleConfig,
     /// Pool for capture copies.
     pub pool: dpdk::Mempool,
-    /// This worker's end of its report ring to the control core.
-    pub reports: ReportProducer,
-    /// TSC -> wall-clock nanoseconds for INT timestamps.
-    pub clock: WallClock,
+    pub stages: StageSetup,
+}
+
+/// A worker's flow table.
+#[derive(Debug, Clone, Copy)]
+pub struct FlowSetup {
+    pub capacity: usize,
+    pub idle_timeout_s: u64,
+    pub learn: bool,
+}
+
+/// A worker's MAC table.
+#[derive(Debug, Clone, Copy)]
+pub struct MacSetup {
+    pub capacity: usize,
+    pub aging_s: u64,
+    /// Announce learned MACs to the other workers (there are some).
+    pub share: bool,
 }
 
 /// State a worker shares with the control core.
@@ -154,11 +165,10 @@ pub struct WorkerShared {
     pub mac_dump: std::sync::Mutex<Vec<MacRecord>>,
     /// Mirrored packets for the control core's capture.
     pub capture: ArrayQueue<Captured>,
-    /// Packets waiting for their next hop's MAC, handed to the control core:
-    /// (input port, packet).
-    pub held: ArrayQueue<(u16, std::net::IpAddr, Mbuf)>,
+    /// Packets waiting for their next hop's MAC, handed to the control core.
+    pub held: ArrayQueue<HeldPacket>,
     /// Held packets coming back to be forwarded once more (a second miss drops).
-    pub reinject: ArrayQueue<(u16, Mbuf)>,
+    pub reinject: ArrayQueue<HeldPacket>,
     pub flow_commands: ArrayQueue<FlowCommand>,
     /// Packets the control core wants sent (ARP requests, NS): (port, mbuf).
     pub inject: ArrayQueue<(u16, Mbuf)>,
@@ -174,7 +184,16 @@ pub struct WorkerShared {
     pub macs_in_use: AtomicU64,
     pub lcore: AtomicU64,
     /// AM-PM counters per flow slot, written by this worker only.
-    pub ampm: Box<[FlowCounters]>,
+    pub ampm: Arc<[FlowCounters]>,
+}
+
+/// A packet waiting for its next hop's MAC, with what it needs to run the
+/// pipeline again as if just received.
+pub struct HeldPacket {
+    pub in_port: u16,
+    pub hop: IpAddr,
+    pub rx: RxTime,
+    pub mbuf: Mbuf,
 }
 
 impl WorkerShared {
@@ -219,11 +238,9 @@ pub struct Shared {
     /// Bit per port: mirror received / transmitted packets to `capture`.
     pub capture_rx: AtomicU32,
     pub capture_tx: AtomicU32,
-    /// Per port: TX utilisation in 1/100 % measured by the control core
-    /// (u32::MAX: unknown), for INT metadata.
-    pub port_tx_util: [AtomicU32; MAX_PORTS],
-    /// Mbufs in use in the packet pool, sampled by the control core.
-    pub pool_in_use: AtomicU32,
+    /// Port utilisation and pool use, measured by the control core for
+    /// INT metadata.
+    pub load: PortLoad,
 }
 
 impl Shared {
@@ -237,425 +254,114 @@ impl Shared {
             workers: (0..workers).map(|_| Arc::new(WorkerShared::new(slots))).collect(),
             capture_rx: AtomicU32::new(0),
             capture_tx: AtomicU32::new(0),
-            port_tx_util: std::array::from_fn(|_| AtomicU32::new(u32::MAX)),
-            pool_in_use: AtomicU32::new(0),
+            load: PortLoad::default(),
         }
     }
 }
 
-struct QueueSink<'a>(&'a ArrayQueue<ControlEvent>);
+/// A worker's control events go to its queue to the control core.
+pub struct EventQueue(Arc<WorkerShared>);
 
-impl ControlSink for QueueSink<'_> {
+impl ControlSink for EventQueue {
     #[inline]
     fn send(&mut self, ev: ControlEvent) -> bool {
-        self.0.push(ev).is_ok()
+        self.0.events.push(ev).is_ok()
     }
+}
+
+/// The stages after forwarding, in the order they run. A new stage is one
+/// more element here and in [`stages`].
+pub type Stages = (AmpmStage, IntStage<ReportProducer>, CaptureTx);
+
+/// A worker's pipeline.
+pub type WorkerPipeline = Pipeline<EventQueue, Stages>;
+
+/// What a worker's feature stages are built from.
+pub struct StageSetup {
+    /// Slots of the INT sink's per-flow report filter.
+    pub report_filter_slots: usize,
+    /// This worker's end of its report ring to the control core.
+    pub reports: ReportProducer,
+    /// TSC -> wall-clock nanoseconds for INT timestamps.
+    pub clock: WallClock,
+}
+
+/// Builds a worker's stages, each with its own state.
+fn stages(s: StageSetup, me: &WorkerShared) -> Stages {
+    (
+        AmpmStage::new(me.ampm.clone()),
+        IntStage::new(s.reports, ReportFilter::new(s.report_filter_slots), s.clock),
+        CaptureTx,
+    )
+}
+
+/// A worker's pipeline with empty tables, as it starts (`hz`: TSC ticks a
+/// second, for aging).
+pub fn pipeline(me: Arc<WorkerShared>, flows: FlowSetup, macs: MacSetup, s: StageSetup, hz: u64) -> WorkerPipeline {
+    let mut mac_table = MacTable::new(macs.capacity, macs.aging_s * hz);
+    if macs.share {
+        mac_table = mac_table.with_peers();
+    }
+    let flow_table = FlowTable::new(flows.capacity, flows.idle_timeout_s * hz);
+    let stages = stages(s, &me);
+    Pipeline::new(ForwardStage::new(flow_table, mac_table, flows.learn, EventQueue(me)), stages)
 }
 
 /// Runs the worker until `shared.running` goes false. Returns 0.
-pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
-    let me = shared.workers[setup.id].clone();
+pub fn run(setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
+    let WorkerSetup { id, mut rx, tx, burst, flows, macs, tx_drain_us, idle, pool, stages: stage_setup } = setup;
+    let me = shared.workers[id].clone();
     me.lcore.store(dpdk::lcore_id() as u64, Ordering::Relaxed);
-    if setup.idle.enabled {
+    if idle.enabled {
         dpdk::tight_timer_slack();
     }
     let hz = dpdk::tsc_hz().max(1);
-    let mut flows = FlowTable::new(setup.flow_capacity, setup.flow_idle_timeout_s * hz);
-    let mut int_own = IntOwn { reports: setup.reports, filter: ReportFilter::new(setup.report_filter_slots) };
-    let mut macs = MacTable::new(setup.mac_capacity, setup.mac_aging_s * hz);
-    if setup.share_macs {
-        macs = macs.with_peers();
-    }
+    let mut pipe = pipeline(me.clone(), flows, macs, stage_setup, hz);
     let mut tables = shared.tables.load_full();
-    let mut my_gen = tables.generation;
-    me.acked_tables.store(my_gen, Ordering::Release);
+    me.acked_tables.store(tables.generation, Ordering::Release);
     let mut c = CounterValues::default();
-    let drain_tsc = setup.tx_drain_us * hz / 1_000_000;
-    let mut last_drain = dpdk::tsc();
-    let mut last_poll_tsc = last_drain;
-    let mut empty_polls: u32 = 0;
-    let nports = setup.tx.len();
-    let mut out = Egress {
-        tx: std::mem::take(&mut setup.tx),
-        impair: (0..nports).map(|p| Impairer::new(dpdk::tsc() ^ ((setup.id as u64) << 32) ^ p as u64)).collect(),
-        pool: setup.pool.clone(),
-        hz,
-        flood: [0; MAX_PORTS],
-    };
-    let burst = setup.burst;
-    let mut poll_no: u64 = 0;
-    let mut published_sizes = (0usize, 0usize);
-    // Tables age a slice once a millisecond, sized to visit every slot about
-    // once a second: bounded work that does not sweep cold memory per poll.
-    let age_tsc = hz / AGE_SLICES_PER_S;
-    let mut last_age = dpdk::tsc();
-    let flow_slice = (flows.slots() as u64 / AGE_SLICES_PER_S).max(64) as usize;
-    let mac_slice = (macs.slots() as u64 / AGE_SLICES_PER_S).max(64) as usize;
-    let mut pkts: [Option<Mbuf>; dpdk::MAX_BURST] = std::array::from_fn(|_| None);
-    let mut metas: [Result<PacketMeta, DropReason>; dpdk::MAX_BURST] = [Err(DropReason::EthTruncated); dpdk::MAX_BURST];
-    let mut verdicts = [Verdict::Consumed; dpdk::MAX_BURST];
+    let mut out = Egress::new(tx, pool, id, me.clone(), hz);
+    let mut house = Housekeeping::new(tx_drain_us, idle, &pipe, hz);
+    let mut pkts: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
     // Per input port: where its last bridged burst left as a whole.
     let mut expect_out: [Option<usize>; MAX_PORTS] = [None; MAX_PORTS];
-    // AM-PM registers per flow slot (this worker's; the counters are shared).
-    let mut ampm_regs = vec![0u8; me.ampm.len()];
 
     while shared.running.load(Ordering::Relaxed) {
-        poll_no += 1;
-        refresh_tables(&shared, &me, &mut tables, &mut my_gen, &mut c);
-        while let Some(cmd) = me.flow_commands.pop() {
-            let now = dpdk::tsc();
-            match cmd {
-                FlowCommand::Install { key, action, generation } => {
-                    if flows.install(key, action, now).is_err() {
-                        me.failed_install.store(generation, Ordering::Release);
-                    }
-                }
-                FlowCommand::Dump { max, .. } => {
-                    // Rare and asked for explicitly: the only allocation a worker makes.
-                    let v: Vec<FlowRecord> = flows
-                        .iter()
-                        .take(max)
-                        .map(|(k, e)| FlowRecord {
-                            key: *k,
-                            action: e.action,
-                            packets: e.packets,
-                            bytes: e.bytes,
-                            idle_tsc: e.seen.ticks_until(now),
-                            installed: e.installed,
-                        })
-                        .collect();
-                    if let Ok(mut d) = me.dump.lock() {
-                        *d = v;
-                    }
-                }
-                FlowCommand::DumpMacs { max, .. } => {
-                    // Asked for explicitly, like a flow dump.
-                    let v: Vec<MacRecord> = macs
-                        .entries()
-                        .take(max)
-                        .map(|(vlan, mac, e)| MacRecord {
-                            vlan,
-                            mac,
-                            port: e.port,
-                            idle_tsc: now.saturating_sub(e.last_seen),
-                        })
-                        .collect();
-                    if let Ok(mut d) = me.mac_dump.lock() {
-                        *d = v;
-                    }
-                }
-                FlowCommand::Remove { key, .. } => {
-                    flows.remove(&key);
-                }
-                FlowCommand::Clear { .. } => flows.clear(),
-            }
-            me.acked_flows.fetch_max(cmd.generation(), Ordering::AcqRel);
-        }
-        // Bounded by the queue's size, like the flow commands.
-        while let Some(s) = me.mac_sync.pop() {
-            if macs.sync_key(s.key, s.port, s.seen) {
-                c.event(Event::MacSynced);
-            }
-        }
-        while let Some((port, m)) = me.inject.pop() {
-            if (port as usize) < nports {
-                c.event(Event::Injected);
-                out.send(port as usize, m, &tables, &mut c, dpdk::tsc());
-            }
-        }
-
+        refresh_tables(&shared, &me, &mut tables, &mut c);
+        control_messages(&me, &mut pipe, &mut out, &tables, &mut c);
         if !me.reinject.is_empty() {
             // Held packets return after a neighbour was learned: make sure we
             // read the generation that has it.
-            refresh_tables(&shared, &me, &mut tables, &mut my_gen, &mut c);
-            let mut sink = QueueSink(&me.events);
-            let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, dpdk::tsc(), setup.learn_flows);
-            while let Some((in_port, mut m)) = me.reinject.pop() {
-                let mut meta = crate::parse::parse(m.data(), in_port);
-                let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, &meta);
-                if let (Some(a), Ok(meta)) = (tables.ampm.as_ref(), &mut meta) {
-                    let t = BurstTime::new(&a.timing, realtime_ns());
-                    let mut memo = SlotMemo::default();
-                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, &t, &mut memo, &mut m, meta, v);
-                }
-                if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
-                    let times = BurstClock::new(ctx.now);
-                    let w = IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
-                    v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut int_own, ctx.counters);
-                }
-                out.deliver(m, v, in_port as usize, ctx.tables, ctx.counters, ctx.now);
-            }
+            refresh_tables(&shared, &me, &mut tables, &mut c);
+            reinject(&me, &mut pipe, &mut out, &tables, &shared.load, &mut c, &mut pkts);
         }
-
-        let mut got = 0usize;
-        let cap_rx = shared.capture_rx.load(Ordering::Relaxed);
-        let cap_tx = shared.capture_tx.load(Ordering::Relaxed);
-        let mut sink = QueueSink(&me.events);
-        let no_flows = flows.is_empty() && !setup.learn_flows;
-        for (in_port, rxq) in setup.rx.iter_mut() {
-            let in_port = *in_port;
-            let ip = in_port as usize;
-            // A cross-connect with nothing that reads packets (no flow
-            // entries, no learning, no stage, no capture on either side) is
-            // a wire: the burst is received straight into the peer's TX
-            // buffer, unparsed. (A peer without a TX buffer takes the
-            // parsing path, dropped as port_down.)
-            if let Some(peer) = tables.wire_peer(ip).filter(|&p| {
-                no_flows
-                    && (cap_rx & (1 << ip)) | (cap_tx & (1 << p)) == 0
-                    && p < out.tx.len()
-                    && tables.ports.get(ip).is_some_and(|p| p.up)
-            }) {
-                let r = rxq.relay_into(burst, &mut out.tx[peer]);
-                got += r.packets;
-                c.rx_packets[ip] += r.packets as u64;
-                c.rx_bytes[ip] += r.bytes;
-                c.tx_packets[peer] += r.packets as u64;
-                c.tx_bytes[peer] += r.bytes;
-                account_refused(&mut c, peer, r.refused, r.refused_bytes);
-                continue;
-            }
-            // A bridge burst expected to leave whole by the port the last
-            // one from this port did (one flow, or a two-port bridge): it is
-            // received straight into that port's TX buffer and bridged once
-            // there, as a wire's is; one that does not (mixed frames, another
-            // port, a drop) is taken back out and handled as below.
-            let l2_wire = expect_out[ip].filter(|&p| {
-                no_flows
-                    && tables.l2_only()
-                    && tables.emulated == 0
-                    && (cap_rx & (1 << ip)) | cap_tx == 0
-                    && p < out.tx.len()
-                    && tables.ports.get(ip).is_some_and(|p| p.up)
-            });
-            let n = if let Some(p) = l2_wire {
-                let nports = out.tx.len();
-                let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, last_poll_tsc, false);
-                let mut flooded = false;
-                let (r, ok) = rxq.relay_into_if(burst, &mut out.tx[p], &mut pkts, |ms| {
-                    if !same_head(ms) {
-                        return false;
-                    }
-                    let v = forward::bridge_l2(&mut ctx, ms[0].data(), in_port);
-                    let to = match v {
-                        Verdict::Tx(q) => Some(q as usize),
-                        // (Only a flood needs the port list.)
-                        Verdict::Flood => single_flood_port(&tables, ip, nports),
-                        _ => None,
-                    };
-                    flooded = v == Verdict::Flood;
-                    to == Some(p)
-                });
-                account_refused(&mut c, p, r.refused, r.refused_bytes);
-                if ok {
-                    got += r.packets;
-                    c.rx_packets[ip] += r.packets as u64;
-                    c.rx_bytes[ip] += r.bytes;
-                    c.tx_packets[p] += r.packets as u64;
-                    c.tx_bytes[p] += r.bytes;
-                    if flooded {
-                        c.event_n(Event::Flooded, r.packets as u64);
-                    }
-                    continue;
+        out.capture = (shared.capture_rx.load(Ordering::Relaxed), shared.capture_tx.load(Ordering::Relaxed));
+        let mut got = 0;
+        for (in_port, rxq) in rx.iter_mut() {
+            let ip = *in_port as usize;
+            let (shortcut, depth) = pipe.shortcut(&tables, &out, ip);
+            let up = tables.ports.get(ip).is_some_and(|p| p.up);
+            got += match shortcut {
+                Shortcut::Wire(peer) if up && peer < out.tx.len() => {
+                    let r = rxq.relay_into(burst, &mut out.tx[peer]);
+                    out.count_relay(&mut c, ip, peer, &r);
+                    r.packets
                 }
-                expect_out[ip] = None;
-                r.packets
-            } else {
-                rxq.rx_burst_into(burst, &mut pkts)
+                Shortcut::L2 if up => {
+                    let l2 = L2Burst { in_port: *in_port, max: burst, now: house.last_poll_tsc };
+                    l2.run(&mut pipe.forward, &tables, &mut c, &mut out, rxq, &mut pkts, &mut expect_out[ip])
+                }
+                _ => {
+                    let n = rxq.rx_burst_into(burst, &mut pkts);
+                    if n > 0 {
+                        let b = Burst::received(*in_port, RxTime { tsc: dpdk::tsc(), wall_ns: 0 }, depth);
+                        pipe.run(&tables, &mut c, &mut out, &shared.load, &b, &mut pkts[..n]);
+                    }
+                    n
+                }
             };
-            if n == 0 {
-                continue;
-            }
-            // This burst's receive time, read right after it arrived (not
-            // before the poll round: earlier ports' bursts take time).
-            // AM-PM's time bits: CLOCK_REALTIME itself (vDSO, once per
-            // burst), not the TSC extrapolation: MPs in other processes and
-            // on other hosts (PTP-disciplined) must agree on interval edges
-            // and timestamps. Read before the TSC: should the thread stall in
-            // between, a delay measured against it can only grow, never fall
-            // below what the path really took.
-            // With no monitored flows yet (they come at run time) the stage
-            // has nothing to do: no clock read, no per-packet key.
-            let ampm_now =
-                tables.ampm.as_ref().filter(|a| !a.flows.is_empty()).map(|a| BurstTime::new(&a.timing, realtime_ns()));
-            let mut ampm_memo = SlotMemo::default();
-            let l2_only = no_flows && tables.l2_only();
-            // The bridge only stamps learned MACs with it: the last poll's
-            // time will do (no TSC read per burst) unless link emulation
-            // schedules packets by it.
-            let now = if l2_only && tables.emulated == 0 { last_poll_tsc } else { dpdk::tsc() };
-            got += n;
-            if !tables.ports.get(ip).is_some_and(|p| p.up) {
-                // Administratively down: count and drop the whole burst.
-                for slot in pkts.iter_mut().take(n) {
-                    let m = slot.take().expect("received");
-                    c.rx_packets[ip] += 1;
-                    c.rx_bytes[ip] += m.pkt_len() as u64;
-                    c.drop(DropReason::PortDown);
-                }
-                continue;
-            }
-            if cap_rx & (1 << ip) != 0 {
-                for m in pkts.iter().take(n).flatten() {
-                    mirror(&me, &setup.pool, m, in_port, false, &mut c);
-                }
-            }
-            // A bridge with nothing that reads past Ethernet: MACs and VLAN only.
-            if l2_only {
-                let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, false);
-                // The verdict of the last untagged frame, by its first 16
-                // bytes (MACs, ethertype, 2 more): frames of a burst mostly
-                // repeat it (as VPP's l2 input caches its last lookup).
-                // Equal bytes give the bridge the same inputs, and the
-                // tables only change by learning, which the first of them
-                // did (the bridge's own memo skips learning it again).
-                let mut last: Option<([u8; 16], Verdict)> = None;
-                let (mut bytes, mut uniform) = (0u64, true);
-                for i in 0..n {
-                    let m = pkts[i].as_ref().expect("received");
-                    bytes += m.pkt_len() as u64;
-                    let head = m.data().first_chunk::<16>().filter(|h| !forward::vlan_tagged(h));
-                    verdicts[i] = match (head, &last) {
-                        (Some(h), Some((lh, lv))) if h == lh => *lv,
-                        _ => {
-                            // Every frame of a uniform burst repeats the first.
-                            uniform &= i == 0;
-                            let v = forward::bridge_l2(&mut ctx, m.data(), in_port);
-                            last = head.map(|h| (*h, v));
-                            v
-                        }
-                    };
-                }
-                ctx.counters.rx_packets[ip] += n as u64;
-                ctx.counters.rx_bytes[ip] += bytes;
-                // A burst that all leaves by one port without link emulation
-                // or capture (the usual case) moves on as a wire's does.
-                // (Flooding to the one other port of a two-port bridge is such a case.)
-                let single = match verdicts[0] {
-                    Verdict::Tx(p) => Some(p as usize),
-                    Verdict::Flood => single_flood_port(&tables, ip, out.tx.len()),
-                    _ => None,
-                };
-                if let (true, Some(p)) = (uniform && cap_tx == 0, single) {
-                    if p < out.tx.len() && !tables.emulates(p) {
-                        expect_out[ip] = Some(p);
-                        if verdicts[0] == Verdict::Flood {
-                            ctx.counters.event_n(Event::Flooded, n as u64);
-                        }
-                        ctx.counters.tx_packets[p] += n as u64;
-                        ctx.counters.tx_bytes[p] += bytes;
-                        let (rn, rb) = out.tx[p].push_burst(&mut pkts[..n]);
-                        account_refused(ctx.counters, p, rn, rb);
-                        continue;
-                    }
-                }
-                for (slot, &v) in pkts.iter_mut().zip(&verdicts).take(n) {
-                    let m = slot.take().expect("received");
-                    if cap_tx != 0 {
-                        mirror_tx(&me, &setup.pool, &m, v, cap_tx, ctx.counters);
-                    }
-                    out.deliver(m, v, ip, ctx.tables, ctx.counters, now);
-                }
-                continue;
-            }
-            // With a flow table (or AM-PM flow rule set) larger than the
-            // caches, pass 1 parses the burst and prefetches each flow's slot
-            // so pass 2's lookups overlap their misses; otherwise one pass is
-            // cheaper (a burst of parses kept in an array costs ~7 ns a packet).
-            let prefetch = Prefetch::for_burst(&flows, &tables);
-            let two_pass = prefetch.any();
-            if two_pass {
-                for i in 0..n {
-                    let m = pkts[i].as_ref().expect("received");
-                    metas[i] = parse_frame(m, in_port);
-                    if let Ok(meta) = &metas[i] {
-                        prefetch.packet(&flows, &tables, m.data(), meta);
-                    }
-                }
-            }
-            let mut ctx = Ctx::new(&tables, &mut flows, &mut macs, &mut c, &mut sink, now, setup.learn_flows);
-            let times = BurstClock::new(now);
-            // Received bytes add up in a register, counted after the burst.
-            let mut rx_bytes = 0u64;
-            for i in 0..n {
-                let mut m = pkts[i].take().expect("received");
-                rx_bytes += m.pkt_len() as u64;
-                let mut meta = if two_pass { metas[i] } else { parse_frame(&m, in_port) };
-                let mut v = forward::process_parsed(&mut ctx, m.data_mut(), in_port, &meta);
-                if let (Verdict::Drop(DropReason::NeighbourUnresolved), Some(hop)) = (v, ctx.unresolved.take()) {
-                    // Hold it while the control core resolves the next hop.
-                    match me.held.push((in_port, hop, m)) {
-                        Ok(()) => {
-                            ctx.counters.event(Event::Held);
-                            continue;
-                        }
-                        Err((_, _, back)) => m = back,
-                    }
-                }
-                if let (Some(a), Some(t), Ok(meta)) = (tables.ampm.as_ref(), ampm_now.as_ref(), &mut meta) {
-                    ampm_stage(a, &mut ampm_regs, &me.ampm, ctx.counters, t, &mut ampm_memo, &mut m, meta, v);
-                }
-                if let (Some(spec), Ok(meta)) = (tables.int.as_ref(), &meta) {
-                    if int_stage::may_act(spec, m.data(), meta, in_port) {
-                        let w =
-                            IntWorker { id: setup.id, clock: &setup.clock, times: &times, out: &out, shared: &shared };
-                        v = int_verdict(spec, &w, &mut m, meta, v, in_port, &mut int_own, ctx.counters);
-                    }
-                }
-                if cap_tx != 0 {
-                    mirror_tx(&me, &setup.pool, &m, v, cap_tx, ctx.counters);
-                }
-                out.deliver(m, v, ip, ctx.tables, ctx.counters, now);
-            }
-            ctx.counters.rx_packets[ip] += n as u64;
-            ctx.counters.rx_bytes[ip] += rx_bytes;
         }
-
-        c.polls += 1;
-        if got > 0 {
-            c.busy_polls += 1;
-            empty_polls = 0;
-        } else {
-            empty_polls = empty_polls.saturating_add(1);
-        }
-        let now = dpdk::tsc();
-        last_poll_tsc = now;
-        out.release(&mut c, now);
-        if got == 0 || now.wrapping_sub(last_drain) >= drain_tsc {
-            out.flush(&mut c);
-            last_drain = now;
-        }
-        if now.wrapping_sub(last_age) >= age_tsc {
-            last_age = now;
-            let fa = flows.age(now, flow_slice);
-            let ma = macs.age(now, mac_slice);
-            c.event_n(Event::FlowAged, fa as u64);
-            c.event_n(Event::MacAged, ma as u64);
-        }
-        if poll_no % 1024 == 0 {
-            me.counters.publish(&mut c);
-        } else if got > 0 {
-            me.counters.publish_burst(&mut c, nports);
-        }
-        // Stored when they change only: a store to a line the control core
-        // has read since costs a cache-line transfer.
-        let sizes = (flows.len(), macs.len());
-        if sizes != published_sizes {
-            me.flows_in_use.store(sizes.0 as u64, Ordering::Relaxed);
-            me.macs_in_use.store(sizes.1 as u64, Ordering::Relaxed);
-            published_sizes = sizes;
-        }
-        if setup.idle.enabled && empty_polls >= setup.idle.empty_polls {
-            // Sleep, but wake in time for packets a link emulation releases:
-            // the last 200 us before one is due are busy-polled.
-            let mut us = setup.idle.sleep_us as u64;
-            if let Some(due) = out.next_due() {
-                us = us.min((due.saturating_sub(now) * 1_000_000 / hz).saturating_sub(200));
-            }
-            if us > 0 {
-                std::thread::sleep(Duration::from_micros(us));
-            }
-        }
+        house.after_poll(got, &me, &mut pipe, &mut out, &mut c);
     }
     out.flush(&mut c);
     // Packets still in link emulation are dropped at shutdown, counted.
@@ -667,175 +373,331 @@ pub fn run(mut setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     0
 }
 
-/// The parse-and-prefetch pass of a burst: which tables are larger than
-/// the caches, so that their lookups are started for the whole burst before
-/// any packet is handled.
-#[derive(Debug, Clone, Copy)]
-pub struct Prefetch {
-    flows: bool,
-    ampm: bool,
-}
-
-impl Prefetch {
-    pub fn for_burst(flows: &FlowTable, t: &Tables) -> Prefetch {
-        Prefetch {
-            flows: flows.len() >= PREFETCH_MIN_FLOWS,
-            ampm: t.ampm.as_ref().is_some_and(|a| a.flows.len() >= PREFETCH_MIN_FLOWS),
-        }
-    }
-
-    /// Whether the burst gets the pass at all.
-    pub fn any(self) -> bool {
-        self.flows || self.ampm
-    }
-
-    /// Starts loading what the lookups of one parsed packet will read.
-    #[inline(always)]
-    pub fn packet(self, flows: &FlowTable, t: &Tables, frame: &[u8], meta: &PacketMeta) {
-        if self.flows {
-            flows.prefetch(&meta.key);
-        }
-        if let (true, Some(a)) = (self.ampm, t.ampm.as_ref()) {
-            ampm::prefetch(a, frame, meta);
-        }
-    }
-}
-
-/// The frame's parse; a chained mbuf is not parsed (its headers may span
-/// segments).
-#[inline(always)]
-fn parse_frame(m: &Mbuf, in_port: u16) -> Result<PacketMeta, DropReason> {
-    if m.segments() != 1 {
-        Err(DropReason::MultiSegment)
-    } else {
-        crate::parse::parse(m.data(), in_port)
-    }
-}
-
 /// Picks up a newly published table generation and acknowledges it. The
 /// control core keeps the old one alive until every worker has acknowledged.
 #[inline]
-fn refresh_tables(
-    shared: &Shared,
-    me: &WorkerShared,
-    tables: &mut Arc<Tables>,
-    my_gen: &mut u64,
-    c: &mut CounterValues,
-) {
-    if shared.table_generation.load(Ordering::Acquire) != *my_gen {
+fn refresh_tables(shared: &Shared, me: &WorkerShared, tables: &mut Arc<Tables>, c: &mut CounterValues) {
+    if shared.table_generation.load(Ordering::Acquire) != tables.generation {
         *tables = shared.tables.load_full();
-        *my_gen = tables.generation;
         c.event(Event::TablesSwapped);
-        me.acked_tables.store(*my_gen, Ordering::Release);
+        me.acked_tables.store(tables.generation, Ordering::Release);
     }
 }
 
-/// Nanoseconds since the Unix epoch (CLOCK_REALTIME).
-#[inline]
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+/// Flow commands, MACs the other workers learned and packets to inject,
+/// each bounded by its queue's size.
+fn control_messages(me: &WorkerShared, pipe: &mut WorkerPipeline, out: &mut Egress, t: &Tables, c: &mut CounterValues) {
+    let fwd = &mut pipe.forward;
+    while let Some(cmd) = me.flow_commands.pop() {
+        flow_command(me, &mut fwd.flows, &fwd.macs, cmd);
+    }
+    while let Some(s) = me.mac_sync.pop() {
+        if fwd.macs.sync_key(s.key, s.port, s.seen) {
+            c.event(Event::MacSynced);
+        }
+    }
+    while let Some((port, m)) = me.inject.pop() {
+        if (port as usize) < out.tx.len() {
+            c.event(Event::Injected);
+            out.send(port as usize, m, t, c, dpdk::tsc());
+        }
+    }
 }
 
-/// Runs AM-PM on a packet that is being forwarded (not on drops or on the
-/// switch's own replies).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn ampm_stage(
-    spec: &crate::ampm::AmpmSpec,
-    regs: &mut [u8],
-    counters: &[FlowCounters],
+/// Applies one flow command and acknowledges its generation.
+fn flow_command(me: &WorkerShared, flows: &mut FlowTable, macs: &MacTable, cmd: FlowCommand) {
+    let now = dpdk::tsc();
+    match cmd {
+        FlowCommand::Install { key, action, generation } => {
+            if flows.install(key, action, now).is_err() {
+                me.failed_install.store(generation, Ordering::Release);
+            }
+        }
+        FlowCommand::Dump { max, .. } => {
+            // Rare and asked for explicitly: the only allocation a worker makes.
+            let v: Vec<FlowRecord> = flows
+                .iter()
+                .take(max)
+                .map(|(k, e)| FlowRecord {
+                    key: *k,
+                    action: e.action,
+                    packets: e.packets,
+                    bytes: e.bytes,
+                    idle_tsc: e.seen.ticks_until(now),
+                    installed: e.installed,
+                })
+                .collect();
+            if let Ok(mut d) = me.dump.lock() {
+                *d = v;
+            }
+        }
+        FlowCommand::DumpMacs { max, .. } => {
+            // Asked for explicitly, like a flow dump.
+            let v: Vec<MacRecord> = macs
+                .entries()
+                .take(max)
+                .map(|(vlan, mac, e)| MacRecord { vlan, mac, port: e.port, idle_tsc: now.saturating_sub(e.last_seen) })
+                .collect();
+            if let Ok(mut d) = me.mac_dump.lock() {
+                *d = v;
+            }
+        }
+        FlowCommand::Remove { key, .. } => {
+            flows.remove(&key);
+        }
+        FlowCommand::Clear { .. } => flows.clear(),
+    }
+    me.acked_flows.fetch_max(cmd.generation(), Ordering::AcqRel);
+}
+
+/// Runs held packets that came back through the pipeline, as bursts of
+/// their own: consecutive packets of one input port and receive time.
+fn reinject(
+    me: &WorkerShared,
+    pipe: &mut WorkerPipeline,
+    out: &mut Egress,
+    t: &Tables,
+    load: &PortLoad,
     c: &mut CounterValues,
-    now: &BurstTime,
-    memo: &mut SlotMemo,
-    m: &mut Mbuf,
-    meta: &mut PacketMeta,
-    v: Verdict,
+    pkts: &mut [Option<Mbuf>; MAX_BURST],
 ) {
-    if matches!(v, Verdict::Tx(_) | Verdict::Flood) {
-        let mut ctx = AmpmCtx { spec, regs, counters, c, now, memo };
-        ampm::apply(&mut ctx, m, meta);
-    }
-}
-
-/// What the INT stage needs to know about the worker running it.
-struct IntWorker<'a> {
-    id: usize,
-    clock: &'a WallClock,
-    /// The burst's receive time and egress clock.
-    times: &'a BurstClock,
-    out: &'a Egress,
-    shared: &'a Shared,
-}
-
-/// A packet's hop through this worker, measured only if INT acts on it.
-struct WorkerHop<'a, 'b> {
-    w: &'a IntWorker<'b>,
-    in_port: u16,
-    out_port: u16,
-}
-
-impl int_stage::HopSource for WorkerHop<'_, '_> {
-    fn ports(&self) -> (u16, u16) {
-        (self.in_port, self.out_port)
-    }
-
-    fn rx_tsc(&self) -> u64 {
-        self.w.times.rx_tsc
-    }
-
-    fn measure(&self) -> Hop {
-        let (w, o) = (self.w, self.out_port as usize);
-        let util = w.shared.port_tx_util.get(o).map_or(u32::MAX, |u| u.load(Ordering::Relaxed));
-        Hop {
-            in_port: self.in_port,
-            out_port: self.out_port,
-            rx_tsc: w.times.rx_tsc,
-            tx_tsc: w.times.egress_tsc(dpdk::tsc),
-            queue_id: w.id as u8,
-            queue_occupancy: w.out.occupancy(o) as u32,
-            tx_util: (util != u32::MAX).then_some(util),
-            buffer_occupancy: w.shared.pool_in_use.load(Ordering::Relaxed),
+    let mut next = me.reinject.pop();
+    while let Some(first) = next.take() {
+        let (in_port, rx) = (first.in_port, first.rx);
+        pkts[0] = Some(first.mbuf);
+        let mut n = 1;
+        while n < MAX_BURST {
+            match me.reinject.pop() {
+                Some(h) if h.in_port == in_port && h.rx == rx => {
+                    pkts[n] = Some(h.mbuf);
+                    n += 1;
+                }
+                other => {
+                    next = other;
+                    break;
+                }
+            }
+        }
+        let burst = Burst::reinjected(in_port, rx, dpdk::tsc());
+        pipe.run(t, c, out, load, &burst, &mut pkts[..n]);
+        if next.is_none() && n == MAX_BURST {
+            next = me.reinject.pop();
         }
     }
 }
 
-/// What the INT stage of a worker keeps for itself: the ring its reports go
-/// to the control core in, and the sink's per-flow report filter.
-struct IntOwn {
-    reports: ReportProducer,
-    filter: ReportFilter,
+/// What a worker does after each poll round: release and flush TX, age
+/// its tables a slice at a time, publish counters, sleep when idle.
+struct Housekeeping {
+    hz: u64,
+    drain_tsc: u64,
+    last_drain: u64,
+    last_poll_tsc: u64,
+    poll_no: u64,
+    empty_polls: u32,
+    idle: IdleConfig,
+    /// Tables age a slice once a millisecond, sized to visit every slot
+    /// about once a second: bounded work that does not sweep cold memory
+    /// per poll.
+    age_tsc: u64,
+    last_age: u64,
+    flow_slice: usize,
+    mac_slice: usize,
+    published_sizes: (usize, usize),
 }
 
-/// Runs the INT stage on a forwarded packet (or files a drop report for a
-/// dropped one); returns the verdict, which becomes a drop when INT says so.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn int_verdict(
-    spec: &crate::int_watch::IntSpec,
-    w: &IntWorker,
-    m: &mut Mbuf,
-    meta: &PacketMeta,
-    v: Verdict,
-    in_port: u16,
-    own: &mut IntOwn,
-    counters: &mut CounterValues,
-) -> Verdict {
-    let out_port = match v {
-        Verdict::Tx(p) => p,
-        Verdict::Drop(_) => in_port,
-        _ => return v,
-    };
-    let hop = WorkerHop { w, in_port, out_port };
-    let mut ictx = IntCtx { spec, clock: w.clock, filter: &mut own.filter, counters, reports: &mut own.reports };
-    match v {
-        Verdict::Drop(r) => {
-            int_stage::dropped(&mut ictx, m.data(), meta, &hop, r);
-            v
+impl Housekeeping {
+    fn new(tx_drain_us: u64, idle: IdleConfig, pipe: &WorkerPipeline, hz: u64) -> Housekeeping {
+        let now = dpdk::tsc();
+        let slice = |slots: usize| (slots as u64 / AGE_SLICES_PER_S).max(64) as usize;
+        Housekeeping {
+            hz,
+            drain_tsc: tx_drain_us * hz / 1_000_000,
+            last_drain: now,
+            last_poll_tsc: now,
+            poll_no: 0,
+            empty_polls: 0,
+            idle,
+            age_tsc: hz / AGE_SLICES_PER_S,
+            last_age: now,
+            flow_slice: slice(pipe.forward.flows.slots()),
+            mac_slice: slice(pipe.forward.macs.slots()),
+            published_sizes: (0, 0),
         }
-        _ => match int_stage::apply(&mut ictx, m, meta, &hop) {
-            Ok(()) => v,
-            Err(r) => Verdict::Drop(r),
-        },
+    }
+
+    fn after_poll(
+        &mut self,
+        got: usize,
+        me: &WorkerShared,
+        pipe: &mut WorkerPipeline,
+        out: &mut Egress,
+        c: &mut CounterValues,
+    ) {
+        self.poll_no += 1;
+        c.polls += 1;
+        if got > 0 {
+            c.busy_polls += 1;
+            self.empty_polls = 0;
+        } else {
+            self.empty_polls = self.empty_polls.saturating_add(1);
+        }
+        let now = dpdk::tsc();
+        self.last_poll_tsc = now;
+        out.release(c, now);
+        if got == 0 || now.wrapping_sub(self.last_drain) >= self.drain_tsc {
+            out.flush(c);
+            self.last_drain = now;
+        }
+        let fwd = &mut pipe.forward;
+        if now.wrapping_sub(self.last_age) >= self.age_tsc {
+            self.last_age = now;
+            let fa = fwd.flows.age(now, self.flow_slice);
+            let ma = fwd.macs.age(now, self.mac_slice);
+            c.event_n(Event::FlowAged, fa as u64);
+            c.event_n(Event::MacAged, ma as u64);
+        }
+        if self.poll_no % 1024 == 0 {
+            me.counters.publish(c);
+        } else if got > 0 {
+            me.counters.publish_burst(c, out.tx.len());
+        }
+        // Stored when they change only: a store to a line the control core
+        // has read since costs a cache-line transfer.
+        let sizes = (fwd.flows.len(), fwd.macs.len());
+        if sizes != self.published_sizes {
+            me.flows_in_use.store(sizes.0 as u64, Ordering::Relaxed);
+            me.macs_in_use.store(sizes.1 as u64, Ordering::Relaxed);
+            self.published_sizes = sizes;
+        }
+        if self.idle.enabled && self.empty_polls >= self.idle.empty_polls {
+            // Sleep, but wake in time for packets a link emulation releases:
+            // the last 200 us before one is due are busy-polled.
+            let mut us = self.idle.sleep_us as u64;
+            if let Some(due) = out.next_due() {
+                us = us.min((due.saturating_sub(now) * 1_000_000 / self.hz).saturating_sub(200));
+            }
+            if us > 0 {
+                std::thread::sleep(Duration::from_micros(us));
+            }
+        }
+    }
+}
+
+/// A bridge burst that only forwarding reads, by its Ethernet header
+/// (`Shortcut::L2`): the frames' verdicts, and when they all leave by one
+/// port, the burst moves as a whole.
+struct L2Burst {
+    in_port: u16,
+    max: usize,
+    /// The bridge only stamps learned MACs with it: the last poll's time
+    /// will do (no TSC read per burst) unless link emulation schedules
+    /// packets by it.
+    now: u64,
+}
+
+impl L2Burst {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        fwd: &mut ForwardStage<EventQueue>,
+        t: &Tables,
+        c: &mut CounterValues,
+        out: &mut Egress,
+        rxq: &mut RxQueue,
+        pkts: &mut [Option<Mbuf>; MAX_BURST],
+        expect_out: &mut Option<usize>,
+    ) -> usize {
+        let (in_port, ip, nports) = (self.in_port, self.in_port as usize, out.tx.len());
+        let now = if t.emulated == 0 { self.now } else { dpdk::tsc() };
+        fwd.new_burst();
+        // A burst expected to leave whole by the port the last one from
+        // this port did (one flow, or a two-port bridge) is received straight
+        // into that port's TX buffer and bridged once there, as a wire's is;
+        // one that does not (mixed frames, another port, a drop) is taken
+        // back out and handled as below.
+        let n = match expect_out.filter(|&p| t.emulated == 0 && p < nports) {
+            Some(p) => {
+                let mut flooded = false;
+                let (r, ok) = rxq.relay_into_if(self.max, &mut out.tx[p], pkts, |ms| {
+                    if !same_head(ms) {
+                        return false;
+                    }
+                    let v = fwd.l2_verdict(t, c, ms[0].data(), in_port, now);
+                    let to = match v {
+                        Verdict::Tx(q) => Some(q as usize),
+                        // (Only a flood needs the port list.)
+                        Verdict::Flood => single_flood_port(t, ip, nports),
+                        _ => None,
+                    };
+                    flooded = v == Verdict::Flood;
+                    to == Some(p)
+                });
+                if ok {
+                    out.count_relay(c, ip, p, &r);
+                    if flooded {
+                        c.event_n(Event::Flooded, r.packets as u64);
+                    }
+                    return r.packets;
+                }
+                account_refused(c, p, r.refused, r.refused_bytes);
+                *expect_out = None;
+                r.packets
+            }
+            None => rxq.rx_burst_into(self.max, pkts),
+        };
+        if n == 0 {
+            return 0;
+        }
+        // The verdict of the last untagged frame, by its first 16 bytes
+        // (MACs, ethertype, 2 more): frames of a burst mostly repeat it (as
+        // VPP's l2 input caches its last lookup). Equal bytes give the bridge
+        // the same inputs, and the tables only change by learning, which the
+        // first of them did (the bridge's own memo skips learning it again).
+        let mut verdicts = [Verdict::Consumed; MAX_BURST];
+        let mut last: Option<([u8; 16], Verdict)> = None;
+        let (mut bytes, mut uniform) = (0u64, true);
+        for i in 0..n {
+            let m = pkts[i].as_ref().expect("received");
+            bytes += m.pkt_len() as u64;
+            let head = m.data().first_chunk::<16>().filter(|h| !crate::forward::vlan_tagged(h));
+            verdicts[i] = match (head, &last) {
+                (Some(h), Some((lh, lv))) if h == lh => *lv,
+                _ => {
+                    // Every frame of a uniform burst repeats the first.
+                    uniform &= i == 0;
+                    let v = fwd.l2_verdict(t, c, m.data(), in_port, now);
+                    last = head.map(|h| (*h, v));
+                    v
+                }
+            };
+        }
+        c.rx_packets[ip] += n as u64;
+        c.rx_bytes[ip] += bytes;
+        // A burst that all leaves by one port without link emulation (the
+        // usual case) moves on as a wire's does. (Flooding to the one other
+        // port of a two-port bridge is such a case.)
+        let single = match verdicts[0] {
+            Verdict::Tx(p) => Some(p as usize),
+            Verdict::Flood => single_flood_port(t, ip, nports),
+            _ => None,
+        };
+        if let (true, Some(p)) = (uniform, single.filter(|&p| p < nports && !t.emulates(p))) {
+            *expect_out = Some(p);
+            if verdicts[0] == Verdict::Flood {
+                c.event_n(Event::Flooded, n as u64);
+            }
+            c.tx_packets[p] += n as u64;
+            c.tx_bytes[p] += bytes;
+            let (rn, rb) = out.tx[p].push_burst(&mut pkts[..n]);
+            account_refused(c, p, rn, rb);
+            return n;
+        }
+        for (slot, &v) in pkts.iter_mut().zip(&verdicts).take(n) {
+            let m = slot.take().expect("received");
+            out.deliver(m, v, ip, t, c, now);
+        }
+        n
     }
 }
 
@@ -844,7 +706,8 @@ fn int_verdict(
 /// first one's verdict.
 #[inline]
 fn same_head(ms: &[Mbuf]) -> bool {
-    let Some(head) = ms.first().and_then(|m| m.data().first_chunk::<16>()).filter(|h| !forward::vlan_tagged(h)) else {
+    let Some(head) = ms.first().and_then(|m| m.data().first_chunk::<16>()).filter(|h| !crate::forward::vlan_tagged(h))
+    else {
         return false;
     };
     let head = u128::from_ne_bytes(*head);
@@ -852,38 +715,87 @@ fn same_head(ms: &[Mbuf]) -> bool {
     ms.iter().fold(true, |same, m| same & m.data().first_chunk::<16>().is_some_and(|h| u128::from_ne_bytes(*h) == head))
 }
 
-/// Mirrors a packet about to leave a port whose TX side is captured.
-fn mirror_tx(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, v: Verdict, cap_tx: u32, c: &mut CounterValues) {
-    if let Verdict::Tx(p) | Verdict::TxLen(p, _) = v {
-        if cap_tx & (1 << p) != 0 {
-            mirror(me, pool, m, p, true, c);
-        }
-    }
-}
-
-/// Copies a packet for capture; a full capture queue or pool is counted.
-fn mirror(me: &WorkerShared, pool: &dpdk::Mempool, m: &Mbuf, port: u16, tx: bool, c: &mut CounterValues) {
-    match m.copy_into(pool) {
-        Some(mbuf) => {
-            if me.capture.push(Captured { tsc: dpdk::tsc(), port, tx, mbuf }).is_err() {
-                c.event(Event::CaptureDropped);
-            }
-        }
-        None => c.event(Event::CaptureDropped),
-    }
-}
-
 /// A worker's output side: its TX buffer on every port, the link
-/// emulation queue of every port, and what flooding needs.
+/// emulation queue of every port, what flooding needs, and its queues to
+/// the control core for held and captured packets.
 struct Egress {
     tx: Vec<TxBuffer>,
     impair: Vec<Impairer<Mbuf>>,
     pool: dpdk::Mempool,
     hz: u64,
     flood: [usize; MAX_PORTS],
+    me: Arc<WorkerShared>,
+    queue_id: u8,
+    /// Capture bits (received, transmitted) for this poll round.
+    capture: (u32, u32),
+}
+
+impl Output<Mbuf> for Egress {
+    #[inline(always)]
+    fn deliver(&mut self, m: Mbuf, v: Verdict, in_port: u16, t: &Tables, c: &mut CounterValues, now: u64) {
+        Egress::deliver(self, m, v, in_port as usize, t, c, now)
+    }
+
+    fn hold(&mut self, in_port: u16, hop: IpAddr, rx: RxTime, mbuf: Mbuf) -> Result<(), Mbuf> {
+        self.me.held.push(HeldPacket { in_port, hop, rx, mbuf }).map_err(|h| h.mbuf)
+    }
+
+    #[inline]
+    fn can_hold(&self) -> bool {
+        !self.me.held.is_full()
+    }
+
+    #[inline]
+    fn occupancy(&self, port: usize) -> usize {
+        self.tx.get(port).map_or(0, |t| t.pending()) + self.impair.get(port).map_or(0, |i| i.len())
+    }
+
+    #[inline(always)]
+    fn capture(&self) -> (u32, u32) {
+        self.capture
+    }
+
+    fn mirror(&self, m: &Mbuf, port: u16, tx: bool, c: &mut CounterValues) {
+        match m.copy_into(&self.pool) {
+            Some(mbuf) => {
+                if self.me.capture.push(Captured { tsc: dpdk::tsc(), port, tx, mbuf }).is_err() {
+                    c.event(Event::CaptureDropped);
+                }
+            }
+            None => c.event(Event::CaptureDropped),
+        }
+    }
+
+    #[inline(always)]
+    fn queue_id(&self) -> u8 {
+        self.queue_id
+    }
 }
 
 impl Egress {
+    fn new(tx: Vec<TxBuffer>, pool: dpdk::Mempool, id: usize, me: Arc<WorkerShared>, hz: u64) -> Egress {
+        Egress {
+            impair: (0..tx.len()).map(|p| Impairer::new(dpdk::tsc() ^ ((id as u64) << 32) ^ p as u64)).collect(),
+            tx,
+            pool,
+            hz,
+            flood: [0; MAX_PORTS],
+            me,
+            queue_id: id as u8,
+            capture: (0, 0),
+        }
+    }
+
+    /// Counts a burst that went from `in_port` straight to `out`'s TX buffer.
+    #[inline(always)]
+    fn count_relay(&self, c: &mut CounterValues, in_port: usize, out: usize, r: &dpdk::Relayed) {
+        c.rx_packets[in_port] += r.packets as u64;
+        c.rx_bytes[in_port] += r.bytes;
+        c.tx_packets[out] += r.packets as u64;
+        c.tx_bytes[out] += r.bytes;
+        account_refused(c, out, r.refused, r.refused_bytes);
+    }
+
     /// Sends, floods or drops one packet according to its verdict.
     #[inline(always)]
     fn deliver(&mut self, mut m: Mbuf, v: Verdict, in_port: usize, t: &Tables, c: &mut CounterValues, now: u64) {
@@ -977,11 +889,6 @@ impl Egress {
                 account_refused(c, p, n, b);
             });
         }
-    }
-
-    /// Packets waiting on a port: this worker's TX buffer and link emulation.
-    fn occupancy(&self, port: usize) -> usize {
-        self.tx.get(port).map_or(0, |t| t.pending()) + self.impair.get(port).map_or(0, |i| i.len())
     }
 
     /// When the next packet held by a link emulation is due, if any.

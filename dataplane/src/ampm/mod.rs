@@ -13,6 +13,8 @@
 //! Counters are per worker and per flow slot, single-writer atomics that the
 //! control core reads once per interval, when a color is stable.
 
+pub mod stage;
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::classifier::{self, field, Classifier, Key, Rule};

@@ -7,7 +7,7 @@
 //! Capacity counts records, as `ring_size` says; a full ring refuses a
 //! record whole and never blocks (as rtrb's push).
 
-use crate::int_stage::{ReportRecord, ReportSink, REPORT_MAX};
+use crate::int::stage::{ReportRecord, ReportSink, REPORT_MAX};
 use crate::wire::int_md::HopMetadata;
 
 const CHUNK: usize = 64;

@@ -16,6 +16,11 @@
 //! sum of what is inserted or removed adjusts the UDP or TCP checksum
 //! directly; a zero UDP checksum stays zero.
 
+pub mod report_filter;
+pub mod report_ring;
+pub mod stage;
+pub mod watch;
+
 use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
 use crate::pktbuf::PacketBuf;
 use crate::wire::checksum;

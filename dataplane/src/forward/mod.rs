@@ -16,6 +16,8 @@ use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::DropReason;
 
+pub mod stage;
+
 /// What to do with the frame after processing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -62,17 +64,18 @@ pub struct Ctx<'a> {
     pub learn_flows: bool,
     /// Set to the next hop a `NeighbourUnresolved` verdict waits for.
     pub unresolved: Option<IpAddr>,
-    /// Bridge lookups this burst already made (a Ctx lives for one burst).
-    bridged: BridgeMemo,
+    /// Bridge lookups this burst already made.
+    bridged: &'a mut BridgeMemo,
 }
 
 /// The bridge's last source and destination of this burst, as MAC-table
 /// keys. Consecutive frames of a burst usually share them (one flow, or a
 /// link between two routers), and `now` is the burst's time: learning the
 /// same source on the same port again changes nothing, and the
-/// destination's port holds until a learn changes the table.
-#[derive(Default)]
-struct BridgeMemo {
+/// destination's port holds until a learn changes the table. Made anew for
+/// each burst.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BridgeMemo {
     /// Source handled (learned, refreshed, or static) on this port.
     src: Option<(u64, u16)>,
     /// Destination and the port it resolved to (None: unknown, flooded).
@@ -80,6 +83,7 @@ struct BridgeMemo {
 }
 
 impl<'a> Ctx<'a> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         tables: &'a Tables,
         flows: &'a mut FlowTable,
@@ -88,18 +92,9 @@ impl<'a> Ctx<'a> {
         control: &'a mut dyn ControlSink,
         now: u64,
         learn_flows: bool,
+        bridged: &'a mut BridgeMemo,
     ) -> Ctx<'a> {
-        Ctx {
-            tables,
-            flows,
-            macs,
-            counters,
-            control,
-            now,
-            learn_flows,
-            unresolved: None,
-            bridged: BridgeMemo::default(),
-        }
+        Ctx { tables, flows, macs, counters, control, now, learn_flows, unresolved: None, bridged }
     }
 
     fn notify(&mut self, ev: ControlEvent) {
@@ -151,7 +146,7 @@ fn decide(ctx: &mut Ctx, frame: &mut [u8], in_port: u16, meta: &PacketMeta) -> V
 
 /// The port's peer, or where the flow's action sends it.
 #[inline(always)]
-fn cross_connect(t: &Tables, in_port: u16, action: FlowAction) -> Verdict {
+pub(crate) fn cross_connect(t: &Tables, in_port: u16, action: FlowAction) -> Verdict {
     let out = match action {
         FlowAction::Forward(p) => Some(p),
         _ => t.xconnect.get(in_port as usize).copied().flatten(),
@@ -170,7 +165,7 @@ pub fn vlan_tagged(frame: &[u8; 16]) -> bool {
 }
 
 /// A bridge with nothing that reads past the Ethernet header (no flow
-/// entries, no flow learning, no stage: see `Tables::l2_only`) parses only
+/// entries, no flow learning, no stage: `pipeline::Shortcut::L2`) parses only
 /// the VLAN tags and MACs; like any L2 switch it bridges frames whatever
 /// their IP header holds.
 #[inline]
@@ -603,21 +598,48 @@ mod tests {
             }
         }
         fn run(&mut self, f: &mut [u8], port: u16) -> Verdict {
-            let mut ctx =
-                Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
+            let mut memo = BridgeMemo::default();
+            let mut ctx = Ctx::new(
+                &self.t,
+                &mut self.flows,
+                &mut self.macs,
+                &mut self.c,
+                &mut self.sink,
+                10,
+                self.learn,
+                &mut memo,
+            );
             process(&mut ctx, f, port)
         }
 
         /// Frames as one burst: one Ctx for all.
         fn run_burst(&mut self, frames: &[(Vec<u8>, u16)]) -> Vec<Verdict> {
-            let mut ctx =
-                Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
+            let mut memo = BridgeMemo::default();
+            let mut ctx = Ctx::new(
+                &self.t,
+                &mut self.flows,
+                &mut self.macs,
+                &mut self.c,
+                &mut self.sink,
+                10,
+                self.learn,
+                &mut memo,
+            );
             frames.iter().map(|(f, port)| bridge_l2(&mut ctx, f, *port)).collect()
         }
 
         fn run_l2(&mut self, f: &[u8], port: u16) -> Verdict {
-            let mut ctx =
-                Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn);
+            let mut memo = BridgeMemo::default();
+            let mut ctx = Ctx::new(
+                &self.t,
+                &mut self.flows,
+                &mut self.macs,
+                &mut self.c,
+                &mut self.sink,
+                10,
+                self.learn,
+                &mut memo,
+            );
             bridge_l2(&mut ctx, f, port)
         }
     }

@@ -1,17 +1,21 @@
 //! The INT stage of a worker: after forwarding chose the output port, decide
-//! this switch's role for the packet (see `int_watch`), gather the hop's
+//! this switch's role for the packet (see `int::watch`), gather the hop's
 //! metadata, run the source / transit / sink transform, and queue telemetry
 //! report records for the control core. Nothing here allocates; reports go
 //! into a fixed-size record pushed to the worker's SPSC ring.
 
 use std::cell::Cell;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::counters::{CounterValues, Event};
+use crate::forward::Verdict;
+use crate::int::report_filter::ReportFilter;
+use crate::int::watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::int::{self, Block, Skip, Transit};
-use crate::int_watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::parse::PacketMeta;
+use crate::pipeline::{Burst, Cx, Depth, Output, Packet, PortLoad, Stage, Step};
 use crate::pktbuf::PacketBuf;
-use crate::report_filter::ReportFilter;
+use crate::tables::Tables;
 use crate::wire::int_md::HopMetadata;
 use crate::wire::telemetry_report::{FLAG_D, FLAG_F, FLAG_I};
 use crate::DropReason;
@@ -439,11 +443,111 @@ pub fn dropped<R: ReportSink>(
     queue(ctx, rec);
 }
 
+/// A worker's INT stage in the pipeline: the ring its reports go to the
+/// control core in, the sink's per-flow report filter, and the burst's
+/// clock.
+pub struct IntStage<R: ReportSink> {
+    pub reports: R,
+    pub filter: ReportFilter,
+    clock: WallClock,
+    /// The burst's receive time and egress clock.
+    times: BurstClock,
+}
+
+impl<R: ReportSink> IntStage<R> {
+    pub fn new(reports: R, filter: ReportFilter, clock: WallClock) -> IntStage<R> {
+        IntStage { reports, filter, clock, times: BurstClock::new(0) }
+    }
+}
+
+/// A packet's hop through this worker, measured only if INT acts on it.
+struct StageHop<'a, B, O> {
+    times: &'a BurstClock,
+    out: &'a O,
+    load: &'a PortLoad,
+    in_port: u16,
+    out_port: u16,
+    buf: std::marker::PhantomData<fn() -> B>,
+}
+
+impl<B, O: Output<B>> HopSource for StageHop<'_, B, O> {
+    fn ports(&self) -> (u16, u16) {
+        (self.in_port, self.out_port)
+    }
+
+    fn rx_tsc(&self) -> u64 {
+        self.times.rx_tsc
+    }
+
+    fn measure(&self) -> Hop {
+        let o = self.out_port as usize;
+        let util = self.load.tx_util.get(o).map_or(u32::MAX, |u| u.load(Relaxed));
+        Hop {
+            in_port: self.in_port,
+            out_port: self.out_port,
+            rx_tsc: self.times.rx_tsc,
+            tx_tsc: self.times.egress_tsc(crate::dpdk::tsc),
+            queue_id: self.out.queue_id(),
+            queue_occupancy: self.out.occupancy(o) as u32,
+            tx_util: (util != u32::MAX).then_some(util),
+            buffer_occupancy: self.load.pool_in_use.load(Relaxed),
+        }
+    }
+}
+
+impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
+    #[inline(always)]
+    fn depth<O: Output<B>>(&self, t: &Tables, _out: &O) -> Option<Depth> {
+        t.int.as_ref().map(|_| Depth::Full)
+    }
+
+    #[inline(always)]
+    fn begin(&mut self, _t: &Tables, burst: &Burst) {
+        self.times = BurstClock::new(burst.rx_tsc);
+    }
+
+    /// Runs INT on a forwarded packet (its verdict becomes a drop when INT
+    /// says so), or files a drop report for a dropped one. Packets INT
+    /// cannot act on skip it, decided from the parse (`may_act`).
+    #[inline(always)]
+    fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
+        let (Some(spec), Ok(meta)) = (cx.tables.int.as_ref(), &p.meta) else { return Step::Next };
+        let in_port = cx.burst.in_port;
+        let out_port = match p.verdict {
+            Verdict::Tx(port) => port,
+            Verdict::Drop(_) => in_port,
+            _ => return Step::Next,
+        };
+        if !may_act(spec, m.bytes(), meta, in_port) {
+            return Step::Next;
+        }
+        let hop = StageHop {
+            times: &self.times,
+            out: cx.out,
+            load: cx.load,
+            in_port,
+            out_port,
+            buf: std::marker::PhantomData::<fn() -> B>,
+        };
+        let mut ictx =
+            IntCtx { spec, clock: &self.clock, filter: &mut self.filter, counters: cx.c, reports: &mut self.reports };
+        match p.verdict {
+            Verdict::Drop(r) => dropped(&mut ictx, m.bytes(), meta, &hop, r),
+            _ => {
+                if let Err(r) = apply(&mut ictx, m, meta, &hop) {
+                    p.verdict = Verdict::Drop(r);
+                }
+            }
+        }
+        Step::Next
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::counters::MAX_PORTS;
-    use crate::int_watch::{Presence, ReportParams, SourceParams, Ternary, WatchRule};
+    use crate::int::watch::{Presence, ReportParams, SourceParams, Ternary, WatchRule};
     use crate::parse::{parse, tests::udp4};
     use crate::pktbuf::VecBuf;
     use crate::wire::int_md::{instr, IntMd};

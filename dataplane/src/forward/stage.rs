@@ -1,0 +1,125 @@
+//! Forwarding as the pipeline's first stage: the worker's flow table and
+//! MAC table, the decision of `forward`, holding packets whose next hop is
+//! being resolved, and the two shortcuts only forwarding can allow (a
+//! cross-connect's wire, a bridge's Ethernet-only path).
+
+use crate::counters::CounterValues;
+use crate::flow_table::{FlowAction, FlowTable};
+use crate::mac_table::MacTable;
+use crate::parse::PacketMeta;
+use crate::pipeline::{Burst, Cx, Depth, Output, Packet, Stage, Step};
+use crate::pktbuf::PacketBuf;
+use crate::tables::{Mode, Tables};
+use crate::DropReason;
+
+use super::{BridgeMemo, ControlSink, Ctx, Verdict};
+
+/// Flow-table size from which a burst is parsed and prefetched first.
+pub const PREFETCH_MIN_FLOWS: usize = 4096;
+
+/// A worker's forwarding state.
+pub struct ForwardStage<C: ControlSink> {
+    pub flows: FlowTable,
+    pub macs: MacTable,
+    /// Learn a flow entry on a miss.
+    pub learn: bool,
+    /// Where requests to the control core go (neighbours, resolution, MACs).
+    pub control: C,
+    memo: BridgeMemo,
+}
+
+impl<C: ControlSink> ForwardStage<C> {
+    pub fn new(flows: FlowTable, macs: MacTable, learn: bool, control: C) -> ForwardStage<C> {
+        ForwardStage { flows, macs, learn, control, memo: BridgeMemo::default() }
+    }
+
+    /// Whether the flow table has anything to do (entries, or learning).
+    #[inline(always)]
+    fn flows_in_use(&self) -> bool {
+        self.learn || !self.flows.is_empty()
+    }
+
+    /// The peer a cross-connect passes `in_port`'s frames to untouched.
+    #[inline]
+    pub fn wire_peer(&self, t: &Tables, in_port: usize) -> Option<usize> {
+        if self.flows_in_use() {
+            return None;
+        }
+        t.wire_peer(in_port)
+    }
+
+    /// A frame's verdict from its Ethernet header alone (below `Depth::Full`:
+    /// a bridge, or a cross-connect with nothing reading past it).
+    #[inline]
+    pub fn l2_verdict(&mut self, t: &Tables, c: &mut CounterValues, frame: &[u8], in_port: u16, now: u64) -> Verdict {
+        if t.mode == Mode::CrossConnect {
+            return super::cross_connect(t, in_port, FlowAction::Normal);
+        }
+        let mut ctx = Ctx::new(t, &mut self.flows, &mut self.macs, c, &mut self.control, now, false, &mut self.memo);
+        super::bridge_l2(&mut ctx, frame, in_port)
+    }
+
+    /// Starts a burst: lookups remembered from the last one no longer hold.
+    #[inline(always)]
+    pub fn new_burst(&mut self) {
+        self.memo = BridgeMemo::default();
+    }
+}
+
+impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
+    #[inline]
+    fn depth<O: Output<B>>(&self, t: &Tables, _out: &O) -> Option<Depth> {
+        Some(match t.mode {
+            _ if self.flows_in_use() => Depth::Full,
+            Mode::CrossConnect => Depth::Wire,
+            Mode::Bridge => Depth::L2,
+            Mode::Router => Depth::Full,
+        })
+    }
+
+    #[inline(always)]
+    fn prefetch_pass(&self, _t: &Tables) -> bool {
+        self.flows.len() >= PREFETCH_MIN_FLOWS
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, _t: &Tables, _frame: &[u8], meta: &PacketMeta) {
+        if self.flows.len() >= PREFETCH_MIN_FLOWS {
+            self.flows.prefetch(&meta.key);
+        }
+    }
+
+    #[inline(always)]
+    fn begin(&mut self, _t: &Tables, _burst: &Burst) {
+        self.new_burst();
+    }
+
+    #[inline(always)]
+    fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
+        let (t, burst) = (cx.tables, cx.burst);
+        if burst.depth < Depth::Full {
+            p.verdict = self.l2_verdict(t, cx.c, m.bytes(), burst.in_port, burst.now);
+            return Step::Next;
+        }
+        let mut ctx = Ctx::new(
+            t,
+            &mut self.flows,
+            &mut self.macs,
+            cx.c,
+            &mut self.control,
+            burst.now,
+            self.learn,
+            &mut self.memo,
+        );
+        p.verdict = super::process_parsed(&mut ctx, m.bytes_mut(), burst.in_port, &p.meta);
+        if p.verdict == Verdict::Drop(DropReason::NeighbourUnresolved) {
+            // Held while the control core resolves the next hop; once only
+            // (a reinjected packet that misses again is dropped), and only
+            // while there is room (else dropped, and later stages see it so).
+            if let (false, true, Some(hop)) = (burst.reinjected, cx.out.can_hold(), ctx.unresolved.take()) {
+                return Step::Hold(hop);
+            }
+        }
+        Step::Next
+    }
+}

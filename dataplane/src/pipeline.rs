@@ -1,0 +1,577 @@
+//! The worker's pipeline: the stages every burst runs through, in order,
+//! and the one loop that runs them.
+//!
+//! A stage declares how deep it reads packets for the current table
+//! generation ([`Depth`]); the pipeline's depth is its deepest active
+//! stage's. The worker asks the pipeline ([`Pipeline::shortcut`]), never a
+//! list of stages, whether a burst may skip parsing or skip the stages
+//! altogether, so a new stage that declares [`Depth::Full`] is never
+//! bypassed by a fast path.
+//!
+//! Stages run to completion per packet (as in DPDK's l3fwd): a burst hook,
+//! then for each packet every stage in order, then the output. Forwarding
+//! comes first (it is the one stage that is always there, and it owns the
+//! shortcuts); the feature stages follow, as a tuple in the order they run:
+//! adding one is one element of that tuple where the worker builds it.
+//! The stages are generic over the packet buffer, so the benches and tests
+//! run this same loop over `VecBuf`s without an EAL.
+
+use std::cell::Cell;
+use std::net::IpAddr;
+use std::sync::atomic::AtomicU32;
+
+use crate::counters::{CounterValues, MAX_PORTS};
+use crate::dpdk::MAX_BURST;
+use crate::forward::stage::ForwardStage;
+use crate::forward::{ControlSink, Verdict};
+use crate::parse::PacketMeta;
+use crate::pktbuf::PacketBuf;
+use crate::tables::Tables;
+use crate::DropReason;
+
+/// How deep a stage reads a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Depth {
+    /// Not at all: frames pass as on a wire (a cross-connect).
+    Wire,
+    /// The Ethernet header and VLAN tags (a bridge, capture).
+    L2,
+    /// Every header the parser knows: the packet's `PacketMeta`.
+    Full,
+}
+
+/// When a packet was received: the TSC, and the wall clock when a stage
+/// read it (AM-PM: CLOCK_REALTIME, for other hosts to agree on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxTime {
+    pub tsc: u64,
+    /// Nanoseconds since the Unix epoch; 0 when nothing read it.
+    pub wall_ns: u64,
+}
+
+/// One burst: where and when it was received, and how it is handled.
+#[derive(Debug)]
+pub struct Burst {
+    pub in_port: u16,
+    pub rx_tsc: u64,
+    wall_ns: Cell<u64>,
+    /// The time the stages stamp tables with (learned flows and MACs): the
+    /// receive time, or for reinjected packets the time they come back.
+    pub now: u64,
+    /// Packets held for neighbour resolution coming back: received (and
+    /// counted, and captured) before, never held again.
+    pub reinjected: bool,
+    /// What the packets' `Packet::meta` holds: parsed only at `Full`.
+    pub depth: Depth,
+}
+
+impl Burst {
+    /// A burst just received at `rx_tsc`.
+    pub fn received(in_port: u16, rx: RxTime, depth: Depth) -> Burst {
+        Burst { in_port, rx_tsc: rx.tsc, wall_ns: Cell::new(rx.wall_ns), now: rx.tsc, reinjected: false, depth }
+    }
+
+    /// Held packets of one receive time coming back at `now`.
+    pub fn reinjected(in_port: u16, rx: RxTime, now: u64) -> Burst {
+        Burst { reinjected: true, now, ..Burst::received(in_port, rx, Depth::Full) }
+    }
+
+    /// The wall clock at receive: read now if no stage has yet (once a burst).
+    #[inline]
+    pub fn wall_ns(&self) -> u64 {
+        match self.wall_ns.get() {
+            0 => {
+                let w = realtime_ns();
+                self.wall_ns.set(w);
+                w
+            }
+            w => w,
+        }
+    }
+
+    /// The receive time a held packet keeps for when it comes back.
+    pub fn rx_time(&self) -> RxTime {
+        RxTime { tsc: self.rx_tsc, wall_ns: self.wall_ns() }
+    }
+}
+
+/// Nanoseconds since the Unix epoch (CLOCK_REALTIME).
+#[inline]
+pub fn realtime_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// One packet on its way through the stages.
+#[derive(Debug, Clone, Copy)]
+pub struct Packet {
+    /// Its parse (at `Depth::Full`; below, never read).
+    pub meta: Result<PacketMeta, DropReason>,
+    /// What happens to it after the last stage.
+    pub verdict: Verdict,
+}
+
+/// What a stage tells the pipeline after a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Next,
+    /// Hand the packet to the control core until this next hop's MAC is
+    /// known: no later stage sees it now (it comes back reinjected). Only
+    /// asked for when `Output::can_hold`.
+    Hold(IpAddr),
+}
+
+/// The control core's measurements that INT metadata reports.
+#[derive(Debug)]
+pub struct PortLoad {
+    /// Per port: TX utilisation in 1/100 % (u32::MAX: unknown).
+    pub tx_util: [AtomicU32; MAX_PORTS],
+    /// Mbufs in use in the packet pool.
+    pub pool_in_use: AtomicU32,
+}
+
+impl Default for PortLoad {
+    fn default() -> Self {
+        PortLoad { tx_util: std::array::from_fn(|_| AtomicU32::new(u32::MAX)), pool_in_use: AtomicU32::new(0) }
+    }
+}
+
+/// Where packets go after the stages: the worker's TX buffers, link
+/// emulation, hold and capture queues (`VecOut` in tests and benches).
+pub trait Output<B> {
+    /// Sends, floods or drops (counted) one packet by its verdict.
+    fn deliver(&mut self, m: B, v: Verdict, in_port: u16, t: &Tables, c: &mut CounterValues, now: u64);
+    /// Hands a packet to the control core; gives it back when full.
+    fn hold(&mut self, in_port: u16, hop: IpAddr, rx: RxTime, m: B) -> Result<(), B>;
+    /// Whether `hold` has room now (only this worker fills it).
+    fn can_hold(&self) -> bool;
+    /// Packets waiting on `port` (TX buffer and link emulation).
+    fn occupancy(&self, port: usize) -> usize;
+    /// Bit per port: (received, transmitted) packets are mirrored.
+    fn capture(&self) -> (u32, u32);
+    /// Copies a packet to the capture queue (a full queue is counted).
+    fn mirror(&self, m: &B, port: u16, tx: bool, c: &mut CounterValues);
+    /// This worker's TX queue on every port.
+    fn queue_id(&self) -> u8;
+}
+
+/// What a stage sees besides the packet and its own state.
+pub struct Cx<'a, O> {
+    pub tables: &'a Tables,
+    pub c: &'a mut CounterValues,
+    pub burst: &'a Burst,
+    pub out: &'a O,
+    pub load: &'a PortLoad,
+}
+
+/// A step of the pipeline. Implemented for tuples of stages, which run in
+/// their order.
+pub trait Stage<B: PacketBuf> {
+    /// How deep it reads this generation's packets; None: it has nothing to
+    /// do (not configured).
+    fn depth<O: Output<B>>(&self, t: &Tables, out: &O) -> Option<Depth>;
+
+    /// Whether a burst should be parsed and `prefetch`ed before it runs
+    /// (its tables are larger than the caches).
+    #[inline(always)]
+    fn prefetch_pass(&self, _t: &Tables) -> bool {
+        false
+    }
+
+    /// Starts loading what `packet` will read for this parsed packet.
+    #[inline(always)]
+    fn prefetch(&self, _t: &Tables, _frame: &[u8], _meta: &PacketMeta) {}
+
+    /// Once per burst, before its packets.
+    #[inline(always)]
+    fn begin(&mut self, _t: &Tables, _burst: &Burst) {}
+
+    /// One packet.
+    fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step;
+}
+
+macro_rules! tuple_stages {
+    ($($s:ident $i:tt),*) => {
+        #[allow(unused_variables)]
+        impl<B: PacketBuf, $($s: Stage<B>),*> Stage<B> for ($($s,)*) {
+            #[inline(always)]
+            fn depth<O: Output<B>>(&self, t: &Tables, out: &O) -> Option<Depth> {
+                None $(.max(self.$i.depth(t, out)))*
+            }
+            #[inline(always)]
+            fn prefetch_pass(&self, t: &Tables) -> bool {
+                false $(|| self.$i.prefetch_pass(t))*
+            }
+            #[inline(always)]
+            fn prefetch(&self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
+                $(self.$i.prefetch(t, frame, meta);)*
+            }
+            #[inline(always)]
+            fn begin(&mut self, t: &Tables, burst: &Burst) {
+                $(self.$i.begin(t, burst);)*
+            }
+            #[inline(always)]
+            fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
+                $(if let Step::Hold(hop) = self.$i.packet(cx, m, p) {
+                    return Step::Hold(hop);
+                })*
+                Step::Next
+            }
+        }
+    };
+}
+
+tuple_stages!();
+tuple_stages!(A 0);
+tuple_stages!(A 0, B1 1);
+tuple_stages!(A 0, B1 1, C 2);
+tuple_stages!(A 0, B1 1, C 2, D 3);
+tuple_stages!(A 0, B1 1, C 2, D 3, E 4);
+tuple_stages!(A 0, B1 1, C 2, D 3, E 4, F 5);
+tuple_stages!(A 0, B1 1, C 2, D 3, E 4, F 5, G 6);
+tuple_stages!(A 0, B1 1, C 2, D 3, E 4, F 5, G 6, H 7);
+
+/// The last stage: mirrors packets leaving a port whose TX side is
+/// captured, as they leave (after every other stage changed them).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CaptureTx;
+
+impl<B: PacketBuf> Stage<B> for CaptureTx {
+    #[inline(always)]
+    fn depth<O: Output<B>>(&self, _t: &Tables, out: &O) -> Option<Depth> {
+        let (rx, tx) = out.capture();
+        // Mirroring needs no parse; below L2 the frames would not be seen.
+        (rx | tx != 0).then_some(Depth::L2)
+    }
+
+    #[inline(always)]
+    fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
+        if let Verdict::Tx(port) | Verdict::TxLen(port, _) = p.verdict {
+            if cx.out.capture().1 & (1 << port) != 0 {
+                cx.out.mirror(m, port, true, cx.c);
+            }
+        }
+        Step::Next
+    }
+}
+
+/// How a burst from one port may be handled, as the pipeline decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shortcut {
+    /// Nothing reads the frames: received straight into the peer's TX
+    /// buffer (a cross-connect).
+    Wire(usize),
+    /// Forwarding alone, on the Ethernet header: a bridge's frames are
+    /// bridged by MAC and VLAN only, and may move as a whole.
+    L2,
+    /// The stages run: `Pipeline::run`.
+    None,
+}
+
+/// The stages of a worker for the current generation: forwarding, then
+/// the feature stages `F` in their order.
+pub struct Pipeline<C: ControlSink, F> {
+    pub forward: ForwardStage<C>,
+    pub stages: F,
+    metas: [Result<PacketMeta, DropReason>; MAX_BURST],
+}
+
+impl<C: ControlSink, F> Pipeline<C, F> {
+    pub fn new(forward: ForwardStage<C>, stages: F) -> Pipeline<C, F> {
+        Pipeline { forward, stages, metas: [Err(DropReason::EthTruncated); MAX_BURST] }
+    }
+
+    /// The deepest of its stages' depths for this generation.
+    #[inline]
+    pub fn depth<B: PacketBuf, O: Output<B>>(&self, t: &Tables, out: &O) -> Depth
+    where
+        F: Stage<B>,
+    {
+        let d = Stage::<B>::depth(&self.forward, t, out).max(self.stages.depth(t, out));
+        d.unwrap_or(Depth::Full)
+    }
+
+    /// How a burst from `in_port` may be handled: a shortcut only where no
+    /// stage would read what it skips.
+    #[inline]
+    pub fn shortcut<B: PacketBuf, O: Output<B>>(&self, t: &Tables, out: &O, in_port: usize) -> (Shortcut, Depth)
+    where
+        F: Stage<B>,
+    {
+        let depth = self.depth(t, out);
+        let s = match depth {
+            Depth::Wire => self.forward.wire_peer(t, in_port).map_or(Shortcut::None, Shortcut::Wire),
+            Depth::L2 if self.stages.depth(t, out).is_none() => Shortcut::L2,
+            _ => Shortcut::None,
+        };
+        (s, depth)
+    }
+
+    /// Runs the stages on the `n` packets of `pkts` (taking them) and hands
+    /// each to `out`. The one place a burst's packets are counted in.
+    pub fn run<B: PacketBuf, O: Output<B>>(
+        &mut self,
+        t: &Tables,
+        c: &mut CounterValues,
+        out: &mut O,
+        load: &PortLoad,
+        burst: &Burst,
+        pkts: &mut [Option<B>],
+    ) where
+        F: Stage<B>,
+    {
+        let in_port = burst.in_port;
+        let ip = in_port as usize;
+        if !burst.reinjected {
+            let mut bytes = 0u64;
+            for m in pkts.iter().flatten() {
+                bytes += m.frame_len() as u64;
+            }
+            c.rx_packets[ip] += pkts.len() as u64;
+            c.rx_bytes[ip] += bytes;
+            if !t.ports.get(ip).is_some_and(|p| p.up) {
+                // Administratively down: the whole burst is dropped.
+                pkts.iter_mut().for_each(|m| drop(m.take()));
+                c.drop_n(DropReason::PortDown, pkts.len() as u64);
+                return;
+            }
+            if out.capture().0 & (1 << ip) != 0 {
+                for m in pkts.iter().flatten() {
+                    out.mirror(m, in_port, false, c);
+                }
+            }
+        }
+        Stage::<B>::begin(&mut self.forward, t, burst);
+        self.stages.begin(t, burst);
+        let full = burst.depth == Depth::Full;
+        // With tables larger than the caches, a first pass parses the burst
+        // and starts each packet's lookups so the second pass's overlap their
+        // misses; otherwise one pass is cheaper (a burst of parses kept in
+        // an array costs ~7 ns a packet).
+        let two_pass = full && (Stage::<B>::prefetch_pass(&self.forward, t) || self.stages.prefetch_pass(t));
+        if two_pass {
+            for (meta, m) in self.metas.iter_mut().zip(pkts.iter()) {
+                let m = m.as_ref().expect("received");
+                *meta = parse_frame(m, in_port);
+                if let Ok(meta) = meta {
+                    Stage::<B>::prefetch(&self.forward, t, m.bytes(), meta);
+                    self.stages.prefetch(t, m.bytes(), meta);
+                }
+            }
+        }
+        for (i, slot) in pkts.iter_mut().enumerate() {
+            let mut m = slot.take().expect("received");
+            let meta = match (full, two_pass) {
+                (true, true) => self.metas[i],
+                (true, false) => parse_frame(&m, in_port),
+                // Below Full no stage reads it.
+                (false, _) => Err(DropReason::EthTruncated),
+            };
+            let mut p = Packet { meta, verdict: Verdict::Consumed };
+            let step = {
+                let mut cx = Cx { tables: t, c: &mut *c, burst, out: &*out, load };
+                match self.forward.packet(&mut cx, &mut m, &mut p) {
+                    Step::Next => self.stages.packet(&mut cx, &mut m, &mut p),
+                    hold => hold,
+                }
+            };
+            match step {
+                Step::Next => out.deliver(m, p.verdict, in_port, t, c, burst.now),
+                Step::Hold(hop) => match out.hold(in_port, hop, burst.rx_time(), m) {
+                    Ok(()) => c.event(crate::counters::Event::Held),
+                    // `can_hold` said there was room; should it be gone, the
+                    // packet is dropped as it would have been without room.
+                    Err(_) => c.drop(DropReason::NeighbourUnresolved),
+                },
+            }
+        }
+    }
+}
+
+/// The frame's parse; a chained buffer is not parsed (its headers may span
+/// segments).
+#[inline(always)]
+fn parse_frame<B: PacketBuf>(m: &B, in_port: u16) -> Result<PacketMeta, DropReason> {
+    if !m.single_segment() {
+        Err(DropReason::MultiSegment)
+    } else {
+        crate::parse::parse(m.bytes(), in_port)
+    }
+}
+
+/// An output that keeps what it is given, for tests and benches: the
+/// packets with their verdicts and the held ones, in vectors the caller
+/// drains (pushes within their capacity allocate nothing).
+pub struct VecOut<B> {
+    pub out: Vec<(B, Verdict)>,
+    pub held: Vec<(u16, IpAddr, RxTime, B)>,
+    /// Packets `hold` takes at most (then `can_hold` says no).
+    pub hold_room: usize,
+    /// Mirrored copies: (port, transmitted, bytes).
+    pub mirrored: std::cell::RefCell<Vec<(u16, bool, Vec<u8>)>>,
+    pub capture: (u32, u32),
+    /// What `occupancy` reports for every port.
+    pub occupancy: usize,
+}
+
+impl<B> VecOut<B> {
+    /// Room for `burst` packets a burst and `hold_room` held ones.
+    pub fn new(burst: usize, hold_room: usize) -> VecOut<B> {
+        VecOut {
+            out: Vec::with_capacity(burst),
+            held: Vec::with_capacity(hold_room),
+            hold_room,
+            mirrored: Default::default(),
+            capture: (0, 0),
+            occupancy: 0,
+        }
+    }
+}
+
+impl<B: PacketBuf> Output<B> for VecOut<B> {
+    fn deliver(&mut self, m: B, v: Verdict, _in_port: u16, _t: &Tables, c: &mut CounterValues, _now: u64) {
+        match v {
+            Verdict::Tx(p) | Verdict::TxLen(p, _) if (p as usize) < MAX_PORTS => {
+                c.tx_packets[p as usize] += 1;
+                c.tx_bytes[p as usize] += m.frame_len() as u64;
+            }
+            Verdict::Flood => c.event(crate::counters::Event::Flooded),
+            Verdict::Drop(r) => c.drop(r),
+            _ => {}
+        }
+        self.out.push((m, v));
+    }
+
+    fn hold(&mut self, in_port: u16, hop: IpAddr, rx: RxTime, m: B) -> Result<(), B> {
+        if self.held.len() >= self.hold_room {
+            return Err(m);
+        }
+        self.held.push((in_port, hop, rx, m));
+        Ok(())
+    }
+
+    fn can_hold(&self) -> bool {
+        self.held.len() < self.hold_room
+    }
+
+    fn occupancy(&self, _port: usize) -> usize {
+        self.occupancy
+    }
+
+    fn capture(&self) -> (u32, u32) {
+        self.capture
+    }
+
+    fn mirror(&self, m: &B, port: u16, tx: bool, _c: &mut CounterValues) {
+        self.mirrored.borrow_mut().push((port, tx, m.bytes().to_vec()));
+    }
+
+    fn queue_id(&self) -> u8 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::int::report_ring::report_ring;
+    use crate::int::stage::WallClock;
+    use crate::pktbuf::VecBuf;
+    use crate::tables::tests::two_port_router;
+    use crate::tables::{Mode, TableSpec};
+    use crate::worker::{self, FlowSetup, MacSetup, StageSetup, WorkerPipeline, WorkerShared};
+
+    fn pipeline(learn: bool) -> WorkerPipeline {
+        let (reports, _) = report_ring(4);
+        let stages = StageSetup { report_filter_slots: 16, reports, clock: WallClock::new(0, 0, 1_000) };
+        let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn };
+        let macs = MacSetup { capacity: 64, aging_s: 0, share: false };
+        worker::pipeline(Arc::new(WorkerShared::new(0)), flows, macs, stages, 1_000)
+    }
+
+    /// The shortcuts of ports 0 and 1.
+    fn shortcuts(s: &TableSpec, learn: bool, capture: (u32, u32)) -> (Shortcut, Shortcut) {
+        let t = Tables::build(s, 1).unwrap();
+        let p = pipeline(learn);
+        let mut out = VecOut::<VecBuf>::new(1, 0);
+        out.capture = capture;
+        (p.shortcut(&t, &out, 0).0, p.shortcut(&t, &out, 1).0)
+    }
+
+    #[test]
+    fn only_an_unread_cross_connect_is_a_wire() {
+        use Shortcut::{Wire, L2};
+        let none = Shortcut::None;
+        let mut s = two_port_router();
+        s.mode = Mode::CrossConnect;
+        let off = (0, 0);
+        assert_eq!(shortcuts(&s, false, off), (Wire(1), Wire(0)));
+        assert_eq!(shortcuts(&s, true, off), (none, none), "flow learning reads every packet");
+        assert_eq!(shortcuts(&s, false, (1, 0)), (none, none), "capture reads the frames");
+        s.ports[1].up = false;
+        assert_eq!(shortcuts(&s, false, off), (none, Wire(0)), "a down peer drops instead");
+        s.ports[1].up = true;
+        s.ports[0].impair.delay_ns = 1000;
+        assert_eq!(shortcuts(&s, false, off), (Wire(1), none), "a peer with link emulation queues");
+        s.ports[0].impair.delay_ns = 0;
+        s.xconnect[1] = None;
+        assert_eq!(shortcuts(&s, false, off), (Wire(1), none), "no peer: dropped as no_peer");
+        s.int = Some(crate::int::stage::tests::spec(1, 0));
+        assert_eq!(shortcuts(&s, false, off), (none, none), "INT reads every packet");
+        s.mode = Mode::Bridge;
+        assert_eq!(shortcuts(&s, false, off), (none, none));
+        s.int = None;
+        assert_eq!(shortcuts(&s, false, off), (L2, L2));
+        assert_eq!(shortcuts(&s, false, (0, 2)), (none, none), "capture is a stage: no whole-burst moves");
+        s.mode = Mode::Router;
+        assert_eq!(shortcuts(&s, false, off), (none, none));
+    }
+
+    #[test]
+    fn held_packets_come_back_with_their_receive_time_through_every_stage() {
+        use crate::parse::tests::udp6;
+        use crate::tables::NeighbourSpec;
+        let mut s = two_port_router();
+        let src = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+        let dst = [0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+        let mut f = udp6(src, dst, 1000, 2000, b"held");
+        f[..6].copy_from_slice(&s.ports[0].mac);
+        let t = Tables::build(&s, 1).unwrap();
+        let mut p = pipeline(false);
+        let mut out = VecOut::<VecBuf>::new(4, 4);
+        out.capture = (0, 0b10);
+        let load = PortLoad::default();
+        let mut c = CounterValues::default();
+        let rx = RxTime { tsc: 77, wall_ns: 1_700_000_000_000_000_000 };
+        let mut pkts = [Some(VecBuf::new(&f, 64))];
+        p.run(&t, &mut c, &mut out, &load, &Burst::received(0, rx, Depth::Full), &mut pkts);
+        assert!(out.out.is_empty(), "held, not delivered");
+        assert_eq!(out.held.len(), 1);
+        assert_eq!((out.held[0].1, out.held[0].2), (std::net::IpAddr::from(dst), rx), "kept its receive time");
+        assert_eq!((c.rx_packets[0], c.events[crate::counters::Event::Held as usize]), (1, 1));
+
+        // The neighbour is learned: the packet runs every stage again, TX
+        // capture included, as a burst of its receive time, counted once.
+        s.upsert_neighbour(NeighbourSpec { ip: dst.into(), mac: [2, 0, 0, 0, 0, 9], port: 1, permanent: false });
+        let t = Tables::build(&s, 2).unwrap();
+        let (port, _, rx, m) = out.held.pop().unwrap();
+        let burst = Burst::reinjected(port, rx, 10_000);
+        assert_eq!((burst.rx_tsc, burst.wall_ns()), (77, rx.wall_ns));
+        p.run(&t, &mut c, &mut out, &load, &burst, &mut [Some(m)]);
+        assert_eq!(out.out.len(), 1);
+        assert_eq!(out.out[0].1, Verdict::Tx(1));
+        assert_eq!(&out.out[0].0.bytes()[..6], &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(out.mirrored.borrow().len(), 1, "captured as it left");
+        assert_eq!(c.rx_packets[0], 1, "not received twice");
+
+        // A second miss is not held again: dropped.
+        let t = Tables::build(&two_port_router(), 3).unwrap();
+        let (m, _) = out.out.pop().unwrap();
+        let mut f2 = m.bytes().to_vec();
+        f2[..6].copy_from_slice(&s.ports[0].mac);
+        p.run(&t, &mut c, &mut out, &load, &Burst::reinjected(0, rx, 20_000), &mut [Some(VecBuf::new(&f2, 64))]);
+        assert_eq!(out.out[0].1, Verdict::Drop(DropReason::NeighbourUnresolved));
+        assert!(out.held.is_empty());
+    }
+}
