@@ -207,6 +207,7 @@ mbufs = 8191
 {control}
 [flow_table]
 learn = true
+hash_seed = 1
 [[port]]
 name = "p0"
 device = "net_pcap0,rx_pcap={pcap},infinite_rx=1"

@@ -217,7 +217,7 @@ impl<'a> Worker<'a> {
             reports,
             clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
         };
-        let flows = FlowSetup { capacity: 131_072, idle_timeout_s: 0, learn: case.learn };
+        let flows = FlowSetup { capacity: 131_072, idle_timeout_s: 0, learn: case.learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 4096, aging_s: 0, share: false };
         let mut out = VecOut::new(BURST, 0);
         out.occupancy = 7;

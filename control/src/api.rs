@@ -264,7 +264,7 @@ fn dispatch(sw: &mut Switch, cmd: &str, args: &Map<String, Value>) -> Result<Val
             sw.reports_json()
         }
         "int_watch_add" => {
-            let w: crate::int_config::WatchConfig = args_as(args)?;
+            let w: crate::int::config::WatchConfig = args_as(args)?;
             sw.int_watch_add(w.to_rule(&names)?)
         }
         "int_watch_del" => {
@@ -284,7 +284,7 @@ fn dispatch(sw: &mut Switch, cmd: &str, args: &Map<String, Value>) -> Result<Val
             sw.ampm_json()
         }
         "ampm_add" => {
-            let f: crate::ampm_config::AmpmFlowConfig = args_as(args)?;
+            let f: crate::ampm::config::AmpmFlowConfig = args_as(args)?;
             sw.ampm_add(f)
         }
         "ampm_del" => {
@@ -296,7 +296,7 @@ fn dispatch(sw: &mut Switch, cmd: &str, args: &Map<String, Value>) -> Result<Val
             sw.rule_json(args.get("table").and_then(Value::as_str))
         }
         "rule_add" => {
-            let r: crate::ampm_api::SlotRuleArgs = args_as(args)?;
+            let r: crate::ampm::api::SlotRuleArgs = args_as(args)?;
             sw.rule_add(r)
         }
         "rule_del" => {

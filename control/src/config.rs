@@ -38,10 +38,10 @@ pub struct Config {
     pub flows: Vec<FlowConfig>,
     /// INT domain, watchlist and report collectors (absent: INT off).
     #[serde(default)]
-    pub int: Option<crate::int_config::IntConfig>,
+    pub int: Option<crate::int::config::IntConfig>,
     /// AM-PM measurement point: timing, monitored flows, collectors (absent: off).
     #[serde(default)]
-    pub ampm: Option<crate::ampm_config::AmpmConfig>,
+    pub ampm: Option<crate::ampm::config::AmpmConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -109,11 +109,14 @@ pub struct FlowTableConfig {
     pub capacity: usize,
     pub idle_timeout_s: u64,
     pub learn: bool,
+    /// Mixed into the flow and MAC tables' hashes; 0: a random one per
+    /// process (a fixed one makes runs repeatable, and collisions craftable).
+    pub hash_seed: u64,
 }
 
 impl Default for FlowTableConfig {
     fn default() -> Self {
-        FlowTableConfig { capacity: 65536, idle_timeout_s: 60, learn: false }
+        FlowTableConfig { capacity: 65536, idle_timeout_s: 60, learn: false, hash_seed: 0 }
     }
 }
 
@@ -429,8 +432,8 @@ pub struct Plan {
     pub neighbours: Vec<NeighbourSpec>,
     pub static_macs: Vec<StaticMac>,
     pub flows: Vec<(FlowKey, FlowAction)>,
-    pub int: Option<crate::int_config::IntPlan>,
-    pub ampm: Option<crate::ampm_config::AmpmPlan>,
+    pub int: Option<crate::int::config::IntPlan>,
+    pub ampm: Option<crate::ampm::config::AmpmPlan>,
 }
 
 impl Plan {

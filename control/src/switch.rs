@@ -32,7 +32,7 @@ use crate::api::ApiError;
 use crate::capture::CaptureJob;
 use crate::collector_tx::PortOut;
 use crate::config::{format_mac, Plan, WorkerPlan};
-use crate::int_export::Exporter;
+use crate::int::export::Exporter;
 use crate::server::Server;
 use dataplane::int::stage::WallClock;
 
@@ -92,9 +92,9 @@ pub struct Switch {
     /// Last per-port TX byte counts, for the utilisation INT reports.
     load_sample: Option<(Instant, Vec<u64>)>,
     /// AM-PM record export (when `[ampm]` is configured).
-    pub(crate) ampm_exporter: Option<crate::ampm_export::AmpmExporter>,
+    pub(crate) ampm_exporter: Option<crate::ampm::export::AmpmExporter>,
     /// Each AM-PM flow as configured (for `show ampm`), by name.
-    pub(crate) ampm_configs: HashMap<String, crate::ampm_config::AmpmFlowConfig>,
+    pub(crate) ampm_configs: HashMap<String, crate::ampm::config::AmpmFlowConfig>,
 }
 
 /// The control loop's sleep after a round with nothing to do: doubling from
@@ -235,6 +235,10 @@ impl Switch {
             .unwrap_or(0);
         let clock = WallClock::new(tsc0, wall0_ns, hz);
         let ring_size = plan.int.as_ref().map_or(1, |i| i.ring_size);
+        let hash_seed = match plan.raw.flow_table.hash_seed {
+            0 => random_seed(),
+            s => s,
+        };
         let mut consumers = Vec::new();
         for (wi, w) in workers.iter().enumerate() {
             let (producer, consumer) = dataplane::int::report_ring::report_ring(ring_size);
@@ -248,6 +252,7 @@ impl Switch {
                     capacity: plan.raw.flow_table.capacity,
                     idle_timeout_s: plan.raw.flow_table.idle_timeout_s,
                     learn: plan.raw.flow_table.learn,
+                    hash_seed,
                 },
                 macs: MacSetup {
                     capacity: plan.raw.bridge.mac_capacity,
@@ -280,7 +285,7 @@ impl Switch {
             None => None,
         };
         let ampm_exporter = match &plan.ampm {
-            Some(a) => Some(crate::ampm_export::AmpmExporter::new(
+            Some(a) => Some(crate::ampm::export::AmpmExporter::new(
                 a.setup.node_id,
                 a.setup.timing,
                 a.setup.capacity,
@@ -561,9 +566,9 @@ impl Switch {
             "mtu": names.iter().enumerate().map(|(i, n)| (n.clone(), s.mtu[i])).collect::<HashMap<_, _>>(),
             "source_pushes": s.source_pushes,
             "mtu_exceeded": if s.mtu_report { "report" } else { "flag" },
-            "report_md": crate::int_config::instruction_names(s.report.md_bits),
+            "report_md": crate::int::config::instruction_names(s.report.md_bits),
             "report_truncate": s.report.truncate,
-            "watch": s.watch.iter().map(|r| crate::int_config::rule_json(r, &names)).collect::<Vec<_>>(),
+            "watch": s.watch.iter().map(|r| crate::int::config::rule_json(r, &names)).collect::<Vec<_>>(),
             "counters": events,
         }))
     }
@@ -1123,4 +1128,12 @@ pub fn print_text(v: &serde_json::Value) {
             println!("event {k:<24} {n}");
         }
     }
+}
+
+/// A seed no one outside this process knows (std's per-process hash keys).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(dataplane::dpdk::tsc());
+    h.finish() | 1
 }

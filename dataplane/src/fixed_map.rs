@@ -5,6 +5,14 @@
 /// Keys hash themselves: the data path avoids SipHash and per-call state.
 pub trait MapKey: Copy + Eq {
     fn hash64(&self) -> u64;
+
+    /// The hash under a per-table seed, mixed into the input (not the
+    /// output, which would keep colliding keys colliding): a sender that
+    /// crafts keys cannot predict which share a slot.
+    #[inline]
+    fn hash_seeded(&self, seed: u64) -> u64 {
+        (self.hash64() ^ seed).hash64()
+    }
 }
 
 impl MapKey for u64 {
@@ -14,12 +22,23 @@ impl MapKey for u64 {
         h ^= h >> 29;
         h.wrapping_mul(0xbf58_476d_1ce4_e5b9)
     }
+
+    #[inline]
+    fn hash_seeded(&self, seed: u64) -> u64 {
+        (self ^ seed).hash64()
+    }
 }
 
 impl MapKey for u128 {
     #[inline]
     fn hash64(&self) -> u64 {
-        ((*self as u64).hash64()) ^ (((*self >> 64) as u64).hash64().rotate_left(17))
+        self.hash_seeded(0)
+    }
+
+    #[inline]
+    fn hash_seeded(&self, seed: u64) -> u64 {
+        let (lo, hi) = (*self as u64, (*self >> 64) as u64);
+        lo.hash_seeded(seed) ^ hi.hash_seeded(seed.rotate_left(29)).rotate_left(17)
     }
 }
 
@@ -40,6 +59,8 @@ pub struct FixedMap<K, V, C = ()> {
     mask: usize,
     len: usize,
     max_len: usize,
+    /// Mixed into every key's hash (`MapKey::hash_seeded`).
+    seed: u64,
 }
 
 impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
@@ -59,7 +80,15 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
             mask: slots - 1,
             len: 0,
             max_len: capacity.max(1),
+            seed: 0,
         }
+    }
+
+    /// The same map, its keys hashed under `seed` (empty: nothing moves).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        debug_assert!(self.len == 0, "seeded after entries went in");
+        self.seed = seed;
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -81,7 +110,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
 
     #[inline]
     fn find(&self, k: &K) -> Result<usize, usize> {
-        let mut i = k.hash64() as usize & self.mask;
+        let mut i = k.hash_seeded(self.seed) as usize & self.mask;
         loop {
             match &self.slots[i].0 {
                 Some((kk, _)) if kk == k => return Ok(i),
@@ -96,7 +125,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
     /// lookups go on to the next slot (a 100k-flow table: +8-10 % for L3).
     #[inline]
     pub fn prefetch(&self, k: &K) {
-        let i = k.hash64() as usize & self.mask;
+        let i = k.hash_seeded(self.seed) as usize & self.mask;
         crate::dpdk::prefetch_all(&self.slots[i]);
         crate::dpdk::prefetch_all(&self.slots[(i + 1) & self.mask]);
     }
@@ -182,7 +211,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
             j = (j + 1) & self.mask;
             let home = match &self.slots[j].0 {
                 None => break,
-                Some((k, _)) => k.hash64() as usize & self.mask,
+                Some((k, _)) => k.hash_seeded(self.seed) as usize & self.mask,
             };
             // Move j into the hole at i unless its home lies cyclically in (i, j].
             let in_range = if i <= j { i < home && home <= j } else { i < home || home <= j };

@@ -10,6 +10,11 @@ impl MapKey for FlowKey {
     fn hash64(&self) -> u64 {
         FlowKey::hash64(self)
     }
+
+    #[inline]
+    fn hash_seeded(&self, seed: u64) -> u64 {
+        FlowKey::hash_seeded(self, seed)
+    }
 }
 
 /// What to do with a flow's packets.
@@ -106,6 +111,13 @@ impl FlowTable {
     /// (longer than [`MAX_IDLE_TIMEOUT_S`] is for the config to refuse).
     pub fn new(capacity: usize, idle_timeout: u64) -> FlowTable {
         FlowTable { map: FixedMap::with_capacity(capacity), idle_timeout, cursor: 0 }
+    }
+
+    /// The same (empty) table with its keys hashed under `seed`, so that
+    /// which flows share a slot cannot be known outside the process.
+    pub fn with_seed(mut self, seed: u64) -> FlowTable {
+        self.map = self.map.with_seed(seed);
+        self
     }
 
     pub fn len(&self) -> usize {

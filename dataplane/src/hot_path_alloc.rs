@@ -75,7 +75,7 @@ fn worker_pipeline(flows: usize, macs: usize, learn: bool) -> (WorkerPipeline, R
     let me = Arc::new(WorkerShared::new(0));
     let (reports, consumer) = report_ring(256);
     let stages = StageSetup { report_filter_slots: 256, reports, clock: WallClock::new(0, 1_700_000_000 * SEC, SEC) };
-    let flows = FlowSetup { capacity: flows, idle_timeout_s: 1, learn };
+    let flows = FlowSetup { capacity: flows, idle_timeout_s: 1, learn, hash_seed: 1 };
     let macs = MacSetup { capacity: macs, aging_s: 1, share: false };
     // A "TSC" of 1000 ticks a second: the tables age as in the old test.
     (worker::pipeline(me.clone(), flows, macs, stages, 1_000), consumer, me)

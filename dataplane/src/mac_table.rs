@@ -75,6 +75,12 @@ impl MacTable {
         MacTable { map: FixedMap::with_capacity(capacity), aging, peers: false, renew: 0, cursor: 0 }
     }
 
+    /// The same (empty) table with its keys hashed under `seed`.
+    pub fn with_seed(mut self, seed: u64) -> MacTable {
+        self.map = self.map.with_seed(seed);
+        self
+    }
+
     /// The table of one of several workers: learning reports what the
     /// others should hear of (`Learned::announce`), renewals included.
     pub fn with_peers(mut self) -> MacTable {

@@ -93,12 +93,19 @@ impl FlowKey {
     /// on every input bit.
     #[inline(always)]
     pub fn hash64(&self) -> u64 {
+        self.hash_seeded(0)
+    }
+
+    /// The hash with `seed` mixed into each lane before its multiply, so
+    /// that colliding keys cannot be made without the seed.
+    #[inline]
+    pub fn hash_seeded(&self, seed: u64) -> u64 {
         const K1: u64 = 0x9e37_79b9_7f4a_7c15;
         const K2: u64 = 0xbf58_476d_1ce4_e5b9;
         const K3: u64 = 0x94d0_49bb_1331_11eb;
-        let x = (self.src as u64 ^ ((self.dst >> 64) as u64).rotate_left(23)).wrapping_mul(K1);
-        let y = (self.dst as u64 ^ ((self.src >> 64) as u64).rotate_left(41)).wrapping_mul(K2);
-        let z = (self.tuple ^ (self.scope as u64).rotate_left(48)).wrapping_mul(K3);
+        let x = (self.src as u64 ^ ((self.dst >> 64) as u64).rotate_left(23) ^ seed).wrapping_mul(K1);
+        let y = (self.dst as u64 ^ ((self.src >> 64) as u64).rotate_left(41) ^ seed.rotate_left(19)).wrapping_mul(K2);
+        let z = (self.tuple ^ (self.scope as u64).rotate_left(48) ^ seed.rotate_left(37)).wrapping_mul(K3);
         let h = x ^ y.rotate_left(21) ^ z.rotate_left(43);
         h ^ (h >> 32) ^ (h >> 47)
     }

@@ -322,15 +322,12 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         let in_port = burst.in_port;
         let ip = in_port as usize;
         if !burst.reinjected {
-            let mut bytes = 0u64;
-            for m in pkts.iter().flatten() {
-                bytes += m.frame_len() as u64;
-            }
             c.rx_packets[ip] += pkts.len() as u64;
-            c.rx_bytes[ip] += bytes;
             if !t.ports.get(ip).is_some_and(|p| p.up) {
                 // Administratively down: the whole burst is dropped.
-                pkts.iter_mut().for_each(|m| drop(m.take()));
+                for m in pkts.iter_mut().filter_map(Option::take) {
+                    c.rx_bytes[ip] += m.frame_len() as u64;
+                }
                 c.drop_n(DropReason::PortDown, pkts.len() as u64);
                 return;
             }
@@ -358,15 +355,22 @@ impl<C: ControlSink, F> Pipeline<C, F> {
                 }
             }
         }
+        // Received bytes add up in a register, counted after the burst.
+        let mut rx_bytes = 0u64;
         for (i, slot) in pkts.iter_mut().enumerate() {
             let mut m = slot.take().expect("received");
-            let meta = match (full, two_pass) {
-                (true, true) => self.metas[i],
-                (true, false) => parse_frame(&m, in_port),
-                // Below Full no stage reads it.
-                (false, _) => Err(DropReason::EthTruncated),
+            rx_bytes += m.frame_len() as u64;
+            let mut p = Packet {
+                meta: if two_pass {
+                    self.metas[i]
+                } else if full {
+                    parse_frame(&m, in_port)
+                } else {
+                    // Below Full no stage reads it.
+                    Err(DropReason::EthTruncated)
+                },
+                verdict: Verdict::Consumed,
             };
-            let mut p = Packet { meta, verdict: Verdict::Consumed };
             let step = {
                 let mut cx = Cx { tables: t, c: &mut *c, burst, out: &*out, load };
                 match self.forward.packet(&mut cx, &mut m, &mut p) {
@@ -383,6 +387,9 @@ impl<C: ControlSink, F> Pipeline<C, F> {
                     Err(_) => c.drop(DropReason::NeighbourUnresolved),
                 },
             }
+        }
+        if !burst.reinjected {
+            c.rx_bytes[ip] += rx_bytes;
         }
     }
 }
@@ -485,7 +492,7 @@ mod tests {
     fn pipeline(learn: bool) -> WorkerPipeline {
         let (reports, _) = report_ring(4);
         let stages = StageSetup { report_filter_slots: 16, reports, clock: WallClock::new(0, 0, 1_000) };
-        let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn };
+        let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 64, aging_s: 0, share: false };
         worker::pipeline(Arc::new(WorkerShared::new(0)), flows, macs, stages, 1_000)
     }

@@ -139,6 +139,8 @@ pub struct FlowSetup {
     pub capacity: usize,
     pub idle_timeout_s: u64,
     pub learn: bool,
+    /// Mixed into the flow and MAC tables' hashes.
+    pub hash_seed: u64,
 }
 
 /// A worker's MAC table.
@@ -298,11 +300,11 @@ fn stages(s: StageSetup, me: &WorkerShared) -> Stages {
 /// A worker's pipeline with empty tables, as it starts (`hz`: TSC ticks a
 /// second, for aging).
 pub fn pipeline(me: Arc<WorkerShared>, flows: FlowSetup, macs: MacSetup, s: StageSetup, hz: u64) -> WorkerPipeline {
-    let mut mac_table = MacTable::new(macs.capacity, macs.aging_s * hz);
+    let mut mac_table = MacTable::new(macs.capacity, macs.aging_s * hz).with_seed(flows.hash_seed);
     if macs.share {
         mac_table = mac_table.with_peers();
     }
-    let flow_table = FlowTable::new(flows.capacity, flows.idle_timeout_s * hz);
+    let flow_table = FlowTable::new(flows.capacity, flows.idle_timeout_s * hz).with_seed(flows.hash_seed);
     let stages = stages(s, &me);
     Pipeline::new(ForwardStage::new(flow_table, mac_table, flows.learn, EventQueue(me)), stages)
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use control::ampm_collector::Joiner;
+use control::collector::ampm::Joiner;
 use control::collector::{decode_packet, Tracker};
 use dataplane::int::Presence;
 
@@ -135,7 +135,7 @@ fn presence(cli: &Cli) -> Result<Presence, String> {
         Some((v, m)) => (num(v)?, num(m)?),
         None => (num(arg)?, 0x3f),
     };
-    control::int_config::dscp_presence(("--int-dscp value", "--int-dscp mask"), value, mask)
+    control::int::config::dscp_presence(("--int-dscp value", "--int-dscp mask"), value, mask)
         .map_err(|e| format!("{}: {}", e.key, e.reason))
 }
 

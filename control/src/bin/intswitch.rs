@@ -117,7 +117,7 @@ fn run(cli: Cli) -> Result<(), String> {
         spec.check()?;
         let int = match int_hops {
             Some(hops) => {
-                let bitmap = control::int_config::instruction_bits(&int_instructions)
+                let bitmap = control::int::config::instruction_bits(&int_instructions)
                     .map_err(|e| format!("--int-instructions: {e}"))?;
                 let t = control::traffic::IntTraffic { udp_port: int_port, bitmap, hops, rhc: int_rhc };
                 t.check().map_err(|e| format!("--int-hops: {e}"))?;

@@ -8,8 +8,8 @@ use dataplane::counters::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::ampm_config::AmpmFlowConfig;
-use crate::ampm_export::sum;
+use crate::ampm::config::AmpmFlowConfig;
+use crate::ampm::export::sum;
 use crate::api::ApiError;
 use crate::switch::Switch;
 

@@ -6,6 +6,8 @@
 //! The inner packet is decoded leniently: it is truncated, so its IP
 //! lengths run past the bytes present.
 
+pub mod ampm;
+
 use std::collections::BTreeMap;
 
 use dataplane::int::Presence;
@@ -396,7 +398,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::int_export::encode;
+    use crate::int::export::encode;
     use dataplane::int::stage::{ReportRecord, REPORT_MAX};
     use dataplane::int::{self, IntParams};
     use dataplane::parse::parse;

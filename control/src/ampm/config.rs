@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::collector_tx::CollectorPlan;
 use crate::config::ConfigError;
-use crate::int_config::{collector_plans, CollectorConfig, WatchConfig};
+use crate::int::config::{collector_plans, CollectorConfig, WatchConfig};
 
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { key: key.into(), reason: reason.into() }
@@ -276,7 +276,7 @@ impl AmpmConfig {
             }
             setup.flows.push(f.to_flow(ports, i as u32).map_err(at)?);
         }
-        let collectors = collector_plans("ampm", &self.collector, ports, mtu, crate::ampm_export::DATAGRAM)?;
+        let collectors = collector_plans("ampm", &self.collector, ports, mtu, crate::ampm::export::DATAGRAM)?;
         Ok(AmpmPlan { setup, collectors })
     }
 }
