@@ -223,6 +223,14 @@ fn every_command_round_trips() {
     assert!(body.contains("intswitch_ethdev_ipackets_total{port=\"p0\"}"));
     assert!(body.contains("intswitch_worker_mac_sync_lost_total{worker=\"0\"} 0"), "{body}");
     assert!(http_get(&sw.metrics_addr(), "/other").starts_with("HTTP/1.1 404"));
+    let body = http_get(&sw.metrics_addr(), "/metrics");
+    assert!(body.contains("intswitch_metrics_http_requests_total{result=\"not_found\"} 1"), "{body}");
+    assert!(body.contains("intswitch_neighbour_resolution_total{result=\"no_mbuf\"} 0"), "{body}");
+    // The typed view of the same: every resolution outcome is a number.
+    let res = &intctl_json(&d, &["show", "counters"])["resolution"];
+    for k in ["sent", "no_address", "no_mbuf", "queue_full", "gave_up"] {
+        assert!(res[k].is_u64(), "{k}: {res}");
+    }
 
     let out = sw.stop();
     assert!(out["ports"][1]["tx_packets"].as_u64().unwrap() > 0);
@@ -327,6 +335,10 @@ fn slow_metrics_client_cannot_hold_up_the_scrape() {
     assert!(waited < Duration::from_secs(10), "the scrape waited {waited:?} behind a trickling client");
     let cut = trickle.join().unwrap();
     assert!(cut.is_some_and(|c| c < Duration::from_secs(15)), "the trickling client was not cut off: {cut:?}");
+    // The endpoint counted the client it cut off, and the scrape it served.
+    let body = http_get(&addr, "/metrics");
+    assert!(body.contains("intswitch_metrics_http_requests_total{result=\"failed\"} 1"), "{body}");
+    assert!(body.contains("intswitch_metrics_http_requests_total{result=\"served\"} 1"), "{body}");
     sw.stop();
 }
 

@@ -9,11 +9,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use dataplane::pcap::PcapWriter;
-use serde_json::json;
 
+use crate::api::views::{self, Captured, CAPTURE_MAX, CAPTURE_TIMEOUT_MAX_S};
 use crate::api::{response, ApiError};
 use crate::server::Reply;
 use crate::switch::Switch;
+
+/// The capture under way, if one is (one at a time).
+pub type Slot = Option<CaptureJob>;
 
 pub struct CaptureJob {
     port: u16,
@@ -27,21 +30,47 @@ pub struct CaptureJob {
     reply: Reply,
 }
 
+/// A capture request checked against the switch: port index, direction
+/// (true: TX), count, path, timeout.
+fn checked(sw: &Switch, a: &views::Capture) -> Result<(u16, bool, usize, Duration), ApiError> {
+    let port = sw.port_index(&a.port)?;
+    let tx = match a.direction.as_deref().unwrap_or("rx") {
+        "rx" => false,
+        "tx" => true,
+        d => return Err(ApiError::bad_argument("direction", format!("'{d}' is not rx or tx"))),
+    };
+    if !(1..=CAPTURE_MAX).contains(&a.count) {
+        return Err(ApiError::bad_argument("count", format!("count must be a number from 1 to {CAPTURE_MAX}")));
+    }
+    if !a.out.starts_with('/') {
+        return Err(ApiError::bad_argument("out", "out must be an absolute path"));
+    }
+    let t = a.timeout_s.unwrap_or(10.0);
+    if !(t > 0.0 && t <= CAPTURE_TIMEOUT_MAX_S) {
+        return Err(ApiError::bad_argument(
+            "timeout_s",
+            format!("timeout_s must be a number of seconds, 0 < t <= {CAPTURE_TIMEOUT_MAX_S}"),
+        ));
+    }
+    Ok((port, tx, a.count as usize, Duration::from_secs_f64(t)))
+}
+
 /// Starts a capture; the answer is sent when it ends.
-#[allow(clippy::too_many_arguments)]
 pub fn start(
-    sw: &mut Switch,
-    port: u16,
-    tx: bool,
-    count: usize,
-    path: String,
-    timeout: Duration,
+    sw: &Switch,
+    slot: &mut Slot,
+    a: &views::Capture,
     id: serde_json::Value,
     reply: Reply,
 ) -> Result<(), (ApiError, Reply)> {
-    if sw.capture.is_some() {
+    if slot.is_some() {
         return Err((ApiError::busy("a capture is already running"), reply));
     }
+    let (port, tx, count, timeout) = match checked(sw, a) {
+        Ok(c) => c,
+        Err(e) => return Err((e, reply)),
+    };
+    let path = a.out.clone();
     let file = match File::create(&path) {
         Ok(f) => f,
         Err(e) => return Err((ApiError::bad_argument("out", format!("cannot create {path}: {e}")), reply)),
@@ -52,14 +81,14 @@ pub fn start(
     };
     let mask = if tx { &sw.shared().capture_tx } else { &sw.shared().capture_rx };
     mask.fetch_or(1 << port, Ordering::Release);
-    sw.capture =
+    *slot =
         Some(CaptureJob { port, tx, want: count, got: 0, path, writer, deadline: Instant::now() + timeout, id, reply });
     Ok(())
 }
 
 /// Writes what the workers mirrored; finishes the job when it is complete.
-pub fn progress(sw: &mut Switch) {
-    let Some(mut job) = sw.capture.take() else { return };
+pub fn progress(sw: &Switch, slot: &mut Slot) {
+    let Some(mut job) = slot.take() else { return };
     let mut failed = None;
     for w in &sw.shared().workers {
         while job.got < job.want {
@@ -76,20 +105,20 @@ pub fn progress(sw: &mut Switch) {
     }
     let done = job.got >= job.want || Instant::now() >= job.deadline || failed.is_some();
     if !done {
-        sw.capture = Some(job);
+        *slot = Some(job);
         return;
     }
     finish(sw, job, failed);
 }
 
 /// Ends a running capture early (the switch is stopping).
-pub fn abort(sw: &mut Switch, why: &str) {
-    if let Some(job) = sw.capture.take() {
+pub fn abort(sw: &Switch, slot: &mut Slot, why: &str) {
+    if let Some(job) = slot.take() {
         finish(sw, job, Some(why.to_string()));
     }
 }
 
-fn finish(sw: &mut Switch, job: CaptureJob, failed: Option<String>) {
+fn finish(sw: &Switch, job: CaptureJob, failed: Option<String>) {
     let mask = if job.tx { &sw.shared().capture_tx } else { &sw.shared().capture_rx };
     mask.fetch_and(!(1 << job.port), Ordering::Release);
     // Leftover copies are freed as they are dropped.
@@ -101,14 +130,17 @@ fn finish(sw: &mut Switch, job: CaptureJob, failed: Option<String>) {
     let result = match (failed, flushed) {
         (Some(e), _) => Err(ApiError::internal(e)),
         (None, Err(e)) => Err(ApiError::internal(format!("writing {}: {e}", job.path))),
-        (None, Ok(())) => Ok(json!({
-            "port": sw.port_names()[job.port as usize],
-            "direction": if job.tx { "tx" } else { "rx" },
-            "packets": job.got,
-            "requested": job.want,
-            "complete": job.got >= job.want,
-            "out": job.path,
-        })),
+        (None, Ok(())) => serde_json::to_value(Captured {
+            port: sw.port_names()[job.port as usize].clone(),
+            direction: if job.tx { "tx" } else { "rx" }.into(),
+            packets: job.got,
+            requested: job.want,
+            complete: job.got >= job.want,
+            out: job.path,
+        })
+        .map_err(|e| ApiError::internal(e.to_string())),
     };
     job.reply.send(response(&job.id, result));
 }
+
+const _: () = assert!(dataplane::counters::MAX_PORTS <= 32, "capture masks are u32");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::api::PROTOCOL_VERSION;
+use crate::api::{Command, Response, PROTOCOL_VERSION};
 
 /// An error the switch answered with, or a transport failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,17 +47,24 @@ impl Client {
         let req = json!({"version": PROTOCOL_VERSION, "id": id, "cmd": cmd, "args": args});
         writeln!(self.writer, "{req}").map_err(|e| transport(format!("sending request: {e}")))?;
         let resp = self.read_line()?;
-        let v: Value = serde_json::from_str(&resp).map_err(|e| transport(format!("bad response: {e}")))?;
-        if v["ok"] == true {
-            Ok(v["result"].clone())
-        } else {
-            let e = &v["error"];
-            Err(CallError {
-                code: e["code"].as_str().unwrap_or("unknown").into(),
-                argument: e["argument"].as_str().map(str::to_string),
-                message: e["message"].as_str().unwrap_or("").into(),
-            })
+        let r: Response = serde_json::from_str(&resp).map_err(|e| transport(format!("bad response: {e}")))?;
+        match (r.ok, r.result, r.error) {
+            (true, result, _) => Ok(result.unwrap_or(Value::Null)),
+            (false, _, Some(e)) => Err(CallError { code: e.code, argument: e.argument, message: e.message }),
+            (false, _, None) => Err(transport("a failed response without an error".into())),
         }
+    }
+
+    /// Sends command `c` and returns its typed reply; a reply that does not
+    /// have the command's shape is an error (code "bad_response").
+    pub fn command<C: Command>(&mut self, c: &C) -> Result<C::Reply, CallError> {
+        let args = serde_json::to_value(c).map_err(|e| transport(format!("encoding {}: {e}", C::NAME)))?;
+        let result = self.call(C::NAME, args)?;
+        serde_json::from_value(result).map_err(|e| CallError {
+            code: "bad_response".into(),
+            argument: None,
+            message: format!("{}: the switch's answer does not parse: {e}", C::NAME),
+        })
     }
 
     /// Sends raw bytes (tests of malformed input).

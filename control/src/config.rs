@@ -9,6 +9,12 @@ use dataplane::parse::FlowKey;
 use dataplane::tables::{Mode, NeighbourSpec, RouteSpec, StaticMac, TableSpec};
 use serde::{Deserialize, Serialize};
 
+use crate::fields::{cerr, parse_host_ip, parse_ip};
+pub use crate::fields::{
+    check_name, format_mac, parse_mac, parse_prefix, parse_proto, parse_proto_name, parse_seconds, parse_unicast_mac,
+    port_by_name, ConfigError, MAX_NAME_LEN,
+};
+
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -250,136 +256,6 @@ pub struct FlowConfig {
     pub vlan: u16,
     /// "normal", "drop" or "forward:PORT".
     pub action: String,
-}
-
-/// A configuration error: the key it is about and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub key: String,
-    pub reason: String,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.key.is_empty() {
-            write!(f, "{}", self.reason)
-        } else {
-            write!(f, "{}: {}", self.key, self.reason)
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError { key: key.into(), reason: reason.into() }
-}
-
-/// Parses "aa:bb:cc:dd:ee:ff".
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return Err(format!("'{s}' is not a MAC address (six hex bytes separated by ':')"));
-    }
-    let mut m = [0u8; 6];
-    for (i, p) in parts.iter().enumerate() {
-        // One or two hex digits: from_str_radix alone would also take "+f"
-        // and a typo such as "09f".
-        if !(1..=2).contains(&p.len()) || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!("'{s}' is not a MAC address (six hex bytes separated by ':')"));
-        }
-        m[i] = u8::from_str_radix(p, 16).map_err(|_| format!("'{s}' is not a MAC address"))?;
-    }
-    Ok(m)
-}
-
-/// A station's own MAC (a port's, a neighbour's, a collector's next hop):
-/// unicast and not all zeros.
-pub fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
-    let m = parse_mac(s)?;
-    if m[0] & 1 != 0 || m == [0; 6] {
-        return Err(format!("'{s}' is not a unicast MAC address"));
-    }
-    Ok(m)
-}
-
-/// A command line's seconds (`--duration`): a fraction allowed; NaN,
-/// negative and unrepresentable values are refused.
-pub fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
-    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if v.is_nan() || v < 0.0 {
-        return Err(format!("'{s}': must be 0 or more seconds"));
-    }
-    std::time::Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}': too many seconds"))
-}
-
-/// Longest name of a port, watch rule, AM-PM flow or slot rule.
-pub const MAX_NAME_LEN: usize = 64;
-
-/// Names are what intctl takes as one argument and the views print: 1 to
-/// 64 printable ASCII characters, no spaces.
-pub fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(cerr(
-            key,
-            format!(
-                "'{}' is not a name: 1 to {MAX_NAME_LEN} printable ASCII characters, no spaces",
-                name.escape_debug()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A neighbour's or gateway's address: a host, not an unspecified,
-/// loopback, multicast or broadcast address (nor IPv4 0.0.0.0/8).
-fn parse_host_ip(key: &str, s: &str) -> Result<IpAddr, ConfigError> {
-    let ip = parse_ip(key, s)?;
-    let bad = ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || match ip {
-            IpAddr::V4(a) => a.is_broadcast() || a.octets()[0] == 0,
-            IpAddr::V6(_) => false,
-        };
-    if bad {
-        return Err(cerr(key, format!("'{s}' is not a host address")));
-    }
-    Ok(ip)
-}
-
-pub fn format_mac(m: &[u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
-/// Parses "addr/len" with the length checked against the family.
-pub fn parse_prefix(s: &str) -> Result<(IpAddr, u8), String> {
-    let (a, l) = s.split_once('/').ok_or_else(|| format!("'{s}' is not a prefix (ADDR/LEN)"))?;
-    let ip: IpAddr = a.parse().map_err(|_| format!("'{a}' is not an IP address"))?;
-    let len: u8 = l.parse().map_err(|_| format!("'{l}' is not a prefix length"))?;
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    if len > max {
-        return Err(format!("prefix length {len} exceeds {max}"));
-    }
-    Ok((ip, len))
-}
-
-pub fn parse_proto(v: &toml::Value) -> Result<u8, String> {
-    match v {
-        toml::Value::Integer(n) if (0..=255).contains(n) => Ok(*n as u8),
-        toml::Value::String(s) => parse_proto_name(s),
-        _ => Err("expected a protocol name (udp, tcp, icmp, icmpv6) or number 0-255".into()),
-    }
-}
-
-pub fn parse_proto_name(s: &str) -> Result<u8, String> {
-    match s {
-        "udp" => Ok(17),
-        "tcp" => Ok(6),
-        "icmp" => Ok(1),
-        "icmpv6" => Ok(58),
-        n => n.parse().map_err(|_| format!("unknown protocol '{n}' (udp, tcp, icmp, icmpv6 or 0-255)")),
-    }
 }
 
 /// A validated port.
@@ -684,15 +560,6 @@ impl Config {
         };
         Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, static_macs, flows, int, ampm })
     }
-}
-
-/// Index of the port named `name`; the error is about `key`.
-pub fn port_by_name(names: &[String], key: &str, name: &str) -> Result<u16, ConfigError> {
-    names.iter().position(|p| p == name).map(|i| i as u16).ok_or_else(|| cerr(key, format!("no port named '{name}'")))
-}
-
-fn parse_ip(key: &str, s: &str) -> Result<IpAddr, ConfigError> {
-    s.parse().map_err(|_| cerr(key, format!("'{s}' is not an IP address")))
 }
 
 // Routes, neighbours and flows are converted by the same functions whether

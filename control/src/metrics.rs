@@ -1,16 +1,26 @@
 //! Prometheus text exposition of every counter, labelled by port, worker and
-//! drop reason. Counters here are monotonic since start (`clear counters`
-//! only moves the baseline of the CLI views).
+//! drop reason, rendered from the typed counters (no JSON on the way).
+//! Counters here are monotonic since start (`clear counters` only moves the
+//! baseline of the CLI views).
+//!
+//! Lines are appended with `push_str`/`format!`: writing into a `String`
+//! cannot fail, so there is no `fmt::Result` to drop.
 
-use std::fmt::Write;
+use std::sync::atomic::Ordering;
 
 use dataplane::counters::Event;
 use dataplane::DropReason;
 
+use crate::server::HttpCounters;
 use crate::switch::Switch;
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+}
+
+fn line(out: &mut String, l: std::fmt::Arguments) {
+    out.push_str(&l.to_string());
+    out.push('\n');
 }
 
 /// Escapes a label value.
@@ -18,7 +28,7 @@ fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-pub fn render(sw: &Switch) -> String {
+pub fn render(sw: &Switch, http: Option<&HttpCounters>) -> String {
     let mut o = String::new();
     let names = sw.port_names();
     let per = sw.worker_counters_raw();
@@ -33,15 +43,17 @@ pub fn render(sw: &Switch) -> String {
         family(&mut o, name, "counter", help);
         for (w, c) in per.iter().enumerate() {
             for (p, pn) in names.iter().enumerate() {
-                let _ = writeln!(o, "{name}{{port=\"{}\",worker=\"{w}\"}} {}", esc(pn), pick(c)[p]);
+                line(&mut o, format_args!("{name}{{port=\"{}\",worker=\"{w}\"}} {}", esc(pn), pick(c)[p]));
             }
         }
     }
     family(&mut o, "intswitch_drops_total", "counter", "Packets dropped, by worker and reason.");
     for (w, c) in per.iter().enumerate() {
         for r in DropReason::ALL {
-            let _ =
-                writeln!(o, "intswitch_drops_total{{worker=\"{w}\",reason=\"{}\"}} {}", r.name(), c.drops[r as usize]);
+            line(
+                &mut o,
+                format_args!("intswitch_drops_total{{worker=\"{w}\",reason=\"{}\"}} {}", r.name(), c.drops[r as usize]),
+            );
         }
     }
     family(
@@ -52,35 +64,41 @@ pub fn render(sw: &Switch) -> String {
     );
     for (w, c) in per.iter().enumerate() {
         for e in Event::ALL {
-            let _ =
-                writeln!(o, "intswitch_events_total{{worker=\"{w}\",event=\"{}\"}} {}", e.name(), c.events[e as usize]);
+            line(
+                &mut o,
+                format_args!(
+                    "intswitch_events_total{{worker=\"{w}\",event=\"{}\"}} {}",
+                    e.name(),
+                    c.events[e as usize]
+                ),
+            );
         }
     }
     family(&mut o, "intswitch_worker_polls_total", "counter", "Poll loop iterations, by worker.");
     for (w, c) in per.iter().enumerate() {
-        let _ = writeln!(o, "intswitch_worker_polls_total{{worker=\"{w}\"}} {}", c.polls);
+        line(&mut o, format_args!("intswitch_worker_polls_total{{worker=\"{w}\"}} {}", c.polls));
     }
     family(&mut o, "intswitch_worker_busy_polls_total", "counter", "Poll loop iterations that received packets.");
     for (w, c) in per.iter().enumerate() {
-        let _ = writeln!(o, "intswitch_worker_busy_polls_total{{worker=\"{w}\"}} {}", c.busy_polls);
+        line(&mut o, format_args!("intswitch_worker_busy_polls_total{{worker=\"{w}\"}} {}", c.busy_polls));
     }
-    let workers = sw.workers_json();
-    family(&mut o, "intswitch_worker_flows", "gauge", "Flow table entries in use, by worker.");
-    for (w, v) in workers.as_array().into_iter().flatten().enumerate() {
-        let _ = writeln!(o, "intswitch_worker_flows{{worker=\"{w}\"}} {}", v["flows"]);
-    }
-    family(&mut o, "intswitch_worker_macs", "gauge", "MAC table entries in use, by worker.");
-    for (w, v) in workers.as_array().into_iter().flatten().enumerate() {
-        let _ = writeln!(o, "intswitch_worker_macs{{worker=\"{w}\"}} {}", v["macs"]);
-    }
-    family(
-        &mut o,
-        "intswitch_worker_mac_sync_lost_total",
-        "counter",
-        "MAC announcements from other workers this worker's full queue missed.",
-    );
-    for (w, v) in workers.as_array().into_iter().flatten().enumerate() {
-        let _ = writeln!(o, "intswitch_worker_mac_sync_lost_total{{worker=\"{w}\"}} {}", v["mac_sync_lost"]);
+    let workers = sw.worker_views(&per);
+    type Gauge = fn(&crate::api::views::WorkerView) -> u64;
+    let worker_gauges: [(&str, &str, &str, Gauge); 3] = [
+        ("intswitch_worker_flows", "gauge", "Flow table entries in use, by worker.", |w| w.flows),
+        ("intswitch_worker_macs", "gauge", "MAC table entries in use, by worker.", |w| w.macs),
+        (
+            "intswitch_worker_mac_sync_lost_total",
+            "counter",
+            "MAC announcements from other workers this worker's full queue missed.",
+            |w| w.mac_sync_lost,
+        ),
+    ];
+    for (name, kind, help, pick) in worker_gauges {
+        family(&mut o, name, kind, help);
+        for w in &workers {
+            line(&mut o, format_args!("{name}{{worker=\"{}\"}} {}", w.id, pick(w)));
+        }
     }
     let ethdev: [(&str, &str); 8] = [
         ("ipackets", "Packets the device received."),
@@ -107,15 +125,42 @@ pub fn render(sw: &Switch) -> String {
                 "oerrors" => s.oerrors,
                 _ => s.rx_nombuf,
             };
-            let _ = writeln!(o, "{name}{{port=\"{}\"}} {v}", esc(&names[p]));
+            line(&mut o, format_args!("{name}{{port=\"{}\"}} {v}", esc(&names[p])));
         }
     }
     family(&mut o, "intswitch_port_up", "gauge", "1 when the port is enabled for forwarding.");
-    let ports = sw.ports_json();
-    for (p, v) in ports.as_array().into_iter().flatten().enumerate() {
-        let _ = writeln!(o, "intswitch_port_up{{port=\"{}\"}} {}", esc(&names[p]), u8::from(v["enabled"] == true));
+    for (p, up) in sw.port_enabled().into_iter().enumerate() {
+        line(&mut o, format_args!("intswitch_port_up{{port=\"{}\"}} {}", esc(&names[p]), u8::from(up)));
     }
     family(&mut o, "intswitch_mempool_in_use", "gauge", "Packet buffers in use.");
-    let _ = writeln!(o, "intswitch_mempool_in_use {}", sw.pool().in_use());
+    line(&mut o, format_args!("intswitch_mempool_in_use {}", sw.pool().in_use()));
+    let r = sw.resolution_counters();
+    family(
+        &mut o,
+        "intswitch_neighbour_resolution_total",
+        "counter",
+        "ARP requests and neighbour solicitations: sent, or not sent and why; gave_up: held packets sent back unresolved.",
+    );
+    for (result, n) in [
+        ("sent", r.sent),
+        ("no_address", r.no_address),
+        ("no_mbuf", r.no_mbuf),
+        ("queue_full", r.queue_full),
+        ("gave_up", r.gave_up),
+    ] {
+        line(&mut o, format_args!("intswitch_neighbour_resolution_total{{result=\"{result}\"}} {n}"));
+    }
+    if let Some(h) = http {
+        family(&mut o, "intswitch_metrics_http_requests_total", "counter", "Requests to this endpoint, by outcome.");
+        for (result, n) in [("served", &h.served), ("not_found", &h.not_found), ("failed", &h.failed)] {
+            line(
+                &mut o,
+                format_args!(
+                    "intswitch_metrics_http_requests_total{{result=\"{result}\"}} {}",
+                    n.load(Ordering::Relaxed)
+                ),
+            );
+        }
+    }
     o
 }

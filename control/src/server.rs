@@ -1,7 +1,9 @@
 //! Front ends of the control API: a unix socket speaking newline-delimited
 //! JSON, and a Prometheus text endpoint over HTTP. Both only read requests
 //! and hand them to the control loop (`Server::try_next`); every handler runs
-//! on the control core, never on a worker.
+//! on the control core, never on a worker. A metrics scrape asks for the
+//! text itself (no JSON on the way); the endpoint counts the scrapes it
+//! could not answer (a client that went away, a slow or malformed head).
 //!
 //! Framing: one JSON object per line (UTF-8, '\n'-terminated, at most
 //! `MAX_REQUEST` bytes); one response line per request, in order.
@@ -11,7 +13,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,22 +39,35 @@ impl Reply {
     }
 }
 
-/// One request line and where to answer it.
-pub struct Request {
-    pub line: String,
-    pub reply: Reply,
+/// What a front end asks the control loop for, and where the answer goes.
+pub enum Request {
+    /// A request line of the API; answered with a response line.
+    Api { line: String, reply: Reply },
+    /// The Prometheus text (a scrape of /metrics); answered with the text.
+    Metrics { reply: Reply },
+}
+
+/// What the metrics endpoint did, since start.
+#[derive(Debug, Default)]
+pub struct HttpCounters {
+    /// Scrapes answered 200.
+    pub served: AtomicU64,
+    /// Requests for another path (answered 404).
+    pub not_found: AtomicU64,
+    /// Requests that failed: head too slow, too long or unreadable, the
+    /// control loop busy, or the answer not written.
+    pub failed: AtomicU64,
 }
 
 pub struct Server {
     rx: Receiver<Request>,
     socket: PathBuf,
     pub metrics_addr: Option<SocketAddr>,
+    http: Arc<HttpCounters>,
 }
 
-fn error_line(code: &str, message: &str) -> String {
-    serde_json::json!({"version": crate::api::PROTOCOL_VERSION, "id": null, "ok": false,
-                       "error": {"code": code, "argument": null, "message": message}})
-    .to_string()
+fn error_line(code: &'static str, message: &str) -> String {
+    crate::api::response(&serde_json::Value::Null, Err(crate::api::ApiError::new(code, None, message)))
 }
 
 impl Server {
@@ -79,15 +94,16 @@ impl Server {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
             .map_err(|e| format!("control.socket: chmod {socket}: {e}"))?;
         let (tx, rx) = mpsc::sync_channel::<Request>(1024);
+        let http = Arc::new(HttpCounters::default());
         let metrics_addr = match metrics {
             Some(addr) => {
                 let l =
                     TcpListener::bind(addr).map_err(|e| format!("control.metrics: cannot listen on {addr}: {e}"))?;
                 let a = l.local_addr().map_err(|e| format!("control.metrics: {e}"))?;
-                let tx = tx.clone();
+                let (tx, http) = (tx.clone(), http.clone());
                 std::thread::Builder::new()
                     .name("intswitch-metrics".into())
-                    .spawn(move || serve_metrics(l, tx))
+                    .spawn(move || serve_metrics(l, tx, &http))
                     .map_err(|e| format!("metrics thread: {e}"))?;
                 Some(a)
             }
@@ -97,11 +113,16 @@ impl Server {
             .name("intswitch-api".into())
             .spawn(move || accept_loop(listener, tx))
             .map_err(|e| format!("control socket thread: {e}"))?;
-        Ok(Server { rx, socket: path, metrics_addr })
+        Ok(Server { rx, socket: path, metrics_addr, http })
     }
 
     pub fn socket_path(&self) -> &Path {
         &self.socket
+    }
+
+    /// The metrics endpoint's counters.
+    pub fn http(&self) -> &HttpCounters {
+        &self.http
     }
 
     /// The next request waiting for the control loop, if any.
@@ -178,21 +199,38 @@ fn serve_client(stream: UnixStream, tx: SyncSender<Request>) {
     }
 }
 
-/// Passes a request line to the control loop and waits for its answer.
-fn ask(tx: &SyncSender<Request>, line: String) -> String {
+/// Passes a request to the control loop and waits for its answer; the
+/// error is why there is none.
+fn ask_for(
+    tx: &SyncSender<Request>,
+    make: impl FnOnce(Reply) -> Request,
+) -> Result<String, (&'static str, &'static str)> {
     let (rtx, rrx) = mpsc::sync_channel(1);
-    match tx.try_send(Request { line, reply: Reply(rtx) }) {
+    match tx.try_send(make(Reply(rtx))) {
         Ok(()) => {}
-        Err(TrySendError::Full(_)) => return error_line("busy", "control loop queue is full; retry"),
-        Err(TrySendError::Disconnected(_)) => return error_line("internal", "the switch is stopping"),
+        Err(TrySendError::Full(_)) => return Err(("busy", "control loop queue is full; retry")),
+        Err(TrySendError::Disconnected(_)) => return Err(("internal", "the switch is stopping")),
     }
-    rrx.recv_timeout(REPLY_TIMEOUT).unwrap_or_else(|_| error_line("internal", "no answer from the control loop"))
+    rrx.recv_timeout(REPLY_TIMEOUT).map_err(|_| ("internal", "no answer from the control loop"))
 }
 
-fn serve_metrics(listener: TcpListener, tx: SyncSender<Request>) {
+/// Passes a request line to the control loop and waits for its answer.
+fn ask(tx: &SyncSender<Request>, line: String) -> String {
+    ask_for(tx, |reply| Request::Api { line, reply }).unwrap_or_else(|(code, m)| error_line(code, m))
+}
+
+fn serve_metrics(listener: TcpListener, tx: SyncSender<Request>, http: &HttpCounters) {
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let _ = serve_http(stream, &tx);
+        let Ok(stream) = stream else {
+            http.failed.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let counter = match serve_http(stream, &tx) {
+            Ok(true) => &http.served,
+            Ok(false) => &http.not_found,
+            Err(_) => &http.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -218,26 +256,27 @@ fn read_http_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     Ok(head)
 }
 
-/// Answers one HTTP request: GET /metrics, anything else 404.
-fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Result<()> {
+/// Answers one HTTP request: GET /metrics, anything else 404. Ok(true):
+/// metrics served; Ok(false): 404; Err: nothing or a 503 was sent.
+fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Result<bool> {
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let head = read_http_head(&mut stream)?;
     let first = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
     let mut parts = first.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
-        let req = serde_json::json!({"version": crate::api::PROTOCOL_VERSION, "id": 0, "cmd": "metrics"}).to_string();
-        let resp: serde_json::Value = serde_json::from_str(&ask(tx, req)).unwrap_or_default();
-        match resp["result"]["text"].as_str() {
-            Some(t) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", t.to_string()),
-            None => ("503 Service Unavailable", "text/plain", format!("{}\n", resp["error"]["message"])),
+    let metrics = method == "GET" && (path == "/metrics" || path.starts_with("/metrics?"));
+    let (status, ctype, body, served) = if metrics {
+        match ask_for(tx, |reply| Request::Metrics { reply }) {
+            Ok(t) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", t, Ok(true)),
+            Err((_, m)) => ("503 Service Unavailable", "text/plain", format!("{m}\n"), Err(m)),
         }
     } else {
-        ("404 Not Found", "text/plain", "only /metrics is served here\n".to_string())
+        ("404 Not Found", "text/plain", "only /metrics is served here\n".to_string(), Ok(false))
     };
     write!(
         stream,
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )
+    )?;
+    served.map_err(std::io::Error::other)
 }

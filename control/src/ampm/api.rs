@@ -1,26 +1,169 @@
-//! AM-PM operations of the control API (`show ampm`, `ampm add|del`,
-//! `rule show|add|del`) and the per-interval export tick. Flows and slot
-//! rules change by publishing a new table generation: traffic keeps flowing.
+//! AM-PM's commands: monitored flows (`show_ampm`, `ampm_add|del`), the
+//! slot tables (`rule_show|add|del`), and the interval record the exporter
+//! sends (also the `last_record` of each flow in `show_ampm`).
 
-use dataplane::ampm::{self, AmpmSetup, SlotAction};
-use dataplane::classifier::{format_bits, parse_bits, Rule};
-use dataplane::counters::Event;
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use crate::ampm::config::AmpmFlowConfig;
-use crate::ampm::export::sum;
-use crate::api::ApiError;
-use crate::switch::Switch;
+use crate::api::{command, no_args, Generation};
 
-fn not_configured() -> ApiError {
-    ApiError::new("not_configured", None, "AM-PM is not configured on this switch (no [ampm] section)")
+no_args!(ShowAmpm);
+
+/// One color's counters of a flow, summed over the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColorCounters {
+    pub color: u8,
+    pub packets: u64,
+    pub bytes: u64,
+    pub delay_count: u64,
+    pub last_delay_ts_ns: u64,
 }
 
-/// `rule add` arguments: a row of a slot table.
+/// One interval of one flow, as exported (RFC 9341 counters of the color
+/// that interval had).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AmpmRecord {
+    /// Always "ampm".
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Record format version (1).
+    pub version: u32,
+    pub node: u32,
+    pub flow: String,
+    pub flow_mon_id: u32,
+    pub role: String,
+    pub method: String,
+    pub carrier: String,
+    pub interval: u64,
+    pub interval_ns: u64,
+    pub start_ns: u64,
+    pub color: u8,
+    pub packets: u64,
+    pub bytes: u64,
+    pub delay_count: u64,
+    pub delay_ts_ns: Option<u64>,
+    pub mean_ts_offset_ns: Option<i64>,
+    /// The switch started during the interval: packets before that are not counted.
+    pub partial: bool,
+    /// Per collector: the record's sequence number (export only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AmpmFlowView {
+    pub name: String,
+    pub slot: u32,
+    pub flow_mon_id: u32,
+    pub role: String,
+    pub method: String,
+    pub carrier: String,
+    /// A terminator clears the marks.
+    pub clear: bool,
+    /// The flow as configured.
+    #[serde(rename = "match")]
+    pub matching: Option<AmpmFlowConfig>,
+    /// Color 0, then color 1.
+    pub counters: Vec<ColorCounters>,
+    pub last_record: Option<AmpmRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AmpmCollectorView {
+    pub address: String,
+    pub via: String,
+    pub datagrams: u64,
+    pub next_seq: u64,
+    pub send_errors: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AmpmExportView {
+    pub records: u64,
+    pub intervals_missed: u64,
+    pub last_interval: u64,
+    pub collectors: Vec<AmpmCollectorView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AmpmView {
+    pub node_id: u32,
+    /// "ns" or "sec_frac".
+    pub time_format: String,
+    pub interval_bit: u8,
+    pub interval_ns: u64,
+    pub sub_bits: u8,
+    pub now_ns: u64,
+    pub interval: u64,
+    pub color: u64,
+    pub sub_interval: u64,
+    pub max_flows: usize,
+    pub flows: Vec<AmpmFlowView>,
+    pub export: Option<AmpmExportView>,
+    /// The ampm_* events.
+    pub counters: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AmpmAdd(pub AmpmFlowConfig);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AmpmAdded {
+    pub generation: u64,
+    /// The counter slot the flow uses.
+    pub slot: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmpmDel {
+    pub name: String,
+}
+
+/// `rule_show`: one table (METHOD-ROLE) or, without, all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleShow {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+}
+
+/// One row of a slot table (bits printed MSB first, `*` = any).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRuleView {
+    pub name: String,
+    pub priority: u32,
+    pub time: String,
+    pub mark: String,
+    pub reg: String,
+    pub set_l: Option<bool>,
+    pub set_d: Option<bool>,
+    pub set_reg: Option<u8>,
+    pub color: u8,
+    pub count: bool,
+    pub timestamp: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotTableView {
+    pub table: String,
+    /// "direct" or "ternary".
+    pub lookup: String,
+    pub rules: Vec<SlotRuleView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotTables {
+    pub tables: Vec<SlotTableView>,
+}
+
+/// `rule_add` arguments: a row of a slot table.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct SlotRuleArgs {
+pub struct RuleAdd {
     /// Table name: METHOD-ROLE (`muxed-initiator`, `step-terminator`, ...).
     pub table: String,
     pub name: String,
@@ -50,218 +193,16 @@ fn star() -> String {
     "*".into()
 }
 
-fn table_index(name: &str) -> Result<usize, ApiError> {
-    AmpmSetup::table_by_name(name).ok_or_else(|| {
-        ApiError::not_found("table", format!("no slot table '{name}' (one of {})", AmpmSetup::table_names().join(", ")))
-    })
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleDel {
+    pub table: String,
+    pub name: String,
 }
 
-fn rule_json(setup: &AmpmSetup, r: &Rule<SlotAction>) -> Value {
-    let t = &setup.timing;
-    let w = t.word();
-    let lsb = (t.interval_bit - t.sub_bits) as u32;
-    let meta = dataplane::classifier::field::META;
-    let a = &r.action;
-    json!({
-        "name": r.name,
-        "priority": r.priority,
-        "time": format_bits(r.value.0[w], r.mask.0[w], lsb, t.sub_bits as u32 + 1),
-        "mark": format_bits(r.value.0[meta], r.mask.0[meta], 0, 2),
-        "reg": format_bits(r.value.0[meta], r.mask.0[meta], 8, 1),
-        "set_l": a.set_l,
-        "set_d": a.set_d,
-        "set_reg": a.reg,
-        "color": a.color,
-        "count": a.count,
-        "timestamp": a.timestamp,
-    })
-}
-
-impl Switch {
-    fn ampm_setup(&self) -> Result<&AmpmSetup, ApiError> {
-        self.spec.ampm.as_ref().ok_or_else(not_configured)
-    }
-
-    /// CLOCK_REALTIME, the time line the workers' AM-PM intervals follow.
-    pub(crate) fn now_ns(&self) -> u64 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-    }
-
-    /// Timing, current interval and color, every flow with its counters.
-    pub fn ampm_json(&self) -> Result<Value, ApiError> {
-        let s = self.ampm_setup()?;
-        let t = &s.timing;
-        let now = self.now_ns();
-        let (interval, slot) = t.position(now);
-        let c = self.counters();
-        let events: serde_json::Map<String, Value> = Event::ALL
-            .iter()
-            .filter(|e| e.name().starts_with("ampm_"))
-            .map(|e| (e.name().to_string(), c.events[*e as usize].into()))
-            .collect();
-        let ex = self.ampm_exporter.as_ref();
-        let flows: Vec<Value> = s
-            .flows
-            .iter()
-            .map(|f| {
-                let colors: Vec<Value> = (0..2)
-                    .map(|col| {
-                        let v = sum(&self.shared, f.mp.slot as usize, col);
-                        json!({ "color": col, "packets": v.packets, "bytes": v.bytes,
-                                "delay_count": v.delay_count, "last_delay_ts_ns": v.delay_ts })
-                    })
-                    .collect();
-                json!({
-                    "name": f.name,
-                    "slot": f.mp.slot,
-                    "flow_mon_id": f.mp.flow_mon_id,
-                    "role": f.mp.role.name(),
-                    "method": f.mp.method.name(),
-                    "carrier": f.mp.carrier.name(),
-                    "clear": f.mp.clear,
-                    "match": self.ampm_configs.get(&f.name),
-                    "counters": colors,
-                    "last_record": ex.and_then(|e| e.last_record.get(f.mp.slot as usize).cloned().flatten()),
-                })
-            })
-            .collect();
-        Ok(json!({
-            "node_id": s.node_id,
-            "time_format": if t.format == ampm::TimeFormat::Ns { "ns" } else { "sec_frac" },
-            "interval_bit": t.interval_bit,
-            "interval_ns": t.interval_ns(),
-            "sub_bits": t.sub_bits,
-            "now_ns": now,
-            "interval": interval,
-            "color": interval & 1,
-            "sub_interval": slot,
-            "max_flows": s.capacity,
-            "flows": flows,
-            "export": ex.map(|e| e.json()),
-            "counters": events,
-        }))
-    }
-
-    /// Adds a monitored flow, or replaces the one with the same name.
-    pub fn ampm_add(&mut self, cfg: AmpmFlowConfig) -> Result<Value, ApiError> {
-        let names = self.port_names();
-        let s = self.ampm_setup()?;
-        let existing = s.flows.iter().position(|f| f.name == cfg.name);
-        let slot = match existing {
-            Some(i) => s.flows[i].mp.slot,
-            None => {
-                let used: std::collections::HashSet<u32> = s.flows.iter().map(|f| f.mp.slot).collect();
-                match (0..s.capacity as u32).find(|x| !used.contains(x)) {
-                    Some(x) => x,
-                    None => {
-                        return Err(ApiError::new(
-                            "table_full",
-                            None,
-                            format!("all {} AM-PM flow slots are in use", s.capacity),
-                        ))
-                    }
-                }
-            }
-        };
-        let flow = cfg.to_flow(&names, slot)?;
-        let s = self.spec.ampm.as_mut().ok_or_else(not_configured)?;
-        match existing {
-            Some(i) => s.flows[i] = flow,
-            None => s.flows.push(flow),
-        }
-        if existing.is_none() {
-            if let Some(ex) = &mut self.ampm_exporter {
-                ex.rebase(&self.shared, slot as usize);
-            }
-        }
-        self.ampm_configs.insert(cfg.name.clone(), cfg);
-        let g = self.commit()?;
-        Ok(json!({ "generation": g, "slot": slot }))
-    }
-
-    pub fn ampm_del(&mut self, name: &str) -> Result<Value, ApiError> {
-        let s = self.spec.ampm.as_mut().ok_or_else(not_configured)?;
-        let n = s.flows.len();
-        s.flows.retain(|f| f.name != name);
-        if s.flows.len() == n {
-            return Err(ApiError::not_found("name", format!("no AM-PM flow named '{name}'")));
-        }
-        self.ampm_configs.remove(name);
-        let g = self.commit()?;
-        Ok(json!({ "generation": g }))
-    }
-
-    /// The slot tables (one, or all), rows in priority order.
-    pub fn rule_json(&self, table: Option<&str>) -> Result<Value, ApiError> {
-        let s = self.ampm_setup()?;
-        let names = AmpmSetup::table_names();
-        let pick: Vec<usize> = match table {
-            Some(t) => vec![table_index(t)?],
-            None => (0..names.len()).collect(),
-        };
-        let tables: Vec<Value> = pick
-            .into_iter()
-            .map(|i| {
-                let mut rows: Vec<&Rule<SlotAction>> = s.slot_rules[i].iter().collect();
-                rows.sort_by_key(|r| std::cmp::Reverse(r.priority));
-                let kind = dataplane::classifier::kind_of(&s.slot_rules[i]);
-                json!({ "table": names[i], "lookup": kind, "rules": rows.iter().map(|r| rule_json(s, r)).collect::<Vec<_>>() })
-            })
-            .collect();
-        Ok(json!({ "tables": tables }))
-    }
-
-    /// Adds a slot-table row (or replaces the one with the same name).
-    pub fn rule_add(&mut self, a: SlotRuleArgs) -> Result<Value, ApiError> {
-        let ti = table_index(&a.table)?;
-        crate::config::check_name("name", &a.name)?;
-        let t = self.ampm_setup()?.timing;
-        let bad = |k: &str, e: String| ApiError::bad_argument(k, e);
-        let mark = if a.mark.chars().all(|c| c == '*') {
-            None
-        } else {
-            if a.mark.len() > 2 {
-                return Err(bad("mark", "two bits at most: D then L (e.g. \"*1\")".into()));
-            }
-            let (v, m) = parse_bits(&a.mark, 0).map_err(|e| bad("mark", e))?;
-            Some((v as u8, m as u8))
-        };
-        let reg = match a.reg.as_str() {
-            "*" => None,
-            "0" => Some(0),
-            "1" => Some(1),
-            r => return Err(bad("reg", format!("'{r}' is not 0, 1 or *"))),
-        };
-        let action = SlotAction {
-            set_l: a.set_l,
-            set_d: a.set_d,
-            reg: a.set_reg,
-            color: a.color,
-            count: a.count,
-            timestamp: a.timestamp,
-        };
-        let time = if a.time.chars().all(|c| c == '*') { "*".to_string() } else { a.time.clone() };
-        let rule =
-            ampm::user_slot_rule(&t, &a.name, a.priority, &time, mark, reg, action).map_err(|e| bad("rule", e))?;
-        let s = self.spec.ampm.as_mut().ok_or_else(not_configured)?;
-        let rows = &mut s.slot_rules[ti];
-        match rows.iter().position(|r| r.name == a.name) {
-            Some(i) => rows[i] = rule,
-            None => rows.push(rule),
-        }
-        let g = self.commit()?;
-        Ok(json!({ "generation": g }))
-    }
-
-    pub fn rule_del(&mut self, table: &str, name: &str) -> Result<Value, ApiError> {
-        let ti = table_index(table)?;
-        let s = self.spec.ampm.as_mut().ok_or_else(not_configured)?;
-        let n = s.slot_rules[ti].len();
-        s.slot_rules[ti].retain(|r| r.name != name);
-        if s.slot_rules[ti].len() == n {
-            return Err(ApiError::not_found("name", format!("no rule '{name}' in table '{table}'")));
-        }
-        let g = self.commit()?;
-        Ok(json!({ "generation": g }))
-    }
-}
+command!(ShowAmpm, "show_ampm", AmpmView);
+command!(AmpmAdd, "ampm_add", AmpmAdded);
+command!(AmpmDel, "ampm_del", Generation);
+command!(RuleShow, "rule_show", SlotTables);
+command!(RuleAdd, "rule_add", Generation);
+command!(RuleDel, "rule_del", Generation);

@@ -10,7 +10,7 @@ use dataplane::classifier::{field, Key};
 use serde::{Deserialize, Serialize};
 
 use crate::collector_tx::CollectorPlan;
-use crate::config::ConfigError;
+use crate::fields::ConfigError;
 use crate::int::config::{collector_plans, CollectorConfig, WatchConfig};
 
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -53,15 +53,18 @@ fn default_sub_bits() -> u8 {
 fn default_max_flows() -> usize {
     16384
 }
-fn default_l_bit() -> u8 {
+pub fn default_l_bit() -> u8 {
     0
 }
-fn default_d_bit() -> u8 {
+pub fn default_d_bit() -> u8 {
     1
 }
 fn yes() -> bool {
     true
 }
+
+/// Bytes of JSON lines per export datagram (what a collector's path must carry).
+pub const DATAGRAM: usize = 1400;
 
 /// One monitored flow (file entry and API argument).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -164,7 +167,7 @@ pub fn timing(interval: &str, format: &str, sub_bits: u8) -> Result<Timing, Conf
 impl AmpmFlowConfig {
     /// The flow for counter slot `slot`.
     pub fn to_flow(&self, ports: &[String], slot: u32) -> Result<AmpmFlow, ConfigError> {
-        crate::config::check_name("name", &self.name)?;
+        crate::fields::check_name("name", &self.name)?;
         if self.flow_mon_id > 0xf_ffff {
             return Err(cerr("flow_mon_id", "must fit 20 bits (0-1048575)"));
         }
@@ -276,7 +279,7 @@ impl AmpmConfig {
             }
             setup.flows.push(f.to_flow(ports, i as u32).map_err(at)?);
         }
-        let collectors = collector_plans("ampm", &self.collector, ports, mtu, crate::ampm::export::DATAGRAM)?;
+        let collectors = collector_plans("ampm", &self.collector, ports, mtu, DATAGRAM)?;
         Ok(AmpmPlan { setup, collectors })
     }
 }

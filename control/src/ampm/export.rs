@@ -22,10 +22,10 @@ use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
 
 use dataplane::ampm::{AmpmFlow, Timing};
 use dataplane::worker::Shared;
-use serde_json::{json, Value};
 
-/// Bytes of JSON lines per datagram.
-pub const DATAGRAM: usize = 1400;
+use crate::ampm::api::{AmpmCollectorView, AmpmExportView, AmpmRecord};
+
+use crate::ampm::config::DATAGRAM;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ColorSnap {
@@ -71,7 +71,7 @@ pub struct AmpmExporter {
     pub records: u64,
     pub intervals_missed: u64,
     /// Last record of each flow (for `show ampm`), by slot.
-    pub last_record: Vec<Option<Value>>,
+    pub last_record: Vec<Option<AmpmRecord>>,
 }
 
 impl AmpmExporter {
@@ -124,7 +124,7 @@ impl AmpmExporter {
         self.intervals_missed += due - self.last_interval - 1;
         self.last_interval = due;
         let color = (due & 1) as usize;
-        let mut lines: Vec<Value> = Vec::with_capacity(flows.len());
+        let mut lines: Vec<AmpmRecord> = Vec::with_capacity(flows.len());
         for f in flows {
             let slot = f.mp.slot as usize;
             if slot >= self.last.len() {
@@ -135,27 +135,27 @@ impl AmpmExporter {
             self.last[slot][color] = now;
             let packets = now.packets - was.packets;
             let delays = now.delay_count - was.delay_count;
-            let rec = json!({
-                "type": "ampm",
-                "version": 1,
-                "node": self.node_id,
-                "flow": f.name,
-                "flow_mon_id": f.mp.flow_mon_id,
-                "role": f.mp.role.name(),
-                "method": f.mp.method.name(),
-                "carrier": f.mp.carrier.name(),
-                "interval": due,
-                "interval_ns": self.timing.interval_ns(),
-                "start_ns": self.timing.start_ns(due),
-                "color": color,
-                "packets": packets,
-                "bytes": now.bytes - was.bytes,
-                "delay_count": delays,
-                "delay_ts_ns": (delays > 0).then_some(now.delay_ts),
-                "mean_ts_offset_ns": (packets > 0).then(|| (now.ts_sum.wrapping_sub(was.ts_sum) as i64) / packets as i64),
-                // The switch started during it: packets before that are not counted.
-                "partial": due == self.first_interval,
-            });
+            let rec = AmpmRecord {
+                kind: "ampm".into(),
+                version: 1,
+                node: self.node_id,
+                flow: f.name.clone(),
+                flow_mon_id: f.mp.flow_mon_id,
+                role: f.mp.role.name().into(),
+                method: f.mp.method.name().into(),
+                carrier: f.mp.carrier.name().into(),
+                interval: due,
+                interval_ns: self.timing.interval_ns(),
+                start_ns: self.timing.start_ns(due),
+                color: color as u8,
+                packets,
+                bytes: now.bytes - was.bytes,
+                delay_count: delays,
+                delay_ts_ns: (delays > 0).then_some(now.delay_ts),
+                mean_ts_offset_ns: (packets > 0).then(|| (now.ts_sum.wrapping_sub(was.ts_sum) as i64) / packets as i64),
+                partial: due == self.first_interval,
+                seq: None,
+            };
             self.last_record[slot] = Some(rec.clone());
             lines.push(rec);
         }
@@ -163,10 +163,14 @@ impl AmpmExporter {
         for c in &mut self.collectors {
             let mut buf = String::new();
             for rec in &lines {
-                let mut r = rec.clone();
-                r["seq"] = c.seq.into();
+                let line = match serde_json::to_string(&AmpmRecord { seq: Some(c.seq), ..rec.clone() }) {
+                    Ok(l) => l,
+                    Err(_) => {
+                        c.send_errors += 1;
+                        continue;
+                    }
+                };
                 c.seq += 1;
-                let line = r.to_string();
                 if !buf.is_empty() && buf.len() + line.len() + 1 > DATAGRAM {
                     send(c, &buf, out);
                     buf.clear();
@@ -181,19 +185,23 @@ impl AmpmExporter {
         lines.len()
     }
 
-    pub fn json(&self) -> Value {
-        json!({
-            "records": self.records,
-            "intervals_missed": self.intervals_missed,
-            "last_interval": self.last_interval,
-            "collectors": self.collectors.iter().map(|c| json!({
-                "address": c.tx.addr.to_string(),
-                "via": c.tx.via(),
-                "datagrams": c.datagrams,
-                "next_seq": c.seq,
-                "send_errors": c.send_errors,
-            })).collect::<Vec<_>>(),
-        })
+    pub fn view(&self) -> AmpmExportView {
+        AmpmExportView {
+            records: self.records,
+            intervals_missed: self.intervals_missed,
+            last_interval: self.last_interval,
+            collectors: self
+                .collectors
+                .iter()
+                .map(|c| AmpmCollectorView {
+                    address: c.tx.addr.to_string(),
+                    via: c.tx.via(),
+                    datagrams: c.datagrams,
+                    next_seq: c.seq,
+                    send_errors: c.send_errors,
+                })
+                .collect(),
+        }
     }
 }
 

@@ -1,6 +1,8 @@
-//! AM-PM on the control core: the `[ampm]` section (`config`), its API
-//! operations (`api`), and interval record export (`export`).
+//! AM-PM on the control core: the `[ampm]` section (`config`), its
+//! commands' types (`api`) and operations (`ops`), and interval record
+//! export (`export`).
 
 pub mod api;
 pub mod config;
 pub mod export;
+pub mod ops;

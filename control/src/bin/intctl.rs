@@ -4,8 +4,15 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+use control::ampm::api as ampm;
+use control::ampm::config::AmpmFlowConfig;
+use control::api::views::{self as v, CountersView};
+use control::api::Command;
 use control::client::{CallError, Client};
-use serde_json::{json, Map, Value};
+use control::config::{FlowConfig, NeighbourConfig, RouteConfig};
+use control::int::api as int;
+use control::int::config::WatchConfig;
+use serde::Serialize;
 
 #[derive(Parser)]
 #[command(
@@ -289,22 +296,36 @@ struct MatchArgs {
     in_port: Option<String>,
 }
 
+/// A number where the argument is one (a port, a protocol number), else
+/// the string ("udp", "0x1380/0xfff0").
+fn num_or_str(v: &str) -> toml::Value {
+    v.parse::<i64>().map(toml::Value::Integer).unwrap_or_else(|_| toml::Value::String(v.to_string()))
+}
+
+/// The ternary match fields, in the order of the config's.
+struct Match {
+    priority: u32,
+    src: Option<String>,
+    dst: Option<String>,
+    proto: Option<toml::Value>,
+    src_port: Option<toml::Value>,
+    dst_port: Option<toml::Value>,
+    dscp: Option<toml::Value>,
+    in_port: Option<String>,
+}
+
 impl MatchArgs {
-    /// Adds the given fields to a request's arguments (numbers as numbers).
-    fn add_to(&self, m: &mut Value) {
-        m["priority"] = json!(self.priority);
-        let num_or_str = |v: &str| v.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(v));
-        for (k, v) in [("src", &self.src), ("dst", &self.dst), ("in_port", &self.in_port)] {
-            if let Some(v) = v {
-                m[k] = json!(v);
-            }
-        }
-        for (k, v) in
-            [("proto", &self.proto), ("src_port", &self.src_port), ("dst_port", &self.dst_port), ("dscp", &self.dscp)]
-        {
-            if let Some(v) = v {
-                m[k] = num_or_str(v);
-            }
+    fn fields(&self) -> Match {
+        let n = |v: &Option<String>| v.as_deref().map(num_or_str);
+        Match {
+            priority: self.priority,
+            src: self.src.clone(),
+            dst: self.dst.clone(),
+            proto: n(&self.proto),
+            src_port: n(&self.src_port),
+            dst_port: n(&self.dst_port),
+            dscp: n(&self.dscp),
+            in_port: self.in_port.clone(),
         }
     }
 }
@@ -422,17 +443,19 @@ fn default_socket() -> Result<String, String> {
     }
 }
 
-fn key_args(k: &FlowKeyArgs) -> Map<String, Value> {
-    let proto = k.proto.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(k.proto.clone()));
-    let mut m = Map::new();
-    m.insert("in_port".into(), k.in_port.clone().into());
-    m.insert("src".into(), k.src.clone().into());
-    m.insert("dst".into(), k.dst.clone().into());
-    m.insert("proto".into(), proto);
-    m.insert("src_port".into(), k.src_port.into());
-    m.insert("dst_port".into(), k.dst_port.into());
-    m.insert("vlan".into(), k.vlan.into());
-    m
+impl FlowKeyArgs {
+    fn flow(&self, action: &str) -> FlowConfig {
+        FlowConfig {
+            in_port: self.in_port.clone(),
+            src: self.src.clone(),
+            dst: self.dst.clone(),
+            proto: num_or_str(&self.proto),
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            vlan: self.vlan,
+            action: action.into(),
+        }
+    }
 }
 
 fn explain(e: CallError) -> String {
@@ -442,124 +465,178 @@ fn explain(e: CallError) -> String {
     }
 }
 
+/// Sends `cmd`, then prints its reply: as JSON with `--json`, else as `text` does.
+fn call<C: Command>(c: &mut Client, json: bool, cmd: &C, text: impl FnOnce(&C::Reply)) -> Result<(), String> {
+    let r = c.command(cmd).map_err(explain)?;
+    if json {
+        println!("{}", serde_json::to_string(&r).map_err(|e| format!("printing the answer: {e}"))?);
+    } else {
+        text(&r);
+    }
+    Ok(())
+}
+
+/// What a change prints.
+fn done<T: Serialize>(_: &T) {
+    println!("ok");
+}
+
 fn run(cli: Cli) -> Result<(), String> {
     let socket = match &cli.socket {
         Some(s) => s.clone(),
         None => default_socket()?,
     };
     let mut c = Client::connect(&socket).map_err(|e| format!("--socket: {}", e.message))?;
-    let json_out = cli.json;
-    let (cmd, args): (&str, Value) = match &cli.cmd {
+    let (c, j) = (&mut c, cli.json);
+    match &cli.cmd {
         Cmd::Show { what } => match what {
-            Show::Ports => ("show_ports", json!({})),
-            Show::Workers => ("show_workers", json!({})),
-            Show::Counters => ("show_counters", json!({})),
-            Show::Drops => ("show_drops", json!({})),
-            Show::Flows { max } => ("show_flows", json!({ "max": max })),
-            Show::Macs { max } => ("show_macs", json!({ "max": max })),
-            Show::Routes => ("show_routes", json!({})),
-            Show::Neighbours => ("show_neighbours", json!({})),
-            Show::Config => ("show_config", json!({})),
-            Show::Version => ("show_version", json!({})),
-            Show::Metrics => ("metrics", json!({})),
-            Show::Int => ("show_int", json!({})),
-            Show::Reports => ("show_reports", json!({})),
+            Show::Ports => call(c, j, &v::ShowPorts {}, |r| print_ports(r)),
+            Show::Workers => call(c, j, &v::ShowWorkers {}, |r| print_workers(r)),
+            Show::Counters => call(c, j, &v::ShowCounters {}, print_counters),
+            Show::Drops => call(c, j, &v::ShowDrops {}, print_drops),
+            Show::Flows { max } => call(c, j, &v::ShowFlows { max: Some(*max) }, |r| print_flows(r)),
+            Show::Macs { max } => call(c, j, &v::ShowMacs { max: Some(*max) }, |r| print_macs(r)),
+            Show::Routes => call(c, j, &v::ShowRoutes {}, |r| {
+                let rows = r.iter().map(|x| vec![x.prefix.clone(), x.port.clone(), opt(&x.via), x.kind.clone()]);
+                table(&["PREFIX", "PORT", "VIA", "KIND"], rows.collect())
+            }),
+            Show::Neighbours => call(c, j, &v::ShowNeighbours {}, |r| {
+                let kind = |p: bool| if p { "static" } else { "learned" }.to_string();
+                let rows = r.iter().map(|x| vec![x.ip.clone(), x.mac.clone(), x.port.clone(), kind(x.permanent)]);
+                table(&["IP", "MAC", "PORT", "KIND"], rows.collect())
+            }),
+            Show::Config => {
+                call(c, j, &v::ShowConfig {}, |r| println!("{}", serde_json::to_string_pretty(r).unwrap_or_default()))
+            }
+            Show::Version => call(c, j, &v::ShowVersion {}, |r| {
+                println!(
+                    "intswitch {} (control protocol {}, {}) instance {} mode {}",
+                    r.intswitch, r.protocol, r.dpdk, r.name, r.mode
+                )
+            }),
+            Show::Metrics => call(c, j, &v::Metrics {}, |r| print!("{}", r.text)),
+            Show::Int => call(c, j, &int::ShowInt {}, print_int),
+            Show::Reports => call(c, j, &int::ShowReports {}, print_reports),
         },
-        Cmd::Flow { op: FlowOp::Add { key, action } } => {
-            let mut m = key_args(key);
-            m.insert("action".into(), action.clone().into());
-            ("flow_add", Value::Object(m))
+        Cmd::Flow { op: FlowOp::Add { key, action } } => call(c, j, &v::FlowAdd(key.flow(action)), done),
+        Cmd::Flow { op: FlowOp::Del { key } } => {
+            let f = key.flow("normal");
+            let del = v::FlowDel {
+                in_port: f.in_port,
+                src: f.src,
+                dst: f.dst,
+                proto: f.proto,
+                src_port: f.src_port,
+                dst_port: f.dst_port,
+                vlan: f.vlan,
+            };
+            call(c, j, &del, done)
         }
-        Cmd::Flow { op: FlowOp::Del { key } } => ("flow_del", Value::Object(key_args(key))),
         Cmd::Route { op: RouteOp::Add { prefix, port, via } } => {
-            let mut m = json!({ "prefix": prefix, "port": port });
-            if let Some(v) = via {
-                m["via"] = v.clone().into();
-            }
-            ("route_add", m)
+            let r = RouteConfig { prefix: prefix.clone(), port: port.clone(), via: via.clone() };
+            call(c, j, &v::RouteAdd(r), done)
         }
-        Cmd::Route { op: RouteOp::Del { prefix } } => ("route_del", json!({ "prefix": prefix })),
+        Cmd::Route { op: RouteOp::Del { prefix } } => call(c, j, &v::RouteDel { prefix: prefix.clone() }, done),
         Cmd::Neighbour { op: NeighbourOp::Add { ip, mac, port } } => {
-            ("neighbour_add", json!({ "ip": ip, "mac": mac, "port": port }))
+            let n = NeighbourConfig { ip: ip.clone(), mac: mac.clone(), port: port.clone() };
+            call(c, j, &v::NeighbourAdd(n), done)
         }
-        Cmd::Neighbour { op: NeighbourOp::Del { ip } } => ("neighbour_del", json!({ "ip": ip })),
-        Cmd::Port { op: PortOp::Enable { port } } => ("port_enable", json!({ "port": port })),
-        Cmd::Port { op: PortOp::Disable { port } } => ("port_disable", json!({ "port": port })),
+        Cmd::Neighbour { op: NeighbourOp::Del { ip } } => call(c, j, &v::NeighbourDel { ip: ip.clone() }, done),
+        Cmd::Port { op: PortOp::Enable { port } } => call(c, j, &v::PortEnable { port: port.clone() }, done),
+        Cmd::Port { op: PortOp::Disable { port } } => call(c, j, &v::PortDisable { port: port.clone() }, done),
         Cmd::Port { op: PortOp::Impair { port, netem } } => {
-            ("port_impair", json!({ "port": port, "netem": netem.join(" ") }))
+            call(c, j, &v::PortImpair { port: port.clone(), netem: netem.join(" ") }, done)
         }
-        Cmd::Int { op: IntOp::Export { action } } => ("int_export", json!({ "paused": action == "pause" })),
-        Cmd::Int { op: IntOp::Watch { op: WatchOp::Del { name } } } => ("int_watch_del", json!({ "name": name })),
-        Cmd::Int {
-            op: IntOp::Watch { op: WatchOp::Add { name, role, m: matching, instructions, max_hops, domain_id } },
-        } => {
-            let mut m = json!({ "name": name, "role": role });
-            matching.add_to(&mut m);
-            if let Some(i) = instructions {
-                m["instructions"] = json!(i);
-            }
-            if let Some(h) = max_hops {
-                m["max_hops"] = json!(h);
-            }
-            if let Some(d) = domain_id {
-                m["domain_id"] = json!(d);
-            }
-            ("int_watch_add", m)
+        Cmd::Int { op: IntOp::Export { action } } => call(c, j, &int::IntExport { paused: action == "pause" }, done),
+        Cmd::Int { op: IntOp::Watch { op: WatchOp::Del { name } } } => {
+            call(c, j, &int::IntWatchDel { name: name.clone() }, done)
         }
-        Cmd::Ampm { op: AmpmOp::Show } => ("show_ampm", json!({})),
-        Cmd::Ampm { op: AmpmOp::Del { name } } => ("ampm_del", json!({ "name": name })),
-        Cmd::Ampm {
-            op: AmpmOp::Add { name, flow_mon_id, role, method, carrier, l_bit, d_bit, keep_marks, m: matching },
-        } => {
-            let mut m = json!({ "name": name, "flow_mon_id": flow_mon_id, "role": role, "method": method,
-                                "carrier": carrier, "clear": !keep_marks });
-            matching.add_to(&mut m);
-            if let Some(b) = l_bit {
-                m["l_bit"] = json!(b);
-            }
-            if let Some(b) = d_bit {
-                m["d_bit"] = json!(b);
-            }
-            ("ampm_add", m)
+        Cmd::Int { op: IntOp::Watch { op: WatchOp::Add { name, role, m, instructions, max_hops, domain_id } } } => {
+            let m = m.fields();
+            let w = WatchConfig {
+                name: name.clone(),
+                priority: m.priority,
+                role: role.clone(),
+                src: m.src,
+                dst: m.dst,
+                proto: m.proto,
+                src_port: m.src_port,
+                dst_port: m.dst_port,
+                dscp: m.dscp,
+                in_port: m.in_port,
+                instructions: instructions.clone(),
+                bitmap: None,
+                max_hops: *max_hops,
+                domain_id: *domain_id,
+            };
+            call(c, j, &int::IntWatchAdd(w), done)
         }
-        Cmd::Rule { op: RuleOp::Show { table } } => {
-            ("rule_show", table.as_ref().map_or_else(|| json!({}), |t| json!({ "table": t })))
+        Cmd::Ampm { op: AmpmOp::Show } => call(c, j, &ampm::ShowAmpm {}, print_ampm),
+        Cmd::Ampm { op: AmpmOp::Del { name } } => call(c, j, &ampm::AmpmDel { name: name.clone() }, done),
+        Cmd::Ampm { op: AmpmOp::Add { name, flow_mon_id, role, method, carrier, l_bit, d_bit, keep_marks, m } } => {
+            let m = m.fields();
+            let f = AmpmFlowConfig {
+                name: name.clone(),
+                flow_mon_id: *flow_mon_id,
+                role: role.clone(),
+                method: method.clone(),
+                carrier: carrier.clone(),
+                l_bit: l_bit.unwrap_or_else(control::ampm::config::default_l_bit),
+                d_bit: d_bit.unwrap_or_else(control::ampm::config::default_d_bit),
+                clear: !keep_marks,
+                priority: m.priority,
+                src: m.src,
+                dst: m.dst,
+                proto: m.proto,
+                src_port: m.src_port,
+                dst_port: m.dst_port,
+                dscp: m.dscp,
+                in_port: m.in_port,
+            };
+            call(c, j, &ampm::AmpmAdd(f), done)
         }
-        Cmd::Rule { op: RuleOp::Del { table, name } } => ("rule_del", json!({ "table": table, "name": name })),
+        Cmd::Rule { op: RuleOp::Show { table } } => call(c, j, &ampm::RuleShow { table: table.clone() }, print_rules),
+        Cmd::Rule { op: RuleOp::Del { table, name } } => {
+            call(c, j, &ampm::RuleDel { table: table.clone(), name: name.clone() }, done)
+        }
         Cmd::Rule {
             op: RuleOp::Add { table, name, priority, time, mark, reg, set_l, set_d, set_reg, color, count, timestamp },
         } => {
-            let mut m = json!({ "table": table, "name": name, "priority": priority, "time": time, "mark": mark,
-                                "reg": reg, "color": color, "count": count, "timestamp": timestamp });
-            for (k, v) in [("set_l", set_l), ("set_d", set_d)] {
-                if let Some(v) = v {
-                    m[k] = json!(v);
-                }
-            }
-            if let Some(r) = set_reg {
-                m["set_reg"] = json!(r);
-            }
-            ("rule_add", m)
+            let r = ampm::RuleAdd {
+                table: table.clone(),
+                name: name.clone(),
+                priority: *priority,
+                time: time.clone(),
+                mark: mark.clone(),
+                reg: reg.clone(),
+                set_l: *set_l,
+                set_d: *set_d,
+                set_reg: *set_reg,
+                color: *color,
+                count: *count,
+                timestamp: *timestamp,
+            };
+            call(c, j, &r, done)
         }
-        Cmd::Clear { what: ClearWhat::Counters } => ("clear_counters", json!({})),
-        Cmd::Monitor { interval, iterations } => return monitor(&mut c, *interval, *iterations, json_out),
+        Cmd::Clear { what: ClearWhat::Counters } => call(c, j, &v::ClearCounters {}, done),
+        Cmd::Monitor { interval, iterations } => monitor(c, *interval, *iterations, j),
         Cmd::Capture { port, rx: _, tx, count, out, timeout } => {
             let abs = std::path::absolute(out).map_err(|e| format!("--out: {e}"))?;
-            let mut m = json!({ "port": port, "direction": if *tx { "tx" } else { "rx" }, "count": count,
-                                "out": abs.display().to_string() });
-            if let Some(t) = timeout {
-                m["timeout_s"] = json!(t);
-            }
-            ("capture", m)
+            let cap = v::Capture {
+                port: port.clone(),
+                direction: Some(if *tx { "tx" } else { "rx" }.into()),
+                count: *count,
+                out: abs.display().to_string(),
+                timeout_s: *timeout,
+            };
+            call(c, j, &cap, |r| {
+                println!(
+                    "captured {} of {} {} packets on {} into {}",
+                    r.packets, r.requested, r.direction, r.port, r.out
+                )
+            })
         }
-    };
-    let result = c.call(cmd, args).map_err(explain)?;
-    if json_out {
-        println!("{result}");
-        return Ok(());
     }
-    print_text(cmd, &result);
-    Ok(())
 }
 
 fn table(header: &[&str], rows: Vec<Vec<String>>) {
@@ -578,464 +655,396 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(x) => x.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
+/// An optional value as a cell ("-" when absent).
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".into(), T::to_string)
+}
+
+fn print_ports(r: &[v::PortView]) {
+    table(
+        &["PORT", "DRIVER", "MAC", "ENABLED", "LINK", "RX PKTS", "RX BYTES", "TX PKTS", "TX BYTES", "ADDRESSES"],
+        r.iter()
+            .map(|p| {
+                let link = if p.link.up { format!("up {}M", p.link.speed_mbps) } else { "down".into() };
+                let addrs: Vec<String> = p.ipv4.iter().chain(&p.ipv6).cloned().collect();
+                vec![
+                    p.name.clone(),
+                    p.driver.clone(),
+                    p.mac.clone(),
+                    p.enabled.to_string(),
+                    link,
+                    p.rx_packets.to_string(),
+                    p.rx_bytes.to_string(),
+                    p.tx_packets.to_string(),
+                    p.tx_bytes.to_string(),
+                    addrs.join(","),
+                ]
+            })
+            .collect(),
+    )
+}
+
+fn print_workers(r: &[v::WorkerView]) {
+    table(
+        &["WORKER", "LCORE", "RX QUEUES", "RX PKTS", "TX PKTS", "DROPS", "BUSY %", "FLOWS", "MACS", "GEN"],
+        r.iter()
+            .map(|w| {
+                let busy = w.busy_polls as f64 / (w.polls as f64).max(1.0);
+                vec![
+                    w.id.to_string(),
+                    w.lcore.to_string(),
+                    w.rx_queues.join(","),
+                    w.rx_packets.to_string(),
+                    w.tx_packets.to_string(),
+                    w.drops.to_string(),
+                    format!("{:.1}", busy * 100.0),
+                    w.flows.to_string(),
+                    w.macs.to_string(),
+                    w.table_generation.to_string(),
+                ]
+            })
+            .collect(),
+    )
+}
+
+/// The counters of a map that are not zero, one line each.
+fn nonzero(kind: &str, m: &std::collections::BTreeMap<String, u64>) {
+    for (k, n) in m.iter().filter(|(_, n)| **n != 0) {
+        println!("{kind:<5} {k:<26} {n}");
     }
 }
 
-fn print_text(cmd: &str, r: &Value) {
-    let arr = || r.as_array().cloned().unwrap_or_default();
-    match cmd {
-        "show_ports" => table(
-            &["PORT", "DRIVER", "MAC", "ENABLED", "LINK", "RX PKTS", "RX BYTES", "TX PKTS", "TX BYTES", "ADDRESSES"],
-            arr()
-                .iter()
-                .map(|p| {
-                    let mut addrs: Vec<String> = p["ipv4"].as_array().into_iter().flatten().map(s).collect();
-                    addrs.extend(p["ipv6"].as_array().into_iter().flatten().map(s));
-                    vec![
-                        s(&p["name"]),
-                        s(&p["driver"]),
-                        s(&p["mac"]),
-                        s(&p["enabled"]),
-                        if p["link"]["up"] == true {
-                            format!("up {}M", p["link"]["speed_mbps"])
-                        } else {
-                            "down".into()
-                        },
-                        s(&p["rx_packets"]),
-                        s(&p["rx_bytes"]),
-                        s(&p["tx_packets"]),
-                        s(&p["tx_bytes"]),
-                        addrs.join(","),
-                    ]
-                })
-                .collect(),
-        ),
-        "show_workers" => table(
-            &["WORKER", "LCORE", "RX QUEUES", "RX PKTS", "TX PKTS", "DROPS", "BUSY %", "FLOWS", "MACS", "GEN"],
-            arr()
-                .iter()
-                .map(|w| {
-                    let busy = w["busy_polls"].as_f64().unwrap_or(0.0) / w["polls"].as_f64().unwrap_or(1.0).max(1.0);
-                    vec![
-                        s(&w["id"]),
-                        s(&w["lcore"]),
-                        w["rx_queues"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
-                        s(&w["rx_packets"]),
-                        s(&w["tx_packets"]),
-                        s(&w["drops"]),
-                        format!("{:.1}", busy * 100.0),
-                        s(&w["flows"]),
-                        s(&w["macs"]),
-                        s(&w["table_generation"]),
-                    ]
-                })
-                .collect(),
-        ),
-        "show_counters" => {
-            print_text("show_ports_short", &r["ports"]);
-            for (k, v) in r["drops"].as_object().into_iter().flatten().filter(|(_, v)| v.as_u64() != Some(0)) {
-                println!("drop  {k:<26} {v}");
-            }
-            for (k, v) in r["events"].as_object().into_iter().flatten().filter(|(_, v)| v.as_u64() != Some(0)) {
-                println!("event {k:<26} {v}");
-            }
-        }
-        "show_ports_short" => table(
-            &["PORT", "RX PKTS", "RX BYTES", "TX PKTS", "TX BYTES"],
-            arr()
-                .iter()
-                .map(|p| {
-                    vec![s(&p["name"]), s(&p["rx_packets"]), s(&p["rx_bytes"]), s(&p["tx_packets"]), s(&p["tx_bytes"])]
-                })
-                .collect(),
-        ),
-        "show_drops" => {
-            let rows: Vec<Vec<String>> = r["total"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(_, v)| v.as_u64() != Some(0))
-                .map(|(k, v)| vec![k.clone(), s(v)])
-                .collect();
-            if rows.is_empty() {
-                println!("no drops");
-            } else {
-                table(&["REASON", "PACKETS"], rows);
-            }
-        }
-        "show_flows" => table(
-            &[
-                "WORKER", "IN", "VLAN", "SRC", "DST", "PROTO", "SPORT", "DPORT", "ACTION", "KIND", "PACKETS", "BYTES",
-                "IDLE S",
-            ],
-            arr()
-                .iter()
-                .map(|f| {
-                    vec![
-                        s(&f["worker"]),
-                        s(&f["in_port"]),
-                        s(&f["vlan"]),
-                        s(&f["src"]),
-                        s(&f["dst"]),
-                        s(&f["proto"]),
-                        s(&f["src_port"]),
-                        s(&f["dst_port"]),
-                        s(&f["action"]),
-                        if f["installed"] == true { "installed".into() } else { "learned".into() },
-                        s(&f["packets"]),
-                        s(&f["bytes"]),
-                        format!("{:.1}", f["idle_s"].as_f64().unwrap_or(0.0)),
-                    ]
-                })
-                .collect(),
-        ),
-        "show_macs" => table(
-            &["WORKER", "VLAN", "MAC", "PORT", "KIND", "IDLE S"],
-            arr()
-                .iter()
-                .map(|m| {
-                    let idle = m["idle_s"].as_f64().map_or("-".into(), |i| format!("{i:.1}"));
-                    vec![s(&m["worker"]), s(&m["vlan"]), s(&m["mac"]), s(&m["port"]), s(&m["kind"]), idle]
-                })
-                .collect(),
-        ),
-        "show_routes" => table(
-            &["PREFIX", "PORT", "VIA", "KIND"],
-            arr().iter().map(|x| vec![s(&x["prefix"]), s(&x["port"]), s(&x["via"]), s(&x["kind"])]).collect(),
-        ),
-        "show_neighbours" => table(
-            &["IP", "MAC", "PORT", "KIND"],
-            arr()
+fn print_counters(r: &CountersView) {
+    table(
+        &["PORT", "RX PKTS", "RX BYTES", "TX PKTS", "TX BYTES"],
+        r.ports
+            .iter()
+            .map(|p| {
+                let n = [p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes];
+                std::iter::once(p.name.clone()).chain(n.iter().map(u64::to_string)).collect()
+            })
+            .collect(),
+    );
+    nonzero("drop", &r.drops);
+    nonzero("event", &r.events);
+    let res = &r.resolution;
+    if res.sent + res.no_address + res.no_mbuf + res.queue_full + res.gave_up > 0 {
+        println!(
+            "resolution sent {} no_address {} no_mbuf {} queue_full {} gave_up {}",
+            res.sent, res.no_address, res.no_mbuf, res.queue_full, res.gave_up
+        );
+    }
+}
+
+fn print_drops(r: &v::DropsView) {
+    let rows: Vec<Vec<String>> =
+        r.total.iter().filter(|(_, n)| **n != 0).map(|(k, n)| vec![k.clone(), n.to_string()]).collect();
+    if rows.is_empty() {
+        println!("no drops");
+    } else {
+        table(&["REASON", "PACKETS"], rows);
+    }
+}
+
+fn print_flows(r: &[v::FlowView]) {
+    table(
+        &[
+            "WORKER", "IN", "VLAN", "SRC", "DST", "PROTO", "SPORT", "DPORT", "ACTION", "KIND", "PACKETS", "BYTES",
+            "IDLE S",
+        ],
+        r.iter()
+            .map(|f| {
+                vec![
+                    f.worker.to_string(),
+                    opt(&f.in_port),
+                    f.vlan.to_string(),
+                    f.src.clone(),
+                    f.dst.clone(),
+                    f.proto.to_string(),
+                    f.src_port.to_string(),
+                    f.dst_port.to_string(),
+                    f.action.clone(),
+                    if f.installed { "installed" } else { "learned" }.into(),
+                    f.packets.to_string(),
+                    f.bytes.to_string(),
+                    format!("{:.1}", f.idle_s),
+                ]
+            })
+            .collect(),
+    )
+}
+
+fn print_macs(r: &[v::MacView]) {
+    table(
+        &["WORKER", "VLAN", "MAC", "PORT", "KIND", "IDLE S"],
+        r.iter()
+            .map(|m| {
+                let idle = m.idle_s.map_or("-".into(), |i| format!("{i:.1}"));
+                vec![opt(&m.worker), m.vlan.to_string(), m.mac.clone(), opt(&m.port), m.kind.clone(), idle]
+            })
+            .collect(),
+    )
+}
+
+fn print_ampm(r: &ampm::AmpmView) {
+    println!(
+        "node {}  interval {} ns ({}, bit {}, {} slot bits)  now: interval {} color {} sub-interval {}",
+        r.node_id, r.interval_ns, r.time_format, r.interval_bit, r.sub_bits, r.interval, r.color, r.sub_interval,
+    );
+    table(
+        &["FLOW", "ID", "ROLE", "METHOD", "CARRIER", "PKTS0", "BYTES0", "DELAY0", "PKTS1", "BYTES1", "DELAY1", "LAST"],
+        r.flows
+            .iter()
+            .map(|f| {
+                let last = f.last_record.as_ref().map_or("-".to_string(), |l| {
+                    format!("interval {} color {}: {} pkts", l.interval, l.color, l.packets)
+                });
+                let mut row = vec![
+                    f.name.clone(),
+                    f.flow_mon_id.to_string(),
+                    f.role.clone(),
+                    f.method.clone(),
+                    f.carrier.clone(),
+                ];
+                for c in &f.counters {
+                    row.extend([c.packets.to_string(), c.bytes.to_string(), c.delay_count.to_string()]);
+                }
+                row.push(last);
+                row
+            })
+            .collect(),
+    );
+    match &r.export {
+        Some(e) => println!("export: {} records, {} intervals missed", e.records, e.intervals_missed),
+        None => println!("export: none"),
+    }
+    nonzero("event", &r.counters);
+}
+
+fn print_rules(r: &ampm::SlotTables) {
+    for t in &r.tables {
+        println!("table {} ({} lookup)", t.table, t.lookup);
+        table(
+            &["RULE", "PRIO", "TIME", "MARK(DL)", "REG", "SET_L", "SET_D", "SET_REG", "COLOR", "COUNT", "TS"],
+            t.rules
                 .iter()
                 .map(|x| {
-                    let kind = if x["permanent"] == true { "static" } else { "learned" };
-                    vec![s(&x["ip"]), s(&x["mac"]), s(&x["port"]), kind.into()]
+                    vec![
+                        x.name.clone(),
+                        x.priority.to_string(),
+                        x.time.clone(),
+                        x.mark.clone(),
+                        x.reg.clone(),
+                        opt(&x.set_l),
+                        opt(&x.set_d),
+                        opt(&x.set_reg),
+                        x.color.to_string(),
+                        x.count.to_string(),
+                        x.timestamp.to_string(),
+                    ]
                 })
                 .collect(),
-        ),
-        "show_config" => println!("{}", serde_json::to_string_pretty(r).unwrap_or_default()),
-        "show_version" => println!(
-            "intswitch {} (control protocol {}, {}) instance {} mode {}",
-            s(&r["intswitch"]),
-            s(&r["protocol"]),
-            s(&r["dpdk"]),
-            s(&r["name"]),
-            s(&r["mode"])
-        ),
-        "metrics" => print!("{}", r["text"].as_str().unwrap_or("")),
-        "capture" => println!(
-            "captured {} of {} {} packets on {} into {}",
-            s(&r["packets"]),
-            s(&r["requested"]),
-            s(&r["direction"]),
-            s(&r["port"]),
-            s(&r["out"])
-        ),
-        "show_ampm" => {
-            println!(
-                "node {}  interval {} ns ({}, bit {}, {} slot bits)  now: interval {} color {} sub-interval {}",
-                s(&r["node_id"]),
-                s(&r["interval_ns"]),
-                s(&r["time_format"]),
-                s(&r["interval_bit"]),
-                s(&r["sub_bits"]),
-                s(&r["interval"]),
-                s(&r["color"]),
-                s(&r["sub_interval"]),
-            );
-            table(
-                &[
-                    "FLOW", "ID", "ROLE", "METHOD", "CARRIER", "PKTS0", "BYTES0", "DELAY0", "PKTS1", "BYTES1",
-                    "DELAY1", "LAST",
-                ],
-                r["flows"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|f| {
-                        let c = |i: usize, k: &str| s(&f["counters"][i][k]);
-                        let last = &f["last_record"];
-                        let last = if last.is_null() {
-                            "-".to_string()
-                        } else {
-                            format!(
-                                "interval {} color {}: {} pkts",
-                                s(&last["interval"]),
-                                s(&last["color"]),
-                                s(&last["packets"])
-                            )
-                        };
-                        vec![
-                            s(&f["name"]),
-                            s(&f["flow_mon_id"]),
-                            s(&f["role"]),
-                            s(&f["method"]),
-                            s(&f["carrier"]),
-                            c(0, "packets"),
-                            c(0, "bytes"),
-                            c(0, "delay_count"),
-                            c(1, "packets"),
-                            c(1, "bytes"),
-                            c(1, "delay_count"),
-                            last,
-                        ]
-                    })
-                    .collect(),
-            );
-            println!("export: {}", r["export"]);
-            for (k, v) in r["counters"].as_object().into_iter().flatten().filter(|(_, v)| v.as_u64() != Some(0)) {
-                println!("event {k:<26} {v}");
-            }
-        }
-        "rule_show" => {
-            for t in r["tables"].as_array().into_iter().flatten() {
-                println!("table {} ({} lookup)", s(&t["table"]), s(&t["lookup"]));
-                table(
-                    &["RULE", "PRIO", "TIME", "MARK(DL)", "REG", "SET_L", "SET_D", "SET_REG", "COLOR", "COUNT", "TS"],
-                    t["rules"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|x| {
-                            [
-                                "name",
-                                "priority",
-                                "time",
-                                "mark",
-                                "reg",
-                                "set_l",
-                                "set_d",
-                                "set_reg",
-                                "color",
-                                "count",
-                                "timestamp",
-                            ]
-                            .iter()
-                            .map(|k| s(&x[*k]))
-                            .collect()
-                        })
-                        .collect(),
-                );
-            }
-        }
-        "show_int" => {
-            let pr = &r["presence"];
-            let presence = if pr["method"] == "dscp" {
-                format!("dscp {}/{}", s(&pr["dscp_value"]), s(&pr["dscp_mask"]))
-            } else {
-                format!("udp_port {}", s(&pr["udp_port"]))
-            };
-            println!(
-                "node {}  presence {}  edge {}  core {}  mtu_exceeded {}  report_md {}",
-                s(&r["node_id"]),
-                presence,
-                r["edge_ports"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
-                r["core_ports"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
-                s(&r["mtu_exceeded"]),
-                r["report_md"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
-            );
-            table(
-                &[
-                    "RULE",
-                    "PRIO",
-                    "ROLE",
-                    "SRC",
-                    "DST",
-                    "PROTO",
-                    "SPORT",
-                    "DPORT",
-                    "DSCP",
-                    "IN",
-                    "INSTRUCTIONS",
-                    "HOPS",
-                ],
-                r["watch"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|w| {
-                        vec![
-                            s(&w["name"]),
-                            s(&w["priority"]),
-                            s(&w["role"]),
-                            s(&w["src"]),
-                            s(&w["dst"]),
-                            s(&w["proto"]),
-                            s(&w["src_port"]),
-                            s(&w["dst_port"]),
-                            s(&w["dscp"]),
-                            s(&w["in_port"]),
-                            w["instructions"].as_array().into_iter().flatten().map(s).collect::<Vec<_>>().join(","),
-                            s(&w["max_hops"]),
-                        ]
-                    })
-                    .collect(),
-            );
-            for (k, v) in r["counters"].as_object().into_iter().flatten().filter(|(_, v)| v.as_u64() != Some(0)) {
-                println!("event {k:<26} {v}");
-            }
-        }
-        "show_reports" => {
-            println!(
-                "export {}  node {} hw_id {}  reports {}  packets {}  busy {:.3} s ({} reports per busy second)",
-                if r["paused"] == true { "paused" } else { "running" },
-                s(&r["node_id"]),
-                s(&r["hw_id"]),
-                s(&r["reports"]),
-                s(&r["packets"]),
-                r["busy_s"].as_f64().unwrap_or(0.0),
-                s(&r["reports_per_busy_s"])
-            );
-            table(
-                &["RING", "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
-                r["rings"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|x| {
-                        vec![
-                            s(&x["worker"]),
-                            s(&x["capacity"]),
-                            s(&x["pending"]),
-                            s(&x["received"]),
-                            s(&x["ring_full"]),
-                        ]
-                    })
-                    .collect(),
-            );
-            table(
-                &["COLLECTOR", "VIA", "PACKETS", "REPORTS", "SEND ERRORS", "NEXT SEQ", "LAST ERROR"],
-                r["collectors"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|x| {
-                        vec![
-                            s(&x["address"]),
-                            s(&x["via"]),
-                            s(&x["packets"]),
-                            s(&x["reports"]),
-                            s(&x["send_errors"]),
-                            s(&x["next_seq"]),
-                            s(&x["last_error"]),
-                        ]
-                    })
-                    .collect(),
-            );
-        }
-        _ => println!("ok"),
+        );
     }
 }
 
-/// Rates between two `show_counters` answers.
-fn rates(a: &Value, b: &Value, dt: f64) -> Value {
-    let d = |x: &Value, y: &Value| (y.as_f64().unwrap_or(0.0) - x.as_f64().unwrap_or(0.0)).max(0.0) / dt;
-    let ports: Vec<Value> = b["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .zip(a["ports"].as_array().into_iter().flatten())
-        .map(|(pb, pa)| {
-            json!({
-                "port": pb["name"],
-                "rx_mpps": d(&pa["rx_packets"], &pb["rx_packets"]) / 1e6,
-                "rx_gbps": d(&pa["rx_bytes"], &pb["rx_bytes"]) * 8.0 / 1e9,
-                "tx_mpps": d(&pa["tx_packets"], &pb["tx_packets"]) / 1e6,
-                "tx_gbps": d(&pa["tx_bytes"], &pb["tx_bytes"]) * 8.0 / 1e9,
+fn print_int(r: &int::IntView) {
+    let presence = match &r.presence {
+        int::PresenceView::Dscp { dscp_value, dscp_mask } => format!("dscp {dscp_value}/{dscp_mask}"),
+        int::PresenceView::UdpPort { udp_port } => format!("udp_port {udp_port}"),
+    };
+    println!(
+        "node {}  presence {}  edge {}  core {}  mtu_exceeded {}  report_md {}",
+        r.node_id,
+        presence,
+        r.edge_ports.join(","),
+        r.core_ports.join(","),
+        r.mtu_exceeded,
+        r.report_md.join(","),
+    );
+    table(
+        &["RULE", "PRIO", "ROLE", "SRC", "DST", "PROTO", "SPORT", "DPORT", "DSCP", "IN", "INSTRUCTIONS", "HOPS"],
+        r.watch
+            .iter()
+            .map(|w| {
+                vec![
+                    w.name.clone(),
+                    w.priority.to_string(),
+                    w.role.clone(),
+                    opt(&w.src),
+                    opt(&w.dst),
+                    opt(&w.proto),
+                    opt(&w.src_port),
+                    opt(&w.dst_port),
+                    opt(&w.dscp),
+                    opt(&w.in_port),
+                    w.instructions.as_ref().map_or("-".into(), |i| i.join(",")),
+                    opt(&w.max_hops),
+                ]
             })
+            .collect(),
+    );
+    nonzero("event", &r.counters);
+}
+
+fn print_reports(r: &int::ReportsView) {
+    println!(
+        "export {}  node {} hw_id {}  reports {}  packets {}  busy {:.3} s ({} reports per busy second)",
+        if r.paused { "paused" } else { "running" },
+        r.node_id,
+        r.hw_id,
+        r.reports,
+        r.packets,
+        r.busy_s,
+        r.reports_per_busy_s
+    );
+    table(
+        &["RING", "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
+        r.rings
+            .iter()
+            .map(|x| {
+                [x.worker as u64, x.capacity as u64, x.pending as u64, x.received, x.ring_full]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect()
+            })
+            .collect(),
+    );
+    table(
+        &["COLLECTOR", "VIA", "PACKETS", "REPORTS", "SEND ERRORS", "NEXT SEQ", "LAST ERROR"],
+        r.collectors
+            .iter()
+            .map(|x| {
+                vec![
+                    x.address.clone(),
+                    x.via.clone(),
+                    x.packets.to_string(),
+                    x.reports.to_string(),
+                    x.send_errors.to_string(),
+                    x.next_seq.to_string(),
+                    opt(&x.last_error),
+                ]
+            })
+            .collect(),
+    );
+}
+
+/// Per-second rates between two `show_counters` answers.
+#[derive(Debug, Serialize)]
+struct Rates {
+    interval_s: f64,
+    ports: Vec<PortRates>,
+    workers: Vec<WorkerRates>,
+    /// Drop reasons that counted, per second.
+    drops_pps: std::collections::BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct PortRates {
+    port: String,
+    rx_mpps: f64,
+    rx_gbps: f64,
+    tx_mpps: f64,
+    tx_gbps: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct WorkerRates {
+    worker: usize,
+    rx_mpps: f64,
+    tx_mpps: f64,
+    tx_gbps: f64,
+    drops_pps: f64,
+    busy_pct: f64,
+}
+
+fn rates(a: &CountersView, b: &CountersView, dt: f64) -> Rates {
+    let d = |x: u64, y: u64| y.saturating_sub(x) as f64 / dt;
+    let ports = b
+        .ports
+        .iter()
+        .zip(&a.ports)
+        .map(|(pb, pa)| PortRates {
+            port: pb.name.clone(),
+            rx_mpps: d(pa.rx_packets, pb.rx_packets) / 1e6,
+            rx_gbps: d(pa.rx_bytes, pb.rx_bytes) * 8.0 / 1e9,
+            tx_mpps: d(pa.tx_packets, pb.tx_packets) / 1e6,
+            tx_gbps: d(pa.tx_bytes, pb.tx_bytes) * 8.0 / 1e9,
         })
         .collect();
-    let workers: Vec<Value> = b["workers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .zip(a["workers"].as_array().into_iter().flatten())
+    let workers = b
+        .workers
+        .iter()
+        .zip(&a.workers)
         .map(|(wb, wa)| {
-            let polls = d(&wa["polls"], &wb["polls"]);
-            json!({
-                "worker": wb["id"],
-                "rx_mpps": d(&wa["rx_packets"], &wb["rx_packets"]) / 1e6,
-                "tx_mpps": d(&wa["tx_packets"], &wb["tx_packets"]) / 1e6,
-                "tx_gbps": d(&wa["tx_bytes"], &wb["tx_bytes"]) * 8.0 / 1e9,
-                "drops_pps": d(&wa["drops"], &wb["drops"]),
-                "busy_pct": if polls > 0.0 { d(&wa["busy_polls"], &wb["busy_polls"]) / polls * 100.0 } else { 0.0 },
-            })
+            let polls = d(wa.polls, wb.polls);
+            WorkerRates {
+                worker: wb.id,
+                rx_mpps: d(wa.rx_packets, wb.rx_packets) / 1e6,
+                tx_mpps: d(wa.tx_packets, wb.tx_packets) / 1e6,
+                tx_gbps: d(wa.tx_bytes, wb.tx_bytes) * 8.0 / 1e9,
+                drops_pps: d(wa.drops, wb.drops),
+                busy_pct: if polls > 0.0 { d(wa.busy_polls, wb.busy_polls) / polls * 100.0 } else { 0.0 },
+            }
         })
         .collect();
-    let drops: Map<String, Value> = b["drops"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), json!(d(&a["drops"][k], v))))
-        .filter(|(_, v)| v.as_f64() != Some(0.0))
+    let drops_pps = b
+        .drops
+        .iter()
+        .map(|(k, n)| (k.clone(), d(a.drops.get(k).copied().unwrap_or(0), *n)))
+        .filter(|(_, r)| *r != 0.0)
         .collect();
-    json!({ "interval_s": dt, "ports": ports, "workers": workers, "drops_pps": drops })
+    Rates { interval_s: dt, ports, workers, drops_pps }
 }
 
 fn monitor(c: &mut Client, interval: f64, iterations: Option<u64>, json_out: bool) -> Result<(), String> {
     if !(0.05..=3600.0).contains(&interval) {
         return Err("--interval: must be between 0.05 and 3600 seconds".into());
     }
-    let mut prev = c.call("show_counters", json!({})).map_err(explain)?;
+    let mut prev = c.command(&v::ShowCounters {}).map_err(explain)?;
     let mut t_prev = Instant::now();
     let mut n = 0u64;
     while iterations.is_none_or(|max| n < max) {
         std::thread::sleep(Duration::from_secs_f64(interval));
-        let cur = c.call("show_counters", json!({})).map_err(explain)?;
+        let cur = c.command(&v::ShowCounters {}).map_err(explain)?;
         let now = Instant::now();
         let r = rates(&prev, &cur, now.duration_since(t_prev).as_secs_f64());
         if json_out {
-            println!("{r}");
+            println!("{}", serde_json::to_string(&r).map_err(|e| format!("printing the rates: {e}"))?);
         } else {
             print!("\x1b[2J\x1b[H");
             println!("intswitch monitor (every {interval} s; Ctrl-C quits)\n");
-            let f = |v: &Value| format!("{:.3}", v.as_f64().unwrap_or(0.0));
+            let f = |x: f64| format!("{x:.3}");
             table(
                 &["PORT", "RX MPPS", "RX GBPS", "TX MPPS", "TX GBPS"],
-                r["ports"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| {
-                        vec![s(&p["port"]), f(&p["rx_mpps"]), f(&p["rx_gbps"]), f(&p["tx_mpps"]), f(&p["tx_gbps"])]
-                    })
+                r.ports
+                    .iter()
+                    .map(|p| vec![p.port.clone(), f(p.rx_mpps), f(p.rx_gbps), f(p.tx_mpps), f(p.tx_gbps)])
                     .collect(),
             );
             println!();
             table(
                 &["WORKER", "RX MPPS", "TX MPPS", "TX GBPS", "DROPS/S", "BUSY %"],
-                r["workers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                r.workers
+                    .iter()
                     .map(|w| {
                         vec![
-                            s(&w["worker"]),
-                            f(&w["rx_mpps"]),
-                            f(&w["tx_mpps"]),
-                            f(&w["tx_gbps"]),
-                            format!("{:.0}", w["drops_pps"].as_f64().unwrap_or(0.0)),
-                            format!("{:.1}", w["busy_pct"].as_f64().unwrap_or(0.0)),
+                            w.worker.to_string(),
+                            f(w.rx_mpps),
+                            f(w.tx_mpps),
+                            f(w.tx_gbps),
+                            format!("{:.0}", w.drops_pps),
+                            format!("{:.1}", w.busy_pct),
                         ]
                     })
                     .collect(),
             );
             println!();
-            let drops: Vec<Vec<String>> = r["drops_pps"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| vec![k.clone(), format!("{:.0}", v.as_f64().unwrap_or(0.0))])
-                .collect();
-            if drops.is_empty() {
+            if r.drops_pps.is_empty() {
                 println!("no drops");
             } else {
-                table(&["DROP REASON", "PER SECOND"], drops);
+                let rows = r.drops_pps.iter().map(|(k, x)| vec![k.clone(), format!("{x:.0}")]).collect();
+                table(&["DROP REASON", "PER SECOND"], rows);
             }
         }
         prev = cur;

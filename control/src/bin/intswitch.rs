@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use control::config::{parse_mac, Config};
+use control::control_loop::{self, print_text, RunOptions};
 use control::server::Server;
-use control::switch::{print_text, RunOptions, Switch};
+use control::switch::Switch;
 use control::traffic::{write_pcap, TrafficSpec};
 
 #[derive(Parser)]
@@ -166,10 +167,10 @@ fn run(cli: Cli) -> Result<(), String> {
         eprintln!("intswitch: metrics http://{a}/metrics");
     }
     eprintln!("intswitch: running ({} ports); SIGINT/SIGTERM stops", sw.ports().len());
-    let res = sw.run(&opts, &stop, Some(&server));
+    let res = control_loop::run(&mut sw, &opts, &stop, Some(&server));
     let fin = sw.stop();
     if opts.json {
-        println!("{fin}");
+        println!("{}", serde_json::to_string(&fin).map_err(|e| format!("final counters: {e}"))?);
     } else {
         print_text(&fin);
     }

@@ -11,7 +11,7 @@ use dataplane::wire::int_md::instr;
 use serde::{Deserialize, Serialize};
 
 use crate::collector_tx::CollectorPlan;
-use crate::config::{parse_prefix, parse_proto, parse_unicast_mac, port_by_name, ConfigError};
+use crate::fields::{parse_prefix, parse_proto, parse_unicast_mac, port_by_name, ConfigError};
 
 /// Longest per-flow report interval: a day (in TSC ticks it stays far
 /// below 2^64 at any clock rate).
@@ -305,7 +305,7 @@ fn prefix(key: &str, s: &str) -> Result<(u8, Ternary<u128>), ConfigError> {
 
 impl WatchConfig {
     pub fn to_rule(&self, ports: &[String]) -> Result<WatchRule, ConfigError> {
-        crate::config::check_name("name", &self.name)?;
+        crate::fields::check_name("name", &self.name)?;
         let source_keys = self.instructions.is_some() || self.bitmap.is_some();
         let role = match self.role.as_str() {
             "source" => {
@@ -372,47 +372,6 @@ impl WatchConfig {
         }
         Ok(rule)
     }
-}
-
-/// The config form of a rule (for `show int` and `show config`).
-pub fn rule_json(r: &WatchRule, ports: &[String]) -> serde_json::Value {
-    let addr = |v: u8, t: &Ternary<u128>| -> Option<String> {
-        if t.mask == 0 {
-            return None;
-        }
-        Some(if v == 4 {
-            let len = (t.mask as u32).leading_ones();
-            format!("{}/{len}", std::net::Ipv4Addr::from(t.value as u32))
-        } else {
-            format!("{}/{}", std::net::Ipv6Addr::from(t.value), t.mask.leading_ones())
-        })
-    };
-    let t16 = |t: &Ternary<u16>, max: u16| -> Option<String> {
-        match t.mask {
-            0 => None,
-            m if m == max => Some(t.value.to_string()),
-            m => Some(format!("{:#x}/{:#x}", t.value, m)),
-        }
-    };
-    let mut v = serde_json::json!({
-        "name": r.name,
-        "priority": r.priority,
-        "role": r.role.name(),
-        "src": addr(r.ip_version, &r.src),
-        "dst": addr(r.ip_version, &r.dst),
-        "proto": (r.proto.mask != 0).then_some(r.proto.value),
-        "src_port": t16(&r.src_port, 0xffff),
-        "dst_port": t16(&r.dst_port, 0xffff),
-        "dscp": t16(&Ternary { value: r.dscp.value as u16, mask: r.dscp.mask as u16 }, 0x3f),
-        "in_port": r.in_port.and_then(|p| ports.get(p as usize).cloned()),
-    });
-    if let Role::Source(sp) = r.role {
-        v["instructions"] = serde_json::json!(instruction_names(sp.bitmap));
-        v["bitmap"] = serde_json::json!(format!("{:#06x}", sp.bitmap));
-        v["max_hops"] = serde_json::json!(sp.max_hops);
-        v["domain_id"] = serde_json::json!(sp.domain_id);
-    }
-    v
 }
 
 impl IntConfig {
@@ -534,10 +493,10 @@ mod tests {
         let r = &p.spec.watch[0];
         assert_eq!(r.role, Role::Source(SourceParams { bitmap: 0xf800, max_hops: 6, domain_id: 0 }));
         assert_eq!((r.ip_version, r.in_port, r.dst_port.value, r.dst_port.mask), (4, Some(0), 5000, 0xff00));
-        let j = rule_json(r, &ports());
-        assert_eq!(j["src"], "10.31.1.0/24");
-        assert_eq!(j["dst"], "10.31.2.2/32");
-        assert_eq!(j["dst_port"], "0x1388/0xff00");
+        let j = crate::int::ops::watch_view(r, &ports());
+        assert_eq!(j.src.as_deref(), Some("10.31.1.0/24"));
+        assert_eq!(j.dst.as_deref(), Some("10.31.2.2/32"));
+        assert_eq!(j.dst_port.as_deref(), Some("0x1388/0xff00"));
         assert_eq!(p.collectors.len(), 1);
     }
 

@@ -9,6 +9,7 @@
 //! drop reason, 16 bits of padding), then the inner packet padded to 4 bytes.
 
 use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut, SegmentsError, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
+use crate::int::api::{ReportCollectorView, ReportsView, RingView};
 use dataplane::int::report_ring::ReportConsumer;
 use dataplane::int::stage::ReportRecord;
 use dataplane::wire::int_md::{emit_hop, hop_words};
@@ -16,7 +17,6 @@ use dataplane::wire::telemetry_report::{
     emit_group, Individual, FLAG_D, GROUP_HDR_LEN, INDIV_HDR_LEN, INT_MAIN_LEN, IN_TYPE_ETHERNET, REPMD_DROP_REASON,
     REP_TYPE_INT,
 };
-use serde_json::{json, Value};
 
 /// RepMdBits this exporter can fill: INT bits 1-8 (bit 0, the node ID, is in
 /// the group header; bit 15 is the drop reason).
@@ -303,49 +303,44 @@ impl Exporter {
     }
 
     /// `ring_full`: per worker, records its ring refused.
-    pub fn json(&self, ring_full: &[u64]) -> Value {
-        let rings: Vec<Value> = self
+    pub fn view(&self, ring_full: &[u64]) -> ReportsView {
+        let rings = self
             .rings
             .iter()
             .enumerate()
-            .map(|(i, r)| {
-                json!({
-                    "worker": i,
-                    "capacity": r.capacity(),
-                    "pending": r.len(),
-                    "received": self.received[i],
-                    "ring_full": ring_full.get(i).copied().unwrap_or(0),
-                })
+            .map(|(i, r)| RingView {
+                worker: i,
+                capacity: r.capacity(),
+                pending: r.len(),
+                received: self.received[i],
+                ring_full: ring_full.get(i).copied().unwrap_or(0),
             })
             .collect();
-        let collectors: Vec<Value> = self
+        let collectors = self
             .collectors
             .iter()
-            .map(|c| {
-                json!({
-                    "address": c.tx.addr.to_string(),
-                    "via": c.tx.via(),
-                    "packets": c.packets,
-                    "reports": c.reports,
-                    "send_errors": c.send_errors,
-                    "next_seq": c.seq,
-                    "last_error": c.last_error,
-                })
+            .map(|c| ReportCollectorView {
+                address: c.tx.addr.to_string(),
+                via: c.tx.via(),
+                packets: c.packets,
+                reports: c.reports,
+                send_errors: c.send_errors,
+                next_seq: c.seq,
+                last_error: c.last_error.clone(),
             })
             .collect();
         let busy_s = self.busy.as_secs_f64();
-        json!({
-            "paused": self.paused,
-            "node_id": self.node_id,
-            "hw_id": self.hw_id,
-            "reports": self.reports,
-            "packets": self.packets,
-            "busy_s": busy_s,
-            // What one control core sustains: reports per second of export work.
-            "reports_per_busy_s": if busy_s > 0.0 { (self.reports as f64 / busy_s) as u64 } else { 0 },
-            "rings": rings,
-            "collectors": collectors,
-        })
+        ReportsView {
+            paused: self.paused,
+            node_id: self.node_id,
+            hw_id: self.hw_id,
+            reports: self.reports,
+            packets: self.packets,
+            busy_s,
+            reports_per_busy_s: if busy_s > 0.0 { (self.reports as f64 / busy_s) as u64 } else { 0 },
+            rings,
+            collectors,
+        }
     }
 }
 
@@ -410,7 +405,7 @@ mod tests {
         let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[plan], &NoPorts).unwrap();
         // An empty poll is not export work.
         assert_eq!(ex.poll(1000, &mut NoPorts), 0);
-        assert_eq!(ex.json(&[0])["busy_s"].as_f64(), Some(0.0));
+        assert_eq!(ex.view(&[0]).busy_s, 0.0);
         for _ in 0..10 {
             assert!(p.push(rec(100, 0)));
         }
@@ -430,12 +425,11 @@ mod tests {
         assert!(p.push(rec(100, 0)));
         assert_eq!(ex.poll(1000, &mut NoPorts), 0);
         assert_eq!(ex.pending(), vec![1]);
-        let j = ex.json(&[0]);
-        assert_eq!((j["reports"].as_u64(), j["packets"].as_u64()), (Some(10), Some(5)));
+        let j = ex.view(&[0]);
+        assert_eq!((j.reports, j.packets), (10, 5));
         // The poll that sent them was timed: capacity = reports / busy time.
-        let busy = j["busy_s"].as_f64().unwrap();
-        assert!(busy > 0.0);
-        assert_eq!(j["reports_per_busy_s"].as_u64(), Some((10.0 / busy) as u64));
+        assert!(j.busy_s > 0.0);
+        assert_eq!(j.reports_per_busy_s, (10.0 / j.busy_s) as u64);
     }
 
     /// Packets of different lengths: a GSO batch holds equal ones (a shorter
@@ -471,12 +465,12 @@ mod tests {
             // The frame's UDP payload (after Ethernet, IPv4, UDP headers) is the same packet.
             assert_eq!(&frame[14 + 20 + 8..], &g[..], "packet {i}");
         }
-        let j = ex.json(&[0]);
-        assert_eq!(j["reports"].as_u64(), Some(lens.len() as u64));
-        for c in j["collectors"].as_array().unwrap() {
-            assert_eq!(c["packets"].as_u64(), Some(got.len() as u64), "{c}");
-            assert_eq!(c["reports"].as_u64(), Some(lens.len() as u64), "{c}");
-            assert_eq!(c["send_errors"], 0, "{c}");
+        let j = ex.view(&[0]);
+        assert_eq!(j.reports, lens.len() as u64);
+        for c in &j.collectors {
+            assert_eq!(c.packets, got.len() as u64, "{c:?}");
+            assert_eq!(c.reports, lens.len() as u64, "{c:?}");
+            assert_eq!(c.send_errors, 0, "{c:?}");
         }
     }
 }

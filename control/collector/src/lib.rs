@@ -398,7 +398,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::int::export::encode;
+    use control::int::export::encode;
     use dataplane::int::stage::{ReportRecord, REPORT_MAX};
     use dataplane::int::{self, IntParams};
     use dataplane::parse::parse;
@@ -409,11 +409,11 @@ mod tests {
     /// A report as s3 would export it for a packet sourced by node 1 and
     /// transited by node 2 in a domain with `presence`.
     fn exported(presence: Presence) -> Vec<u8> {
-        let spec = crate::traffic::TrafficSpec {
+        let spec = control::traffic::TrafficSpec {
             frame_len: 80,
-            ..crate::traffic::TrafficSpec::udp("10.0.1.2".parse().unwrap(), "10.0.2.2".parse().unwrap(), 1)
+            ..control::traffic::TrafficSpec::udp("10.0.1.2".parse().unwrap(), "10.0.2.2".parse().unwrap(), 1)
         };
-        let orig = crate::traffic::frame(&spec, 0); // UDP 1024 -> 5001
+        let orig = control::traffic::frame(&spec, 0); // UDP 1024 -> 5001
         let mut b = VecBuf::new(&orig, 256);
         let m = parse(&orig, 0).unwrap();
         let p = IntParams { presence, bitmap: 0xf000, max_hops: 8, domain_id: 3, source_pushes: true };

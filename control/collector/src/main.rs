@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use control::collector::ampm::Joiner;
-use control::collector::{decode_packet, Tracker};
 use dataplane::int::Presence;
+use intcollector::ampm::Joiner;
+use intcollector::{decode_packet, Tracker};
 
 #[derive(Parser)]
 #[command(
