@@ -110,6 +110,11 @@ pub struct Packet {
     pub verdict: Verdict,
 }
 
+impl Packet {
+    /// A slot with no packet yet.
+    pub const EMPTY: Packet = Packet { meta: Err(DropReason::EthTruncated), verdict: Verdict::Consumed };
+}
+
 /// What a stage tells the pipeline after a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -272,12 +277,14 @@ pub enum Shortcut {
 pub struct Pipeline<C: ControlSink, F> {
     pub forward: ForwardStage<C>,
     pub stages: F,
-    metas: [Result<PacketMeta, DropReason>; MAX_BURST],
+    /// Each packet of the burst in hand: its parse (the prefetch pass
+    /// writes it here) and its verdict, read and written in place.
+    packets: [Packet; MAX_BURST],
 }
 
 impl<C: ControlSink, F> Pipeline<C, F> {
     pub fn new(forward: ForwardStage<C>, stages: F) -> Pipeline<C, F> {
-        Pipeline { forward, stages, metas: [Err(DropReason::EthTruncated); MAX_BURST] }
+        Pipeline { forward, stages, packets: [Packet::EMPTY; MAX_BURST] }
     }
 
     /// The deepest of its stages' depths for this generation.
@@ -346,10 +353,10 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         // an array costs ~7 ns a packet).
         let two_pass = full && (Stage::<B>::prefetch_pass(&self.forward, t) || self.stages.prefetch_pass(t));
         if two_pass {
-            for (meta, m) in self.metas.iter_mut().zip(pkts.iter()) {
+            for (p, m) in self.packets.iter_mut().zip(pkts.iter()) {
                 let m = m.as_ref().expect("received");
-                *meta = parse_frame(m, in_port);
-                if let Ok(meta) = meta {
+                p.meta = parse_frame(m, in_port);
+                if let Ok(meta) = &p.meta {
                     Stage::<B>::prefetch(&self.forward, t, m.bytes(), meta);
                     self.stages.prefetch(t, m.bytes(), meta);
                 }
@@ -357,24 +364,18 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         }
         // Received bytes add up in a register, counted after the burst.
         let mut rx_bytes = 0u64;
-        for (i, slot) in pkts.iter_mut().enumerate() {
+        for (slot, p) in pkts.iter_mut().zip(self.packets.iter_mut()) {
             let mut m = slot.take().expect("received");
             rx_bytes += m.frame_len() as u64;
-            let mut p = Packet {
-                meta: if two_pass {
-                    self.metas[i]
-                } else if full {
-                    parse_frame(&m, in_port)
-                } else {
-                    // Below Full no stage reads it.
-                    Err(DropReason::EthTruncated)
-                },
-                verdict: Verdict::Consumed,
-            };
+            if !two_pass {
+                // Below Full no stage reads it.
+                p.meta = if full { parse_frame(&m, in_port) } else { Err(DropReason::EthTruncated) };
+            }
+            p.verdict = Verdict::Consumed;
             let step = {
                 let mut cx = Cx { tables: t, c: &mut *c, burst, out: &*out, load };
-                match self.forward.packet(&mut cx, &mut m, &mut p) {
-                    Step::Next => self.stages.packet(&mut cx, &mut m, &mut p),
+                match self.forward.packet(&mut cx, &mut m, p) {
+                    Step::Next => self.stages.packet(&mut cx, &mut m, p),
                     hold => hold,
                 }
             };
@@ -533,6 +534,32 @@ mod tests {
         assert_eq!(shortcuts(&s, false, (0, 2)), (none, none), "capture is a stage: no whole-burst moves");
         s.mode = Mode::Router;
         assert_eq!(shortcuts(&s, false, off), (none, none));
+    }
+
+    /// A bridge floods a frame for an unknown MAC: INT has no one egress
+    /// port to decide by, so the frame leaves as it came, counted.
+    #[test]
+    fn a_flooded_int_frame_is_left_alone_and_counted() {
+        use crate::counters::Event;
+        use crate::int::stage::tests::{spec, Node};
+        let mut s = two_port_router();
+        s.mode = Mode::Bridge;
+        s.int = Some(spec(3, 0b10));
+        let mut b = VecBuf::new(&crate::parse::tests::udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x"), 256);
+        let h = crate::int::stage::Hop { in_port: 0, out_port: 1, ..Default::default() };
+        Node::new(spec(1, 0b01)).run(&mut b, h).unwrap();
+        let carried = b.bytes().to_vec();
+        let t = Tables::build(&s, 1).unwrap();
+        let mut p = pipeline(false);
+        let mut out = VecOut::<VecBuf>::new(4, 0);
+        let mut c = CounterValues::default();
+        let rx = RxTime { tsc: 1, wall_ns: 1 };
+        let mut pkts = [Some(VecBuf::new(&carried, 64))];
+        p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, Depth::Full), &mut pkts);
+        assert_eq!(out.out.len(), 1);
+        assert!(matches!(out.out[0].1, Verdict::Flood));
+        assert_eq!(out.out[0].0.bytes(), &carried[..], "not sunk, not transited");
+        assert_eq!((c.events[Event::IntFlooded as usize], c.events[Event::IntSunk as usize]), (1, 0));
     }
 
     #[test]

@@ -366,32 +366,62 @@ fn route_v4(
     if ip.ttl() <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }
-    let Some(nh_idx) = t.lpm4.lookup(&dst) else {
-        return Verdict::Drop(DropReason::NoRoute);
+    let nh = t.lpm4.lookup(&dst);
+    let (out, macs) = match next_hop(ctx, nh, dst, action, |t, hop| t.neigh4.get(&v4_key(hop)).map(|n| n.mac)) {
+        Ok(h) => h,
+        Err(r) => return Verdict::Drop(r),
     };
-    let nh = t.nexthops[nh_idx as usize];
+    ip.decrement_ttl();
+    set_macs(frame, macs);
+    Verdict::Tx(out)
+}
+
+/// Where a routed packet goes: the route's port (or the flow's), and the
+/// MACs to write (the next hop's, the port's). A gateway is the next hop
+/// only when the packet leaves by the route's own port. An unknown next
+/// hop is asked for (the control core resolves it) and the packet held.
+#[inline(always)]
+fn next_hop<const N: usize>(
+    ctx: &mut Ctx,
+    route: Option<u32>,
+    dst: [u8; N],
+    action: FlowAction,
+    neighbour: impl FnOnce(&Tables, [u8; N]) -> Option<[u8; 6]>,
+) -> Result<(u16, Macs), DropReason>
+where
+    IpAddr: From<[u8; N]>,
+{
+    let t = ctx.tables;
+    let nh = t.nexthops[route.ok_or(DropReason::NoRoute)? as usize];
     let out = match action {
         FlowAction::Forward(p) => p,
         _ => nh.port,
     };
-    let hop = match nh.gateway {
-        Some(IpAddr::V4(g)) if out == nh.port => g.octets(),
-        _ => dst,
+    let gateway = match nh.gateway {
+        Some(IpAddr::V4(g)) => <[u8; N]>::try_from(&g.octets()[..]).ok(),
+        Some(IpAddr::V6(g)) => <[u8; N]>::try_from(&g.octets()[..]).ok(),
+        None => None,
     };
-    let Some(n) = t.neigh4.get(&v4_key(hop)) else {
+    let hop = gateway.filter(|_| out == nh.port).unwrap_or(dst);
+    let Some(mac) = neighbour(t, hop) else {
         ctx.counters.event(Event::ResolveRequested);
         ctx.notify(ControlEvent::Resolve { ip: IpAddr::from(hop), port: out });
         ctx.unresolved = Some(IpAddr::from(hop));
-        return Verdict::Drop(DropReason::NeighbourUnresolved);
+        return Err(DropReason::NeighbourUnresolved);
     };
-    let Some(p) = t.ports.get(out as usize).filter(|p| p.up) else {
-        return Verdict::Drop(DropReason::PortDown);
-    };
-    ip.decrement_ttl();
-    let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
-    eth.set_dst(n.mac);
-    eth.set_src(p.mac);
-    Verdict::Tx(out)
+    let p = t.ports.get(out as usize).filter(|p| p.up).ok_or(DropReason::PortDown)?;
+    Ok((out, (mac, p.mac)))
+}
+
+/// A routed frame's new destination and source MACs.
+type Macs = ([u8; 6], [u8; 6]);
+
+/// Writes a routed frame's destination and source MACs.
+#[inline(always)]
+fn set_macs(frame: &mut [u8], (dst, src): Macs) {
+    let mut eth = EthernetFrame::new_checked(frame).expect("parsed");
+    eth.set_dst(dst);
+    eth.set_src(src);
 }
 
 fn route_v6(
@@ -440,32 +470,14 @@ fn route_v6(
     if hop_limit <= 1 {
         return Verdict::Drop(DropReason::HopLimitExceeded);
     }
-    let Some(nh_idx) = t.lpm6.lookup(&dst) else {
-        return Verdict::Drop(DropReason::NoRoute);
-    };
-    let nh = t.nexthops[nh_idx as usize];
-    let out = match action {
-        FlowAction::Forward(p) => p,
-        _ => nh.port,
-    };
-    let hop = match nh.gateway {
-        Some(IpAddr::V6(g)) if out == nh.port => g.octets(),
-        _ => dst,
-    };
-    let Some(n) = t.neigh6.get(&v6_key(hop)) else {
-        ctx.counters.event(Event::ResolveRequested);
-        ctx.notify(ControlEvent::Resolve { ip: IpAddr::from(hop), port: out });
-        ctx.unresolved = Some(IpAddr::from(hop));
-        return Verdict::Drop(DropReason::NeighbourUnresolved);
-    };
-    let Some(p) = t.ports.get(out as usize).filter(|p| p.up) else {
-        return Verdict::Drop(DropReason::PortDown);
+    let nh = t.lpm6.lookup(&dst);
+    let (out, macs) = match next_hop(ctx, nh, dst, action, |t, hop| t.neigh6.get(&v6_key(hop)).map(|n| n.mac)) {
+        Ok(h) => h,
+        Err(r) => return Verdict::Drop(r),
     };
     let mut ip = Ipv6Packet::new_checked(&mut frame[l3..meta.l3_end]).expect("parsed");
     ip.set_hop_limit(hop_limit - 1);
-    let mut eth = EthernetFrame::new_checked(&mut *frame).expect("parsed");
-    eth.set_dst(n.mac);
-    eth.set_src(p.mac);
+    set_macs(frame, macs);
     Verdict::Tx(out)
 }
 

@@ -270,9 +270,14 @@ fn record(flags: u8, md: HopMetadata, domain_id: u16) -> ReportRecord {
 }
 
 /// Bytes of the packet a report keeps: the configured truncation, but
-/// never less than the end of the INT block.
-fn report_len(spec: &IntSpec, meta: &PacketMeta, int_end: usize) -> usize {
-    spec.report.truncate.max(int_end).min(meta.l3_end).min(REPORT_MAX)
+/// never less than the end of the INT block, and at most a record's
+/// REPORT_MAX; a stack that ends past that is cut, and counted.
+fn report_len(spec: &IntSpec, meta: &PacketMeta, int_end: usize, counters: &mut CounterValues) -> usize {
+    let want = spec.report.truncate.max(int_end).min(meta.l3_end);
+    if int_end.min(meta.l3_end) > REPORT_MAX {
+        counters.event(Event::IntReportStackCut);
+    }
+    want.min(REPORT_MAX)
 }
 
 /// Whether [`apply`] or [`dropped`] can do anything with a packet that
@@ -363,7 +368,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             Ok(Transit::MtuExceeded) if spec.mtu_report => {
                 // Export what was collected (I flag), strip the stack, push ours.
                 let mut rec = record(FLAG_I, md, block.domain_id);
-                let n = report_len(spec, meta, blk + block.total);
+                let n = report_len(spec, meta, blk + block.total, ctx.counters);
                 rec.data[..n].copy_from_slice(&pkt.bytes()[..n]);
                 rec.len = n as u16;
                 queue(ctx, rec);
@@ -391,7 +396,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     let (due, flags) = report_due(ctx, meta, hop.rx_tsc());
     let (sunk, rec) = if due {
         let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), block.domain_id);
-        let want = report_len(spec, meta, blk + block.total);
+        let want = report_len(spec, meta, blk + block.total, ctx.counters);
         let (s, n) = int::sink_block(pkt, meta, &block, &mut rec.data[..want])?;
         rec.len = n as u16;
         (s, Some(rec))
@@ -436,7 +441,7 @@ pub fn dropped<R: ReportSink>(
     };
     let mut rec = record(FLAG_D, hop.measure().metadata(spec.node_id, ctx.clock), domain);
     rec.drop_reason = reason as u8;
-    let n = report_len(spec, meta, int_end);
+    let n = report_len(spec, meta, int_end, ctx.counters);
     rec.data[..n].copy_from_slice(&pkt[..n]);
     rec.len = n as u16;
     ctx.counters.event(Event::IntDropReported);
@@ -516,6 +521,14 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
         let out_port = match p.verdict {
             Verdict::Tx(port) => port,
             Verdict::Drop(_) => in_port,
+            // A flood has no one egress port to decide sink or transit by
+            // (and to name in a hop): its copies leave as they came.
+            Verdict::Flood => {
+                if may_act(spec, m.bytes(), meta, in_port) {
+                    cx.c.event(Event::IntFlooded);
+                }
+                return Step::Next;
+            }
             _ => return Step::Next,
         };
         if !may_act(spec, m.bytes(), meta, in_port) {
@@ -622,6 +635,29 @@ pub(crate) mod tests {
                 reports: &mut self.reports,
             };
             f(&mut ctx)
+        }
+    }
+
+    /// A stack longer than a report record holds is cut at REPORT_MAX and
+    /// counted; one that fits is not.
+    #[test]
+    fn a_stack_past_the_record_is_cut_and_counted() {
+        let mut sp = spec(1, 0b01);
+        sp.watch[0].role = Role::Source(SourceParams { bitmap: 0xff80, max_hops: 20, domain_id: 7 });
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
+        for (transits, cut) in [(3, false), (11, true)] {
+            let mut b = VecBuf::new(&orig, 2048);
+            Node::new(sp.clone()).run(&mut b, hop(0, 1)).unwrap();
+            for n in 0..transits {
+                Node::new(spec(10 + n, 0)).run(&mut b, hop(0, 1)).unwrap();
+            }
+            let mut sink = Node::new(spec(99, 0b10));
+            sink.run(&mut b, hop(0, 1)).unwrap();
+            assert_eq!(sink.reports.len(), 1);
+            // 48 bytes a hop: 4 hops fit in a record, 12 do not.
+            assert_eq!(sink.reports[0].len as usize == REPORT_MAX, cut);
+            assert_eq!(sink.c.events[Event::IntReportStackCut as usize], u64::from(cut));
+            assert_eq!(b.bytes(), &orig[..], "the packet leaves the sink whole either way");
         }
     }
 
