@@ -30,7 +30,7 @@ fn every_drop_reason_event_and_command_is_in_the_readme() {
     let text = readme();
     let drops = missing(&text, DropReason::ALL.iter().map(|r| r.name()));
     let events = missing(&text, Event::ALL.iter().map(|e| e.name()));
-    let commands = missing(&text, control::api::COMMANDS.iter().copied());
+    let commands = missing(&text, control::dispatch::commands());
     assert!(
         drops.is_empty() && events.is_empty() && commands.is_empty(),
         "not in README.md: drop reasons {drops:?}, events {events:?}, commands {commands:?}"

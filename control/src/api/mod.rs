@@ -60,44 +60,6 @@ pub struct Generation {
     pub generation: u64,
 }
 
-/// Every command the API serves (what `intctl` sends); `dispatch` routes
-/// each and its tests check that none is missing.
-pub const COMMANDS: &[&str] = &[
-    "show_version",
-    "show_config",
-    "show_ports",
-    "show_workers",
-    "show_counters",
-    "show_drops",
-    "show_flows",
-    "show_macs",
-    "show_routes",
-    "show_neighbours",
-    "flow_add",
-    "flow_del",
-    "route_add",
-    "route_del",
-    "neighbour_add",
-    "neighbour_del",
-    "port_enable",
-    "port_disable",
-    "port_impair",
-    "clear_counters",
-    "capture",
-    "metrics",
-    "show_int",
-    "show_reports",
-    "int_watch_add",
-    "int_watch_del",
-    "int_export",
-    "show_ampm",
-    "ampm_add",
-    "ampm_del",
-    "rule_show",
-    "rule_add",
-    "rule_del",
-];
-
 /// A failed request: a code, the argument at fault (if one is), and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {

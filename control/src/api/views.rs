@@ -219,6 +219,21 @@ pub struct FlowDel {
     pub vlan: u16,
 }
 
+impl From<FlowConfig> for FlowDel {
+    /// The key of a flow entry (its action does not matter to a delete).
+    fn from(f: FlowConfig) -> FlowDel {
+        FlowDel {
+            in_port: f.in_port,
+            src: f.src,
+            dst: f.dst,
+            proto: f.proto,
+            src_port: f.src_port,
+            dst_port: f.dst_port,
+            vlan: f.vlan,
+        }
+    }
+}
+
 impl FlowDel {
     /// The flow entry it names, with the action that does not matter to a delete.
     pub fn as_flow(&self) -> FlowConfig {

@@ -519,19 +519,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Show::Reports => call(c, j, &int::ShowReports {}, print_reports),
         },
         Cmd::Flow { op: FlowOp::Add { key, action } } => call(c, j, &v::FlowAdd(key.flow(action)), done),
-        Cmd::Flow { op: FlowOp::Del { key } } => {
-            let f = key.flow("normal");
-            let del = v::FlowDel {
-                in_port: f.in_port,
-                src: f.src,
-                dst: f.dst,
-                proto: f.proto,
-                src_port: f.src_port,
-                dst_port: f.dst_port,
-                vlan: f.vlan,
-            };
-            call(c, j, &del, done)
-        }
+        Cmd::Flow { op: FlowOp::Del { key } } => call(c, j, &v::FlowDel::from(key.flow("normal")), done),
         Cmd::Route { op: RouteOp::Add { prefix, port, via } } => {
             let r = RouteConfig { prefix: prefix.clone(), port: port.clone(), via: via.clone() };
             call(c, j, &v::RouteAdd(r), done)

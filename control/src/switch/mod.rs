@@ -360,11 +360,7 @@ impl Switch {
 
     /// Sum of every worker's counters since the last clear.
     pub fn counters(&self) -> CounterValues {
-        let mut sum = CounterValues::default();
-        for c in self.worker_counters() {
-            sum.add(&c);
-        }
-        sum
+        ops::sum(&self.worker_counters())
     }
 
     /// One round of the control loop's own work: the workers' events and

@@ -26,6 +26,15 @@ pub fn drops_by_name(c: &CounterValues) -> BTreeMap<String, u64> {
     DropReason::ALL.iter().map(|r| (r.name().to_string(), c.drops[*r as usize])).collect()
 }
 
+/// Workers' counters added up.
+pub fn sum(per: &[CounterValues]) -> CounterValues {
+    let mut total = CounterValues::default();
+    for c in per {
+        total.add(c);
+    }
+    total
+}
+
 /// The events whose names start with `prefix` ("" for all), by name.
 pub fn events_by_name(c: &CounterValues, prefix: &str) -> BTreeMap<String, u64> {
     Event::ALL
@@ -284,29 +293,20 @@ impl Switch {
 
     pub fn drops_view(&self) -> DropsView {
         let per = self.worker_counters();
-        let mut sum = CounterValues::default();
-        for c in &per {
-            sum.add(c);
-        }
         let workers = per
             .iter()
             .map(|c| {
-                DropReason::ALL
-                    .iter()
-                    .filter(|r| c.drops[**r as usize] > 0)
-                    .map(|r| (r.name().to_string(), c.drops[*r as usize]))
-                    .collect()
+                let mut counted = drops_by_name(c);
+                counted.retain(|_, n| *n > 0);
+                counted
             })
             .collect();
-        DropsView { total: drops_by_name(&sum), workers }
+        DropsView { total: drops_by_name(&sum(&per)), workers }
     }
 
     pub fn counters_view(&self) -> CountersView {
         let per = self.worker_counters();
-        let mut c = CounterValues::default();
-        for w in &per {
-            c.add(w);
-        }
+        let c = sum(&per);
         let ports = self
             .spec
             .ports

@@ -609,49 +609,27 @@ mod tests {
                 learn: false,
             }
         }
+        /// A context on these tables at time 10, lookups memoised in `memo`.
+        fn ctx<'a>(&'a mut self, memo: &'a mut BridgeMemo) -> Ctx<'a> {
+            Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn, memo)
+        }
+
         fn run(&mut self, f: &mut [u8], port: u16) -> Verdict {
             let mut memo = BridgeMemo::default();
-            let mut ctx = Ctx::new(
-                &self.t,
-                &mut self.flows,
-                &mut self.macs,
-                &mut self.c,
-                &mut self.sink,
-                10,
-                self.learn,
-                &mut memo,
-            );
+            let mut ctx = self.ctx(&mut memo);
             process(&mut ctx, f, port)
         }
 
         /// Frames as one burst: one Ctx for all.
         fn run_burst(&mut self, frames: &[(Vec<u8>, u16)]) -> Vec<Verdict> {
             let mut memo = BridgeMemo::default();
-            let mut ctx = Ctx::new(
-                &self.t,
-                &mut self.flows,
-                &mut self.macs,
-                &mut self.c,
-                &mut self.sink,
-                10,
-                self.learn,
-                &mut memo,
-            );
+            let mut ctx = self.ctx(&mut memo);
             frames.iter().map(|(f, port)| bridge_l2(&mut ctx, f, *port)).collect()
         }
 
         fn run_l2(&mut self, f: &[u8], port: u16) -> Verdict {
             let mut memo = BridgeMemo::default();
-            let mut ctx = Ctx::new(
-                &self.t,
-                &mut self.flows,
-                &mut self.macs,
-                &mut self.c,
-                &mut self.sink,
-                10,
-                self.learn,
-                &mut memo,
-            );
+            let mut ctx = self.ctx(&mut memo);
             bridge_l2(&mut ctx, f, port)
         }
     }
