@@ -287,34 +287,27 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         Pipeline { forward, stages, packets: [Packet::EMPTY; MAX_BURST] }
     }
 
-    /// The deepest of its stages' depths for this generation.
-    #[inline]
-    pub fn depth<B: PacketBuf, O: Output<B>>(&self, t: &Tables, out: &O) -> Depth
-    where
-        F: Stage<B>,
-    {
-        let d = Stage::<B>::depth(&self.forward, t, out).max(self.stages.depth(t, out));
-        d.unwrap_or(Depth::Full)
-    }
-
-    /// How a burst from `in_port` may be handled: a shortcut only where no
-    /// stage would read what it skips.
+    /// How a burst from `in_port` may be handled, and the pipeline's depth
+    /// (the deepest of its stages' for this generation): a shortcut only
+    /// where no stage would read what it skips.
     #[inline]
     pub fn shortcut<B: PacketBuf, O: Output<B>>(&self, t: &Tables, out: &O, in_port: usize) -> (Shortcut, Depth)
     where
         F: Stage<B>,
     {
-        let depth = self.depth(t, out);
+        let features = self.stages.depth(t, out);
+        let depth = Stage::<B>::depth(&self.forward, t, out).max(features).unwrap_or(Depth::Full);
         let s = match depth {
             Depth::Wire => self.forward.wire_peer(t, in_port).map_or(Shortcut::None, Shortcut::Wire),
-            Depth::L2 if self.stages.depth(t, out).is_none() => Shortcut::L2,
+            Depth::L2 if features.is_none() => Shortcut::L2,
             _ => Shortcut::None,
         };
         (s, depth)
     }
 
     /// Runs the stages on the `n` packets of `pkts` (taking them) and hands
-    /// each to `out`. The one place a burst's packets are counted in.
+    /// each to `out`. The one place a received burst's packets are counted
+    /// in, but for the shortcuts' (a wire's relay, a bridge's `L2Burst`).
     pub fn run<B: PacketBuf, O: Output<B>>(
         &mut self,
         t: &Tables,
