@@ -17,11 +17,17 @@
 # of the same file), against testpmd with N forwarding cores and queues:
 # a scaling run, for a machine with more than N cores. Lines then end in
 # workers=N.
-# The switch measured is the deployment build, optimised with a profile of
-# its own data path (scripts/pgo.sh, target/pgo/release/intswitch; lines
-# end in build=pgo); BENCH_PGO=0 measures the plain release build instead
-# (build=release), BENCH_BIN=PATH a given binary (build=given).
+# The switch measured is the plain release build (cargo build --release;
+# lines end in build=release). BENCH_PGO=1 measures the profile-optimised
+# build instead (scripts/pgo.sh, trained on traces other than these;
+# build=pgo), BENCH_PGO=both measures both in each round and prints the
+# PGO line with vs_release=<pgo/release>, BENCH_BIN=PATH a given binary
+# (build=given).
 # BENCH_TESTPMD=0 skips testpmd (ratio 0.00; pgo.sh's training runs).
+# BENCH_TRAIN=1 (pgo.sh's training) replays traces disjoint from the
+# measured ones: 124-byte frames, 48 flows where the cases have 64, other
+# routes for L3, half the AM-PM flows, so that the optimised build is not
+# tuned to the very frames it is measured on.
 # BENCH_PROFILE_DIR=DIR (pgo.sh's training, with an instrumented binary):
 # each case's switch runs write their profile and final counters (a JSON
 # line a run, counters.jsonl) under DIR/<case>/, so that pgo.sh can weigh
@@ -88,14 +94,30 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The builds measured, each case runs them in turn: bins[i] is builds[i].
+bins=() builds=()
 if [[ -n "${BENCH_BIN:-}" ]]; then
-  bin=$BENCH_BIN build=given
-elif [[ "${BENCH_PGO:-1}" != 0 ]]; then
-  scripts/pgo.sh
-  bin=target/pgo/release/intswitch build=pgo
+  bins=("$BENCH_BIN") builds=(given)
 else
-  cargo build --release -q --bin intswitch
-  bin=target/release/intswitch build=release
+  case "${BENCH_PGO:-0}" in
+    0 | 1 | both) ;;
+    *) echo "bench.sh: BENCH_PGO=${BENCH_PGO}: need 0, 1 or both" >&2; exit 2 ;;
+  esac
+  if [[ "${BENCH_PGO:-0}" != 1 ]]; then
+    cargo build --release -q --bin intswitch
+    bins+=(target/release/intswitch) builds+=(release)
+  fi
+  if [[ "${BENCH_PGO:-0}" != 0 ]]; then
+    scripts/pgo.sh
+    bins+=(target/pgo/release/intswitch) builds+=(pgo)
+  fi
+fi
+bin=${bins[0]}
+# The traces: the measured ones, or (BENCH_TRAIN=1) others for training.
+if [[ "${BENCH_TRAIN:-0}" != 0 ]]; then
+  size=124 flows=48 l3_frames=50000 l3_dst=20.8.0.1 ampm_frames=10000 ampm_flows=5000
+else
+  size=60 flows=64 l3_frames=100000 l3_dst=20.0.0.1 ampm_frames=20000 ampm_flows=10000
 fi
 
 mem_args='memory_mb = 2048'
@@ -286,21 +308,33 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f
 
 run_case() { # name pcap config
   want "$1" || return 0
-  local ours=() theirs=() r
-  # testpmd and intswitch take turns, so a slow spell of the machine
-  # touches both; each figure is the median of its rounds.
+  local theirs=() ours=() r i first=""
+  # testpmd and each build take turns, so a slow spell of the machine
+  # touches all; each figure is the median of its rounds. ours[i] holds
+  # build i's figures, space-separated.
   for ((r = 0; r < rounds; r++)); do
     if [[ "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2")"); else theirs+=(0); fi
-    ours+=("$(intswitch_mpps "$3" "$1")")
+    for i in "${!bins[@]}"; do
+      bin=${bins[$i]}
+      ours[i]+=" $(intswitch_mpps "$3" "$1")"
+    done
     cp "$work/is.log" "$work/is-$r.log"
   done
-  awk -v n="$1" -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" \
-    -v w="$( (( workers > 1 )) && echo " workers=$workers")" -v k="$build" \
-    'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f%s build=%s\n", n, a, (b > 0 ? a / b : 0), b, w, k }'
+  bin=${bins[0]}
+  for i in "${!bins[@]}"; do
+    # shellcheck disable=SC2086 # the figures are words
+    local a; a=$(median ${ours[i]})
+    awk -v n="$1" -v a="$a" -v b="$(median "${theirs[@]}")" \
+      -v w="$( (( workers > 1 )) && echo " workers=$workers")" -v k="${builds[i]}" -v f="$first" \
+      'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f%s build=%s", n, a, (b > 0 ? a / b : 0), b, w, k
+               if (f != "") printf " vs_release=%.3f", (f > 0 ? a / f : 0)
+               printf "\n" }'
+    [[ -n "$first" ]] || first=$a
+  done
 }
 
 # Cross-connect and L2: one flow of 64-byte frames.
-$bin gen-traffic --out "$work/l2.pcap" --count 4096 --flows 64 --size 60 --dst-mac 02:00:00:00:00:02
+$bin gen-traffic --out "$work/l2.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02
 config xconnect "$work/l2.pcap" 'peer = "p1"' 'peer = "p0"' "" >"$work/xc.toml"
 run_case xconnect "$work/l2.pcap" "$work/xc.toml"
 # L2: the destination pinned to p1 (known unicast, the usual case), and
@@ -311,8 +345,8 @@ config bridge "$work/l2.pcap" "" "" "" >"$work/br-flood.toml"
 run_case l2-bridge-unknown-unicast-flood "$work/l2.pcap" "$work/br-flood.toml"
 
 # L3: 10k /24 routes via a gateway, 100k flows learned into the flow table.
-$bin gen-traffic --out "$work/l3.pcap" --count 100000 --flows 100000 --size 60 \
-  --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 --vary-dst
+$bin gen-traffic --out "$work/l3.pcap" --count $l3_frames --flows $l3_frames --size $size \
+  --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst $l3_dst --vary-dst
 {
   config router "$work/l3.pcap" 'ipv4 = ["10.0.1.1/24"]' 'ipv4 = ["10.0.2.1/24"]' "" true
   printf '[[neighbour]]\nip = "10.0.2.254"\nmac = "02:00:00:00:02:fe"\nport = "p1"\n'
@@ -345,12 +379,12 @@ proto = \"udp\"
 instructions = [\"node_id\", \"l1_ports\", \"hop_latency\", \"queue\", \"ingress_ts\"]")" >"$work/src.toml"
 run_case int-source "$work/l2.pcap" "$work/src.toml"
 
-$bin gen-traffic --out "$work/int1.pcap" --count 4096 --flows 64 --size 60 --dst-mac 02:00:00:00:00:02 \
+$bin gen-traffic --out "$work/int1.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02 \
   --int-hops 1 --int-instructions "$five" --int-rhc 4
 config xconnect "$work/int1.pcap" 'peer = "p1"' 'peer = "p0"' "$(int_cfg '[]' '')" >"$work/transit.toml"
 run_case int-transit-5-instructions "$work/int1.pcap" "$work/transit.toml"
 
-$bin gen-traffic --out "$work/int5.pcap" --count 4096 --flows 64 --size 60 --dst-mac 02:00:00:00:00:02 \
+$bin gen-traffic --out "$work/int5.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02 \
   --int-hops 5 --int-instructions node_id,l1_ports,hop_latency,queue --int-rhc 3
 collector=$'[[int.collector]]\naddress = "127.0.0.1:32766"'
 config xconnect "$work/int5.pcap" 'peer = "p1"' 'peer = "p0"' \
@@ -386,7 +420,7 @@ want int-sink-5x4-report-every-packet-via-port && export_line int-report-export-
 # rules: the per-flow lookup is one tuple-space hash probe, the time-slot
 # lookup a direct table), at the initiator (marks + counts) and at the
 # terminator (reads, counts, clears).
-$bin gen-traffic --out "$work/ampm.pcap" --count 20000 --flows 10000 --size 60 --dst-mac 02:00:00:00:00:02 \
+$bin gen-traffic --out "$work/ampm.pcap" --count $ampm_frames --flows $ampm_flows --size $size --dst-mac 02:00:00:00:00:02 \
   --src 10.1.0.0 --dst 10.2.0.1
 ampm_cfg() { # role
   printf '[ampm]\nnode_id = 9\ninterval = "1s"\nmax_flows = 10000\n'

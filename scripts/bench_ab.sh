@@ -8,10 +8,9 @@
 #   scripts/bench_ab.sh REV         # REV against the working tree
 #   scripts/bench_ab.sh REV_A REV_B # two revisions
 #
-# AB_ROUNDS (default 5) rounds; AB_PGO (default 1) builds each side as
-# bench.sh measures it, with scripts/pgo.sh (the deployment build);
-# AB_PGO=0 the plain release build; AB_FLAG (default 3) the loss in % that
-# is flagged. BENCH_CASES and BENCH_SECONDS (default 4) go to bench.sh,
+# AB_ROUNDS (default 5) rounds; each side is built as bench.sh measures
+# it by default, the plain release build; AB_PGO=1 builds each with its own
+# scripts/pgo.sh instead; AB_FLAG (default 3) the loss in % that is flagged. BENCH_CASES and BENCH_SECONDS (default 4) go to bench.sh,
 # which runs from the working tree for both sides (its traffic and configs)
 # without testpmd. A revision is built in a git worktree of its own under
 # a temporary directory (removed at exit).
@@ -22,7 +21,7 @@ if (( $# < 1 || $# > 2 )); then
   exit 2
 fi
 rounds=${AB_ROUNDS:-5}
-pgo=${AB_PGO:-1}
+pgo=${AB_PGO:-0}
 flag=${AB_FLAG:-3}
 if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
   echo "bench_ab.sh: AB_ROUNDS=$rounds: need a whole number, at least 1" >&2

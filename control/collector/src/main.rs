@@ -17,6 +17,8 @@ use dataplane::int::Presence;
 use intcollector::ampm::Joiner;
 use intcollector::{decode_packet, Tracker};
 
+mod gpint_cli;
+
 #[derive(Parser)]
 #[command(
     name = "intcollector",
@@ -31,7 +33,10 @@ mean_delay_ns, partial, mps[...], segments[...]}; partial: an MP started during 
 summary: records, records_lost (sequence gaps), intervals joined/incomplete/partial, total\n\
 loss (partial intervals left out), mean delay."
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0:32766")]
     listen: String,
@@ -63,9 +68,20 @@ struct Cli {
     rcvbuf: usize,
 }
 
+#[derive(clap::Subcommand)]
+enum Command {
+    /// GPINT probe monitoring: plan probe paths, make topologies.
+    #[command(subcommand)]
+    Gpint(gpint_cli::Gpint),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(&cli) {
+    let result = match &cli.command {
+        Some(Command::Gpint(g)) => gpint_cli::run(g),
+        None => run(&cli),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("intcollector: {e}");
