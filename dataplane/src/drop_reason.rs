@@ -79,10 +79,27 @@ pub enum DropReason {
     IntBadStack,
     /// INT D flag: the sink discards the packet after extracting its metadata.
     IntDiscard,
+    /// GPINT block shorter than its header, an unknown version or kind, or
+    /// MEA records running past the packet.
+    GpintMalformed,
+    /// GPINT SR count (or SR left) needs more bytes than the probe has.
+    GpintSrBeyondBytes,
+    /// A GPINT probe with no SR entry left reached a switch.
+    GpintSrExhausted,
+    /// The GPINT SR entry's next port is not a port of this switch.
+    GpintBadNextPort,
+    /// The GPINT SR entry asks for counters beyond this switch's registers.
+    GpintMeaRange,
+    /// The GPINT probe with this hop's INT and MEA would exceed the egress
+    /// MTU or the mbuf room.
+    GpintOverMtu,
+    /// SQR: a stored probe copy got no feedback within `hold_ms`; it went to
+    /// the collectors as a recovery notice (the reason the notice carries).
+    GpintFeedbackTimeout,
 }
 
 impl DropReason {
-    pub const COUNT: usize = DropReason::IntDiscard as usize + 1;
+    pub const COUNT: usize = DropReason::GpintFeedbackTimeout as usize + 1;
 
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::EthTruncated,
@@ -124,6 +141,13 @@ impl DropReason {
         DropReason::IntBadHopMl,
         DropReason::IntBadStack,
         DropReason::IntDiscard,
+        DropReason::GpintMalformed,
+        DropReason::GpintSrBeyondBytes,
+        DropReason::GpintSrExhausted,
+        DropReason::GpintBadNextPort,
+        DropReason::GpintMeaRange,
+        DropReason::GpintOverMtu,
+        DropReason::GpintFeedbackTimeout,
     ];
 
     /// Stable snake_case name used in counters, logs and metrics labels.
@@ -168,6 +192,13 @@ impl DropReason {
             DropReason::IntBadHopMl => "int_bad_hop_ml",
             DropReason::IntBadStack => "int_bad_stack",
             DropReason::IntDiscard => "int_discard",
+            DropReason::GpintMalformed => "gpint_malformed",
+            DropReason::GpintSrBeyondBytes => "gpint_sr_beyond_bytes",
+            DropReason::GpintSrExhausted => "gpint_sr_exhausted",
+            DropReason::GpintBadNextPort => "gpint_bad_next_port",
+            DropReason::GpintMeaRange => "gpint_mea_range",
+            DropReason::GpintOverMtu => "gpint_over_mtu",
+            DropReason::GpintFeedbackTimeout => "gpint_feedback_timeout",
         }
     }
 }

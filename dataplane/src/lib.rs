@@ -12,6 +12,7 @@ pub mod drop_reason;
 pub mod fixed_map;
 pub mod flow_table;
 pub mod forward;
+pub mod gpint;
 pub mod impair;
 pub mod int;
 pub mod lpm;

@@ -3,6 +3,7 @@
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
+pub mod gpint;
 pub mod icmp;
 pub mod int_md;
 pub mod ipv4;

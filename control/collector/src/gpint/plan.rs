@@ -29,6 +29,7 @@
 
 use std::collections::VecDeque;
 
+use dataplane::wire::gpint;
 use serde_json::{json, Value};
 
 use super::topology::Graph;
@@ -400,7 +401,7 @@ pub fn euler(g: &Graph) -> Vec<Walk> {
 
 /// What a probe carries, for its size: per hop the INT metadata (node ID,
 /// L1 ports, queue, ingress timestamp: 20 bytes), its SR entry (4) and its
-/// MEA record (4 + 4 a value).
+/// MEA record (8 + 4 a value), as `dataplane::wire::gpint` lays them out.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
     /// The egress MTU (IP packet bytes).
@@ -413,7 +414,7 @@ pub struct Budget {
 }
 
 /// Ethernet, IPv4, UDP, INT shim and INT-MD header, GPINT w0 and w1.
-pub const PROBE_FIXED: usize = 14 + 20 + 8 + 4 + 12 + 8;
+pub const PROBE_FIXED: usize = 14 + 20 + 8 + 4 + 12 + gpint::HDR_LEN;
 /// INT metadata of a hop (node ID, L1 ports, queue, ingress timestamp).
 pub const HOP_INT: usize = 20;
 /// Hops the INT shim's length (255 words, 3 of them the MD header) holds.
@@ -425,7 +426,7 @@ impl Budget {
     }
 
     fn hop_bytes(&self, g: &Graph, v: usize) -> usize {
-        HOP_INT + 4 + 4 + 4 * self.mea_values.unwrap_or(g.ports[v])
+        HOP_INT + gpint::SR_ENTRY_LEN + gpint::mea_record_len(self.mea_values.unwrap_or(g.ports[v]))
     }
 
     /// The probe's bytes at the last switch of `walk`.
@@ -513,8 +514,7 @@ pub fn plan(g: &Graph, algo: Algo, k: usize, budget: &Budget) -> Result<Plan, St
     Ok(Plan { algo, k: (algo == Algo::Gpint).then_some(k.clamp(1, g.len())), paths, split, longest_planned })
 }
 
-/// The next-port value of the last SR entry: to the monitor.
-pub const TO_MONITOR: u8 = 0xFF;
+pub use gpint::TO_MONITOR;
 
 impl Plan {
     /// The plan as JSON: per path its hops (switch, next port, link) and
@@ -696,8 +696,8 @@ mod tests {
     #[test]
     fn probes_over_the_budget_are_split_and_euler_pieces_keep_every_link() {
         let g = ring(40);
-        // 66 fixed + 28 a hop (no MEA values): 10 hops in 346 bytes.
-        let budget = Budget { mtu: 9000, mbuf_room: PROBE_FIXED + 10 * 28, mea_values: Some(0) };
+        // 66 fixed + 32 a hop (no MEA values): 10 hops in 386 bytes.
+        let budget = Budget { mtu: 9000, mbuf_room: PROBE_FIXED + 10 * 32, mea_values: Some(0) };
         let p = plan(&g, Algo::Euler, 0, &budget).unwrap();
         assert_eq!(p.split, 1);
         assert!(p.paths.iter().all(|w| w.len() <= 10 && budget.probe_bytes(&g, w) <= budget.frame_limit()));
