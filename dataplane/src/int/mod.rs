@@ -364,7 +364,7 @@ fn l4_payload(b: &[u8], meta: &PacketMeta) -> Option<usize> {
 }
 
 /// Offset of the INT block, when the packet carries one by `presence`.
-#[inline]
+#[inline(always)]
 pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
     if !applicable(b, meta) {
         return None;
