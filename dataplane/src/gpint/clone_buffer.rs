@@ -21,7 +21,8 @@ pub struct CopyKey {
 }
 
 impl CopyKey {
-    fn hash(&self) -> usize {
+    /// A well-mixed hash (the clone buffer's index, the duplicate filter).
+    pub(crate) fn hash(&self) -> usize {
         let k = (self.request_id as u64) << 16 | (self.attempt as u64) << 8 | self.hop_index as u64;
         (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize
     }
@@ -238,7 +239,8 @@ impl<T> CloneBuffer<T> {
         handed
     }
 
-    /// The copies waiting, oldest first (for the control core's view).
+    /// The copies waiting, oldest first (for the control core's view; it
+    /// allocates, so never on the per-packet path).
     pub fn waiting(&self, now: u64) -> Vec<Waiting> {
         let mut w: Vec<(u64, Waiting)> = self
             .slots

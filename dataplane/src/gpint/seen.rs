@@ -31,9 +31,7 @@ impl Seen {
     /// Whether `key` was seen within `window` ticks before `now`; if not,
     /// it is remembered as seen now.
     pub fn check(&mut self, key: CopyKey, now: u64, window: u64) -> bool {
-        let k = (key.request_id as u64) << 16 | (key.attempt as u64) << 8 | key.hop_index as u64;
-        let i = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize & (self.slots.len() - 1);
-        let e = &mut self.slots[i];
+        let e = &mut self.slots[key.hash() & (self.slots.len() - 1)];
         if e.at != 0 && e.key == key && now.wrapping_sub(e.at) < window {
             return true;
         }

@@ -275,16 +275,17 @@ pub struct ProbeRepr {
 }
 
 impl ProbeRepr {
-    /// A fresh probe over `entries` (SR left = SR count).
+    /// A fresh probe over `entries` (SR left = SR count); None for more
+    /// entries than SR count's 8 bits hold.
     pub fn new(
         request_id: u16,
         request_type: RequestType,
         attempt: u8,
         start_index: u8,
         entries: Vec<SrEntry>,
-    ) -> Self {
-        let n = entries.len().min(u8::MAX as usize) as u8;
-        ProbeRepr {
+    ) -> Option<Self> {
+        let n = u8::try_from(entries.len()).ok()?;
+        Some(ProbeRepr {
             header: Header {
                 kind: Kind::Probe,
                 flags: 0,
@@ -296,7 +297,7 @@ impl ProbeRepr {
                 sr_left: n,
             },
             entries,
-        }
+        })
     }
 
     pub fn buffer_len(&self) -> usize {
@@ -329,7 +330,7 @@ mod tests {
     }
 
     fn probe_bytes() -> Vec<u8> {
-        let r = ProbeRepr::new(0x1234, RequestType::PortRx, 2, 5, entries());
+        let r = ProbeRepr::new(0x1234, RequestType::PortRx, 2, 5, entries()).unwrap();
         let mut b = vec![0; r.buffer_len()];
         r.emit(&mut b);
         b
@@ -356,6 +357,13 @@ mod tests {
         h2.emit(&mut b);
         assert_eq!(&b[2..4], &[0x00, 0x02]);
         assert_eq!(Header::parse(&b).unwrap().request_id, 1);
+    }
+
+    #[test]
+    fn more_entries_than_sr_count_holds_are_refused() {
+        let e = SrEntry { next_port: 0, mea_first: 0, mea_count: 0 };
+        assert!(ProbeRepr::new(1, RequestType::RuleHits, 0, 0, vec![e; 255]).is_some());
+        assert!(ProbeRepr::new(1, RequestType::RuleHits, 0, 0, vec![e; 256]).is_none());
     }
 
     #[test]
