@@ -3,7 +3,8 @@
 # 64-byte frames, next to dpdk-testpmd --forward-mode=macswap on the same
 # vdevs with the same traffic, in the same run. Source: net_pcap replaying
 # a generated pcap (infinite_rx=1); sink: net_null.
-# Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>
+# Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>; the
+# switch's mpps are the frames it received and did not drop, a second.
 #
 # BENCH_SECONDS (default 8, at least 4) sets each run's length; BENCH_ROUNDS
 # (default 1) runs each case's pair that many times, taking turns, and
@@ -23,6 +24,8 @@
 # build=pgo), BENCH_PGO=both measures both in each round and prints the
 # PGO line with vs_release=<pgo/release>, BENCH_BIN=PATH a given binary
 # (build=given).
+# BENCH_KEEP=1 keeps the traces, configs and last logs (the directory is
+# printed at exit).
 # BENCH_TESTPMD=0 skips testpmd (ratio 0.00; pgo.sh's training runs).
 # BENCH_TRAIN=1 (pgo.sh's training) replays traces disjoint from the
 # measured ones: 124-byte frames, 48 flows where the cases have 64, other
@@ -90,7 +93,7 @@ cleanup() {
   # until removed.
   rm -f /dev/hugepages/bench-tp-$$map_* /dev/hugepages/bench-is-$$map_* /dev/hugepages/bench-l3-$$map_* 2>/dev/null || true
   [[ -n "$hp_before" ]] && echo "$hp_before" > "$hp_file" 2>/dev/null || true
-  rm -rf "$work"
+  if [[ "${BENCH_KEEP:-0}" != 0 ]]; then echo "bench.sh: traces, configs and logs kept in $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
@@ -113,11 +116,20 @@ else
   fi
 fi
 bin=${bins[0]}
+# The traces are written by this tree's generator (BENCH_GEN, else its
+# release build): an A/B run measures older builds on the same traces.
+gen=${BENCH_GEN:-}
+if [[ -z "$gen" ]]; then
+  [[ -n "${BENCH_BIN:-}" ]] && cargo build --release -q --bin intswitch
+  gen=target/release/intswitch
+fi
 # The traces: the measured ones, or (BENCH_TRAIN=1) others for training.
 if [[ "${BENCH_TRAIN:-0}" != 0 ]]; then
   size=124 flows=48 l3_frames=50000 l3_dst=20.8.0.1 ampm_frames=10000 ampm_flows=5000
+  seed=2 imix=128:7,570:4,1500:1
 else
   size=60 flows=64 l3_frames=100000 l3_dst=20.0.0.1 ampm_frames=20000 ampm_flows=10000
+  seed=1 imix=imix
 fi
 
 mem_args='memory_mb = 2048'
@@ -161,7 +173,10 @@ intswitch_mpps() { # config [case]
   env "${profile[@]}" timeout $((secs + 30)) "$bin" --config "$1" --duration "$secs" --stats-interval 1 --json \
     >"$work/is.log" 2>&1 </dev/null || true
   [[ -z "$dir" ]] || tail -n 1 "$work/is.log" >>"$dir/counters.jsonl"
-  grep -E "^p0:" "$work/is.log" | sed -E 's/.*p1: rx [0-9.]+ Mpps [0-9.]+ Gbps tx ([0-9.]+) Mpps.*/\1/' | avg
+  # Frames switched a second: received on p0 less those dropped (a flood's
+  # copies count once; testpmd's figure is its one TX port's).
+  grep -E "^p0:" "$work/is.log" | sed -E 's/^p0: rx ([0-9.]+) Mpps.* drops ([0-9.]+) Mpps.*/\1 \2/' |
+    awk '{ print $1 - $2 }' | avg
 }
 
 # DPDK's l3fwd example as shipped, with three changes so that it runs here
@@ -255,6 +270,14 @@ run_l3fwd() { # name pcap -L|-E rules-v4 rules-v6 (build_l3fwd writes those)
     'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd\n", n, a, (b > 0 ? a / b : 0), b }'
 }
 
+# Worker 0's queues besides p0's with several workers: p1's and those of
+# the ports a config's tail adds.
+extra_queues() { # tail
+  local q='"p1:0"' n
+  for n in $(grep -o 'name = "p[2-9]"' <<<"$1" | grep -o 'p[2-9]'); do q+=", \"$n:0\""; done
+  printf '%s' "$q"
+}
+
 config() { # mode pcap extra-port0 extra-port1 tail
   cat <<EOF2
 name = "bench"
@@ -279,7 +302,7 @@ name = "p1"
 device = "net_null0,no-rx=1"
 $4
 $5
-$(worker_sections "$(if [[ "$5" == *'name = "p2"'* ]]; then echo '"p1:0", "p2:0"'; else echo '"p1:0"'; fi)")
+$(worker_sections "$(extra_queues "$5")")
 EOF2
 }
 
@@ -333,19 +356,23 @@ run_case() { # name pcap config
   done
 }
 
-# Cross-connect and L2: one flow of 64-byte frames.
-$bin gen-traffic --out "$work/l2.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02
+# The synthetic cases (names end in -1flow; L3's in -seq): one MAC pair,
+# 64 flows in turn (L3: 100k flows in turn over 391 of the routes), 64-byte
+# frames. The upper bound of each mode, not what a network sends: the
+# realistic cases follow them.
+# Cross-connect and L2: one MAC pair, 64 flows.
+$gen gen-traffic --out "$work/l2.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02
 config xconnect "$work/l2.pcap" 'peer = "p1"' 'peer = "p0"' "" >"$work/xc.toml"
-run_case xconnect "$work/l2.pcap" "$work/xc.toml"
+run_case xconnect-1flow "$work/l2.pcap" "$work/xc.toml"
 # L2: the destination pinned to p1 (known unicast, the usual case), and
 # unknown unicast (flooded to the one other port).
 config bridge "$work/l2.pcap" "" "" $'[[bridge.static_mac]]\nmac = "02:00:00:00:00:02"\nport = "p1"' >"$work/br.toml"
-run_case l2-bridge "$work/l2.pcap" "$work/br.toml"
+run_case l2-bridge-1flow "$work/l2.pcap" "$work/br.toml"
 config bridge "$work/l2.pcap" "" "" "" >"$work/br-flood.toml"
-run_case l2-bridge-unknown-unicast-flood "$work/l2.pcap" "$work/br-flood.toml"
+run_case l2-bridge-unknown-unicast-flood-1flow "$work/l2.pcap" "$work/br-flood.toml"
 
 # L3: 10k /24 routes via a gateway, 100k flows learned into the flow table.
-$bin gen-traffic --out "$work/l3.pcap" --count $l3_frames --flows $l3_frames --size $size \
+$gen gen-traffic --out "$work/l3.pcap" --count $l3_frames --flows $l3_frames --size $size \
   --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst $l3_dst --vary-dst
 {
   config router "$work/l3.pcap" 'ipv4 = ["10.0.1.1/24"]' 'ipv4 = ["10.0.2.1/24"]' "" true
@@ -354,8 +381,8 @@ $bin gen-traffic --out "$work/l3.pcap" --count $l3_frames --flows $l3_frames --s
     printf '[[route]]\nprefix = "20.%d.%d.0/24"\nport = "p1"\nvia = "10.0.2.254"\n' $((i / 256)) $((i % 256))
   done
 } >"$work/l3.toml"
-run_case l3-10k-routes-100k-flows "$work/l3.pcap" "$work/l3.toml"
-if [[ "$l3fwd_ref" != 0 ]] && want l3-10k-routes-100k-flows; then
+run_case l3-10k-routes-100k-flows-seq "$work/l3.pcap" "$work/l3.toml"
+if [[ "$l3fwd_ref" != 0 ]] && want l3-10k-routes-100k-flows-seq; then
   for i in $(seq 0 9999); do printf 'R20.%d.%d.0/24 1\n' $((i / 256)) $((i % 256)); done >"$work/lpm-v4.cfg"
   em_rules "$work/l3.pcap" >"$work/em-l3.cfg"
   run_l3fwd l3fwd-lpm-10k-routes "$work/l3.pcap" -L "$work/lpm-v4.cfg" "$work/lpm-v6.cfg"
@@ -377,20 +404,20 @@ name = \"all\"
 role = \"source\"
 proto = \"udp\"
 instructions = [\"node_id\", \"l1_ports\", \"hop_latency\", \"queue\", \"ingress_ts\"]")" >"$work/src.toml"
-run_case int-source "$work/l2.pcap" "$work/src.toml"
+run_case int-source-1flow "$work/l2.pcap" "$work/src.toml"
 
-$bin gen-traffic --out "$work/int1.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02 \
+$gen gen-traffic --out "$work/int1.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02 \
   --int-hops 1 --int-instructions "$five" --int-rhc 4
 config xconnect "$work/int1.pcap" 'peer = "p1"' 'peer = "p0"' "$(int_cfg '[]' '')" >"$work/transit.toml"
-run_case int-transit-5-instructions "$work/int1.pcap" "$work/transit.toml"
+run_case int-transit-5-instructions-1flow "$work/int1.pcap" "$work/transit.toml"
 
-$bin gen-traffic --out "$work/int5.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02 \
+$gen gen-traffic --out "$work/int5.pcap" --count 4096 --flows $flows --size $size --dst-mac 02:00:00:00:00:02 \
   --int-hops 5 --int-instructions node_id,l1_ports,hop_latency,queue --int-rhc 3
 collector=$'[[int.collector]]\naddress = "127.0.0.1:32766"'
 config xconnect "$work/int5.pcap" 'peer = "p1"' 'peer = "p0"' \
   "$(int_cfg '["p1"]' "report_flow_interval_ms = 1000
 $collector")" >"$work/sink.toml"
-run_case int-sink-5x4 "$work/int5.pcap" "$work/sink.toml"
+run_case int-sink-5x4-1flow "$work/int5.pcap" "$work/sink.toml"
 config xconnect "$work/int5.pcap" 'peer = "p1"' 'peer = "p0"' \
   "$(int_cfg '["p1"]' "report_max_packet = ${BENCH_REPORT_PACKET:-1472}
 $collector")" >"$work/sink-all.toml"
@@ -420,7 +447,7 @@ want int-sink-5x4-report-every-packet-via-port && export_line int-report-export-
 # rules: the per-flow lookup is one tuple-space hash probe, the time-slot
 # lookup a direct table), at the initiator (marks + counts) and at the
 # terminator (reads, counts, clears).
-$bin gen-traffic --out "$work/ampm.pcap" --count $ampm_frames --flows $ampm_flows --size $size --dst-mac 02:00:00:00:00:02 \
+$gen gen-traffic --out "$work/ampm.pcap" --count $ampm_frames --flows $ampm_flows --size $size --dst-mac 02:00:00:00:00:02 \
   --src 10.1.0.0 --dst 10.2.0.1
 ampm_cfg() { # role
   printf '[ampm]\nnode_id = 9\ninterval = "1s"\nmax_flows = 10000\n'
@@ -430,10 +457,140 @@ ampm_cfg() { # role
   done
 }
 config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg initiator)" >"$work/ampm-i.toml"
-run_case ampm-initiator "$work/ampm.pcap" "$work/ampm-i.toml"
+run_case ampm-initiator-1flow "$work/ampm.pcap" "$work/ampm-i.toml"
 config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t.toml"
-run_case ampm-terminator "$work/ampm.pcap" "$work/ampm-t.toml"
-if [[ "$l3fwd_ref" != 0 ]] && { want ampm-initiator || want ampm-terminator; }; then
+run_case ampm-terminator-1flow "$work/ampm.pcap" "$work/ampm-t.toml"
+if [[ "$l3fwd_ref" != 0 ]] && { want ampm-initiator-1flow || want ampm-terminator-1flow; }; then
   em_rules "$work/ampm.pcap" >"$work/em-ampm.cfg"
   run_l3fwd l3fwd-em-10k-flows "$work/ampm.pcap" -E "$work/em-ampm.cfg" "$work/em-v6.cfg"
 fi
+
+# ---- The realistic cases: many hosts and flows, shuffled, each at 64-byte
+# frames and at IMIX (64:7, 594:4, 1518:1 on the wire; names end in -imix).
+# The 4096-frame traces fit the replay in cache (net_pcap's infinite_rx
+# keeps every frame in an mbuf of its own); cases ending in -large replay
+# 65536 frames, whose mbufs and flows no longer do. Ratios against peers
+# hold only on the same trace.
+real() { # out frames extra-gen-args...: a 64-byte and an IMIX trace, OUT and OUT-imix
+  local out=$1 n=$2
+  shift 2
+  $gen gen-traffic --out "$out.pcap" --count "$n" --size $size --shuffle $seed "$@"
+  $gen gen-traffic --out "$out-imix.pcap" --count "$n" --sizes $imix --shuffle $seed "$@"
+}
+run_real() { # name trace config: the 64-byte and the IMIX case
+  run_case "$1" "$2.pcap" "$3"
+  sed "s|$2.pcap|$2-imix.pcap|" "$3" >"${3%.toml}-imix.toml"
+  run_case "$1-imix" "$2-imix.pcap" "${3%.toml}-imix.toml"
+}
+null_ports() { # first last: net_null ports p<first>..p<last>
+  local i
+  for ((i = $1; i <= $2; i++)); do printf '[[port]]\nname = "p%d"\ndevice = "net_null%d,no-rx=1"\n' "$i" "$i"; done
+}
+
+# Cross-connect: 4096 flows of mixed protocols, versions and hosts (the
+# cross-connect reads no header; the sizes are what differ).
+real "$work/xc-real" 4096 --flows 4096 --macs 4096 --dst-macs 4096 --tcp-share 0.6 --v6-share 0.2 --vary-dst
+config xconnect "$work/xc-real.pcap" 'peer = "p1"' 'peer = "p0"' "" >"$work/xc-real.toml"
+run_real xconnect "$work/xc-real" "$work/xc-real.toml"
+
+# Bridge: 4 ports, 4096 sending hosts behind p0 (learned), 4096 receiving
+# hosts on 2 VLANs pinned to p1-p3 but for 2 % of them (unknown unicast,
+# flooded), 1 % broadcast; 16384 host pairs. Learning only: no host is
+# known, every frame floods to the 3 other ports.
+real "$work/br-real" 4096 --flows 16384 --macs 4096 --src-mac 02:00:01:00:00:00 \
+  --dst-macs 4096 --dst-mac 02:00:02:00:00:00 --vlans 2 --broadcast-share 0.01 --tcp-share 0.6 --v6-share 0.2
+real "$work/br-real-large" 65536 --flows 16384 --macs 4096 --src-mac 02:00:01:00:00:00 \
+  --dst-macs 4096 --dst-mac 02:00:02:00:00:00 --vlans 2 --broadcast-share 0.01 --tcp-share 0.6 --v6-share 0.2
+hosts=$(for ((i = 0; i < 4096 * 98 / 100; i++)); do
+  for v in 100 101; do
+    printf '[[bridge.static_mac]]\nmac = "02:00:02:%02x:%02x:%02x"\nport = "p%d"\nvlan = %d\n' \
+      $((i >> 16)) $(((i >> 8) & 255)) $((i & 255)) $((1 + i % 3)) $v
+  done
+done)
+config bridge "$work/br-real.pcap" "" "" "$(null_ports 2 3)
+[bridge]
+mac_capacity = 16384
+$hosts" >"$work/br-real.toml"
+run_real l2-bridge "$work/br-real" "$work/br-real.toml"
+sed "s|$work/br-real.pcap|$work/br-real-large.pcap|" "$work/br-real.toml" >"$work/br-real-large.toml"
+run_real l2-bridge-large "$work/br-real-large" "$work/br-real-large.toml"
+config bridge "$work/br-real.pcap" "" "" "$(null_ports 2 3)" >"$work/br-flood.toml"
+run_real l2-flood-3-ports "$work/br-real" "$work/br-flood.toml"
+
+# Router: 10k IPv4 /24 and 2k IPv6 /48 routes via 256 neighbours on 3
+# ports, destinations over every route, 20 % IPv6, 60 % TCP, 100k flows of
+# Zipf popularity (exponent 1) learned into the flow table.
+{
+  for ((i = 0; i < 10000; i++)); do printf '20.%d.%d.0/24\n' $((i / 256)) $((i % 256)); done
+  for ((i = 0; i < 2000; i++)); do printf '2001:db8:%x::/48\n' $((0x8000 + i)); done
+} >"$work/routes.txt"
+real "$work/l3-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
+  --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes.txt"
+real "$work/l3-real-large" 65536 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
+  --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes.txt"
+router_cfg() { # pcap extra-tail
+  local i p
+  config router "$1" 'ipv4 = ["10.0.1.1/24"]
+ipv6 = ["2001:db8:1::1/64"]' 'ipv4 = ["10.0.2.1/24"]
+ipv6 = ["2001:db8:f1::1/64"]' "$(for p in 2 3; do
+    null_ports "$p" "$p"
+    printf 'ipv4 = ["10.0.%d.1/24"]\nipv6 = ["2001:db8:f%d::1/64"]\n' $((p + 1)) "$p"
+  done)" true
+  for ((i = 0; i < 256; i++)); do
+    p=$((1 + i % 3))
+    printf '[[neighbour]]\nip = "10.0.%d.%d"\nmac = "02:00:00:03:%02x:%02x"\nport = "p%d"\n' $((p + 1)) $((10 + i / 3)) "$p" "$i" "$p"
+  done
+  for ((i = 0; i < 48; i++)); do
+    p=$((1 + i % 3))
+    printf '[[neighbour]]\nip = "2001:db8:f%d::%x"\nmac = "02:00:00:06:%02x:%02x"\nport = "p%d"\n' "$p" $((16 + i / 3)) "$p" "$i" "$p"
+  done
+  for ((i = 0; i < 10000; i++)); do
+    p=$((1 + (i % 256) % 3))
+    printf '[[route]]\nprefix = "20.%d.%d.0/24"\nport = "p%d"\nvia = "10.0.%d.%d"\n' $((i / 256)) $((i % 256)) "$p" $((p + 1)) $((10 + (i % 256) / 3))
+  done
+  for ((i = 0; i < 2000; i++)); do
+    p=$((1 + (i % 48) % 3))
+    printf '[[route]]\nprefix = "2001:db8:%x::/48"\nport = "p%d"\nvia = "2001:db8:f%d::%x"\n' $((0x8000 + i)) "$p" "$p" $((16 + (i % 48) / 3))
+  done
+  printf '%s\n' "${2:-}"
+}
+router_cfg "$work/l3-real.pcap" >"$work/l3-real.toml"
+run_real l3-router "$work/l3-real" "$work/l3-real.toml"
+sed "s|$work/l3-real.pcap|$work/l3-real-large.pcap|" "$work/l3-real.toml" >"$work/l3-real-large.toml"
+run_real l3-router-large "$work/l3-real-large" "$work/l3-real-large.toml"
+
+# INT on the router: the source marks every packet from p0 (five
+# instructions); the transit trace carries 1 to 7 hops on 70 % of its flows
+# (30 % background without INT), metadata varying per packet.
+router_cfg "$work/l3-real.pcap" "$(int_cfg '["p0"]' "[[int.watch]]
+name = \"all\"
+role = \"source\"
+instructions = [\"node_id\", \"l1_ports\", \"hop_latency\", \"queue\", \"ingress_ts\"]")" >"$work/int-src-real.toml"
+run_real int-source "$work/l3-real" "$work/int-src-real.toml"
+real "$work/int-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
+  --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes.txt" \
+  --int-hops 1..7 --int-instructions "$five" --int-rhc 1 --background-share 0.3
+router_cfg "$work/int-real.pcap" "$(int_cfg '[]' '')" >"$work/int-transit-real.toml"
+run_real int-transit "$work/int-real" "$work/int-transit-real.toml"
+
+# INT sink at p1's edge (cross-connect), one report per flow per second:
+# 4096 flows, and (large) 100k flows over 131072 frames.
+real "$work/sink-real" 4096 --flows 4096 --macs 4096 --dst-macs 4096 --tcp-share 0.6 --v6-share 0.2 --vary-dst \
+  --int-hops 5 --int-instructions node_id,l1_ports,hop_latency,queue --int-rhc 3
+real "$work/sink-real-large" 131072 --flows 100000 --macs 4096 --dst-macs 4096 --tcp-share 0.6 --v6-share 0.2 --vary-dst \
+  --int-hops 5 --int-instructions node_id,l1_ports,hop_latency,queue --int-rhc 3
+config xconnect "$work/sink-real.pcap" 'peer = "p1"' 'peer = "p0"' \
+  "$(int_cfg '["p1"]' "report_flow_interval_ms = 1000
+$collector")" >"$work/sink-real.toml"
+run_real int-sink "$work/sink-real" "$work/sink-real.toml"
+sed "s|$work/sink-real.pcap|$work/sink-real-large.pcap|" "$work/sink-real.toml" >"$work/sink-real-large.toml"
+run_real int-sink-100k-flows "$work/sink-real-large" "$work/sink-real-large.toml"
+
+# AM-PM: the 10k monitored flows of the synthetic case, shuffled, among as
+# many unmonitored ones, mixed sizes.
+real "$work/ampm-real" $ampm_frames --flows $((ampm_flows * 2)) --dst-mac 02:00:00:00:00:02 \
+  --src 10.1.0.0 --dst 10.2.0.1
+config xconnect "$work/ampm-real.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg initiator)" >"$work/ampm-i-real.toml"
+run_real ampm-initiator "$work/ampm-real" "$work/ampm-i-real.toml"
+config xconnect "$work/ampm-real.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t-real.toml"
+run_real ampm-terminator "$work/ampm-real" "$work/ampm-t-real.toml"

@@ -74,10 +74,18 @@ else
   build B "$PWD"
 fi
 
+# Both sides replay the traces the working tree's generator writes (an
+# older build may lack its options).
+if (( $# == 2 )); then
+  (cargo build --release -q --bin intswitch) >"$work/gen-build.log" 2>&1 ||
+    { tail -n 20 "$work/gen-build.log" >&2; exit 1; }
+fi
+gen=$PWD/target/release/intswitch
+
 for ((r = 1; r <= rounds; r++)); do
   for side in A B; do
     echo "bench_ab.sh: round $r/$rounds, $side" >&2
-    BENCH_SECONDS=${BENCH_SECONDS:-4} BENCH_TESTPMD=0 BENCH_BIN="$work/$side" scripts/bench.sh |
+    BENCH_SECONDS=${BENCH_SECONDS:-4} BENCH_TESTPMD=0 BENCH_GEN=$gen BENCH_BIN="$work/$side" scripts/bench.sh |
       sed -n "s/^case=\([^ ]*\) mpps=\([0-9.]*\).*/$side \1 \2/p" >>"$work/results"
   done
 done

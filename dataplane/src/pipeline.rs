@@ -172,8 +172,26 @@ pub struct Cx<'a, O> {
 /// their order.
 pub trait Stage<B: PacketBuf> {
     /// How deep it reads this generation's packets; None: it has nothing to
-    /// do (not configured).
+    /// do (not configured), and `packet` is not called.
     fn depth<O: Output<B>>(&self, t: &Tables, out: &O) -> Option<Depth>;
+
+    /// Bit i set: stage i of a tuple has something to do for this burst
+    /// (one stage: bit 0). Asked once a burst, so that a stage nobody
+    /// configured costs no call and no checks a packet.
+    #[inline(always)]
+    fn active<O: Output<B>>(&self, t: &Tables, out: &O) -> u32 {
+        self.depth(t, out).is_some() as u32
+    }
+
+    /// `packet` of the stages `active` named.
+    #[inline(always)]
+    fn packet_active<O: Output<B>>(&mut self, active: u32, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
+        if active & 1 != 0 {
+            self.packet(cx, m, p)
+        } else {
+            Step::Next
+        }
+    }
 
     /// Whether a burst should be parsed and `prefetch`ed before it runs
     /// (its tables are larger than the caches).
@@ -215,9 +233,22 @@ macro_rules! tuple_stages {
                 $(self.$i.begin(t, burst);)*
             }
             #[inline(always)]
+            fn active<O: Output<B>>(&self, t: &Tables, out: &O) -> u32 {
+                0 $(| ((self.$i.depth(t, out).is_some() as u32) << $i))*
+            }
+            #[inline(always)]
             fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
                 $(if let Step::Hold(hop) = self.$i.packet(cx, m, p) {
                     return Step::Hold(hop);
+                })*
+                Step::Next
+            }
+            #[inline(always)]
+            fn packet_active<O: Output<B>>(&mut self, active: u32, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
+                $(if active & (1 << $i) != 0 {
+                    if let Step::Hold(hop) = self.$i.packet(cx, m, p) {
+                        return Step::Hold(hop);
+                    }
                 })*
                 Step::Next
             }
@@ -339,6 +370,7 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         }
         Stage::<B>::begin(&mut self.forward, t, burst);
         self.stages.begin(t, burst);
+        let active = self.stages.active(t, out);
         let full = burst.depth == Depth::Full;
         // With tables larger than the caches, a first pass parses the burst
         // and starts each packet's lookups so the second pass's overlap their
@@ -368,7 +400,7 @@ impl<C: ControlSink, F> Pipeline<C, F> {
             let step = {
                 let mut cx = Cx { tables: t, c: &mut *c, burst, out: &*out, load };
                 match self.forward.packet(&mut cx, &mut m, p) {
-                    Step::Next => self.stages.packet(&mut cx, &mut m, p),
+                    Step::Next => self.stages.packet_active(active, &mut cx, &mut m, p),
                     hold => hold,
                 }
             };

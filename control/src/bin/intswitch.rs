@@ -62,9 +62,45 @@ enum Cmd {
         /// Vary the destination address per flow too.
         #[arg(long)]
         vary_dst: bool,
-        /// Frames already carry INT-MD with this many hops (UDP port presence).
+        /// Frames already carry INT-MD with this many hops (UDP port
+        /// presence), or MIN..MAX: each flow draws its count.
         #[arg(long)]
-        int_hops: Option<u8>,
+        int_hops: Option<String>,
+        /// With --int-hops: the share of flows (0-1) that carry no INT.
+        #[arg(long, default_value_t = 0.0)]
+        background_share: f64,
+        /// Distinct source MACs (--src-mac plus 0..N in its low bytes; flow i uses i mod N).
+        #[arg(long, default_value_t = 1)]
+        macs: usize,
+        /// Distinct destination MACs (--dst-mac plus 0..N; each flow draws one).
+        #[arg(long, default_value_t = 1)]
+        dst_macs: usize,
+        /// Tag the flows with K VLANs (IDs 100..100+K, flow i in 100 + i mod K).
+        #[arg(long, default_value_t = 0)]
+        vlans: u16,
+        /// Frame sizes on the wire, FCS included, drawn per packet: `imix`
+        /// (64:7,594:4,1518:1) or SIZE[:WEIGHT],... (replaces --size).
+        #[arg(long)]
+        sizes: Option<String>,
+        /// Flow popularity: Zipf with this exponent (else every flow alike).
+        #[arg(long)]
+        zipf: Option<f64>,
+        /// Shuffle the packet order with this seed (else flows take turns).
+        #[arg(long)]
+        shuffle: Option<u64>,
+        /// Share of TCP flows (0-1; ports 80 and 443).
+        #[arg(long, default_value_t = 0.0)]
+        tcp_share: f64,
+        /// Share of IPv6 flows (0-1; from 2001:db8:1::10 to 2001:db8:2::/48).
+        #[arg(long, default_value_t = 0.0)]
+        v6_share: f64,
+        /// Destinations drawn over the prefixes in FILE (ADDR/LEN a line;
+        /// flow i goes to prefix i mod N of its IP version).
+        #[arg(long)]
+        dst_spread: Option<String>,
+        /// Share of frames (0-1) sent to the broadcast MAC.
+        #[arg(long, default_value_t = 0.0)]
+        broadcast_share: f64,
         /// Instructions of that INT header (names as in the config's watch rules).
         #[arg(long, value_delimiter = ',', default_value = "node_id,l1_ports,hop_latency,queue,ingress_ts")]
         int_instructions: Vec<String>,
@@ -88,6 +124,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// `N` or `MIN..MAX` hops.
+fn parse_hops(s: &str) -> Result<(u8, u8), String> {
+    let n = |x: &str| x.trim().parse::<u8>().map_err(|_| format!("--int-hops {s}: need N or MIN..MAX (1-255)"));
+    let (min, max) = match s.split_once("..") {
+        Some((a, b)) => (n(a)?, n(b)?),
+        None => (n(s)?, n(s)?),
+    };
+    if min == 0 || min > max {
+        return Err(format!("--int-hops {s}: need 1 <= MIN <= MAX"));
+    }
+    Ok((min, max))
+}
+
 fn run(cli: Cli) -> Result<(), String> {
     if let Some(Cmd::GenTraffic {
         out,
@@ -103,6 +152,17 @@ fn run(cli: Cli) -> Result<(), String> {
         int_instructions,
         int_port,
         int_rhc,
+        background_share,
+        macs,
+        dst_macs,
+        vlans,
+        sizes,
+        zipf,
+        shuffle,
+        tcp_share,
+        v6_share,
+        dst_spread,
+        broadcast_share,
     }) = cli.cmd
     {
         let spec = TrafficSpec {
@@ -116,6 +176,37 @@ fn run(cli: Cli) -> Result<(), String> {
             vary_dst,
         };
         spec.check()?;
+        let (int_min_hops, int_hops) = match int_hops.as_deref().map(parse_hops).transpose()? {
+            Some((min, max)) => (Some(min).filter(|&m| m != max), Some(max)),
+            None => (None, None),
+        };
+        let mix = control::traffic::Mix {
+            macs,
+            dst_macs,
+            vlans,
+            sizes: sizes
+                .as_deref()
+                .map(control::traffic::Sizes::parse)
+                .transpose()
+                .map_err(|e| format!("--sizes: {e}"))?,
+            zipf,
+            shuffle,
+            tcp_share,
+            v6_share,
+            dst_spread: match dst_spread {
+                Some(path) => Some(
+                    std::fs::read_to_string(&path)
+                        .map_err(|e| e.to_string())
+                        .and_then(|t| control::traffic::Prefixes::parse(&t))
+                        .map_err(|e| format!("--dst-spread {path}: {e}"))?,
+                ),
+                None => None,
+            },
+            broadcast_share,
+            int_min_hops,
+            background_share,
+        };
+        mix.check(&spec)?;
         let int = match int_hops {
             Some(hops) => {
                 let bitmap = control::int::config::instruction_bits(&int_instructions)
@@ -128,6 +219,7 @@ fn run(cli: Cli) -> Result<(), String> {
         };
         let f = std::fs::File::create(&out).map_err(|e| format!("--out {out}: {e}"))?;
         return match int {
+            _ if !mix.is_plain() => control::traffic::write_mixed_pcap(&spec, &mix, int.as_ref(), f),
             Some(t) => control::traffic::write_int_pcap(&spec, &t, f),
             None => write_pcap(&spec, f),
         }
@@ -175,4 +267,18 @@ fn run(cli: Cli) -> Result<(), String> {
         print_text(&fin);
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_hops;
+
+    #[test]
+    fn hop_counts_and_ranges() {
+        assert_eq!(parse_hops("5"), Ok((5, 5)));
+        assert_eq!(parse_hops("1..8"), Ok((1, 8)));
+        for bad in ["0", "3..2", "0..4", "x", "1..", "300"] {
+            assert!(parse_hops(bad).unwrap_err().contains("--int-hops"), "{bad}");
+        }
+    }
 }

@@ -472,8 +472,11 @@ pub fn source_unmarked(
             let entropy = (meta.key.hash64() as u16) | 0xc000;
             wr16(b, l4, entropy);
             wr16(b, l4 + 2, port);
-            wr16(b, l4 + 4, (l4_len + n) as u16);
-            wr16(b, l4 + 6, 0); // the inserted UDP header carries no checksum
+            let udp_len = (l4_len + n) as u16;
+            wr16(b, l4 + 4, udp_len);
+            wr16(b, l4 + 6, 0);
+            let c = inserted_udp_checksum(b, meta, l4, n, entropy, port, inserted);
+            wr16(b, l4 + 6, c);
             lens.write_ip(b, meta, n as i32);
             set_ip_proto(b, meta, PROTO_UDP);
         }
@@ -485,6 +488,48 @@ pub fn source_unmarked(
         }
     }
     Ok(n)
+}
+
+/// The checksum of a UDP header inserted before a segment of `meta`'s
+/// protocol (IPv6 forbids a zero one). TCP and ICMPv6 segments carry a
+/// checksum over a pseudo-header of the same addresses and length (valid on
+/// input: a wrong one stays wrong in the UDP checksum), so their
+/// sum cancels that pseudo-header's: the UDP one differs by the protocol
+/// and the inserted bytes, and neither the addresses nor the segment are
+/// read. Other IPv4 payloads keep RFC 768's zero (no checksum); other IPv6
+/// ones are summed.
+#[inline]
+fn inserted_udp_checksum(
+    b: &[u8],
+    meta: &PacketMeta,
+    l4: usize,
+    n: usize,
+    entropy: u16,
+    port: u16,
+    inserted: u32,
+) -> u16 {
+    let proto = meta.key.proto();
+    let v6 = meta.key.ip_version() == 6;
+    let udp_len = rd16(b, l4 + 4);
+    let hdr = entropy as u64 + port as u64 + udp_len as u64;
+    let sum = match proto {
+        _ if proto == 6 || (v6 && proto == 58) => {
+            checksum::fold_words(PROTO_UDP as u64 + (0xffff - proto as u64) + n as u64 + hdr + inserted as u64)
+        }
+        _ if !v6 => return 0,
+        _ => {
+            let ip = &b[meta.l3_offset..meta.l3_offset + 40];
+            let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
+            src.copy_from_slice(&ip[8..24]);
+            dst.copy_from_slice(&ip[24..40]);
+            let pseudo = checksum::pseudo_v6(&src, &dst, PROTO_UDP, udp_len as u32);
+            checksum::sum(pseudo, &b[l4..l4 + udp_len as usize])
+        }
+    };
+    match !checksum::fold(sum) {
+        0 => 0xffff,
+        c => c,
+    }
 }
 
 /// INT transit: pushes this hop's metadata (`HopML` x 4 bytes) or sets E / M.
@@ -857,21 +902,30 @@ mod tests {
         let (after, _, s) = run_chain(&orig, 2);
         assert_eq!((after, s.hops), (orig, 2));
         // TCP: NPT=2 with an inserted UDP header; the TCP bytes are untouched.
-        let mut tcp = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 80, &[0u8; 12]);
-        tcp[23] = 6; // protocol TCP, 20-byte TCP header from the UDP header + payload
-        tcp[46] = 5 << 4;
-        tcp[24..26].copy_from_slice(&[0, 0]);
-        let c = checksum::checksum(&tcp[14..34]);
-        tcp[24..26].copy_from_slice(&c.to_be_bytes());
-        let p = params();
-        let (mut b, m) = pkt(&tcp);
-        let n = source(&mut b, &m, &p, &md(1), 1500).unwrap();
-        assert_eq!(n, 8 + 16 + hop_words(p.bitmap) * 4);
+        // The inserted header's checksum is valid (IPv6 forbids a zero one),
+        // on both IP versions.
+        for v6 in [false, true] {
+            let tcp = tcp(v6, 0, 0, b"segment");
+            let p = params();
+            let (mut b, m) = pkt(&tcp);
+            let n = source(&mut b, &m, &p, &md(1), 1500).unwrap();
+            assert_eq!(n, 8 + 16 + hop_words(p.bitmap) * 4);
+            let m2 = parse(b.bytes(), 0).unwrap();
+            assert_eq!((m2.key.proto(), m2.key.dst_port()), (17, PORT));
+            let l4 = m2.l4_offset;
+            assert_ne!(&b.bytes()[l4 + 6..l4 + 8], &[0, 0], "v6 {v6}");
+            assert!(checksums_valid(b.bytes()), "v6 {v6}");
+            let (after, _, s) = run_chain(&tcp, 3);
+            assert_eq!((after, s.hops), (tcp, 3));
+        }
+        // Another IPv6 payload (no pseudo-header sum to lean on) is summed.
+        let mut other = udp6([0x20; 16], [0x30; 16], 1000, 2000, b"gre-ish");
+        other[14 + 6] = 47;
+        let (mut b, m) = pkt(&other);
+        source(&mut b, &m, &params(), &md(1), 1500).unwrap();
         let m2 = parse(b.bytes(), 0).unwrap();
-        assert_eq!((m2.key.proto(), m2.key.dst_port()), (17, PORT));
+        assert_ne!(&b.bytes()[m2.l4_offset + 6..m2.l4_offset + 8], &[0, 0]);
         assert!(checksums_valid(b.bytes()));
-        let (after, _, s) = run_chain(&tcp, 3);
-        assert_eq!((after, s.hops), (tcp, 3));
     }
 
     #[test]
