@@ -195,6 +195,12 @@ pub struct Flow {
     pub int_hops: u8,
 }
 
+/// Flow i's source port, in the plain traces and the mixed ones alike (the
+/// AM-PM benchmark's rules name the first 10k).
+pub fn src_port(i: usize) -> u16 {
+    1024 + (i % 50000) as u16
+}
+
 /// `mac` plus `n` in its low three bytes.
 pub fn mac_plus(mac: [u8; 6], n: usize) -> [u8; 6] {
     let low = (u32::from_be_bytes([0, mac[3], mac[4], mac[5]]).wrapping_add(n as u32)).to_be_bytes();
@@ -279,7 +285,7 @@ impl Mix {
             src,
             dst,
             proto: if tcp { 6 } else { 17 },
-            src_port: 1024 + (i % 60000) as u16,
+            src_port: src_port(i),
             dst_port,
             int_hops,
         }

@@ -63,7 +63,7 @@ pub fn frame(spec: &TrafficSpec, i: usize) -> Vec<u8> {
         src: add(spec.src, flow),
         dst: if spec.vary_dst { add(spec.dst, flow) } else { spec.dst },
         proto: 17,
-        src_port: 1024 + (flow % 50000) as u16,
+        src_port: mix::src_port(flow as usize),
         dst_port: 5001,
         int_hops: 0,
     };

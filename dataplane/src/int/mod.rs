@@ -475,7 +475,7 @@ pub fn source_unmarked(
             let udp_len = (l4_len + n) as u16;
             wr16(b, l4 + 4, udp_len);
             wr16(b, l4 + 6, 0);
-            let c = inserted_udp_checksum(b, meta, l4, n, entropy, port, inserted);
+            let c = inserted_udp_checksum(b, meta, l4, n, [entropy, port, udp_len], inserted);
             wr16(b, l4 + 6, c);
             lens.write_ip(b, meta, n as i32);
             set_ip_proto(b, meta, PROTO_UDP);
@@ -497,21 +497,15 @@ pub fn source_unmarked(
 /// sum cancels that pseudo-header's: the UDP one differs by the protocol
 /// and the inserted bytes, and neither the addresses nor the segment are
 /// read. Other IPv4 payloads keep RFC 768's zero (no checksum); other IPv6
-/// ones are summed.
+/// ones are summed. `hdr` is the header's source port, destination port
+/// and length as written (not read back: the stores may not have landed),
+/// `n` the bytes inserted, `inserted` the sum of the INT block.
 #[inline]
-fn inserted_udp_checksum(
-    b: &[u8],
-    meta: &PacketMeta,
-    l4: usize,
-    n: usize,
-    entropy: u16,
-    port: u16,
-    inserted: u32,
-) -> u16 {
+fn inserted_udp_checksum(b: &[u8], meta: &PacketMeta, l4: usize, n: usize, hdr: [u16; 3], inserted: u32) -> u16 {
     let proto = meta.key.proto();
     let v6 = meta.key.ip_version() == 6;
-    let udp_len = rd16(b, l4 + 4);
-    let hdr = entropy as u64 + port as u64 + udp_len as u64;
+    let udp_len = hdr[2];
+    let hdr = hdr.iter().map(|&w| w as u64).sum::<u64>();
     let sum = match proto {
         _ if proto == 6 || (v6 && proto == 58) => {
             checksum::fold_words(PROTO_UDP as u64 + (0xffff - proto as u64) + n as u64 + hdr + inserted as u64)
