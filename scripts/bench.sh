@@ -37,8 +37,9 @@
 # the cases by the packets they received.
 # BENCH_L3FWD=1 (one worker) also measures DPDK's own l3fwd example, built
 # from dpdk-doc's sources, on the same vdevs and traffic: with the L3 case's
-# 10k routes (LPM) and 100k flows (exact match), and with the AM-PM cases'
-# 10k flows (exact match). Its lines end in build=l3fwd: a reference for
+# 10k routes (LPM) and 100k flows (exact match), with the realistic router
+# cases' 10k IPv4 and 2k IPv6 routes (LPM; lines l3fwd-lpm-l3-router...),
+# and with the AM-PM cases' 10k flows (exact match). Its lines end in build=l3fwd: a reference for
 # what one table lookup a packet costs on this harness.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -558,6 +559,19 @@ router_cfg "$work/l3-real.pcap" >"$work/l3-real.toml"
 run_real l3-router "$work/l3-real" "$work/l3-real.toml"
 sed "s|$work/l3-real.pcap|$work/l3-real-large.pcap|" "$work/l3-real.toml" >"$work/l3-real-large.toml"
 run_real l3-router-large "$work/l3-real-large" "$work/l3-real-large.toml"
+# l3fwd-lpm on the same traces and routes (its LPM has the 10k IPv4 and
+# 2k IPv6 prefixes, all to port 1; it has no flow table and resolves no
+# next hop: what routing alone costs in DPDK's own example).
+if [[ "$l3fwd_ref" != 0 ]]; then
+  awk '!/:/ { print "R" $0 " 1" }' "$work/routes.txt" >"$work/lpm-real-v4.cfg"
+  awk '/:/ { print "R" $0 " 1" }' "$work/routes.txt" >"$work/lpm-real-v6.cfg"
+  for t in l3-real l3-real-imix l3-real-large l3-real-large-imix; do
+    c=${t/l3-real/l3-router}
+    if want "$c"; then
+      run_l3fwd "l3fwd-lpm-$c" "$work/$t.pcap" -L "$work/lpm-real-v4.cfg" "$work/lpm-real-v6.cfg"
+    fi
+  done
+fi
 
 # INT on the router: the source marks every packet from p0 (five
 # instructions); the transit trace carries 1 to 7 hops on 70 % of its flows

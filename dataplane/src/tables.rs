@@ -102,10 +102,18 @@ impl TableSpec {
     }
 }
 
+/// Where a route leads: its port and gateway, and the gateway's MAC as the
+/// generation's neighbour table knows it (an adjacency: a routed packet
+/// leaving by the route's port is rewritten without a neighbour lookup).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NextHop {
     pub port: u16,
     pub gateway: Option<IpAddr>,
+    /// The gateway's MAC; None when there is no gateway or it is unresolved.
+    pub gateway_mac: Option<[u8; 6]>,
+    /// One of the switch's own addresses (a /32 or /128 on `port`): the
+    /// packet is for the switch, not routed.
+    pub local: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +143,17 @@ pub struct Tables {
     pub static_macs: FixedMap<u64, u16>,
     pub int: Option<crate::int::watch::IntSpec>,
     pub ampm: Option<crate::ampm::AmpmSpec>,
+}
+
+/// The index of `nh` in `nexthops`, added if new.
+fn nexthop_index(nexthops: &mut Vec<NextHop>, nh: NextHop) -> u32 {
+    match nexthops.iter().position(|n| *n == nh) {
+        Some(i) => i as u32,
+        None => {
+            nexthops.push(nh);
+            (nexthops.len() - 1) as u32
+        }
+    }
 }
 
 pub fn v4_key(a: [u8; 4]) -> u64 {
@@ -172,18 +191,23 @@ impl Tables {
             if r.port >= nports {
                 return Err(format!("route {}/{} uses port index {} of {}", r.prefix, r.len, r.port, nports));
             }
-            let nh = NextHop { port: r.port, gateway: r.gateway };
-            let idx = match nexthops.iter().position(|n| *n == nh) {
-                Some(i) => i,
-                None => {
-                    nexthops.push(nh);
-                    nexthops.len() - 1
-                }
-            } as u32;
+            let idx = nexthop_index(
+                &mut nexthops,
+                NextHop { port: r.port, gateway: r.gateway, gateway_mac: None, local: false },
+            );
             match r.prefix {
                 IpAddr::V4(a) => p4.push(Prefix { addr: a.octets(), len: r.len, value: idx }),
                 IpAddr::V6(a) => p6.push(Prefix { addr: a.octets(), len: r.len, value: idx }),
             }
+        }
+        // The switch's own addresses as host routes, after the others so
+        // that they win over a configured route to the same address: one
+        // lookup a packet tells routed from local.
+        for (i, p) in spec.ports.iter().enumerate() {
+            let local =
+                nexthop_index(&mut nexthops, NextHop { port: i as u16, gateway: None, gateway_mac: None, local: true });
+            p4.extend(p.ipv4.iter().map(|(a, _)| Prefix { addr: *a, len: 32, value: local }));
+            p6.extend(p.ipv6.iter().map(|(a, _)| Prefix { addr: *a, len: 128, value: local }));
         }
         let lpm4 = Lpm::build(&p4).map_err(|e| format!("IPv4 routes: {e}"))?;
         let lpm6 = Lpm::build(&p6).map_err(|e| format!("IPv6 routes: {e}"))?;
@@ -196,6 +220,13 @@ impl Tables {
                 IpAddr::V6(a) => neigh6.insert(v6_key(a.octets()), v).map(|_| ()).map_err(|_| ()),
             }
             .map_err(|_| format!("neighbour table full at {}", n.ip))?;
+        }
+        for nh in &mut nexthops {
+            nh.gateway_mac = match nh.gateway {
+                Some(IpAddr::V4(g)) => neigh4.get(&v4_key(g.octets())).map(|n| n.mac),
+                Some(IpAddr::V6(g)) => neigh6.get(&v6_key(g.octets())).map(|n| n.mac),
+                None => None,
+            };
         }
         let mut local4 = FixedMap::with_capacity(16);
         let mut local6 = FixedMap::with_capacity(16);
@@ -339,14 +370,38 @@ pub(crate) mod tests {
         let t = Tables::build(&two_port_router(), 7).unwrap();
         assert_eq!(t.generation, 7);
         let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 9]).unwrap() as usize];
-        assert_eq!(nh, NextHop { port: 1, gateway: None });
+        assert_eq!(nh, NextHop { port: 1, gateway: None, gateway_mac: None, local: false });
         let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
         assert_eq!(nh.gateway, Some("10.0.2.254".parse().unwrap()));
+        assert_eq!(nh.gateway_mac, Some([2, 0, 0, 0, 0, 0xfe]), "the gateway's adjacency");
         assert!(t.lpm4.lookup(&[8, 8, 8, 8]).is_none());
         assert_eq!(t.local4.get(&v4_key([10, 0, 1, 1])), Some(&0));
         assert_eq!(t.neigh4.get(&v4_key([10, 0, 2, 254])).unwrap().mac, [2, 0, 0, 0, 0, 0xfe]);
         assert_eq!(t.v4_source_for([10, 0, 2, 77]), Some((1, [10, 0, 2, 1])));
         assert!(t.lpm6.lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_some());
+    }
+
+    #[test]
+    fn own_addresses_are_local_host_routes_that_win() {
+        let mut s = two_port_router();
+        // A configured host route to the switch's own address loses.
+        s.routes.push(RouteSpec { prefix: "10.0.2.1".parse().unwrap(), len: 32, port: 0, gateway: None });
+        let t = Tables::build(&s, 1).unwrap();
+        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 1]).unwrap() as usize];
+        assert_eq!((nh.port, nh.local), (1, true));
+        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 2]).unwrap() as usize];
+        assert_eq!((nh.port, nh.local), (1, false), "the rest of the connected /24 is routed");
+        let own6 = s.ports[0].ipv6[0].0;
+        assert!(t.nexthops[t.lpm6.lookup(&own6).unwrap() as usize].local);
+    }
+
+    #[test]
+    fn a_gateway_without_neighbour_has_no_adjacency() {
+        let mut s = two_port_router();
+        s.neighbours.clear();
+        let t = Tables::build(&s, 1).unwrap();
+        let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
+        assert_eq!((nh.gateway.is_some(), nh.gateway_mac), (true, None));
     }
 
     #[test]

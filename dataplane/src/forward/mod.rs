@@ -344,7 +344,8 @@ fn route_v4(
         return Verdict::Drop(DropReason::Ipv4BadChecksum);
     }
     let dst = ip.dst();
-    if t.local4.get(&v4_key(dst)).is_some() {
+    let route = t.lpm4.lookup(&dst);
+    if route.is_some_and(|i| t.nexthops[i as usize].local) {
         if ip.protocol() != PROTO_ICMP || ip.frag_offset() != 0 || ip.more_fragments() {
             return Verdict::Drop(DropReason::LocalUnhandled);
         }
@@ -366,8 +367,7 @@ fn route_v4(
     if ip.ttl() <= 1 {
         return Verdict::Drop(DropReason::TtlExceeded);
     }
-    let nh = t.lpm4.lookup(&dst);
-    let (out, macs) = match next_hop(ctx, nh, dst, action, |t, hop| t.neigh4.get(&v4_key(hop)).map(|n| n.mac)) {
+    let (out, macs) = match next_hop(ctx, route, dst, action, |t, hop| t.neigh4.get(&v4_key(hop)).map(|n| n.mac)) {
         Ok(h) => h,
         Err(r) => return Verdict::Drop(r),
     };
@@ -403,7 +403,10 @@ where
         None => None,
     };
     let hop = gateway.filter(|_| out == nh.port).unwrap_or(dst);
-    let Some(mac) = neighbour(t, hop) else {
+    // Through the route's gateway: its adjacency, resolved with the
+    // generation; otherwise (connected, or a flow's other port) a lookup.
+    let known = nh.gateway_mac.filter(|_| out == nh.port);
+    let Some(mac) = known.or_else(|| neighbour(t, hop)) else {
         ctx.counters.event(Event::ResolveRequested);
         ctx.notify(ControlEvent::Resolve { ip: IpAddr::from(hop), port: out });
         ctx.unresolved = Some(IpAddr::from(hop));
@@ -445,7 +448,8 @@ fn route_v6(
             return nd_input(ctx, frame, in_port, meta, our_mac, src, dst, hop_limit);
         }
     }
-    if t.local6.get(&v6_key(dst)).is_some() {
+    let route = t.lpm6.lookup(&dst);
+    if route.is_some_and(|i| t.nexthops[i as usize].local) {
         if !direct_icmp {
             return Verdict::Drop(DropReason::LocalUnhandled);
         }
@@ -470,8 +474,7 @@ fn route_v6(
     if hop_limit <= 1 {
         return Verdict::Drop(DropReason::HopLimitExceeded);
     }
-    let nh = t.lpm6.lookup(&dst);
-    let (out, macs) = match next_hop(ctx, nh, dst, action, |t, hop| t.neigh6.get(&v6_key(hop)).map(|n| n.mac)) {
+    let (out, macs) = match next_hop(ctx, route, dst, action, |t, hop| t.neigh6.get(&v6_key(hop)).map(|n| n.mac)) {
         Ok(h) => h,
         Err(r) => return Verdict::Drop(r),
     };

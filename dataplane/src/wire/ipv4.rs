@@ -112,13 +112,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.buffer.as_mut()
     }
 
-    /// Decrements the TTL and patches the checksum incrementally.
+    /// Decrements the TTL and patches the checksum incrementally. The
+    /// TTL/protocol word drops by 0x0100, so RFC 1624's HC' = ~(~HC + ~m + m')
+    /// has ~m + m' = 0xfeff whatever the TTL: one add and one fold.
+    #[inline]
     pub fn decrement_ttl(&mut self) {
-        let old = u16::from_be_bytes([self.b()[field::TTL], self.b()[field::PROTOCOL]]);
-        self.bm()[field::TTL] -= 1;
-        let new = u16::from_be_bytes([self.b()[field::TTL], self.b()[field::PROTOCOL]]);
-        let c = checksum::update16(self.checksum(), old, new);
-        self.bm()[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
+        let b = self.bm();
+        // TTL 0 is never decremented (callers drop TTL <= 1 first).
+        let (Some(ttl @ 1..), Some(sum)) = (b.get(field::TTL).copied(), b.get(field::CHECKSUM)) else { return };
+        let hc = u16::from_be_bytes([sum[0], sum[1]]);
+        let s = (!hc) as u32 + 0xfeff;
+        // At most 0xffff + 0xfeff: one fold leaves 16 bits.
+        let c = !(((s & 0xffff) + (s >> 16)) as u16);
+        b[field::TTL] = ttl.wrapping_sub(1);
+        b[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
     }
 
     pub fn set_ttl(&mut self, ttl: u8) {
@@ -262,6 +269,39 @@ mod tests {
             assert!(p.verify_checksum());
         }
         assert_eq!(p.ttl(), 1);
+    }
+
+    #[test]
+    fn ttl_decrement_is_rfc1624_for_every_checksum_and_ttl() {
+        let mut b = sample();
+        for ttl in [2u8, 64, 128, 255] {
+            for hc in 0..=u16::MAX {
+                b[8] = ttl;
+                b[10..12].copy_from_slice(&hc.to_be_bytes());
+                let old = u16::from_be_bytes([ttl, b[9]]);
+                Ipv4Packet::new_checked(&mut b[..]).unwrap().decrement_ttl();
+                let want = checksum::update16(hc, old, old - 0x0100);
+                assert_eq!((b[8], u16::from_be_bytes([b[10], b[11]])), (ttl - 1, want), "ttl {ttl} checksum {hc:#06x}");
+            }
+        }
+        // Headers whose checksum is right stay right, whatever the sum.
+        for src in 0..4096u32 {
+            b[12..16].copy_from_slice(&src.wrapping_mul(0x0010_0f01).to_be_bytes());
+            b[8] = 64;
+            let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+            p.fill_checksum();
+            p.decrement_ttl();
+            assert!(p.verify_checksum(), "src {src}");
+        }
+    }
+
+    #[test]
+    fn ttl_zero_is_left_alone() {
+        let mut b = sample();
+        b[8] = 0;
+        let before = b.clone();
+        Ipv4Packet::new_checked(&mut b[..]).unwrap().decrement_ttl();
+        assert_eq!(b, before);
     }
 
     #[test]
