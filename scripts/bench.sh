@@ -180,18 +180,20 @@ intswitch_mpps() { # config [case]
     awk '{ print $1 - $2 }' | avg
 }
 
-# DPDK's l3fwd example as shipped, with three changes so that it runs here
+# DPDK's l3fwd example as shipped, with four changes so that it runs here
 # as testpmd and the switch do: RX offloads limited to what the port has
 # (net_pcap has no checksum offload, which stock l3fwd asks for and fails
 # on), a pool of at least 200000 mbufs (infinite_rx holds the whole pcap in
 # mbufs; the same pool as testpmd's and the switch's), and room for 16k
-# LPM routes (stock: 1024).
+# IPv4 and 16k IPv6 LPM routes (stock: 1024 each).
 build_l3fwd() {
   local d=$work/examples
   mkdir -p "$d"
   cp -r "$l3fwd_src/l3fwd" "$l3fwd_src/common" "$d/"
   patch_l3fwd l3fwd_lpm.c 's/\(#define IPV4_L3FWD_LPM_MAX_RULES[[:space:]]*\)1024$/\116384/' \
     'IPV4_L3FWD_LPM_MAX_RULES[[:space:]]*16384'
+  patch_l3fwd l3fwd_lpm.c 's/\(#define IPV6_L3FWD_LPM_MAX_RULES[[:space:]]*\)1024$/\116384/' \
+    'IPV6_L3FWD_LPM_MAX_RULES[[:space:]]*16384'
   patch_l3fwd main.c 's/(unsigned)8192)/(unsigned)200000)/' '(unsigned)200000)'
   patch_l3fwd main.c 's/^\([[:space:]]*\)ret = config_port_max_pkt_len(&local_port_conf, &dev_info);/\1local_port_conf.rxmode.offloads \&= dev_info.rx_offload_capa;\n\1port_conf.rxmode.offloads \&= dev_info.rx_offload_capa;\n&/' \
     'port_conf.rxmode.offloads &= dev_info.rx_offload_capa'
