@@ -202,7 +202,7 @@ impl Tables {
         }
         // The switch's own addresses as host routes, after the others so
         // that they win over a configured route to the same address: one
-        // lookup a packet tells routed from local.
+        // lookup tells a packet to route from one for the switch.
         for (i, p) in spec.ports.iter().enumerate() {
             let local =
                 nexthop_index(&mut nexthops, NextHop { port: i as u16, gateway: None, gateway_mac: None, local: true });
