@@ -199,31 +199,37 @@ fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<&Block>) 
     let k = &meta.key;
     let (src, dst) =
         if k.ip_version() == 4 { (mapped_v4(k.src as u32), mapped_v4(k.dst as u32)) } else { (k.src, k.dst) };
-    let mut f = WatchFields {
-        ip_version: k.ip_version(),
-        src,
-        dst,
-        proto: k.proto(),
-        src_port: k.src_port(),
-        dst_port: k.dst_port(),
-        dscp: int::dscp(b, meta),
-        in_port,
+    let (proto, src_port, dst_port) = match blk {
+        Some(blk) => original_l4(b, meta, blk),
+        None => (k.proto(), k.src_port(), k.dst_port()),
     };
-    match blk.map(|k| (k.at, k.npt, k.saved, k.total)) {
-        Some((_, 0, saved, _)) => f.dscp = (saved as u8) >> 2,
-        Some((_, 1, saved, _)) => f.dst_port = saved,
-        Some((blk, 2, saved, total)) => {
-            f.proto = saved as u8;
-            let l4 = blk + total;
-            let ported = matches!(f.proto, 6 | 17 | 132);
-            (f.src_port, f.dst_port) = match b.get(l4..l4 + 4) {
-                Some(p) if ported => (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])),
-                _ => (0, 0),
-            };
+    let dscp = match blk {
+        Some(blk) if blk.npt == 0 => (blk.saved as u8) >> 2,
+        _ => int::dscp(b, meta),
+    };
+    WatchFields { ip_version: k.ip_version(), src, dst, proto, src_port, dst_port, dscp, in_port }
+}
+
+/// The protocol and ports a packet carrying INT at `blk` had before its
+/// source: NPT 1 saved the destination port, NPT 2 the protocol (the real
+/// ports follow the block); NPT 0 changed neither.
+#[inline(always)]
+fn original_l4(b: &[u8], meta: &PacketMeta, blk: &Block) -> (u8, u16, u16) {
+    let k = &meta.key;
+    match blk.npt {
+        1 => (k.proto(), k.src_port(), blk.saved),
+        2 => {
+            let proto = blk.saved as u8;
+            let l4 = blk.at + blk.total;
+            match b.get(l4..l4 + 4) {
+                Some(p) if matches!(proto, 6 | 17 | 132) => {
+                    (proto, u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]))
+                }
+                _ => (proto, 0, 0),
+            }
         }
-        _ => {}
+        _ => (k.proto(), k.src_port(), k.dst_port()),
     }
-    f
 }
 
 /// The role of the first watch rule the packet matches. Without rules (a
@@ -245,16 +251,28 @@ fn passed(c: &mut CounterValues, r: DropReason) {
     });
 }
 
-/// Whether the sink reports this packet, and its flags: every packet when
-/// there is no report interval; otherwise at most one a flow per interval,
-/// flagged F (a flow the sink tracks).
+/// The flow a packet carrying INT at `blk` belongs to, as its source saw
+/// it: addresses, IP version, and the protocol and ports from before the
+/// source (NPT 1's saved destination port, NPT 2's saved protocol and the
+/// real ports after the block). No input port or VLAN: one flow whatever
+/// port or tag it reaches the sink by.
 #[inline(always)]
-fn report_due<R: ReportSink>(ctx: &mut IntCtx<R>, meta: &PacketMeta, now: u64) -> (bool, u8) {
+fn original_flow(b: &[u8], meta: &PacketMeta, blk: &Block) -> crate::parse::FlowKey {
+    let k = &meta.key;
+    let (proto, src_port, dst_port) = original_l4(b, meta, blk);
+    crate::parse::FlowKey::new(k.src, k.dst, proto, src_port, dst_port, k.ip_version(), 0, 0)
+}
+
+/// Whether the sink reports this packet, and its flags: every packet when
+/// there is no report interval; otherwise at most one a flow (its original
+/// identity) per interval, flagged F (a flow the sink tracks).
+#[inline(always)]
+fn report_due<R: ReportSink>(ctx: &mut IntCtx<R>, b: &[u8], meta: &PacketMeta, blk: &Block, now: u64) -> (bool, u8) {
     let interval = ctx.spec.report.flow_interval_tsc;
     if interval == 0 {
         return (true, 0);
     }
-    (ctx.filter.due(meta.key.hash64(), now, interval), FLAG_F)
+    (ctx.filter.due(original_flow(b, meta, blk).hash64(), now, interval), FLAG_F)
 }
 
 fn queue<R: ReportSink>(ctx: &mut IntCtx<R>, rec: ReportRecord) {
@@ -393,7 +411,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     // Sink: report (when due), then restore the original packet. The
     // per-flow interval runs on the burst's receive time; the clock is read
     // (and the hop measured) only for a report.
-    let (due, flags) = report_due(ctx, meta, hop.rx_tsc());
+    let (due, flags) = report_due(ctx, pkt.bytes(), meta, &block, hop.rx_tsc());
     let (sunk, rec) = if due {
         let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), block.domain_id);
         let want = report_len(spec, meta, blk + block.total, ctx.counters);
@@ -755,6 +773,31 @@ pub(crate) mod tests {
         let with_int = b.bytes().to_vec();
         s3.run(&mut b, hop(0, 1)).unwrap();
         assert_eq!(b.bytes(), &with_int[..]);
+    }
+
+    /// The sink's report interval runs per original flow: two UDP flows
+    /// that differ only in the destination port the source saved (NPT 1)
+    /// are two flows; one flow reaching the sink by two ports is one.
+    #[test]
+    fn report_interval_is_per_original_flow() {
+        let a = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x");
+        let b = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5002, b"x");
+        let mut s1 = Node::new(spec(1, 0b001));
+        let mut s3 = Node::new(spec(3, 0b100));
+        s3.spec.report.flow_interval_tsc = 10_000;
+        let mut send = |frame: &[u8], in_port: u16, rx_tsc: u64| {
+            let mut m = VecBuf::new(frame, 256);
+            s1.run(&mut m, hop(0, 1)).unwrap();
+            s3.run(&mut m, Hop { rx_tsc, ..hop(in_port, 2) }).unwrap();
+            assert_eq!(m.bytes(), frame, "restored at the sink");
+        };
+        send(&a, 0, 1_000);
+        send(&b, 0, 1_500);
+        send(&a, 1, 2_000);
+        send(&b, 1, 2_500);
+        // NPT 1: the shim's last two bytes hold the original destination port.
+        let dports: Vec<u16> = s3.reports.iter().map(|r| u16::from_be_bytes([r.data[44], r.data[45]])).collect();
+        assert_eq!(dports, [5001, 5002], "one report a flow in the interval, whichever port it came by");
     }
 
     #[test]
