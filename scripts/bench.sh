@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): each forwarding mode on one worker core with
-# 64-byte frames, next to dpdk-testpmd --forward-mode=macswap on the same
+# 64-byte frames, next to dpdk-testpmd (io or macswap, see below) on the same
 # vdevs with the same traffic, in the same run. Source: net_pcap replaying
 # a generated pcap (infinite_rx=1); sink: net_null.
-# Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>; the
+# Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>
+# testpmd_mpps=<x.xx> testpmd=io|macswap (io for the cross-connect cases,
+# which move frames untouched; macswap for the rest); the
 # switch's mpps are the frames it received and did not drop, a second.
 #
 # BENCH_SECONDS (default 8, at least 4) sets each run's length; BENCH_ROUNDS
@@ -149,10 +151,14 @@ DUT_MAC=02:00:00:00:be:00
 # Average of the per-second samples, skipping the first two (warm-up).
 avg() { awk 'NR>2 {s+=$1; n++} END { if (n) printf "%.2f", s/n; else print "0.00" }'; }
 
-testpmd_mpps() { # pcap
+testpmd_mode() { # case: io for a cross-connect (it moves frames untouched), macswap for the rest
+  if [[ "$1" == xconnect* ]]; then echo io; else echo macswap; fi
+}
+
+testpmd_mpps() { # pcap [forward-mode]
   timeout $((secs + 20)) dpdk-testpmd -l "0-$workers" "${tp_mem[@]}" --no-pci --file-prefix "bench-tp-$$" \
     --vdev "net_pcap0,$(rx_pcaps "$1")infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
-    --forward-mode=macswap --stats-period 1 --total-num-mbufs=200000 --no-lsc-interrupt \
+    --forward-mode="${2:-macswap}" --stats-period 1 --total-num-mbufs=200000 --no-lsc-interrupt \
     --nb-cores="$workers" --rxq="$workers" --txq="$workers" \
     >"$work/tp.log" 2>&1 </dev/null &
   local pid=$! i
@@ -339,7 +345,7 @@ run_case() { # name pcap config
   # touches all; each figure is the median of its rounds. ours[i] holds
   # build i's figures, space-separated.
   for ((r = 0; r < rounds; r++)); do
-    if [[ "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2")"); else theirs+=(0); fi
+    if [[ "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2" "$(testpmd_mode "$1")")"); else theirs+=(0); fi
     for i in "${!bins[@]}"; do
       bin=${bins[$i]}
       ours[i]+=" $(intswitch_mpps "$3" "$1")"
@@ -352,7 +358,8 @@ run_case() { # name pcap config
     local a; a=$(median ${ours[i]})
     awk -v n="$1" -v a="$a" -v b="$(median "${theirs[@]}")" \
       -v w="$( (( workers > 1 )) && echo " workers=$workers")" -v k="${builds[i]}" -v f="$first" \
-      'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f%s build=%s", n, a, (b > 0 ? a / b : 0), b, w, k
+      -v m="$(testpmd_mode "$1")" \
+      'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f testpmd=%s%s build=%s", n, a, (b > 0 ? a / b : 0), b, m, w, k
                if (f != "") printf " vs_release=%.3f", (f > 0 ? a / f : 0)
                printf "\n" }'
     [[ -n "$first" ]] || first=$a
