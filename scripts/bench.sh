@@ -41,8 +41,9 @@
 # from dpdk-doc's sources, on the same vdevs and traffic: with the L3 case's
 # 10k routes (LPM) and 100k flows (exact match), with the realistic router
 # cases' 10k IPv4 and 2k IPv6 routes (LPM; lines l3fwd-lpm-l3-router...),
-# and with the AM-PM cases' 10k flows (exact match). Its lines end in build=l3fwd: a reference for
-# what one table lookup a packet costs on this harness.
+# and with the AM-PM cases' 10k flows (exact match). Its lines end in
+# build=l3fwd: a reference for what one table lookup a packet costs on this
+# harness.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
