@@ -114,20 +114,34 @@ impl MacTable {
     /// `learn` by a `key` already computed.
     #[inline]
     pub fn learn_key(&mut self, k: u64, port: u16, now: u64) -> Learned {
-        let renew = self.renew;
-        if let Some(e) = self.map.get_mut(&k) {
-            e.last_seen = now;
-            if e.port != port {
-                e.port = port;
-                e.announced = now;
-                return Learned::Moved;
-            }
-            if renew != 0 && now.wrapping_sub(e.announced) >= renew {
-                e.announced = now;
-                return Learned::Renewed;
-            }
-            return Learned::Refreshed;
+        match self.refresh_key(k, port, now) {
+            Some(l) => l,
+            None => self.insert_key(k, port, now),
         }
+    }
+
+    /// `learn_key` for an address already in the table (refreshed, moved
+    /// or renewed); None when it is not, and nothing changes.
+    #[inline]
+    pub fn refresh_key(&mut self, k: u64, port: u16, now: u64) -> Option<Learned> {
+        let renew = self.renew;
+        let e = self.map.get_mut(&k)?;
+        e.last_seen = now;
+        if e.port != port {
+            e.port = port;
+            e.announced = now;
+            return Some(Learned::Moved);
+        }
+        if renew != 0 && now.wrapping_sub(e.announced) >= renew {
+            e.announced = now;
+            return Some(Learned::Renewed);
+        }
+        Some(Learned::Refreshed)
+    }
+
+    /// `learn_key` for an address `refresh_key` did not find.
+    #[inline]
+    pub fn insert_key(&mut self, k: u64, port: u16, now: u64) -> Learned {
         match self.map.insert(k, MacEntry { port, last_seen: now, announced: now }) {
             Ok(_) => Learned::New,
             Err(_) => Learned::Full,

@@ -229,11 +229,17 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     };
     let src_key = mac_table::key(vlan, src);
     // A static address is never learned (nor moved by a frame that claims
-    // it from another port).
+    // it from another port). Static entries are fixed for the process (the
+    // config's), so an address the table already holds is not static: only
+    // a new one is looked up among them.
     if !ethernet::is_multicast(src) && ctx.bridged.src != Some((src_key, in_port)) {
-        if ctx.tables.static_port(src_key).is_none() {
+        let learned = match ctx.macs.refresh_key(src_key, in_port, ctx.now) {
+            Some(l) => Some(l),
+            None if ctx.tables.static_port(src_key).is_none() => Some(ctx.macs.insert_key(src_key, in_port, ctx.now)),
+            None => None,
+        };
+        if let Some(learned) = learned {
             // A new or moved address may be this burst's destination.
-            let learned = ctx.macs.learn_key(src_key, in_port, ctx.now);
             match learned {
                 Learned::New => {
                     ctx.counters.event(Event::MacLearned);
