@@ -238,10 +238,7 @@ macro_rules! tuple_stages {
             }
             #[inline(always)]
             fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
-                $(if let Step::Hold(hop) = self.$i.packet(cx, m, p) {
-                    return Step::Hold(hop);
-                })*
-                Step::Next
+                self.packet_active(u32::MAX, cx, m, p)
             }
             #[inline(always)]
             fn packet_active<O: Output<B>>(&mut self, active: u32, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {

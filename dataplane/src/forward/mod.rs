@@ -403,16 +403,21 @@ where
         FlowAction::Forward(p) => p,
         _ => nh.port,
     };
-    let gateway = match nh.gateway {
-        Some(IpAddr::V4(g)) => <[u8; N]>::try_from(&g.octets()[..]).ok(),
-        Some(IpAddr::V6(g)) => <[u8; N]>::try_from(&g.octets()[..]).ok(),
-        None => None,
-    };
-    let hop = gateway.filter(|_| out == nh.port).unwrap_or(dst);
     // Through the route's gateway: its adjacency, resolved with the
-    // generation; otherwise (connected, or a flow's other port) a lookup.
-    let known = nh.gateway_mac.filter(|_| out == nh.port);
-    let Some(mac) = known.or_else(|| neighbour(t, hop)) else {
+    // generation; otherwise (connected, or a flow's other port) the next
+    // hop is looked up.
+    let via_route = out == nh.port;
+    let known = nh.gateway_mac.filter(|_| via_route);
+    let hop = || {
+        let gateway = match nh.gateway {
+            Some(IpAddr::V4(g)) => <[u8; N]>::try_from(&g.octets()[..]).ok(),
+            Some(IpAddr::V6(g)) => <[u8; N]>::try_from(&g.octets()[..]).ok(),
+            None => None,
+        };
+        gateway.filter(|_| via_route).unwrap_or(dst)
+    };
+    let Some(mac) = known.or_else(|| neighbour(t, hop())) else {
+        let hop = hop();
         ctx.counters.event(Event::ResolveRequested);
         ctx.notify(ControlEvent::Resolve { ip: IpAddr::from(hop), port: out });
         ctx.unresolved = Some(IpAddr::from(hop));

@@ -506,19 +506,15 @@ fn inserted_udp_checksum(b: &[u8], meta: &PacketMeta, l4: usize, n: usize, hdr: 
     let v6 = meta.key.ip_version() == 6;
     let udp_len = hdr[2];
     let hdr = hdr.iter().map(|&w| w as u64).sum::<u64>();
-    let sum = match proto {
-        _ if proto == 6 || (v6 && proto == 58) => {
-            checksum::fold_words(PROTO_UDP as u64 + (0xffff - proto as u64) + n as u64 + hdr + inserted as u64)
-        }
-        _ if !v6 => return 0,
-        _ => {
-            let ip = &b[meta.l3_offset..meta.l3_offset + 40];
-            let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
-            src.copy_from_slice(&ip[8..24]);
-            dst.copy_from_slice(&ip[24..40]);
-            let pseudo = checksum::pseudo_v6(&src, &dst, PROTO_UDP, udp_len as u32);
-            checksum::sum(pseudo, &b[l4..l4 + udp_len as usize])
-        }
+    let sum = if proto == 6 || (v6 && proto == 58) {
+        checksum::fold_words(PROTO_UDP as u64 + (0xffff - proto as u64) + n as u64 + hdr + inserted as u64)
+    } else if !v6 {
+        return 0;
+    } else {
+        let ip = &b[meta.l3_offset..meta.l3_offset + 40];
+        let (src, dst): ([u8; 16], [u8; 16]) = (ip[8..24].try_into().expect("16"), ip[24..40].try_into().expect("16"));
+        let pseudo = checksum::pseudo_v6(&src, &dst, PROTO_UDP, udp_len as u32);
+        checksum::sum(pseudo, &b[l4..l4 + udp_len as usize])
     };
     match !checksum::fold(sum) {
         0 => 0xffff,
