@@ -68,6 +68,7 @@ fn every_config_key_is_in_the_reference_config() {
         "[int]",
         "[[int.watch]]",
         "[[int.collector]]",
+        "[int.analytics]",
         "[ampm]",
         "[[ampm.flow]]",
         "[[ampm.collector]]",

@@ -213,7 +213,7 @@ impl<'a> Worker<'a> {
         let me = Arc::new(WorkerShared::new(slots));
         let (reports, drain) = report_ring(1024);
         let stages = StageSetup {
-            report_filter_slots: 65_536,
+            analytics: dataplane::int::analytics::AnalyticsSetup::interval_only(65_536),
             reports,
             clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
         };

@@ -12,6 +12,7 @@ use crate::api::views as v;
 use crate::api::{response, ApiError, Command, Envelope};
 use crate::capture;
 use crate::config::parse_prefix;
+use crate::int::analytics::api as ia;
 use crate::int::api as int;
 use crate::server::{HttpCounters, Reply, Request};
 use crate::switch::Switch;
@@ -114,6 +115,9 @@ const ROUTES: &[(&str, Handler)] = &[
     }),
     (int::IntWatchDel::NAME, |cx, env| serve(env, |a: int::IntWatchDel| cx.sw.int_watch_del(&a.name))),
     (int::IntExport::NAME, |cx, env| serve(env, |a: int::IntExport| cx.sw.int_export_pause(a.paused))),
+    (ia::ShowIntAnalytics::NAME, |cx, env| serve(env, |_: ia::ShowIntAnalytics| cx.sw.analytics_view())),
+    (ia::IntFlowsFlush::NAME, |cx, env| serve(env, |_: ia::IntFlowsFlush| cx.sw.int_flows_flush())),
+    (ia::IntFlowShow::NAME, |cx, env| serve(env, |a: ia::IntFlowShow| cx.sw.int_flow_show(&a))),
     (ampm::ShowAmpm::NAME, |cx, env| serve(env, |_: ampm::ShowAmpm| cx.sw.ampm_view())),
     (ampm::AmpmAdd::NAME, |cx, env| serve(env, |a: ampm::AmpmAdd| cx.sw.ampm_add(a.0))),
     (ampm::AmpmDel::NAME, |cx, env| serve(env, |a: ampm::AmpmDel| cx.sw.ampm_del(&a.name))),

@@ -16,12 +16,14 @@ use crate::ampm::{tests::Mp, Carrier, Method, MpRole, Outcome};
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowAction;
 use crate::forward::Verdict;
+use crate::int::analytics::flow_ring::flow_ring;
+use crate::int::analytics::AnalyticsSetup;
 use crate::int::report_ring::{report_ring, ReportConsumer};
 use crate::int::stage::{tests::spec as int_spec, ReportRecord, WallClock};
 use crate::int::Presence;
 use crate::parse::parse;
 use crate::parse::tests::{udp4, udp6};
-use crate::pipeline::{Burst, PortLoad, RxTime, VecOut};
+use crate::pipeline::{Burst, PortLoad, RxTime, Stage, VecOut};
 use crate::pipeline_fuzz::{mutate, seeds};
 use crate::pktbuf::{PacketBuf, VecBuf};
 use crate::rand::XorShift;
@@ -74,7 +76,12 @@ fn frames(mutants: usize) -> Vec<Vec<u8>> {
 fn worker_pipeline(flows: usize, macs: usize, learn: bool) -> (WorkerPipeline, ReportConsumer, Arc<WorkerShared>) {
     let me = Arc::new(WorkerShared::new(0));
     let (reports, consumer) = report_ring(256);
-    let stages = StageSetup { report_filter_slots: 256, reports, clock: WallClock::new(0, 1_700_000_000 * SEC, SEC) };
+    // Analytics on, exporting (the ring's far end is dropped: a full ring
+    // is counted, which the data path also does without allocating).
+    let (ring, _) = flow_ring(64, 5);
+    let analytics =
+        AnalyticsSetup { rows: 64, ways: 4, max_hops: 5, idle_tsc: 1_000, active_tsc: 500, ring: Some(ring) };
+    let stages = StageSetup { analytics, reports, clock: WallClock::new(0, 1_700_000_000 * SEC, SEC) };
     let flows = FlowSetup { capacity: flows, idle_timeout_s: 1, learn, hash_seed: 1 };
     let macs = MacSetup { capacity: macs, aging_s: 1, share: false };
     // A "TSC" of 1000 ticks a second: the tables age as in the old test.
@@ -98,6 +105,8 @@ fn run_burst(
     let (_, depth) = pipe.shortcut::<VecBuf, _>(t, out, in_port as usize);
     let burst = Burst::received(in_port, RxTime { tsc, wall_ns: 1_700_000_000 * SEC + tsc }, depth);
     pipe.run(t, c, out, &load, &burst, pkts);
+    // The worker's per-loop timer work (the INT sink's flow-cache aging).
+    Stage::<VecBuf>::poll(&mut pipe.stages, t, tsc, c);
     done.append(&mut out.out);
 }
 
@@ -257,6 +266,11 @@ fn int_source_transit_and_sink_allocate_nothing_per_packet() {
         );
         assert!(e(Event::IntReportRingFull) > 0, "{presence:?}: the ring never filled");
         assert!(e(Event::IntDropReported) > 0, "{presence:?}: no drop reported");
+        // The sink's analytics ran: flows filled the cache, LRU entries and
+        // aged ones went to R_G until it filled.
+        for ev in [Event::IntFlowHit, Event::IntFlowLru, Event::IntFlowAged, Event::IntFlowRingFull] {
+            assert!(e(ev) > 0, "{presence:?}: no {}", ev.name());
+        }
     }
 }
 

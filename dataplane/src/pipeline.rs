@@ -210,6 +210,13 @@ pub trait Stage<B: PacketBuf> {
 
     /// One packet.
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step;
+
+    /// Once per worker loop, busy or idle: bounded timer work (aging).
+    #[inline(always)]
+    fn poll(&mut self, _t: &Tables, _now: u64, _c: &mut CounterValues) {}
+
+    /// The worker is stopping: hand on what the stage holds.
+    fn stop(&mut self, _c: &mut CounterValues) {}
 }
 
 macro_rules! tuple_stages {
@@ -231,6 +238,13 @@ macro_rules! tuple_stages {
             #[inline(always)]
             fn begin(&mut self, t: &Tables, burst: &Burst) {
                 $(self.$i.begin(t, burst);)*
+            }
+            #[inline(always)]
+            fn poll(&mut self, t: &Tables, now: u64, c: &mut CounterValues) {
+                $(self.$i.poll(t, now, c);)*
+            }
+            fn stop(&mut self, c: &mut CounterValues) {
+                $(self.$i.stop(c);)*
             }
             #[inline(always)]
             fn active<O: Output<B>>(&self, t: &Tables, out: &O) -> u32 {
@@ -514,7 +528,11 @@ mod tests {
 
     fn pipeline(learn: bool) -> WorkerPipeline {
         let (reports, _) = report_ring(4);
-        let stages = StageSetup { report_filter_slots: 16, reports, clock: WallClock::new(0, 0, 1_000) };
+        let stages = StageSetup {
+            analytics: crate::int::analytics::AnalyticsSetup::interval_only(16),
+            reports,
+            clock: WallClock::new(0, 0, 1_000),
+        };
         let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 64, aging_s: 0, share: false };
         worker::pipeline(Arc::new(WorkerShared::new(0)), flows, macs, stages, 1_000)

@@ -24,12 +24,13 @@ use crate::flow_table::{FlowAction, FlowTable};
 use crate::forward::stage::ForwardStage;
 use crate::forward::{ControlEvent, ControlSink, Verdict};
 use crate::impair::{Admit, Impairer};
-use crate::int::report_filter::ReportFilter;
+use crate::int::analytics::cache::Reason;
+use crate::int::analytics::{Analytics, AnalyticsSetup, FlowSnapshot};
 use crate::int::report_ring::ReportProducer;
 use crate::int::stage::{IntStage, WallClock};
 use crate::mac_table::{MacTable, Sighting};
 use crate::parse::FlowKey;
-use crate::pipeline::{Burst, CaptureTx, Output, Pipeline, PortLoad, RxTime, Shortcut};
+use crate::pipeline::{Burst, CaptureTx, Output, Pipeline, PortLoad, RxTime, Shortcut, Stage};
 use crate::tables::Tables;
 use crate::DropReason;
 
@@ -60,6 +61,16 @@ pub enum FlowCommand {
     /// Copy up to `max` MAC-table entries into `WorkerShared::mac_dump`.
     DumpMacs {
         max: usize,
+        generation: u64,
+    },
+    /// Export and free every INT sink flow entry (`intctl int flows flush`);
+    /// the count goes into `WorkerShared::int_flushed`.
+    IntFlowsFlush {
+        generation: u64,
+    },
+    /// Copy the INT sink's entry of this flow into `WorkerShared::int_flow`.
+    IntFlowShow {
+        key: FlowKey,
         generation: u64,
     },
 }
@@ -102,7 +113,9 @@ impl FlowCommand {
             | FlowCommand::Remove { generation, .. }
             | FlowCommand::Clear { generation }
             | FlowCommand::Dump { generation, .. }
-            | FlowCommand::DumpMacs { generation, .. } => *generation,
+            | FlowCommand::DumpMacs { generation, .. }
+            | FlowCommand::IntFlowsFlush { generation }
+            | FlowCommand::IntFlowShow { generation, .. } => *generation,
         }
     }
 }
@@ -165,6 +178,10 @@ pub struct WorkerShared {
     pub dump: std::sync::Mutex<Vec<FlowRecord>>,
     /// Filled by a `FlowCommand::DumpMacs`.
     pub mac_dump: std::sync::Mutex<Vec<MacRecord>>,
+    /// Filled by a `FlowCommand::IntFlowShow`.
+    pub int_flow: std::sync::Mutex<Vec<FlowSnapshot>>,
+    /// Entries a `FlowCommand::IntFlowsFlush` exported.
+    pub int_flushed: std::sync::Mutex<Vec<usize>>,
     /// Mirrored packets for the control core's capture.
     pub capture: ArrayQueue<Captured>,
     /// Packets waiting for their next hop's MAC, handed to the control core.
@@ -184,6 +201,8 @@ pub struct WorkerShared {
     pub mac_sync_lost: AtomicU64,
     pub flows_in_use: AtomicU64,
     pub macs_in_use: AtomicU64,
+    /// Entries of the INT sink's flow cache.
+    pub int_flows_in_use: AtomicU64,
     pub lcore: AtomicU64,
     /// AM-PM counters per flow slot, written by this worker only.
     pub ampm: Arc<[FlowCounters]>,
@@ -208,6 +227,8 @@ impl WorkerShared {
             failed_install: AtomicU64::new(0),
             dump: std::sync::Mutex::new(Vec::new()),
             mac_dump: std::sync::Mutex::new(Vec::new()),
+            int_flow: std::sync::Mutex::new(Vec::new()),
+            int_flushed: std::sync::Mutex::new(Vec::new()),
             capture: ArrayQueue::new(4096),
             held: ArrayQueue::new(256),
             reinject: ArrayQueue::new(1024),
@@ -218,6 +239,7 @@ impl WorkerShared {
             mac_sync_lost: AtomicU64::new(0),
             flows_in_use: AtomicU64::new(0),
             macs_in_use: AtomicU64::new(0),
+            int_flows_in_use: AtomicU64::new(0),
             lcore: AtomicU64::new(u64::MAX),
             ampm: (0..ampm_slots).map(|_| FlowCounters::default()).collect(),
         }
@@ -280,8 +302,8 @@ pub type WorkerPipeline = Pipeline<EventQueue, Stages>;
 
 /// What a worker's feature stages are built from.
 pub struct StageSetup {
-    /// Slots of the INT sink's per-flow report filter.
-    pub report_filter_slots: usize,
+    /// The INT sink's flow cache (analytics, report interval) and R_G.
+    pub analytics: AnalyticsSetup,
     /// This worker's end of its report ring to the control core.
     pub reports: ReportProducer,
     /// TSC -> wall-clock nanoseconds for INT timestamps.
@@ -289,10 +311,10 @@ pub struct StageSetup {
 }
 
 /// Builds a worker's stages, each with its own state.
-fn stages(s: StageSetup, me: &WorkerShared) -> Stages {
+fn stages(s: StageSetup, me: &WorkerShared, hz: u64) -> Stages {
     (
         AmpmStage::new(me.ampm.clone()),
-        IntStage::new(s.reports, ReportFilter::new(s.report_filter_slots), s.clock),
+        IntStage::new(s.reports, Analytics::new(s.analytics, s.clock, hz), s.clock),
         CaptureTx,
     )
 }
@@ -305,7 +327,7 @@ pub fn pipeline(me: Arc<WorkerShared>, flows: FlowSetup, macs: MacSetup, s: Stag
         mac_table = mac_table.with_peers();
     }
     let flow_table = FlowTable::new(flows.capacity, flows.idle_timeout_s * hz).with_seed(flows.hash_seed);
-    let stages = stages(s, &me);
+    let stages = stages(s, &me, hz);
     Pipeline::new(ForwardStage::new(flow_table, mac_table, flows.learn, EventQueue(me)), stages)
 }
 
@@ -363,8 +385,9 @@ pub fn run(setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
             };
         }
-        house.after_poll(got, &me, &mut pipe, &mut out, &mut c);
+        house.after_poll(got, &me, &mut pipe, &tables, &mut out, &mut c);
     }
+    Stage::<Mbuf>::stop(&mut pipe.stages, &mut c);
     out.flush(&mut c);
     // Packets still in link emulation are dropped at shutdown, counted.
     for imp in out.impair.iter_mut() {
@@ -391,7 +414,23 @@ fn refresh_tables(shared: &Shared, me: &WorkerShared, tables: &mut Arc<Tables>, 
 fn control_messages(me: &WorkerShared, pipe: &mut WorkerPipeline, out: &mut Egress, t: &Tables, c: &mut CounterValues) {
     let fwd = &mut pipe.forward;
     while let Some(cmd) = me.flow_commands.pop() {
-        flow_command(me, &mut fwd.flows, &fwd.macs, cmd);
+        match cmd {
+            FlowCommand::IntFlowsFlush { generation } => {
+                let n = pipe.stages.1.flows.flush(Reason::Flush, c);
+                if let Ok(mut d) = me.int_flushed.lock() {
+                    *d = vec![n];
+                }
+                me.acked_flows.fetch_max(generation, Ordering::AcqRel);
+            }
+            FlowCommand::IntFlowShow { key, generation } => {
+                let v: Vec<FlowSnapshot> = pipe.stages.1.flows.show(&key).into_iter().collect();
+                if let Ok(mut d) = me.int_flow.lock() {
+                    *d = v;
+                }
+                me.acked_flows.fetch_max(generation, Ordering::AcqRel);
+            }
+            _ => flow_command(me, &mut fwd.flows, &fwd.macs, cmd),
+        }
     }
     while let Some(s) = me.mac_sync.pop() {
         if fwd.macs.sync_key(s.key, s.port, s.seen) {
@@ -448,6 +487,8 @@ fn flow_command(me: &WorkerShared, flows: &mut FlowTable, macs: &MacTable, cmd: 
             flows.remove(&key);
         }
         FlowCommand::Clear { .. } => flows.clear(),
+        // The INT stage's, handled by `control_messages`.
+        FlowCommand::IntFlowsFlush { .. } | FlowCommand::IntFlowShow { .. } => {}
     }
     me.acked_flows.fetch_max(cmd.generation(), Ordering::AcqRel);
 }
@@ -505,7 +546,7 @@ struct Housekeeping {
     last_age: u64,
     flow_slice: usize,
     mac_slice: usize,
-    published_sizes: (usize, usize),
+    published_sizes: (usize, usize, usize),
 }
 
 impl Housekeeping {
@@ -524,7 +565,7 @@ impl Housekeeping {
             last_age: now,
             flow_slice: slice(pipe.forward.flows.slots()),
             mac_slice: slice(pipe.forward.macs.slots()),
-            published_sizes: (0, 0),
+            published_sizes: (0, 0, 0),
         }
     }
 
@@ -533,6 +574,7 @@ impl Housekeeping {
         got: usize,
         me: &WorkerShared,
         pipe: &mut WorkerPipeline,
+        t: &Tables,
         out: &mut Egress,
         c: &mut CounterValues,
     ) {
@@ -559,6 +601,7 @@ impl Housekeeping {
             c.event_n(Event::FlowAged, fa as u64);
             c.event_n(Event::MacAged, ma as u64);
         }
+        Stage::<Mbuf>::poll(&mut pipe.stages, t, now, c);
         if self.poll_no % 1024 == 0 {
             me.counters.publish(c);
         } else if got > 0 {
@@ -566,10 +609,11 @@ impl Housekeeping {
         }
         // Stored when they change only: a store to a line the control core
         // has read since costs a cache-line transfer.
-        let sizes = (fwd.flows.len(), fwd.macs.len());
+        let sizes = (fwd.flows.len(), fwd.macs.len(), pipe.stages.1.flows.cache.len());
         if sizes != self.published_sizes {
             me.flows_in_use.store(sizes.0 as u64, Ordering::Relaxed);
             me.macs_in_use.store(sizes.1 as u64, Ordering::Relaxed);
+            me.int_flows_in_use.store(sizes.2 as u64, Ordering::Relaxed);
             self.published_sizes = sizes;
         }
         if self.idle.enabled && self.empty_polls >= self.idle.empty_polls {

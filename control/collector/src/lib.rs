@@ -7,6 +7,7 @@
 //! lengths run past the bytes present.
 
 pub mod ampm;
+pub mod flows;
 pub mod gpint;
 
 use std::collections::BTreeMap;

@@ -31,7 +31,9 @@ AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived
 {flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
 mean_delay_ns, partial, mps[...], segments[...]}; partial: an MP started during the interval);\n\
 summary: records, records_lost (sequence gaps), intervals joined/incomplete/partial, total\n\
-loss (partial intervals left out), mean delay."
+loss (partial intervals left out), mean delay.\n\
+INT sink analytics: one line per int_flow record (--json: the record as the switch sent it);\n\
+summary: records, records_lost (sequence gaps per node), bad records, records by reason."
 )]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -53,7 +55,7 @@ struct Cli {
     /// Only the summary at exit, no line per report.
     #[arg(long)]
     quiet: bool,
-    /// Stop after this many reports.
+    /// Stop after this many reports, joined AM-PM intervals and int_flow records.
     #[arg(long)]
     count: Option<u64>,
     /// Stop after this many seconds.
@@ -191,6 +193,7 @@ fn run(cli: &Cli) -> Result<(), String> {
     let started = Instant::now();
     let mut t = Tracker::default();
     let mut am = Joiner::new(cli.ampm_mps as usize);
+    let mut fl = intcollector::flows::FlowRecords::default();
     let mut buf = vec![0u8; 65536];
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
@@ -198,22 +201,40 @@ fn run(cli: &Cli) -> Result<(), String> {
         if cli.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
-        if cli.count.is_some_and(|c| t.reports + am.joined >= c) {
+        if cli.count.is_some_and(|c| t.reports + am.joined + fl.records >= c) {
             break;
         }
         let n = match sock.recv(&mut buf) {
             Ok(n) => n,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            // (Interrupted: a signal; the loop checks whether it was a stop.)
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                ) =>
+            {
                 let _ = out.flush();
                 continue;
             }
             Err(e) => return Err(format!("receive: {e}")),
         };
         if n > 0 && buf[0] == b'{' {
-            for v in am.datagram(&String::from_utf8_lossy(&buf[..n])) {
-                if !cli.quiet {
-                    let line = if cli.json { v.to_string() } else { ampm_line(&v) };
-                    let _ = writeln!(out, "{line}");
+            let text = String::from_utf8_lossy(&buf[..n]);
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                // INT sink analytics records; anything else is AM-PM's.
+                if line.starts_with("{\"type\":\"int_flow\"") {
+                    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+                    if fl.record(&v).is_ok() && !cli.quiet {
+                        let l = if cli.json { v.to_string() } else { intcollector::flows::text_line(&v) };
+                        let _ = writeln!(out, "{l}");
+                    }
+                    continue;
+                }
+                for v in am.datagram(line) {
+                    if !cli.quiet {
+                        let l = if cli.json { v.to_string() } else { ampm_line(&v) };
+                        let _ = writeln!(out, "{l}");
+                    }
                 }
             }
             continue;
@@ -257,6 +278,19 @@ fn run(cli: &Cli) -> Result<(), String> {
                 a["records"], a["records_lost"], a["bad_records"], a["intervals_joined"], a["intervals_incomplete"],
                 a["intervals_partial"],
                 a["loss_packets"], a["loss_bytes"], a["delay_mean_ns"]
+            );
+        }
+    }
+    if fl.records + fl.bad_records > 0 {
+        let s = fl.summary();
+        if cli.json {
+            let _ = writeln!(out, "{s}");
+        } else {
+            let f = &s["int_flow_summary"];
+            let _ = writeln!(
+                out,
+                "int_flow records {} lost {} bad {}; by reason {}",
+                f["records"], f["records_lost"], f["bad_records"], f["by_reason"]
             );
         }
     }

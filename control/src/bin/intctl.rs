@@ -10,6 +10,7 @@ use control::api::views::{self as v, CountersView};
 use control::api::Command;
 use control::client::{CallError, Client};
 use control::config::{FlowConfig, NeighbourConfig, RouteConfig};
+use control::int::analytics::api as ia;
 use control::int::api as int;
 use control::int::config::WatchConfig;
 use serde::Serialize;
@@ -135,15 +136,50 @@ enum Show {
     Version,
     /// The Prometheus text the /metrics endpoint serves.
     Metrics,
-    /// INT domain: node ID, edge/core ports, watchlist, INT counters.
-    Int,
+    /// INT domain: node ID, edge/core ports, watchlist, INT counters
+    /// (`show int analytics`: the sink's flow cache and its export).
+    Int {
+        #[command(subcommand)]
+        what: Option<ShowIntWhat>,
+    },
     /// Telemetry report export: per-worker rings and per-collector counts.
     Reports,
 }
 
 #[derive(Subcommand)]
+enum ShowIntWhat {
+    /// The sink's flow cache (entries, hits, inserts, exports by reason),
+    /// R_G rings and every loss counter of the analytics.
+    Analytics,
+}
+
+#[derive(Subcommand)]
+enum IntFlowOp {
+    /// A flow's entry in the sink's flow cache, on each worker holding one.
+    Show {
+        src: String,
+        dst: String,
+        /// udp, tcp, icmp, icmpv6 or 0-255.
+        proto: String,
+        src_port: u16,
+        dst_port: u16,
+    },
+}
+
+#[derive(Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once per invocation
 enum IntOp {
+    /// The sink's flow cache: `flush` exports every entry (reason flush)
+    /// and frees it, without stopping traffic.
+    Flows {
+        #[arg(value_parser = ["flush"])]
+        action: String,
+    },
+    /// One flow of the sink's flow cache.
+    Flow {
+        #[command(subcommand)]
+        op: IntFlowOp,
+    },
     /// Watchlist rules: ternary match on 5-tuple, DSCP and input port -> role.
     Watch {
         #[command(subcommand)]
@@ -515,7 +551,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 )
             }),
             Show::Metrics => call(c, j, &v::Metrics {}, |r| print!("{}", r.text)),
-            Show::Int => call(c, j, &int::ShowInt {}, print_int),
+            Show::Int { what: None } => call(c, j, &int::ShowInt {}, print_int),
+            Show::Int { what: Some(ShowIntWhat::Analytics) } => call(c, j, &ia::ShowIntAnalytics {}, print_analytics),
             Show::Reports => call(c, j, &int::ShowReports {}, print_reports),
         },
         Cmd::Flow { op: FlowOp::Add { key, action } } => call(c, j, &v::FlowAdd(key.flow(action)), done),
@@ -534,6 +571,19 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Port { op: PortOp::Disable { port } } => call(c, j, &v::PortDisable { port: port.clone() }, done),
         Cmd::Port { op: PortOp::Impair { port, netem } } => {
             call(c, j, &v::PortImpair { port: port.clone(), netem: netem.join(" ") }, done)
+        }
+        Cmd::Int { op: IntOp::Flows { .. } } => {
+            call(c, j, &ia::IntFlowsFlush {}, |r| println!("{} flow entries exported (reason flush)", r.flushed))
+        }
+        Cmd::Int { op: IntOp::Flow { op: IntFlowOp::Show { src, dst, proto, src_port, dst_port } } } => {
+            let a = ia::IntFlowShow {
+                src: src.clone(),
+                dst: dst.clone(),
+                proto: proto.clone(),
+                src_port: *src_port,
+                dst_port: *dst_port,
+            };
+            call(c, j, &a, print_flow_entries)
         }
         Cmd::Int { op: IntOp::Export { action } } => call(c, j, &int::IntExport { paused: action == "pause" }, done),
         Cmd::Int { op: IntOp::Watch { op: WatchOp::Del { name } } } => {
@@ -873,6 +923,103 @@ fn print_int(r: &int::IntView) {
             .collect(),
     );
     nonzero("event", &r.counters);
+}
+
+fn print_analytics(r: &ia::AnalyticsView) {
+    println!(
+        "flow cache {} rows x {} ways ({} hops, {} bytes an entry, {:.1} MiB a worker): {} of {} entries in use",
+        r.cache_rows,
+        r.cache_ways,
+        r.cache_max_hops,
+        r.entry_bytes,
+        r.cache_bytes as f64 / (1 << 20) as f64,
+        r.entries,
+        r.capacity
+    );
+    println!(
+        "idle timeout {} s, active timeout {} s; {} flow records exported",
+        r.idle_timeout_s, r.active_timeout_s, r.export.records
+    );
+    for (k, n) in &r.counters {
+        println!("{k:<28} {n}");
+    }
+    table(
+        &["R_G", "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
+        r.export
+            .rings
+            .iter()
+            .map(|x| {
+                [x.worker as u64, x.capacity as u64, x.pending as u64, x.received, x.ring_full]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect()
+            })
+            .collect(),
+    );
+    table(
+        &["COLLECTOR", "VIA", "DATAGRAMS", "RECORDS", "SEND ERRORS", "NEXT SEQ"],
+        r.export
+            .collectors
+            .iter()
+            .map(|x| {
+                vec![
+                    x.address.clone(),
+                    x.via.clone(),
+                    x.datagrams.to_string(),
+                    x.records.to_string(),
+                    x.send_errors.to_string(),
+                    x.next_seq.to_string(),
+                ]
+            })
+            .collect(),
+    );
+}
+
+fn print_flow_entries(r: &ia::FlowEntries) {
+    if r.entries.is_empty() {
+        println!("no entry for this flow");
+    }
+    let mean = |a: &ia::AggView| a.mean.map_or("-".to_string(), |m| m.to_string());
+    for e in &r.entries {
+        println!(
+            "worker {}: {} packets, first {} last {} ns, {} hops, e2e latency last {} mean {} ns",
+            e.worker,
+            e.packets,
+            e.first_ns,
+            e.last_ns,
+            e.hops,
+            e.e2e_latency.last,
+            mean(&e.e2e_latency)
+        );
+        table(
+            &[
+                "HOP",
+                "NODE",
+                "LATENCY LAST",
+                "LATENCY MEAN",
+                "QUEUE LAST",
+                "QUEUE MEAN",
+                "TX_UTIL LAST",
+                "TX_UTIL MEAN",
+            ],
+            e.hop
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    vec![
+                        i.to_string(),
+                        h.node_id.to_string(),
+                        h.hop_latency.last.to_string(),
+                        mean(&h.hop_latency),
+                        h.queue.last.to_string(),
+                        mean(&h.queue),
+                        h.tx_util.last.to_string(),
+                        mean(&h.tx_util),
+                    ]
+                })
+                .collect(),
+        );
+    }
 }
 
 fn print_reports(r: &int::ReportsView) {

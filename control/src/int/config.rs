@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::collector_tx::CollectorPlan;
 use crate::fields::{parse_prefix, parse_proto, parse_unicast_mac, port_by_name, ConfigError};
+use crate::int::analytics::config::{AnalyticsConfig, AnalyticsPlan};
 
 /// Longest per-flow report interval: a day (in TSC ticks it stays far
 /// below 2^64 at any clock rate).
@@ -80,7 +81,8 @@ pub struct IntConfig {
     /// At most one report per flow this often; 0: every packet.
     #[serde(default)]
     pub report_flow_interval_ms: u64,
-    /// Slots of each worker's per-flow report filter (the interval's state).
+    /// Entries of each worker's per-flow report-interval cache (8 ways),
+    /// without `[int.analytics]` (whose cache keeps the interval then).
     #[serde(default = "default_filter_slots")]
     pub report_filter_slots: usize,
     /// UDP payload bytes per report packet (several reports are batched).
@@ -96,6 +98,8 @@ pub struct IntConfig {
     pub watch: Vec<WatchConfig>,
     #[serde(default)]
     pub collector: Vec<CollectorConfig>,
+    /// The sink's flow cache and its export (absent: off).
+    pub analytics: Option<AnalyticsConfig>,
 }
 
 fn yes() -> bool {
@@ -242,8 +246,10 @@ pub struct IntPlan {
     pub max_packet: usize,
     /// Report interval in ms (the spec holds it in TSC ticks, set at start).
     pub flow_interval_ms: u64,
-    /// Slots of each worker's report filter (1 without an interval).
+    /// Entries of each worker's report-interval cache (1 without an
+    /// interval; with analytics, the analytics cache keeps the interval).
     pub filter_slots: usize,
+    pub analytics: Option<AnalyticsPlan>,
 }
 
 /// The bitmap of instruction names (any of INSTRUCTIONS).
@@ -400,7 +406,7 @@ impl IntConfig {
                 format!("at most {MAX_REPORT_FLOW_INTERVAL_MS} (a day); 0 reports every packet"),
             ));
         }
-        let max_slots = dataplane::int::report_filter::MAX_SLOTS;
+        let max_slots = 1 << 22;
         if self.report_filter_slots > max_slots || !self.report_filter_slots.is_power_of_two() {
             return Err(cerr(k("report_filter_slots"), format!("must be a power of two, 1..={max_slots}")));
         }
@@ -447,6 +453,7 @@ impl IntConfig {
             max_packet: self.report_max_packet,
             flow_interval_ms: self.report_flow_interval_ms,
             filter_slots: if self.report_flow_interval_ms > 0 { self.report_filter_slots } else { 1 },
+            analytics: self.analytics.as_ref().map(|a| a.to_plan()).transpose()?,
         })
     }
 }

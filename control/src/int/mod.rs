@@ -3,6 +3,7 @@
 //! (`ops`), and Telemetry Report export from the workers' report rings
 //! (`export`).
 
+pub mod analytics;
 pub mod api;
 pub mod config;
 pub mod export;

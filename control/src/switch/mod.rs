@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use dataplane::counters::CounterValues;
 use dataplane::dpdk::{self, Eal, EalArgs, MbufStash, Mempool, Port, PortSetup};
+use dataplane::int::analytics::flow_ring::flow_ring;
+use dataplane::int::analytics::AnalyticsSetup;
 use dataplane::int::stage::WallClock;
 use dataplane::tables::{TableSpec, Tables};
 use dataplane::worker::{
@@ -28,6 +30,7 @@ use dataplane::worker::{
 use crate::api::views::{FinalCounters, Generation};
 use crate::api::ApiError;
 use crate::config::{Plan, WorkerPlan};
+use crate::int::analytics::export::FlowExporter;
 use crate::int::export::Exporter;
 use neighbours::Neighbours;
 use ops::{drops_by_name, events_by_name};
@@ -59,6 +62,8 @@ pub struct Switch {
     hz: u64,
     /// Telemetry report export (when `[int]` is configured).
     pub(crate) exporter: Option<Exporter>,
+    /// INT sink analytics: flow records from R_G.
+    pub(crate) flow_exporter: Option<FlowExporter>,
     /// Last per-port TX byte counts, for the utilisation INT reports.
     load_sample: Option<(Instant, Vec<u64>)>,
     /// AM-PM record export (when `[ampm]` is configured).
@@ -159,9 +164,29 @@ impl Switch {
             s => s,
         };
         let mut consumers = Vec::new();
+        let mut flow_consumers = Vec::new();
+        let analytics = plan.int.as_ref().and_then(|i| i.analytics);
+        if let Some(a) = &analytics {
+            println!("{}", a.describe());
+        }
         for (wi, w) in workers.iter().enumerate() {
             let (producer, consumer) = dataplane::int::report_ring::report_ring(ring_size);
             consumers.push(consumer);
+            let analytics = match &analytics {
+                Some(a) => {
+                    let (p, c) = flow_ring(a.ring_size, a.max_hops);
+                    flow_consumers.push(c);
+                    AnalyticsSetup {
+                        rows: a.rows,
+                        ways: a.ways,
+                        max_hops: a.max_hops,
+                        idle_tsc: a.idle_s * hz,
+                        active_tsc: a.active_s * hz,
+                        ring: Some(p),
+                    }
+                }
+                None => AnalyticsSetup::interval_only(plan.int.as_ref().map_or(1, |i| i.filter_slots)),
+            };
             let setup = WorkerSetup {
                 id: wi,
                 rx: w.rx.iter().map(|(p, q)| (*p, ports[*p as usize].rx_queue(*q))).collect(),
@@ -181,11 +206,7 @@ impl Switch {
                 tx_drain_us: d.tx_drain_us,
                 idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
                 pool: pool.clone(),
-                stages: StageSetup {
-                    report_filter_slots: plan.int.as_ref().map_or(1, |i| i.filter_slots),
-                    reports: producer,
-                    clock,
-                },
+                stages: StageSetup { analytics, reports: producer, clock },
             };
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
@@ -202,6 +223,12 @@ impl Switch {
                 &port_info,
             )?),
             None => None,
+        };
+        let flow_exporter = match (&plan.int, analytics) {
+            (Some(ip), Some(_)) => {
+                Some(FlowExporter::new(ip.spec.node_id, ip.max_packet, flow_consumers, &ip.collectors, &port_info)?)
+            }
+            _ => None,
         };
         let ampm_exporter = match &plan.ampm {
             Some(a) => Some(crate::ampm::export::AmpmExporter::new(
@@ -241,6 +268,7 @@ impl Switch {
             wall0_ns,
             hz,
             exporter,
+            flow_exporter,
             load_sample: None,
         })
     }
@@ -334,7 +362,7 @@ impl Switch {
 
     /// Has every worker fill its dump (`cmd`), then takes what `slot` of
     /// each holds, by worker index.
-    fn dump<T>(
+    pub(crate) fn dump<T>(
         &mut self,
         cmd: impl Fn(u64) -> FlowCommand,
         slot: impl Fn(&WorkerShared) -> &std::sync::Mutex<Vec<T>>,
@@ -384,6 +412,11 @@ impl Switch {
         }
         if let Some(ex) = &mut self.exporter {
             // Collectors behind a DPDK port count what is left as send errors.
+            let mut out = PortSender::new(&self.spec, None);
+            while ex.poll(1 << 16, &mut out) > 0 {}
+        }
+        // The workers exported their flow entries (reason stop) as they stopped.
+        if let Some(ex) = &mut self.flow_exporter {
             let mut out = PortSender::new(&self.spec, None);
             while ex.poll(1 << 16, &mut out) > 0 {}
         }

@@ -68,13 +68,19 @@ impl Switch {
         let now = self.now_ns();
         let mut out = PortSender::new(&self.spec, Some((&self.shared.workers[0], &mut self.export_mbufs)));
         let taken = self.exporter.as_mut().map_or(0, |ex| ex.poll(1 << 16, &mut out));
+        // `int export pause` holds the flow records in R_G too.
+        let paused = self.exporter.as_ref().is_some_and(|ex| ex.paused);
+        let flows = match &mut self.flow_exporter {
+            Some(fx) if !paused => fx.poll(1 << 16, &mut out),
+            _ => 0,
+        };
         if let (Some(ex), Some(setup)) = (&mut self.ampm_exporter, &self.spec.ampm) {
             ex.poll(now, &self.shared, &setup.flows, &mut out);
         }
         for (ip, port) in std::mem::take(&mut out.resolve) {
             self.resolve(ip, port);
         }
-        taken
+        taken + flows
     }
 
     /// Every 100 ms: each port's TX utilisation and the pool's occupancy,

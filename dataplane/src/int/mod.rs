@@ -16,7 +16,7 @@
 //! sum of what is inserted or removed adjusts the UDP or TCP checksum
 //! directly; a zero UDP checksum stays zero.
 
-pub mod report_filter;
+pub mod analytics;
 pub mod report_ring;
 pub mod stage;
 pub mod watch;

@@ -9,14 +9,14 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::counters::{CounterValues, Event};
 use crate::forward::Verdict;
-use crate::int::report_filter::ReportFilter;
+use crate::int::analytics::Analytics;
 use crate::int::watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::int::{self, Block, Skip, Transit};
 use crate::parse::PacketMeta;
 use crate::pipeline::{Burst, Cx, Depth, Output, Packet, PortLoad, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::Tables;
-use crate::wire::int_md::HopMetadata;
+use crate::wire::int_md::{HopMetadata, INT_HDR_LEN};
 use crate::wire::telemetry_report::{FLAG_D, FLAG_F, FLAG_I};
 use crate::DropReason;
 
@@ -187,8 +187,8 @@ impl HopSource for Hop {
 pub struct IntCtx<'a, R: ReportSink> {
     pub spec: &'a IntSpec,
     pub clock: &'a WallClock,
-    /// The sink's per-flow report state (one report per flow per interval).
-    pub filter: &'a mut ReportFilter,
+    /// The sink's per-flow state: analytics, and the report interval.
+    pub flows: &'a mut Analytics,
     pub counters: &'a mut CounterValues,
     pub reports: &'a mut R,
 }
@@ -265,14 +265,19 @@ fn original_flow(b: &[u8], meta: &PacketMeta, blk: &Block) -> crate::parse::Flow
 
 /// Whether the sink reports this packet, and its flags: every packet when
 /// there is no report interval; otherwise at most one a flow (its original
-/// identity) per interval, flagged F (a flow the sink tracks).
+/// identity) per interval, flagged F (a flow the sink tracks). The flow's
+/// entry in the cache (analytics, the interval) takes the packet first.
 #[inline(always)]
 fn report_due<R: ReportSink>(ctx: &mut IntCtx<R>, b: &[u8], meta: &PacketMeta, blk: &Block, now: u64) -> (bool, u8) {
     let interval = ctx.spec.report.flow_interval_tsc;
-    if interval == 0 {
+    if interval == 0 && !ctx.flows.tracking() {
         return (true, 0);
     }
-    (ctx.filter.due(original_flow(b, meta, blk).hash64(), now, interval), FLAG_F)
+    let key = original_flow(b, meta, blk);
+    let stack = b.get(blk.at + INT_HDR_LEN..blk.at + blk.total).unwrap_or(&[]);
+    let (bitmap, hop_ml) = (blk.bitmap, blk.hop_ml);
+    let due = ctx.flows.packet(&key, key.hash64(), now, stack, bitmap, hop_ml, blk.hops(), interval, ctx.counters);
+    (due, if interval == 0 { 0 } else { FLAG_F })
 }
 
 fn queue<R: ReportSink>(ctx: &mut IntCtx<R>, rec: ReportRecord) {
@@ -467,19 +472,19 @@ pub fn dropped<R: ReportSink>(
 }
 
 /// A worker's INT stage in the pipeline: the ring its reports go to the
-/// control core in, the sink's per-flow report filter, and the burst's
-/// clock.
+/// control core in, the sink's per-flow state (analytics, report interval),
+/// and the burst's clock.
 pub struct IntStage<R: ReportSink> {
     pub reports: R,
-    pub filter: ReportFilter,
+    pub flows: Analytics,
     clock: WallClock,
     /// The burst's receive time and egress clock.
     times: BurstClock,
 }
 
 impl<R: ReportSink> IntStage<R> {
-    pub fn new(reports: R, filter: ReportFilter, clock: WallClock) -> IntStage<R> {
-        IntStage { reports, filter, clock, times: BurstClock::new(0) }
+    pub fn new(reports: R, flows: Analytics, clock: WallClock) -> IntStage<R> {
+        IntStage { reports, flows, clock, times: BurstClock::new(0) }
     }
 }
 
@@ -529,6 +534,18 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
         self.times = BurstClock::new(burst.rx_tsc);
     }
 
+    /// Ages the sink's flow cache a few rows at a time.
+    #[inline(always)]
+    fn poll(&mut self, _t: &Tables, now: u64, c: &mut CounterValues) {
+        self.flows.poll(now, c);
+    }
+
+    /// Exports every flow entry (reason `stop`) before the rings are
+    /// drained for the last time.
+    fn stop(&mut self, c: &mut CounterValues) {
+        self.flows.flush(crate::int::analytics::cache::Reason::Stop, c);
+    }
+
     /// Runs INT on a forwarded packet (its verdict becomes a drop when INT
     /// says so), or files a drop report for a dropped one. Packets INT
     /// cannot act on skip it, decided from the parse (`may_act`).
@@ -561,7 +578,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
             buf: std::marker::PhantomData::<fn() -> B>,
         };
         let mut ictx =
-            IntCtx { spec, clock: &self.clock, filter: &mut self.filter, counters: cx.c, reports: &mut self.reports };
+            IntCtx { spec, clock: &self.clock, flows: &mut self.flows, counters: cx.c, reports: &mut self.reports };
         match p.verdict {
             Verdict::Drop(r) => dropped(&mut ictx, m.bytes(), meta, &hop, r),
             _ => {
@@ -578,6 +595,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
 pub(crate) mod tests {
     use super::*;
     use crate::counters::MAX_PORTS;
+    use crate::int::analytics::AnalyticsSetup;
     use crate::int::watch::{Presence, ReportParams, SourceParams, Ternary, WatchRule};
     use crate::parse::{parse, tests::udp4};
     use crate::pktbuf::VecBuf;
@@ -615,14 +633,15 @@ pub(crate) mod tests {
 
     pub(crate) struct Node {
         spec: IntSpec,
-        filter: ReportFilter,
+        flows: Analytics,
         pub(crate) c: CounterValues,
         pub(crate) reports: Vec<ReportRecord>,
     }
 
     impl Node {
         pub(crate) fn new(spec: IntSpec) -> Node {
-            Node { spec, filter: ReportFilter::new(64), c: CounterValues::default(), reports: Vec::new() }
+            let flows = Analytics::new(AnalyticsSetup::interval_only(64), WallClock::new(0, 0, 1), 1);
+            Node { spec, flows, c: CounterValues::default(), reports: Vec::new() }
         }
 
         pub(crate) fn spec(&self) -> &IntSpec {
@@ -648,7 +667,7 @@ pub(crate) mod tests {
             let mut ctx = IntCtx {
                 spec: &self.spec,
                 clock: &clock,
-                filter: &mut self.filter,
+                flows: &mut self.flows,
                 counters: &mut self.c,
                 reports: &mut self.reports,
             };
@@ -748,7 +767,7 @@ pub(crate) mod tests {
         let mut s1 = Node::new(spec(1, 0b01));
         let mut s3 = Node::new(spec(3, 0b10));
         s3.spec.report.flow_interval_tsc = 10_000;
-        // Flows are tracked by the report filter: no flow table takes part.
+        // Flows are tracked by the sink's flow cache: no flow table takes part.
         let mut send = |frame: &[u8], rx_tsc: u64| {
             let mut b = VecBuf::new(frame, 256);
             s1.run(&mut b, hop(0, 1)).unwrap();

@@ -1,0 +1,413 @@
+//! INT sink analytics (smartnic-int-sink §III-B): every INT packet a sink
+//! takes updates its flow's entry in the worker's flow cache (packets, first
+//! and last time, per hop the latest value and the sum and count of hop
+//! latency, queue occupancy and TX utilisation, end-to-end latency). Entries
+//! leave for the control core through R_G (`flow_ring`) when their row needs
+//! the way (LRU), when idle, as active snapshots, on a flush and at stop.
+//!
+//! Without `[int.analytics]` the same cache, tracking no hops and exporting
+//! nothing, keeps the per-flow report interval.
+
+pub mod cache;
+pub mod flow_ring;
+
+use crate::counters::{CounterValues, Event};
+use crate::int::stage::WallClock;
+use crate::parse::FlowKey;
+use crate::wire::int_md::{hop_words, INSTR_BYTES};
+use cache::{FlowCache, FlowEntry, HopAgg, Reason, Touch, HOP_LATENCY, METRICS, QUEUE, TX_UTIL};
+use flow_ring::{FlowHead, FlowProducer};
+
+/// Where a hop's values lie, for one instruction bitmap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HopLayout {
+    /// Byte offsets in a hop of the node ID and of each metric.
+    pub node_id: Option<u8>,
+    pub metric: [Option<u8>; METRICS],
+    /// Bytes a hop takes by the bitmap.
+    pub hop_len: usize,
+}
+
+impl HopLayout {
+    pub fn of(bitmap: u16) -> HopLayout {
+        let at = |bit: usize| -> Option<u8> {
+            (bitmap & (0x8000 >> bit) != 0)
+                .then(|| (0..bit).filter(|b| bitmap & (0x8000 >> b) != 0).map(|b| INSTR_BYTES[b]).sum::<usize>() as u8)
+        };
+        let mut m = [None; METRICS];
+        (m[HOP_LATENCY], m[QUEUE], m[TX_UTIL]) = (at(2), at(3), at(7));
+        HopLayout { node_id: at(0), metric: m, hop_len: hop_words(bitmap) * 4 }
+    }
+
+    /// Metric `m` of a hop: None when the bitmap lacks it or it is all ones
+    /// (unknown). Queue is the 24-bit occupancy.
+    #[inline(always)]
+    pub fn value(&self, hop: &[u8], m: usize) -> Option<Option<u32>> {
+        let o = self.metric[m]? as usize;
+        let w = u32::from_be_bytes(hop[o..o + 4].try_into().expect("4 bytes"));
+        let (v, ones) = if m == QUEUE { (w & 0xff_ffff, 0xff_ffff) } else { (w, u32::MAX) };
+        Some((v != ones).then_some(v))
+    }
+}
+
+/// How a worker's analytics are built.
+pub struct AnalyticsSetup {
+    pub rows: usize,
+    pub ways: usize,
+    /// Hops tracked per entry; 0 with `ring` None: the report interval only.
+    pub max_hops: usize,
+    pub idle_tsc: u64,
+    pub active_tsc: u64,
+    /// R_G; None: analytics off, nothing exported.
+    pub ring: Option<FlowProducer>,
+}
+
+impl AnalyticsSetup {
+    /// The report interval's cache only (no `[int.analytics]`): `slots`
+    /// entries, 8 ways.
+    pub fn interval_only(slots: usize) -> AnalyticsSetup {
+        let ways = 8.min(slots.max(1));
+        AnalyticsSetup { rows: slots.max(1) / ways, ways, max_hops: 0, idle_tsc: 0, active_tsc: 0, ring: None }
+    }
+}
+
+/// A copy of one flow's entry (`intctl int flow show`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowSnapshot {
+    pub head: FlowHead,
+    pub hops: [HopAgg; cache::MAX_HOPS],
+}
+
+pub struct Analytics {
+    pub cache: FlowCache,
+    ring: Option<FlowProducer>,
+    clock: WallClock,
+    idle_tsc: u64,
+    active_tsc: u64,
+    /// Ticks a full sweep may take, and the sweep's progress.
+    sweep_tsc: u64,
+    last_sweep: u64,
+    /// The layout of the last bitmap seen (a domain has one or a few).
+    layout: (u16, HopLayout),
+}
+
+/// Rows one poll sweeps at most: a bound on the work between two polls.
+const SWEEP_MAX_ROWS: usize = 4096;
+
+impl Analytics {
+    pub fn new(s: AnalyticsSetup, clock: WallClock, hz: u64) -> Analytics {
+        let cache = FlowCache::new(s.rows, s.ways, s.max_hops);
+        // A full sweep within idle_timeout / 4 (or active_timeout / 4).
+        let period = match (s.idle_tsc, s.active_tsc) {
+            (0, 0) => 0,
+            (0, a) => a / 4,
+            (i, 0) => i / 4,
+            (i, a) => i.min(a) / 4,
+        };
+        Analytics {
+            cache,
+            ring: s.ring,
+            clock,
+            idle_tsc: s.idle_tsc,
+            active_tsc: s.active_tsc,
+            sweep_tsc: period.max(hz / 1000).max(1),
+            last_sweep: 0,
+            layout: (0, HopLayout::of(0)),
+        }
+    }
+
+    /// Whether packets update hop aggregates and entries are exported.
+    #[inline(always)]
+    pub fn tracking(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// One INT packet of flow `key` (hash `hash`) reaching the sink at `now`
+    /// with a `stack` of `hops` hops by `bitmap`, `hop_ml` words each.
+    /// Returns whether its report is due by `interval` (0: every packet).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn packet(
+        &mut self,
+        key: &FlowKey,
+        hash: u64,
+        now: u64,
+        stack: &[u8],
+        bitmap: u16,
+        hop_ml: usize,
+        hops: usize,
+        interval: u64,
+        c: &mut CounterValues,
+    ) -> bool {
+        let Analytics { cache, ring, clock, .. } = self;
+        let (i, how) = cache.touch(key, hash, now, |e, h| export(ring, clock, e, h, Reason::Lru, c));
+        c.event(match how {
+            Touch::Hit => Event::IntFlowHit,
+            Touch::Inserted | Touch::Replaced => Event::IntFlowInserted,
+        });
+        if self.ring.is_some() {
+            if self.layout.0 != bitmap {
+                self.layout = (bitmap, HopLayout::of(bitmap));
+            }
+            let layout = self.layout.1;
+            if layout.hop_len != hop_ml * 4 {
+                // Offsets by the bitmap would not be the stack's.
+                c.event(Event::IntAnalyticsBadHopMl);
+            } else {
+                let (e, aggs) = self.cache.entry_mut(i);
+                update(e, aggs, &layout, stack, hops, now, c);
+            }
+        }
+        let (e, _) = self.cache.entry_mut(i);
+        if interval == 0 {
+            return true;
+        }
+        if e.report_tsc != 0 && now.wrapping_sub(e.report_tsc) < interval {
+            return false;
+        }
+        // (0 means "none yet": a report at TSC 0 is taken at 1.)
+        e.report_tsc = now.max(1);
+        true
+    }
+
+    /// The worker's poll (also when idle): sweeps the rows due since the
+    /// last poll, so the whole cache is swept once per `sweep_tsc`.
+    pub fn poll(&mut self, now: u64, c: &mut CounterValues) {
+        if self.idle_tsc == 0 && self.active_tsc == 0 {
+            return;
+        }
+        if self.last_sweep == 0 {
+            self.last_sweep = now;
+            return;
+        }
+        let rows = self.cache.rows() as u128;
+        let due = (now.wrapping_sub(self.last_sweep) as u128 * rows / self.sweep_tsc as u128) as usize;
+        if due == 0 {
+            return;
+        }
+        // Time for the rows swept (what a capped sweep leaves is due next poll).
+        let n = due.min(SWEEP_MAX_ROWS);
+        self.last_sweep += (n as u128 * self.sweep_tsc as u128 / rows) as u64;
+        let (idle, active) = (self.idle_tsc, self.active_tsc);
+        let Analytics { cache, ring, clock, .. } = self;
+        cache.sweep(n, now, idle, active, |e, h, r| export(ring, clock, e, h, r, c));
+    }
+
+    /// Exports every entry (`Flush` or `Stop`) and frees them.
+    pub fn flush(&mut self, reason: Reason, c: &mut CounterValues) -> usize {
+        let Analytics { cache, ring, clock, .. } = self;
+        cache.flush(reason, |e, h, r| export(ring, clock, e, h, r, c))
+    }
+
+    /// A copy of the flow's entry, if this worker holds one.
+    pub fn show(&self, key: &FlowKey) -> Option<FlowSnapshot> {
+        let (e, h) = self.cache.get(key, key.hash64())?;
+        let mut hops = [HopAgg::default(); cache::MAX_HOPS];
+        hops[..h.len()].copy_from_slice(h);
+        Some(FlowSnapshot { head: FlowHead::of(e, Reason::Flush, |t| self.clock.ns(t)), hops })
+    }
+}
+
+/// Counts an entry leaving (or copied out) for `reason` and queues it on
+/// R_G when analytics export.
+fn export(
+    ring: &mut Option<FlowProducer>,
+    clock: &WallClock,
+    e: &FlowEntry,
+    hops: &[HopAgg],
+    reason: Reason,
+    c: &mut CounterValues,
+) {
+    c.event(match reason {
+        Reason::Lru => Event::IntFlowLru,
+        Reason::Aged => Event::IntFlowAged,
+        Reason::Active => Event::IntFlowActive,
+        Reason::Flush => Event::IntFlowFlushed,
+        Reason::Stop => Event::IntFlowStopped,
+    });
+    let Some(ring) = ring else { return };
+    if ring.push(FlowHead::of(e, reason, |t| clock.ns(t)), hops) {
+        c.event(Event::IntFlowExported);
+    } else {
+        c.event(Event::IntFlowRingFull);
+    }
+}
+
+/// Adds one packet's stack to its flow's entry: the first `aggs.len()` hops
+/// in path order (the stack holds the newest first), and the sum of all
+/// hops' latencies.
+#[inline]
+fn update(
+    e: &mut FlowEntry,
+    aggs: &mut [HopAgg],
+    l: &HopLayout,
+    stack: &[u8],
+    n: usize,
+    now: u64,
+    c: &mut CounterValues,
+) {
+    // (The block was checked: `n` hops of `hop_len` bytes fill the stack.)
+    let n = if n * l.hop_len <= stack.len() { n } else { 0 };
+    let tracked = n.min(aggs.len());
+    let (mut e2e, mut any, mut absent) = (0u64, false, 0u64);
+    for p in 0..n {
+        let hop = &stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len];
+        if p < tracked {
+            let a = &mut aggs[p];
+            if let Some(o) = l.node_id {
+                let o = o as usize;
+                a.node_id = u32::from_be_bytes(hop[o..o + 4].try_into().expect("4 bytes"));
+            }
+            for m in 0..METRICS {
+                match l.value(hop, m) {
+                    Some(Some(v)) => {
+                        a.last[m] = v;
+                        a.sum[m] += v as u64;
+                        a.count[m] += 1;
+                        if m == HOP_LATENCY {
+                            (e2e, any) = (e2e + v as u64, true);
+                        }
+                    }
+                    Some(None) => absent += 1,
+                    None => {}
+                }
+            }
+        } else {
+            match l.value(hop, HOP_LATENCY) {
+                Some(Some(v)) => (e2e, any) = (e2e + v as u64, true),
+                Some(None) => absent += 1,
+                None => {}
+            }
+        }
+    }
+    if n > tracked {
+        c.event_n(Event::IntHopsUntracked, (n - tracked) as u64);
+    }
+    if absent > 0 {
+        c.event_n(Event::IntValueAbsent, absent);
+    }
+    if any {
+        e.e2e.add(e2e.min(u32::MAX as u64) as u32);
+    }
+    e.packets += 1;
+    e.last_tsc = now;
+    e.hops = n.min(u8::MAX as usize) as u8;
+    e.tracked = e.tracked.max(tracked as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::int::analytics::cache::Agg;
+    use crate::int::analytics::flow_ring::{flow_ring, FlowConsumer, FlowRecord};
+    use crate::wire::int_md::{emit_hop, instr, HopMetadata};
+
+    const BITMAP: u16 = instr::NODE_ID | instr::HOP_LATENCY | instr::QUEUE | instr::TX_UTIL;
+
+    fn stack(bitmap: u16, path: &[(u32, u32, u32, Option<u32>)]) -> Vec<u8> {
+        // Newest first: the last hop of the path leads the stack.
+        let mut s = Vec::new();
+        for &(node_id, lat, q, util) in path.iter().rev() {
+            let md =
+                HopMetadata { node_id, hop_latency_ns: lat, queue_occupancy: q, tx_util: util, ..Default::default() };
+            let mut b = vec![0u8; hop_words(bitmap) * 4];
+            emit_hop(bitmap, &md, &mut b);
+            s.extend_from_slice(&b);
+        }
+        s
+    }
+
+    fn analytics(rows: usize, ways: usize, hops: usize) -> (Analytics, FlowConsumer) {
+        let (p, c) = flow_ring(64, hops);
+        let s = AnalyticsSetup { rows, ways, max_hops: hops, idle_tsc: 1000, active_tsc: 0, ring: Some(p) };
+        (Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000), c)
+    }
+
+    fn key(i: u16) -> FlowKey {
+        FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 5000, i)
+    }
+
+    #[test]
+    fn layouts_follow_the_bitmap() {
+        let l = HopLayout::of(BITMAP);
+        assert_eq!((l.node_id, l.metric, l.hop_len), (Some(0), [Some(4), Some(8), Some(12)], 16));
+        let all = HopLayout::of(0xff80);
+        // node 4, L1 4, latency 4, queue 4, ts 8 + 8, L2 8, then tx_util.
+        assert_eq!((all.node_id, all.metric, all.hop_len), (Some(0), [Some(8), Some(12), Some(40)], 48));
+        assert_eq!(HopLayout::of(instr::QUEUE).metric, [None, Some(0), None]);
+    }
+
+    #[test]
+    fn a_flows_packets_aggregate_per_hop_in_path_order() {
+        let (mut a, mut ring) = analytics(4, 2, 2);
+        let mut c = CounterValues::default();
+        let k = key(1);
+        let s1 = stack(BITMAP, &[(11, 100, 3, Some(500)), (12, 200, 0xff_ffff, None), (13, 50, 1, Some(7))]);
+        let s2 = stack(BITMAP, &[(11, 300, 5, Some(700)), (12, 10, 4, None), (13, 70, 2, Some(9))]);
+        assert!(a.packet(&k, k.hash64(), 10, &s1, BITMAP, 4, 3, 0, &mut c));
+        a.packet(&k, k.hash64(), 20, &s2, BITMAP, 4, 3, 0, &mut c);
+        let (e, h) = a.cache.get(&k, k.hash64()).unwrap();
+        assert_eq!((e.packets, e.first_tsc, e.last_tsc, e.hops, e.tracked), (2, 10, 20, 3, 2));
+        assert_eq!((h[0].node_id, h[1].node_id), (11, 12), "source side first");
+        assert_eq!(h[0].metric(HOP_LATENCY), Agg { last: 300, sum: 400, count: 2 });
+        assert_eq!(h[1].metric(QUEUE), Agg { last: 4, sum: 4, count: 1 }, "all ones is absent");
+        assert_eq!(h[1].metric(TX_UTIL), Agg::default());
+        assert_eq!(e.e2e, Agg { last: 380, sum: 350 + 380, count: 2 }, "all three hops");
+        // Hop 3 untracked on both packets; absent: queue once, tx_util twice.
+        assert_eq!(c.events[Event::IntHopsUntracked as usize], 2);
+        assert_eq!(c.events[Event::IntValueAbsent as usize], 3);
+        a.flush(Reason::Flush, &mut c);
+        let mut r = FlowRecord::empty();
+        assert!(ring.pop_into(&mut r));
+        assert_eq!((r.head.key, r.head.reason(), r.head.packets, r.hops().len()), (k, Some(Reason::Flush), 2, 2));
+        assert_eq!((r.head.first_ns, r.head.last_ns), (5_010, 5_020));
+        assert_eq!(r.hops()[0].metric(HOP_LATENCY).sum, 400);
+    }
+
+    #[test]
+    fn one_report_per_interval_per_flow_and_flows_of_one_row_keep_theirs() {
+        let mut a = Analytics::new(AnalyticsSetup::interval_only(16), WallClock::new(0, 0, 1000), 1000);
+        let mut c = CounterValues::default();
+        let mut due = |k: &FlowKey, now| a.packet(k, k.hash64(), now, &[], 0, 1, 0, 500, &mut c);
+        assert!(due(&key(7), 1_000), "first packet");
+        assert!(!due(&key(7), 1_499));
+        assert!(due(&key(8), 1_499), "another flow, its own interval");
+        assert!(due(&key(7), 1_500), "an interval after the last report");
+        assert!(!due(&key(7), 1_600));
+        assert!(!due(&key(8), 1_600));
+    }
+
+    #[test]
+    fn hop_ml_that_disagrees_with_the_bitmap_skips_the_packet() {
+        let (mut a, _ring) = analytics(4, 2, 2);
+        let mut c = CounterValues::default();
+        let s = stack(BITMAP, &[(1, 1, 1, None)]);
+        a.packet(&key(1), key(1).hash64(), 5, &s, BITMAP, 3, 1, 0, &mut c);
+        assert_eq!(c.events[Event::IntAnalyticsBadHopMl as usize], 1);
+        assert_eq!(a.cache.get(&key(1), key(1).hash64()).unwrap().0.packets, 0);
+    }
+
+    #[test]
+    fn a_full_row_exports_its_lru_entry_and_polls_age_entries() {
+        let (mut a, mut ring) = analytics(1, 2, 1);
+        let mut c = CounterValues::default();
+        let s = stack(BITMAP, &[(1, 1, 1, None)]);
+        for (i, now) in [(1, 10), (2, 20), (1, 30), (3, 40)] {
+            a.packet(&key(i), key(i).hash64(), now, &s, BITMAP, 4, 1, 0, &mut c);
+        }
+        let mut r = FlowRecord::empty();
+        assert!(ring.pop_into(&mut r));
+        assert_eq!((r.head.key, r.head.reason(), r.head.packets), (key(2), Some(Reason::Lru), 1));
+        assert_eq!(c.events[Event::IntFlowLru as usize], 1);
+        // Idle 1000 ticks; sweeps once per 250 (1 row).
+        a.poll(100, &mut c);
+        a.poll(1_035, &mut c);
+        assert!(ring.pop_into(&mut r));
+        assert_eq!((r.head.key, r.head.reason()), (key(1), Some(Reason::Aged)));
+        assert!(!ring.pop_into(&mut r), "flow 3 is 995 ticks idle");
+        a.poll(1_300, &mut c);
+        assert!(ring.pop_into(&mut r));
+        assert_eq!((r.head.key, r.head.reason()), (key(3), Some(Reason::Aged)));
+        assert!(a.cache.is_empty());
+    }
+}
