@@ -203,6 +203,8 @@ pub struct WorkerShared {
     pub macs_in_use: AtomicU64,
     /// Entries of the INT sink's flow cache.
     pub int_flows_in_use: AtomicU64,
+    /// Set as the worker returns (after its stages handed on what they held).
+    pub stopped: AtomicBool,
     pub lcore: AtomicU64,
     /// AM-PM counters per flow slot, written by this worker only.
     pub ampm: Arc<[FlowCounters]>,
@@ -240,6 +242,7 @@ impl WorkerShared {
             flows_in_use: AtomicU64::new(0),
             macs_in_use: AtomicU64::new(0),
             int_flows_in_use: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
             lcore: AtomicU64::new(u64::MAX),
             ampm: (0..ampm_slots).map(|_| FlowCounters::default()).collect(),
         }
@@ -395,6 +398,7 @@ pub fn run(setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
         c.drop_n(DropReason::ImpairQueueFull, n as u64);
     }
     me.counters.publish(&mut c);
+    me.stopped.store(true, Ordering::Release);
     0
 }
 

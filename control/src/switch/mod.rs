@@ -404,6 +404,17 @@ impl Switch {
     /// Stops the workers and returns the final counters.
     pub fn stop(mut self) -> FinalCounters {
         self.shared.running.store(false, Ordering::SeqCst);
+        // Stopping workers export their flow entries (reason stop), more
+        // than R_G may hold: drain it until they are done (bounded).
+        if let Some(ex) = &mut self.flow_exporter {
+            let mut out = PortSender::new(&self.spec, None);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !self.shared.workers.iter().all(|w| w.stopped.load(Ordering::Acquire)) && Instant::now() < deadline {
+                if ex.poll(1 << 16, &mut out) == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
         for w in &self.workers {
             self.eal.wait(w.lcore);
         }

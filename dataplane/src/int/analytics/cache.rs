@@ -43,9 +43,15 @@ impl Row {
     /// Moves way `w` to the front of the order.
     #[inline]
     fn move_to_front(&mut self, w: usize, ways: usize) {
-        let mut p = 0;
-        while p < ways && (self.order >> (4 * p)) & 0xf != w as u64 {
-            p += 1;
+        // The position of `w`: the lowest zero nibble of order ^ w repeated
+        // (exact for the lowest; nibbles past `ways` are never below it).
+        const ONES: u64 = 0x1111_1111_1111_1111;
+        let x = self.order ^ (w as u64).wrapping_mul(ONES);
+        let zero = x.wrapping_sub(ONES) & !x & (ONES << 3);
+        let p = (zero.trailing_zeros() / 4) as usize;
+        debug_assert!(p < ways, "way {w} is in the order");
+        if p == 0 {
+            return;
         }
         let below = self.order & ((1u64 << (4 * p)) - 1);
         let above = self.order & !((1u64 << (4 * (p + 1))) - 1);
@@ -78,8 +84,9 @@ impl Agg {
 }
 
 /// One hop of a flow's path (source side first): the node the latest
-/// packet named there, and each metric's aggregate.
+/// packet named there, and each metric's aggregate. One cache line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
 pub struct HopAgg {
     pub node_id: u32,
     pub last: [u32; METRICS],
@@ -93,19 +100,21 @@ impl HopAgg {
     }
 }
 
-/// A flow's entry.
+/// A flow's entry: two cache lines, the first holding what every packet
+/// reads (the key, the report interval's time) and the time aging reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
 pub struct FlowEntry {
     /// The flow as its source saw it (`stage::original_flow`).
     pub key: FlowKey,
+    /// When the last report of the flow's interval went out (0: none).
+    pub report_tsc: u64,
+    pub last_tsc: u64,
     /// Packets the analytics took.
     pub packets: u64,
     pub first_tsc: u64,
-    pub last_tsc: u64,
     /// When the last active-timeout snapshot went out (else `first_tsc`).
     pub snap_tsc: u64,
-    /// When the last report of the flow's interval went out (0: none).
-    pub report_tsc: u64,
     /// End-to-end latency: the sum of a packet's hop latencies.
     pub e2e: Agg,
     /// Hops in the latest packet's stack.
@@ -158,6 +167,16 @@ pub enum Touch {
     Replaced,
 }
 
+/// `n` copies of `v`, the memory backed by transparent huge pages where the
+/// kernel has them: lookups land anywhere in tables of many megabytes, and
+/// 4 KiB pages would cost a TLB miss on most of them.
+fn huge_boxed<T: Clone>(n: usize, v: T) -> Box<[T]> {
+    let mut b = Vec::with_capacity(n);
+    crate::dpdk::advise_hugepages(b.spare_capacity_mut());
+    b.resize(n, v);
+    b.into_boxed_slice()
+}
+
 pub struct FlowCache {
     rows: Box<[Row]>,
     entries: Box<[FlowEntry]>,
@@ -192,9 +211,9 @@ impl FlowCache {
         let ways = ways.clamp(1, MAX_WAYS);
         let max_hops = max_hops.min(MAX_HOPS);
         FlowCache {
-            rows: vec![Row::new(ways); rows].into_boxed_slice(),
-            entries: vec![FlowEntry::default(); rows * ways].into_boxed_slice(),
-            hops: vec![HopAgg::default(); rows * ways * max_hops].into_boxed_slice(),
+            rows: huge_boxed(rows, Row::new(ways)),
+            entries: huge_boxed(rows * ways, FlowEntry::default()),
+            hops: huge_boxed(rows * ways * max_hops, HopAgg::default()),
             ways,
             max_hops,
             mask: rows - 1,
@@ -233,12 +252,25 @@ impl FlowCache {
         (hash as usize & self.mask, (hash >> 32) as u32)
     }
 
-    /// The way of `row` holding `key`.
+    /// The way of `row` holding `key`: the tags compared all at once (no
+    /// branch per way), then the key of each way whose tag matched.
     #[inline(always)]
     fn find_in(&self, r: usize, tag: u32, key: &FlowKey) -> Option<usize> {
         let row = &self.rows[r];
+        let mut hits = 0u16;
+        for (w, t) in row.tags.iter().enumerate() {
+            hits |= ((*t == tag) as u16) << w;
+        }
+        hits &= row.valid;
         let base = r * self.ways;
-        (0..self.ways).find(|&w| row.valid & (1 << w) != 0 && row.tags[w] == tag && self.entries[base + w].key == *key)
+        while hits != 0 {
+            let w = hits.trailing_zeros() as usize;
+            if self.entries[base + w].key == *key {
+                return Some(w);
+            }
+            hits &= hits - 1;
+        }
+        None
     }
 
     /// The flow's entry index, moved to the front of its row's order; a
@@ -486,6 +518,8 @@ mod tests {
         assert_eq!((c.rows(), c.ways(), c.max_hops(), c.capacity()), (1024, MAX_WAYS, MAX_HOPS, 1024 * 12));
         assert_eq!(std::mem::size_of::<Row>(), 64, "a row is one cache line");
         assert_eq!(std::mem::size_of::<HopAgg>(), 64);
+        assert_eq!(std::mem::size_of::<FlowEntry>(), 128, "two cache lines");
+        assert_eq!(std::mem::offset_of!(FlowEntry, last_tsc), 56, "the per-packet fields in the first line");
         let per = FlowCache::entry_bytes(12, 5);
         assert_eq!(FlowCache::memory_bytes(1 << 16, 12, 5) / ((1 << 16) * 12), per);
     }

@@ -91,6 +91,9 @@ pub struct Analytics {
     layout: (u16, HopLayout),
 }
 
+/// How long a stopping worker waits, in all, for room in R_G.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Rows one poll sweeps at most: a bound on the work between two polls.
 const SWEEP_MAX_ROWS: usize = 4096;
 
@@ -140,7 +143,7 @@ impl Analytics {
         c: &mut CounterValues,
     ) -> bool {
         let Analytics { cache, ring, clock, .. } = self;
-        let (i, how) = cache.touch(key, hash, now, |e, h| export(ring, clock, e, h, Reason::Lru, c));
+        let (i, how) = cache.touch(key, hash, now, |e, h| export(ring, clock, e, h, Reason::Lru, None, c));
         c.event(match how {
             Touch::Hit => Event::IntFlowHit,
             Touch::Inserted | Touch::Replaced => Event::IntFlowInserted,
@@ -190,13 +193,16 @@ impl Analytics {
         self.last_sweep += (n as u128 * self.sweep_tsc as u128 / rows) as u64;
         let (idle, active) = (self.idle_tsc, self.active_tsc);
         let Analytics { cache, ring, clock, .. } = self;
-        cache.sweep(n, now, idle, active, |e, h, r| export(ring, clock, e, h, r, c));
+        cache.sweep(n, now, idle, active, |e, h, r| export(ring, clock, e, h, r, None, c));
     }
 
-    /// Exports every entry (`Flush` or `Stop`) and frees them.
+    /// Exports every entry (`Flush` or `Stop`) and frees them. At `Stop`
+    /// the worker has left its data path and the control core drains R_G
+    /// until it is done, so a full ring is waited on (STOP_WAIT in all).
     pub fn flush(&mut self, reason: Reason, c: &mut CounterValues) -> usize {
         let Analytics { cache, ring, clock, .. } = self;
-        cache.flush(reason, |e, h, r| export(ring, clock, e, h, r, c))
+        let wait = (reason == Reason::Stop).then(|| std::time::Instant::now() + STOP_WAIT);
+        cache.flush(reason, |e, h, r| export(ring, clock, e, h, r, wait, c))
     }
 
     /// A copy of the flow's entry, if this worker holds one.
@@ -209,13 +215,15 @@ impl Analytics {
 }
 
 /// Counts an entry leaving (or copied out) for `reason` and queues it on
-/// R_G when analytics export.
+/// R_G when analytics export; with `wait_until`, a full ring is retried
+/// until then (never on the data path).
 fn export(
     ring: &mut Option<FlowProducer>,
     clock: &WallClock,
     e: &FlowEntry,
     hops: &[HopAgg],
     reason: Reason,
+    wait_until: Option<std::time::Instant>,
     c: &mut CounterValues,
 ) {
     c.event(match reason {
@@ -226,7 +234,15 @@ fn export(
         Reason::Stop => Event::IntFlowStopped,
     });
     let Some(ring) = ring else { return };
-    if ring.push(FlowHead::of(e, reason, |t| clock.ns(t)), hops) {
+    let head = FlowHead::of(e, reason, |t| clock.ns(t));
+    let mut queued = ring.push(head, hops);
+    if let Some(deadline) = wait_until {
+        while !queued && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+            queued = ring.push(head, hops);
+        }
+    }
+    if queued {
         c.event(Event::IntFlowExported);
     } else {
         c.event(Event::IntFlowRingFull);
@@ -409,5 +425,55 @@ mod tests {
         assert!(ring.pop_into(&mut r));
         assert_eq!((r.head.key, r.head.reason()), (key(3), Some(Reason::Aged)));
         assert!(a.cache.is_empty());
+    }
+
+    #[test]
+    fn a_stopping_worker_waits_for_room_and_a_flush_does_not() {
+        let (p, mut ring) = flow_ring(4, 1);
+        let s = AnalyticsSetup { rows: 16, ways: 1, max_hops: 1, idle_tsc: 0, active_tsc: 0, ring: Some(p) };
+        let mut a = Analytics::new(s, WallClock::new(0, 0, 1000), 1000);
+        let mut c = CounterValues::default();
+        let st = stack(BITMAP, &[(1, 1, 1, None)]);
+        for i in 0..10 {
+            a.packet(&key(i), key(i).hash64(), 1, &st, BITMAP, 4, 1, 0, &mut c);
+        }
+        let n = a.cache.len();
+        assert!(n > 4, "more entries ({n}) than the ring holds");
+        // A flush on the data path never waits: what does not fit is counted.
+        let mut r = FlowRecord::empty();
+        while ring.pop_into(&mut r) {}
+        let mut c = CounterValues::default();
+        let mut b = a.cache.len();
+        a.flush(Reason::Flush, &mut c);
+        assert_eq!(
+            (c.events[Event::IntFlowExported as usize], c.events[Event::IntFlowRingFull as usize]),
+            (4, b as u64 - 4)
+        );
+        while ring.pop_into(&mut r) {}
+        for i in 0..10 {
+            a.packet(&key(i), key(i).hash64(), 2, &st, BITMAP, 4, 1, 0, &mut c);
+        }
+        while ring.pop_into(&mut r) {}
+        b = a.cache.len();
+        let reader = std::thread::spawn(move || {
+            let (mut got, mut r) = (0, FlowRecord::empty());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while got < b && std::time::Instant::now() < deadline {
+                if ring.pop_into(&mut r) {
+                    assert_eq!(r.head.reason(), Some(Reason::Stop));
+                    got += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            got
+        });
+        let mut c = CounterValues::default();
+        assert_eq!(a.flush(Reason::Stop, &mut c), b);
+        assert_eq!(reader.join().unwrap(), b, "every entry reached the control core");
+        assert_eq!(
+            (c.events[Event::IntFlowExported as usize], c.events[Event::IntFlowRingFull as usize]),
+            (b as u64, 0)
+        );
     }
 }
