@@ -55,15 +55,21 @@ fn start_collector(listen: &str) -> (std::process::Child, std::thread::JoinHandl
 }
 
 /// Stops intcollector (SIGTERM: it prints its summary) and returns the
-/// int_flow records it printed and its int_flow summary.
-fn collected((mut c, reader): (std::process::Child, std::thread::JoinHandle<String>)) -> (Vec<Value>, Value) {
+/// analytics records it printed (int_flow, int_event, int_hist) and its summary.
+fn collected_all((mut c, reader): (std::process::Child, std::thread::JoinHandle<String>)) -> (Vec<Value>, Value) {
     std::thread::sleep(Duration::from_millis(300));
     Command::new("kill").args(["-TERM", &c.id().to_string()]).status().unwrap();
     c.wait().unwrap();
     let text = reader.join().unwrap();
     let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let summary = lines.iter().find_map(|v| v.get("int_flow_summary").cloned()).unwrap_or(Value::Null);
-    (lines.into_iter().filter(|v| v["type"] == "int_flow").collect(), summary)
+    (lines.into_iter().filter(|v| v["type"].as_str().is_some_and(|t| t.starts_with("int_"))).collect(), summary)
+}
+
+/// The int_flow records only, and the summary.
+fn collected(c: (std::process::Child, std::thread::JoinHandle<String>)) -> (Vec<Value>, Value) {
+    let (records, summary) = collected_all(c);
+    (records.into_iter().filter(|v| v["type"] == "int_flow").collect(), summary)
 }
 
 /// Hop `p`'s (path order) latency and queue in frame `i`; None: all ones.
@@ -181,17 +187,20 @@ peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_m
     let out = s.stop();
     assert_eq!(out["events"]["int_flow_stopped"].as_u64().unwrap_or(0), 0, "flushed before: {out}");
     assert_eq!(read_pcap(&d.path("out.pcap")).len(), SENT, "every frame sunk and forwarded");
-    let (records, summary) = collected(collector);
+    let (all, summary) = collected_all(collector);
     assert_eq!(summary["records"].as_u64(), Some(exported), "{summary}");
     assert_eq!((summary["records_lost"].as_u64(), summary["bad_records"].as_u64()), (Some(0), Some(0)), "{summary}");
-    let mut seqs = Vec::new();
-    for v in &records {
+    // Histogram snapshots share the sequence.
+    let seqs: Vec<u64> = all.iter().map(|v| v["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (0..all.len() as u64).collect::<Vec<_>>(), "one gapless sequence");
+    let records: Vec<&Value> = all.iter().filter(|v| v["type"] == "int_flow").collect();
+    assert_eq!(records.len() as u64, exported);
+    for v in records {
         {
             assert_eq!((v["type"].as_str(), v["node"].as_u64()), (Some("int_flow"), Some(9)), "{v}");
             assert!(matches!(v["reason"].as_str(), Some("lru" | "flush")), "{v}");
             assert_eq!(v["path"], serde_json::json!([1, 2]), "{v}");
             assert_eq!(v["flow"]["dst_port"], 5001, "the original destination port: {v}");
-            seqs.push(v["seq"].as_u64().unwrap());
             let key = (v["flow"]["src"].as_str().unwrap().to_string(), v["flow"]["src_port"].as_u64().unwrap());
             let g = got.entry(key).or_default();
             g.packets += v["packets"].as_u64().unwrap();
@@ -204,7 +213,6 @@ peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_m
             }
         }
     }
-    assert_eq!(seqs, (0..exported).collect::<Vec<_>>(), "one gapless sequence");
     // Only two hops are tracked: the third's truth is left out of the
     // comparison, but its latency is in the e2e sum.
     let tracked: BTreeMap<_, _> = truth
@@ -255,4 +263,216 @@ edge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64\n[[int.collector]]\naddr
     }
     let want: BTreeMap<_, _> = truth.iter().map(|(k, t)| (k.clone(), t.packets)).collect();
     assert_eq!(packets, want);
+}
+
+/// T and C events end to end: queue T and C on the two tracked hops, and
+/// an edge-mode T on the end-to-end latency. The records intcollector
+/// receives are, in order, exactly those a reference written from the
+/// rules here computes from the frames; a run-time change reaches the
+/// workers and a value beyond the field is refused.
+#[test]
+fn events_match_a_reference_exactly() {
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new("intev");
+    let p = |f: &str| d.path(f).display().to_string();
+    let (frames, _) = frames();
+    write_pcap(&d.path("in.pcap"), &frames);
+    let (q_t, q_c, e2e_t, e2e_reset) = (250u32, 200u32, 14_000u64, 9_000u64);
+    // The reference: per flow, the last present queue per tracked hop and
+    // the e2e edge state; records as (src, sport, hop or None, events, value).
+    let mut want: Vec<(FlowId, Option<u64>, Vec<String>, u64)> = Vec::new();
+    let mut state: BTreeMap<FlowId, ([Option<u32>; 2], bool)> = BTreeMap::new();
+    for (i, f) in frames.iter().enumerate() {
+        let src = std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]).to_string();
+        let flow = (src, u16::from_be_bytes([f[34], f[35]]) as u64);
+        let (last, fired) = state.entry(flow.clone()).or_insert(([None; 2], false));
+        for (hop, last) in last.iter_mut().enumerate() {
+            let Some(q) = values(i, hop).1 else { continue };
+            let mut ev = Vec::new();
+            if q > q_t {
+                ev.push("queue_t".to_string());
+            }
+            if last.is_some_and(|l| l.abs_diff(q) > q_c) {
+                ev.push("queue_c".to_string());
+            }
+            *last = Some(q);
+            if !ev.is_empty() {
+                want.push((flow.clone(), Some(hop as u64), ev, q as u64));
+            }
+        }
+        let e2e: u64 = (0..HOPS).map(|h| values(i, h).0 as u64).sum();
+        if e2e > e2e_t && !*fired {
+            *fired = true;
+            want.push((flow.clone(), None, vec!["e2e_latency_t".to_string()], e2e));
+        } else if e2e < e2e_reset {
+            *fired = false;
+        }
+    }
+    assert!(want.len() > 50, "the reference raises events: {}", want.len());
+    let listen = format!("127.0.0.1:{}", 20_000 + (id + 17) % 30_000);
+    let collector = start_collector(&listen);
+    let cfg = format!(
+        "name = \"intev\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"intev-{id}\"\n\
+[dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
+device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
+peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\n\
+[int.analytics]\ncache_rows = 64\ncache_ways = 4\ncache_max_hops = 2\nidle_timeout = 0\n\
+[int.analytics.events.queue]\nthreshold = {q_t}\nchange = {q_c}\n\
+[int.analytics.events.e2e_latency]\nthreshold = {e2e_t}\nmode = \"edge\"\nreset = {e2e_reset}\n\
+[[int.collector]]\naddress = \"{listen}\"\n",
+        control_section(&d),
+        p("in.pcap"),
+        p("out.pcap"),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let s = SwitchProcess::start(&d.path("c.toml"), None);
+    let sock = d.path("sw.sock");
+    wait_for("every frame sunk", || {
+        intctl(&sock, &["show", "int"])["counters"]["int_sunk"].as_u64() == Some(SENT as u64)
+    });
+    let mut shown = Value::Null;
+    wait_for("the events counted", || {
+        shown = intctl(&sock, &["int", "event", "show"]);
+        shown["counters"]["int_event_exported"].as_u64() == Some(want.len() as u64)
+    });
+    let count = |name: &str| want.iter().map(|w| w.2.iter().filter(|e| *e == name).count() as u64).sum::<u64>();
+    for (counter, name) in [
+        ("int_event_queue_t", "queue_t"),
+        ("int_event_queue_c", "queue_c"),
+        ("int_event_e2e_latency_t", "e2e_latency_t"),
+    ] {
+        assert_eq!(shown["counters"][counter].as_u64(), Some(count(name)), "{counter}: {shown}");
+    }
+    assert_eq!(shown["counters"]["int_event_ring_full"].as_u64(), Some(0), "{shown}");
+    let rules = shown["rules"].as_array().unwrap();
+    let queue = rules.iter().find(|r| r["metric"] == "queue").unwrap();
+    assert_eq!((queue["threshold"].as_u64(), queue["change"].as_u64()), (Some(q_t as u64), Some(q_c as u64)));
+    // At run time: a value beyond the 24-bit queue is refused, naming it;
+    // a valid change is a new generation the workers use.
+    let out = Command::new(intctl_bin())
+        .arg("--socket")
+        .arg(&sock)
+        .args(["int", "event", "set", "queue", "--threshold", "16777216"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("threshold"), "{out:?}");
+    let g = intctl(&sock, &["int", "event", "set", "queue", "--threshold", "0", "--change", "0"]);
+    assert!(g["generation"].as_u64() > Some(1), "{g}");
+    intctl(&sock, &["int", "event", "set", "path_change", "--on"]);
+    let after = intctl(&sock, &["int", "event", "show"]);
+    assert_eq!(after["path_change"], true, "{after}");
+    let queue = after["rules"].as_array().unwrap().iter().find(|r| r["metric"] == "queue").unwrap().clone();
+    assert_eq!((queue["threshold"].as_u64(), queue["change"].as_u64()), (Some(0), Some(0)), "{after}");
+    let _ = s.stop();
+    let (records, summary) = collected_all(collector);
+    let got: Vec<(FlowId, Option<u64>, Vec<String>, u64)> = records
+        .iter()
+        .filter(|v| v["type"] == "int_event")
+        .map(|v| {
+            let flow = (v["flow"]["src"].as_str().unwrap().to_string(), v["flow"]["src_port"].as_u64().unwrap());
+            let names = v["events"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+            let value = if v["hop"].is_null() { v["e2e_latency"].as_u64() } else { v["queue"].as_u64() };
+            (flow, v["hop"].as_u64(), names, value.unwrap())
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(summary["events"].as_u64(), Some(want.len() as u64), "{summary}");
+    assert_eq!(summary["records_lost"].as_u64(), Some(0), "{summary}");
+}
+
+/// The edges of `kind` bins as the README defines them: linear, `count`
+/// bins of `width`; log2, one bin per value below `sub`, then each power
+/// of two in `sub` equal parts, up to 2^32.
+fn edges(kind: &str, a: u64, b: u64) -> Vec<u64> {
+    if kind == "linear" {
+        return (0..b).map(|i| i * a).collect();
+    }
+    let mut e: Vec<u64> = (0..a).collect();
+    let mut base = a;
+    while base < 1 << 32 {
+        e.extend((0..a).map(|r| base + r * (base / a)));
+        base *= 2;
+    }
+    e
+}
+
+/// The bin of `v`: the last edge at or below it.
+fn bin_of(edges: &[u64], v: u64) -> usize {
+    edges.iter().rposition(|e| *e <= v).unwrap()
+}
+
+/// Histograms end to end: per node, hop latency (log2, 4 sub-bins) and
+/// queue (linear 10 x 20) of every hop, tracked by the cache or not, and
+/// the end-to-end latency; `show int histograms` and the snapshot the
+/// collector gets at stop equal a reference binned by the README's edges.
+#[test]
+fn histograms_equal_a_reference_binned_by_the_edges() {
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new("inthist");
+    let p = |f: &str| d.path(f).display().to_string();
+    let (frames, _) = frames();
+    write_pcap(&d.path("in.pcap"), &frames);
+    let (lat_e, q_e, e2e_e) = (edges("log2", 4, 0), edges("linear", 10, 20), edges("log2", 8, 0));
+    // (node ID or None for e2e, metric) -> counts per bin.
+    let mut want: BTreeMap<(Option<u64>, String), Vec<u64>> = BTreeMap::new();
+    let mut add = |node: Option<u64>, metric: &str, e: &[u64], v: u64| {
+        want.entry((node, metric.to_string())).or_insert_with(|| vec![0; e.len()])[bin_of(e, v)] += 1;
+    };
+    for i in 0..frames.len() {
+        let mut e2e = 0;
+        for hop in 0..HOPS {
+            let (lat, q) = values(i, hop);
+            add(Some(hop as u64 + 1), "hop_latency", &lat_e, lat as u64);
+            if let Some(q) = q {
+                add(Some(hop as u64 + 1), "queue", &q_e, q as u64);
+            }
+            e2e += lat as u64;
+        }
+        add(None, "e2e_latency", &e2e_e, e2e);
+    }
+    let listen = format!("127.0.0.1:{}", 20_000 + (id + 19) % 30_000);
+    let collector = start_collector(&listen);
+    let cfg = format!(
+        "name = \"inthist\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"inthist-{id}\"\n\
+[dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
+device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
+peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\n\
+[int.analytics]\ncache_rows = 64\ncache_max_hops = 2\nhistogram_nodes = 8\n\
+[int.analytics.bins.hop_latency]\nkind = \"log2\"\nsub = 4\n\
+[int.analytics.bins.queue]\nkind = \"linear\"\nwidth = 10\ncount = 20\n\
+[[int.collector]]\naddress = \"{listen}\"\n",
+        control_section(&d),
+        p("in.pcap"),
+        p("out.pcap"),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let s = SwitchProcess::start(&d.path("c.toml"), None);
+    let sock = d.path("sw.sock");
+    wait_for("every frame sunk", || {
+        intctl(&sock, &["show", "int"])["counters"]["int_sunk"].as_u64() == Some(SENT as u64)
+    });
+    let shown = intctl(&sock, &["show", "int", "histograms", "--node", "2", "--metric", "queue"]);
+    let hs = shown["histograms"].as_array().unwrap();
+    assert_eq!(hs.len(), 1, "{shown}");
+    let q2 = &want[&(Some(2), "queue".to_string())];
+    let nonzero: Vec<Value> =
+        q2.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, c)| serde_json::json!([q_e[i], c])).collect();
+    assert_eq!(hs[0]["counts"], Value::Array(nonzero), "{shown}");
+    assert_eq!(hs[0]["total"].as_u64(), Some(q2.iter().sum()), "{shown}");
+    assert_eq!(shown["counters"]["int_hist_node_untracked"].as_u64(), Some(0), "{shown}");
+    let _ = s.stop();
+    let (records, summary) = collected_all(collector);
+    let mut got: BTreeMap<(Option<u64>, String), Vec<u64>> = BTreeMap::new();
+    for v in records.iter().filter(|v| v["type"] == "int_hist") {
+        let key = (v["node_id"].as_u64(), v["metric"].as_str().unwrap().to_string());
+        let len = want.get(&key).map_or(0, Vec::len);
+        let h = got.entry(key).or_insert_with(|| vec![0; len]);
+        let first = v["first"].as_u64().unwrap() as usize;
+        // Snapshots are cumulative: the last line of a chunk holds its counts.
+        for (i, c) in v["counts"].as_array().unwrap().iter().enumerate() {
+            h[first + i] = c.as_u64().unwrap();
+        }
+    }
+    assert_eq!(got, want, "{summary}");
+    assert_eq!(summary["records_lost"].as_u64(), Some(0), "{summary}");
 }

@@ -16,7 +16,9 @@ use crate::ampm::{tests::Mp, Carrier, Method, MpRole, Outcome};
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowAction;
 use crate::forward::Verdict;
+use crate::int::analytics::events::{event_ring, EventRule};
 use crate::int::analytics::flow_ring::flow_ring;
+use crate::int::analytics::histogram::{HistSpec, HistWriter, WorkerHist};
 use crate::int::analytics::AnalyticsSetup;
 use crate::int::report_ring::{report_ring, ReportConsumer};
 use crate::int::stage::{tests::spec as int_spec, ReportRecord, WallClock};
@@ -79,8 +81,17 @@ fn worker_pipeline(flows: usize, macs: usize, learn: bool) -> (WorkerPipeline, R
     // Analytics on, exporting (the ring's far end is dropped: a full ring
     // is counted, which the data path also does without allocating).
     let (ring, _) = flow_ring(64, 5);
-    let analytics =
-        AnalyticsSetup { rows: 64, ways: 4, max_hops: 5, idle_tsc: 1_000, active_tsc: 500, ring: Some(ring) };
+    let (events, _) = event_ring(64);
+    let analytics = AnalyticsSetup {
+        rows: 64,
+        ways: 4,
+        max_hops: 5,
+        idle_tsc: 1_000,
+        active_tsc: 500,
+        ring: Some(ring),
+        events: Some(events),
+        hist: Some(HistWriter::new(Arc::new(WorkerHist::new(HistSpec { bins: HistSpec::default_bins(), nodes: 2 })))),
+    };
     let stages = StageSetup { analytics, reports, clock: WallClock::new(0, 1_700_000_000 * SEC, SEC) };
     let flows = FlowSetup { capacity: flows, idle_timeout_s: 1, learn, hash_seed: 1 };
     let macs = MacSetup { capacity: macs, aging_s: 1, share: false };
@@ -208,6 +219,10 @@ fn int_source_transit_and_sink_allocate_nothing_per_packet() {
             .into_iter()
             .map(|mut spec| {
                 spec.presence = presence;
+                // The sink raises events of every kind (R_I fills too).
+                spec.events.hop = [EventRule { threshold: 1, change: 1, edge: false, reset: 0 }; 3];
+                spec.events.e2e = EventRule { threshold: 1, change: 1, edge: true, reset: 1 };
+                spec.events.path_change = true;
                 let mut s = two_port_router();
                 s.mode = Mode::CrossConnect;
                 s.int = Some(spec);
@@ -268,7 +283,15 @@ fn int_source_transit_and_sink_allocate_nothing_per_packet() {
         assert!(e(Event::IntDropReported) > 0, "{presence:?}: no drop reported");
         // The sink's analytics ran: flows filled the cache, LRU entries and
         // aged ones went to R_G until it filled.
-        for ev in [Event::IntFlowHit, Event::IntFlowLru, Event::IntFlowAged, Event::IntFlowRingFull] {
+        for ev in [
+            Event::IntFlowHit,
+            Event::IntFlowLru,
+            Event::IntFlowAged,
+            Event::IntFlowRingFull,
+            Event::IntEventExported,
+            Event::IntEventRingFull,
+            Event::IntHistNodeUntracked,
+        ] {
             assert!(e(ev) > 0, "{presence:?}: no {}", ev.name());
         }
     }

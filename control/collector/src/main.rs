@@ -32,8 +32,10 @@ AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived
 mean_delay_ns, partial, mps[...], segments[...]}; partial: an MP started during the interval);\n\
 summary: records, records_lost (sequence gaps), intervals joined/incomplete/partial, total\n\
 loss (partial intervals left out), mean delay.\n\
-INT sink analytics: one line per int_flow record (--json: the record as the switch sent it);\n\
-summary: records, records_lost (sequence gaps per node), bad records, records by reason."
+INT sink analytics: one line per int_flow, int_event and int_hist record (--json: the record as\n\
+the switch sent it); summary (int_flow_summary): records (int_flow), events (int_event),\n\
+hist_lines (int_hist), records_lost (gaps in the per-node sequence all three share), bad\n\
+records, records by reason, events by name."
 )]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -55,7 +57,7 @@ struct Cli {
     /// Only the summary at exit, no line per report.
     #[arg(long)]
     quiet: bool,
-    /// Stop after this many reports, joined AM-PM intervals and int_flow records.
+    /// Stop after this many reports, joined AM-PM intervals and int_flow / int_event records.
     #[arg(long)]
     count: Option<u64>,
     /// Stop after this many seconds.
@@ -201,7 +203,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         if cli.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
-        if cli.count.is_some_and(|c| t.reports + am.joined + fl.records >= c) {
+        if cli.count.is_some_and(|c| t.reports + am.joined + fl.records + fl.events >= c) {
             break;
         }
         let n = match sock.recv(&mut buf) {
@@ -222,10 +224,18 @@ fn run(cli: &Cli) -> Result<(), String> {
             let text = String::from_utf8_lossy(&buf[..n]);
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 // INT sink analytics records; anything else is AM-PM's.
-                if line.starts_with("{\"type\":\"int_flow\"") {
+                let kind = ["int_flow", "int_event", "int_hist"]
+                    .into_iter()
+                    .find(|k| line.starts_with(&format!("{{\"type\":\"{k}\"")));
+                if let Some(kind) = kind {
                     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
                     if fl.record(&v).is_ok() && !cli.quiet {
-                        let l = if cli.json { v.to_string() } else { intcollector::flows::text_line(&v) };
+                        let l = match (cli.json, kind) {
+                            (true, _) => v.to_string(),
+                            (false, "int_event") => intcollector::flows::event_line(&v),
+                            (false, "int_hist") => intcollector::flows::hist_line(&v),
+                            (false, _) => intcollector::flows::text_line(&v),
+                        };
                         let _ = writeln!(out, "{l}");
                     }
                     continue;
@@ -281,7 +291,7 @@ fn run(cli: &Cli) -> Result<(), String> {
             );
         }
     }
-    if fl.records + fl.bad_records > 0 {
+    if fl.records + fl.events + fl.hist_lines + fl.bad_records > 0 {
         let s = fl.summary();
         if cli.json {
             let _ = writeln!(out, "{s}");
@@ -289,8 +299,14 @@ fn run(cli: &Cli) -> Result<(), String> {
             let f = &s["int_flow_summary"];
             let _ = writeln!(
                 out,
-                "int_flow records {} lost {} bad {}; by reason {}",
-                f["records"], f["records_lost"], f["bad_records"], f["by_reason"]
+                "int_flow records {} int_event records {} int_hist lines {} lost {} bad {}; by reason {}; events {}",
+                f["records"],
+                f["events"],
+                f["hist_lines"],
+                f["records_lost"],
+                f["bad_records"],
+                f["by_reason"],
+                f["by_event"]
             );
         }
     }

@@ -149,8 +149,51 @@ enum Show {
 #[derive(Subcommand)]
 enum ShowIntWhat {
     /// The sink's flow cache (entries, hits, inserts, exports by reason),
-    /// R_G rings and every loss counter of the analytics.
+    /// R_G and R_I rings and every loss counter of the analytics.
     Analytics,
+    /// The sink's histograms per node ID and metric, and end to end
+    /// (summed over the workers): quantiles and the nonzero bins.
+    Histograms {
+        /// Only this node ID's.
+        #[arg(long)]
+        node: Option<u32>,
+        /// Only this metric's: hop_latency, queue, tx_util, e2e_latency.
+        #[arg(long)]
+        metric: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum IntEventOp {
+    /// One metric's T and C events (0 turns a class off; what is not
+    /// given stays): hop_latency, queue, tx_util (per hop), e2e_latency;
+    /// or path_change with --on / --off. Reaches the workers as a new
+    /// table generation.
+    Set {
+        #[arg(value_parser = ["hop_latency", "queue", "tx_util", "e2e_latency", "path_change"])]
+        metric: String,
+        /// T: an event on a value strictly above N.
+        #[arg(long)]
+        threshold: Option<u64>,
+        /// C: an event when the value differs from the flow's previous
+        /// packet's at the same hop by more than N.
+        #[arg(long)]
+        change: Option<u64>,
+        /// level: T on every packet above; edge: once on crossing.
+        #[arg(long, value_parser = ["level", "edge"])]
+        mode: Option<String>,
+        /// Edge: T re-arms when the value falls below N (default: the threshold).
+        #[arg(long)]
+        reset: Option<u64>,
+        /// path_change: raise it.
+        #[arg(long, conflicts_with = "off")]
+        on: bool,
+        /// path_change: stop raising it.
+        #[arg(long)]
+        off: bool,
+    },
+    /// The events' settings and how many of each were raised.
+    Show,
 }
 
 #[derive(Subcommand)]
@@ -179,6 +222,11 @@ enum IntOp {
     Flow {
         #[command(subcommand)]
         op: IntFlowOp,
+    },
+    /// The sink analytics' T and C events.
+    Event {
+        #[command(subcommand)]
+        op: IntEventOp,
     },
     /// Watchlist rules: ternary match on 5-tuple, DSCP and input port -> role.
     Watch {
@@ -553,6 +601,9 @@ fn run(cli: Cli) -> Result<(), String> {
             Show::Metrics => call(c, j, &v::Metrics {}, |r| print!("{}", r.text)),
             Show::Int { what: None } => call(c, j, &int::ShowInt {}, print_int),
             Show::Int { what: Some(ShowIntWhat::Analytics) } => call(c, j, &ia::ShowIntAnalytics {}, print_analytics),
+            Show::Int { what: Some(ShowIntWhat::Histograms { node, metric }) } => {
+                call(c, j, &ia::ShowIntHistograms { node: *node, metric: metric.clone() }, print_histograms)
+            }
             Show::Reports => call(c, j, &int::ShowReports {}, print_reports),
         },
         Cmd::Flow { op: FlowOp::Add { key, action } } => call(c, j, &v::FlowAdd(key.flow(action)), done),
@@ -585,6 +636,18 @@ fn run(cli: Cli) -> Result<(), String> {
             };
             call(c, j, &a, print_flow_entries)
         }
+        Cmd::Int { op: IntOp::Event { op: IntEventOp::Set { metric, threshold, change, mode, reset, on, off } } } => {
+            let a = ia::IntEventSet {
+                metric: metric.clone(),
+                threshold: *threshold,
+                change: *change,
+                mode: mode.clone(),
+                reset: *reset,
+                enabled: (*on || *off).then_some(*on),
+            };
+            call(c, j, &a, done)
+        }
+        Cmd::Int { op: IntOp::Event { op: IntEventOp::Show } } => call(c, j, &ia::IntEventShow {}, print_events),
         Cmd::Int { op: IntOp::Export { action } } => call(c, j, &int::IntExport { paused: action == "pause" }, done),
         Cmd::Int { op: IntOp::Watch { op: WatchOp::Del { name } } } => {
             call(c, j, &int::IntWatchDel { name: name.clone() }, done)
@@ -937,25 +1000,31 @@ fn print_analytics(r: &ia::AnalyticsView) {
         r.capacity
     );
     println!(
-        "idle timeout {} s, active timeout {} s; {} flow records exported",
-        r.idle_timeout_s, r.active_timeout_s, r.export.records
+        "idle timeout {} s, active timeout {} s; {} flow records, {} event records, {} histogram snapshots ({} lines) exported",
+        r.idle_timeout_s,
+        r.active_timeout_s,
+        r.export.records,
+        r.export.events,
+        r.export.hist_snapshots,
+        r.export.hist_lines
     );
     for (k, n) in &r.counters {
         println!("{k:<28} {n}");
     }
-    table(
-        &["R_G", "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
-        r.export
-            .rings
-            .iter()
-            .map(|x| {
-                [x.worker as u64, x.capacity as u64, x.pending as u64, x.received, x.ring_full]
-                    .iter()
-                    .map(u64::to_string)
-                    .collect()
-            })
-            .collect(),
-    );
+    for (name, rings) in [("R_G", &r.export.rings), ("R_I", &r.export.event_rings)] {
+        table(
+            &[name, "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
+            rings
+                .iter()
+                .map(|x| {
+                    [x.worker as u64, x.capacity as u64, x.pending as u64, x.received, x.ring_full]
+                        .iter()
+                        .map(u64::to_string)
+                        .collect()
+                })
+                .collect(),
+        );
+    }
     table(
         &["COLLECTOR", "VIA", "DATAGRAMS", "RECORDS", "SEND ERRORS", "NEXT SEQ"],
         r.export
@@ -973,6 +1042,51 @@ fn print_analytics(r: &ia::AnalyticsView) {
             })
             .collect(),
     );
+}
+
+fn print_histograms(r: &ia::HistogramsView) {
+    if r.histograms.is_empty() {
+        println!("no histogram holds a value yet");
+    }
+    let q = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    for h in &r.histograms {
+        let node = h.node_id.map_or("end to end".to_string(), |n| format!("node {n}"));
+        println!(
+            "{node} {} ({}): {} values, p50 {} p90 {} p99 {} (bin lower edges)",
+            h.metric,
+            h.bins,
+            h.total,
+            q(h.p50),
+            q(h.p90),
+            q(h.p99)
+        );
+        let bins: Vec<String> = h.counts.iter().map(|(e, c)| format!("{e}:{c}")).collect();
+        println!("  {}", bins.join(" "));
+    }
+    nonzero("loss", &r.counters);
+}
+
+fn print_events(r: &ia::EventsView) {
+    table(
+        &["METRIC", "THRESHOLD (T)", "CHANGE (C)", "MODE", "RESET"],
+        r.rules
+            .iter()
+            .map(|x| {
+                let off = |v: u32| if v == 0 { "off".to_string() } else { v.to_string() };
+                vec![
+                    x.metric.clone(),
+                    off(x.threshold),
+                    off(x.change),
+                    x.mode.clone(),
+                    x.reset.map_or("-".into(), |r| r.to_string()),
+                ]
+            })
+            .collect(),
+    );
+    println!("path_change {}", if r.path_change { "on" } else { "off" });
+    for (k, n) in &r.counters {
+        println!("{k:<28} {n}");
+    }
 }
 
 fn print_flow_entries(r: &ia::FlowEntries) {

@@ -432,6 +432,7 @@ impl IntConfig {
             mtu_report,
             report: ReportParams { md_bits, truncate: self.report_truncate, flow_interval_tsc: 0 },
             watch: Vec::new(),
+            events: Default::default(),
         };
         for (i, m) in mtu.iter().enumerate().take(MAX_PORTS) {
             spec.mtu[i] = *m;
@@ -445,6 +446,8 @@ impl IntConfig {
             spec.upsert(r);
         }
         let collectors = collector_plans("int", &self.collector, ports, mtu, self.report_max_packet)?;
+        let analytics = self.analytics.as_ref().map(|a| a.to_plan()).transpose()?;
+        spec.events = analytics.map(|a| a.events).unwrap_or_default();
         Ok(IntPlan {
             spec,
             collectors,
@@ -453,7 +456,7 @@ impl IntConfig {
             max_packet: self.report_max_packet,
             flow_interval_ms: self.report_flow_interval_ms,
             filter_slots: if self.report_flow_interval_ms > 0 { self.report_filter_slots } else { 1 },
-            analytics: self.analytics.as_ref().map(|a| a.to_plan()).transpose()?,
+            analytics,
         })
     }
 }

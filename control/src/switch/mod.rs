@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use dataplane::counters::CounterValues;
 use dataplane::dpdk::{self, Eal, EalArgs, MbufStash, Mempool, Port, PortSetup};
+use dataplane::int::analytics::events::event_ring;
 use dataplane::int::analytics::flow_ring::flow_ring;
+use dataplane::int::analytics::histogram::{HistWriter, WorkerHist};
 use dataplane::int::analytics::AnalyticsSetup;
 use dataplane::int::stage::WallClock;
 use dataplane::tables::{TableSpec, Tables};
@@ -30,7 +32,7 @@ use dataplane::worker::{
 use crate::api::views::{FinalCounters, Generation};
 use crate::api::ApiError;
 use crate::config::{Plan, WorkerPlan};
-use crate::int::analytics::export::FlowExporter;
+use crate::int::analytics::export::{AnalyticsExporter, WorkerSources};
 use crate::int::export::Exporter;
 use neighbours::Neighbours;
 use ops::{drops_by_name, events_by_name};
@@ -63,7 +65,7 @@ pub struct Switch {
     /// Telemetry report export (when `[int]` is configured).
     pub(crate) exporter: Option<Exporter>,
     /// INT sink analytics: flow records from R_G.
-    pub(crate) flow_exporter: Option<FlowExporter>,
+    pub(crate) flow_exporter: Option<AnalyticsExporter>,
     /// Last per-port TX byte counts, for the utilisation INT reports.
     load_sample: Option<(Instant, Vec<u64>)>,
     /// AM-PM record export (when `[ampm]` is configured).
@@ -165,6 +167,8 @@ impl Switch {
         };
         let mut consumers = Vec::new();
         let mut flow_consumers = Vec::new();
+        let mut event_consumers = Vec::new();
+        let mut hists = Vec::new();
         let analytics = plan.int.as_ref().and_then(|i| i.analytics);
         if let Some(a) = &analytics {
             println!("{}", a.describe());
@@ -176,6 +180,13 @@ impl Switch {
                 Some(a) => {
                     let (p, c) = flow_ring(a.ring_size, a.max_hops);
                     flow_consumers.push(c);
+                    let (ep, ec) = event_ring(a.event_ring_size);
+                    event_consumers.push(ec);
+                    let hist = a.hist.map(|h| {
+                        let t = Arc::new(WorkerHist::new(h));
+                        hists.push(t.clone());
+                        HistWriter::new(t)
+                    });
                     AnalyticsSetup {
                         rows: a.rows,
                         ways: a.ways,
@@ -183,6 +194,8 @@ impl Switch {
                         idle_tsc: a.idle_s * hz,
                         active_tsc: a.active_s * hz,
                         ring: Some(p),
+                        events: Some(ep),
+                        hist,
                     }
                 }
                 None => AnalyticsSetup::interval_only(plan.int.as_ref().map_or(1, |i| i.filter_slots)),
@@ -225,9 +238,14 @@ impl Switch {
             None => None,
         };
         let flow_exporter = match (&plan.int, analytics) {
-            (Some(ip), Some(_)) => {
-                Some(FlowExporter::new(ip.spec.node_id, ip.max_packet, flow_consumers, &ip.collectors, &port_info)?)
-            }
+            (Some(ip), Some(a)) => Some(AnalyticsExporter::new(
+                ip.spec.node_id,
+                ip.max_packet,
+                WorkerSources { flows: flow_consumers, events: event_consumers, hist: hists },
+                a.hist_interval_s,
+                &ip.collectors,
+                &port_info,
+            )?),
             _ => None,
         };
         let ampm_exporter = match &plan.ampm {
@@ -426,10 +444,12 @@ impl Switch {
             let mut out = PortSender::new(&self.spec, None);
             while ex.poll(1 << 16, &mut out) > 0 {}
         }
-        // The workers exported their flow entries (reason stop) as they stopped.
+        // The workers exported their flow entries (reason stop) as they
+        // stopped; the last histogram snapshot holds every packet.
         if let Some(ex) = &mut self.flow_exporter {
             let mut out = PortSender::new(&self.spec, None);
             while ex.poll(1 << 16, &mut out) > 0 {}
+            ex.export_histograms(&mut out);
         }
         let c = self.counters();
         let sum = |pick: fn(&WorkerShared) -> &AtomicU64| -> u64 {

@@ -276,7 +276,9 @@ fn report_due<R: ReportSink>(ctx: &mut IntCtx<R>, b: &[u8], meta: &PacketMeta, b
     let key = original_flow(b, meta, blk);
     let stack = b.get(blk.at + INT_HDR_LEN..blk.at + blk.total).unwrap_or(&[]);
     let (bitmap, hop_ml) = (blk.bitmap, blk.hop_ml);
-    let due = ctx.flows.packet(&key, key.hash64(), now, stack, bitmap, hop_ml, blk.hops(), interval, ctx.counters);
+    let events = &ctx.spec.events;
+    let due =
+        ctx.flows.packet(&key, key.hash64(), now, stack, bitmap, hop_ml, blk.hops(), interval, events, ctx.counters);
     (due, if interval == 0 { 0 } else { FLAG_F })
 }
 
@@ -613,6 +615,7 @@ pub(crate) mod tests {
             mtu_report: false,
             report: ReportParams { md_bits: 0x7c00, truncate: 64, flow_interval_tsc: 0 },
             watch: Vec::new(),
+            events: Default::default(),
         };
         let mut r = WatchRule::any(
             "all-udp",

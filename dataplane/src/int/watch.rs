@@ -173,6 +173,8 @@ pub struct IntSpec {
     pub report: ReportParams,
     /// Sorted: highest priority first, then by age.
     pub watch: Vec<WatchRule>,
+    /// The sink analytics' T and C events.
+    pub events: crate::int::analytics::events::EventSpec,
 }
 
 impl IntSpec {
@@ -216,6 +218,7 @@ mod tests {
             mtu_report: false,
             report: ReportParams { md_bits: 0x7c00, truncate: 256, flow_interval_tsc: 0 },
             watch: Vec::new(),
+            events: Default::default(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! The analytics' commands: `show_int_analytics`, `int_flows_flush`,
-//! `int_flow_show`.
+//! `int_flow_show`, `int_event_set`, `int_event_show`.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{command, no_args};
 
-no_args!(ShowIntAnalytics, IntFlowsFlush);
+no_args!(ShowIntAnalytics, IntFlowsFlush, IntEventShow);
 
 /// One worker's R_G.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,8 +32,14 @@ pub struct FlowCollectorView {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowExportView {
+    /// Flow records (R_G) and event records (R_I) taken from the rings.
     pub records: u64,
+    pub events: u64,
+    /// Histogram snapshots sent, and their lines.
+    pub hist_snapshots: u64,
+    pub hist_lines: u64,
     pub rings: Vec<FlowRingView>,
+    pub event_rings: Vec<FlowRingView>,
     pub collectors: Vec<FlowCollectorView>,
 }
 
@@ -109,6 +115,83 @@ pub struct Flushed {
     pub flushed: u64,
 }
 
+/// `int_event_set`: one metric's T and C settings (what is not given
+/// stays as it is), or path change on or off (`enabled`, with metric
+/// `path_change`). A new table generation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntEventSet {
+    /// hop_latency, queue, tx_util, e2e_latency or path_change.
+    pub metric: String,
+    #[serde(default)]
+    pub threshold: Option<u64>,
+    #[serde(default)]
+    pub change: Option<u64>,
+    /// level or edge.
+    #[serde(default)]
+    pub mode: Option<String>,
+    #[serde(default)]
+    pub reset: Option<u64>,
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// One metric's settings (0: off).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRuleView {
+    pub metric: String,
+    pub threshold: u32,
+    pub change: u32,
+    pub mode: String,
+    /// Edge mode's re-arm level.
+    pub reset: Option<u32>,
+}
+
+/// `int_event_show`: the settings the workers use, and the events raised.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventsView {
+    pub rules: Vec<EventRuleView>,
+    pub path_change: bool,
+    /// int_event_* counters, all workers.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// `show_int_histograms`: the workers' histograms summed, optionally one
+/// node's (`node`) or one metric's (`metric`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShowIntHistograms {
+    #[serde(default)]
+    pub node: Option<u32>,
+    #[serde(default)]
+    pub metric: Option<String>,
+}
+
+/// One histogram: its nonzero bins as (lower edge, count), and quantiles
+/// as bin lower edges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistView {
+    /// None: end to end.
+    pub node_id: Option<u32>,
+    pub metric: String,
+    pub bins: String,
+    pub total: u64,
+    pub p50: Option<u64>,
+    pub p90: Option<u64>,
+    pub p99: Option<u64>,
+    pub counts: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistogramsView {
+    pub histograms: Vec<HistView>,
+    /// int_hist_node_untracked and int_hist_no_node_id, all workers.
+    pub counters: BTreeMap<String, u64>,
+}
+
 command!(ShowIntAnalytics, "show_int_analytics", AnalyticsView);
+command!(ShowIntHistograms, "show_int_histograms", HistogramsView);
+command!(IntEventSet, "int_event_set", crate::api::Generation);
+command!(IntEventShow, "int_event_show", EventsView);
 command!(IntFlowsFlush, "int_flows_flush", Flushed);
 command!(IntFlowShow, "int_flow_show", FlowEntries);

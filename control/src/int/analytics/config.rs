@@ -1,8 +1,11 @@
 //! `[int.analytics]`: the geometry of each worker's flow cache, its
-//! timeouts and R_G's size. Absent: no analytics (the sink reports as
+//! timeouts, R_G's and R_I's sizes, and the T and C events
+//! (`[int.analytics.events]`). Absent: no analytics (the sink reports as
 //! configured and keeps only the report interval per flow).
 
-use dataplane::int::analytics::cache::{FlowCache, MAX_HOPS, MAX_ROWS, MAX_WAYS};
+use dataplane::int::analytics::cache::{FlowCache, HOP_LATENCY, MAX_HOPS, MAX_ROWS, MAX_WAYS, QUEUE, TX_UTIL};
+use dataplane::int::analytics::events::{EventRule, EventSpec};
+use dataplane::int::analytics::histogram::{Bins, HistSpec, WorkerHist, E2E};
 use serde::{Deserialize, Serialize};
 
 use crate::fields::ConfigError;
@@ -32,6 +35,183 @@ pub struct AnalyticsConfig {
     /// Flow records each worker's R_G ring holds.
     #[serde(default = "default_ring")]
     pub flow_ring_size: usize,
+    /// Event records each worker's R_I ring holds.
+    #[serde(default = "default_ring")]
+    pub event_ring_size: usize,
+    /// T and C events; none by default.
+    #[serde(default)]
+    pub events: EventsConfig,
+    /// Node IDs each worker keeps histograms for (0: no histograms).
+    #[serde(default = "default_hist_nodes")]
+    pub histogram_nodes: usize,
+    /// Seconds between histogram snapshots to the collectors (0: only at stop).
+    #[serde(default = "default_idle_one")]
+    pub histogram_interval: u64,
+    /// Each histogram's bins.
+    #[serde(default)]
+    pub bins: BinsConfig,
+}
+
+/// `[int.analytics.bins.<metric>]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BinsConfig {
+    pub hop_latency: Option<BinConfig>,
+    pub queue: Option<BinConfig>,
+    pub tx_util: Option<BinConfig>,
+    pub e2e_latency: Option<BinConfig>,
+}
+
+/// `kind = "linear"` with `width` and `count`, or `kind = "log2"` with `sub`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BinConfig {
+    pub kind: String,
+    pub width: Option<u32>,
+    pub count: Option<u32>,
+    pub sub: Option<u32>,
+}
+
+/// Most bins a histogram has.
+const MAX_BINS: u32 = 65536;
+/// Most node IDs a worker keeps histograms for.
+const MAX_HIST_NODES: usize = 65536;
+
+impl BinConfig {
+    fn to_bins(&self, key: &str) -> Result<Bins, ConfigError> {
+        let k = |f: &str| format!("bins.{key}.{f}");
+        match self.kind.as_str() {
+            "linear" => {
+                if self.sub.is_some() {
+                    return Err(cerr(&k("sub"), "applies to kind = \"log2\""));
+                }
+                let width = self.width.ok_or_else(|| cerr(&k("width"), "kind = \"linear\" needs a width"))?;
+                let count = self.count.ok_or_else(|| cerr(&k("count"), "kind = \"linear\" needs a count"))?;
+                if width == 0 {
+                    return Err(cerr(&k("width"), "0: the bins' edges would not increase"));
+                }
+                if !(1..=MAX_BINS).contains(&count) {
+                    return Err(cerr(&k("count"), format!("{count} must be 1..={MAX_BINS}")));
+                }
+                Ok(Bins::Linear { width, count })
+            }
+            "log2" => {
+                for (f, given) in [("width", self.width.is_some()), ("count", self.count.is_some())] {
+                    if given {
+                        return Err(cerr(&k(f), "applies to kind = \"linear\""));
+                    }
+                }
+                let sub = self.sub.unwrap_or(8);
+                if !sub.is_power_of_two() || sub > 256 {
+                    return Err(cerr(&k("sub"), format!("{sub} must be a power of two, 1..=256")));
+                }
+                Ok(Bins::Log2 { sub })
+            }
+            other => Err(cerr(&k("kind"), format!("'{other}' is not linear or log2"))),
+        }
+    }
+}
+
+/// `[int.analytics.events]`: a table per metric, and path change.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EventsConfig {
+    /// An event when a flow's node-ID list differs from its previous packet's.
+    #[serde(default)]
+    pub path_change: bool,
+    pub hop_latency: Option<MetricEvents>,
+    pub queue: Option<MetricEvents>,
+    pub tx_util: Option<MetricEvents>,
+    pub e2e_latency: Option<MetricEvents>,
+}
+
+/// One metric's T and C settings (0 = off).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricEvents {
+    /// T: value > threshold.
+    #[serde(default)]
+    pub threshold: u64,
+    /// C: |value - the flow's previous value at the hop| > change.
+    #[serde(default)]
+    pub change: u64,
+    /// `level` (T on every packet above) or `edge` (T once on crossing).
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Edge: T re-arms when the value falls below this (default: threshold).
+    #[serde(default)]
+    pub reset: Option<u64>,
+}
+
+/// The metrics events are set on, as `[int.analytics.events.<name>]` and
+/// `intctl int event set NAME` name them.
+pub const EVENT_METRICS: [&str; 4] = ["hop_latency", "queue", "tx_util", "e2e_latency"];
+
+/// The largest value a metric's field carries (queue occupancy is 24 bits).
+fn metric_max(metric: &str) -> u64 {
+    if metric == "queue" {
+        0xff_ffff
+    } else {
+        u32::MAX as u64
+    }
+}
+
+/// A metric's settings checked: Err is (the field at fault, why).
+pub fn event_rule(
+    metric: &str,
+    threshold: u64,
+    change: u64,
+    mode: Option<&str>,
+    reset: Option<u64>,
+) -> Result<EventRule, (&'static str, String)> {
+    if !EVENT_METRICS.contains(&metric) {
+        return Err(("metric", format!("'{metric}' is not one of {}", EVENT_METRICS.join(", "))));
+    }
+    let max = metric_max(metric);
+    for (field, v) in [("threshold", threshold), ("change", change), ("reset", reset.unwrap_or(0))] {
+        if v > max {
+            return Err((field, format!("{v} is beyond {metric}'s field (at most {max})")));
+        }
+    }
+    let edge = match mode.unwrap_or("level") {
+        "level" => false,
+        "edge" => true,
+        m => return Err(("mode", format!("'{m}' is not level or edge"))),
+    };
+    let reset = match (edge, reset) {
+        (false, Some(_)) => return Err(("reset", "applies to mode = edge only".into())),
+        (false, None) => 0,
+        (true, _) if threshold == 0 => return Err(("threshold", "mode = edge needs a threshold".into())),
+        (true, Some(r)) if r > threshold => {
+            return Err(("reset", format!("{r} is above the threshold {threshold}: the event could not re-arm")))
+        }
+        (true, r) => r.unwrap_or(threshold),
+    };
+    Ok(EventRule { threshold: threshold as u32, change: change as u32, edge, reset: reset as u32 })
+}
+
+/// Where metric `name`'s rule lives in the spec.
+pub fn event_slot<'a>(spec: &'a mut EventSpec, metric: &str) -> Option<&'a mut EventRule> {
+    match metric {
+        "hop_latency" => Some(&mut spec.hop[HOP_LATENCY]),
+        "queue" => Some(&mut spec.hop[QUEUE]),
+        "tx_util" => Some(&mut spec.hop[TX_UTIL]),
+        "e2e_latency" => Some(&mut spec.e2e),
+        _ => None,
+    }
+}
+
+impl EventsConfig {
+    fn to_spec(&self) -> Result<EventSpec, ConfigError> {
+        let mut spec = EventSpec { path_change: self.path_change, ..EventSpec::default() };
+        for (name, m) in EVENT_METRICS.iter().zip([&self.hop_latency, &self.queue, &self.tx_util, &self.e2e_latency]) {
+            let Some(m) = m else { continue };
+            let r = event_rule(name, m.threshold, m.change, m.mode.as_deref(), m.reset)
+                .map_err(|(field, why)| cerr(&format!("events.{name}.{field}"), why))?;
+            *event_slot(&mut spec, name).expect("a metric of EVENT_METRICS") = r;
+        }
+        Ok(spec)
+    }
 }
 
 fn default_rows() -> usize {
@@ -52,6 +232,12 @@ fn default_idle() -> u64 {
 fn default_ring() -> usize {
     65536
 }
+fn default_hist_nodes() -> usize {
+    256
+}
+fn default_idle_one() -> u64 {
+    1
+}
 
 /// The validated section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +248,12 @@ pub struct AnalyticsPlan {
     pub idle_s: u64,
     pub active_s: u64,
     pub ring_size: usize,
+    pub event_ring_size: usize,
+    pub events: EventSpec,
+    /// Histograms (None: off), seconds between snapshots, bytes per worker.
+    pub hist: Option<HistSpec>,
+    pub hist_interval_s: u64,
+    pub hist_bytes: usize,
     /// Bytes per entry and per worker cache.
     pub entry_bytes: usize,
     pub cache_bytes: usize,
@@ -71,13 +263,16 @@ impl AnalyticsPlan {
     /// The line the switch prints at start-up.
     pub fn describe(&self) -> String {
         format!(
-            "int analytics: flow cache {} rows x {} ways, {} hops, {} bytes an entry, {:.1} MiB per worker; R_G {} records",
+            "int analytics: flow cache {} rows x {} ways, {} hops, {} bytes an entry, {:.1} MiB per worker; R_G {} records, R_I {} records; histograms for {} nodes, {:.1} MiB per worker",
             self.rows,
             self.ways,
             self.max_hops,
             self.entry_bytes,
             self.cache_bytes as f64 / (1 << 20) as f64,
-            self.ring_size
+            self.ring_size,
+            self.event_ring_size,
+            self.hist.map_or(0, |h| h.nodes),
+            self.hist_bytes as f64 / (1 << 20) as f64
         )
     }
 }
@@ -119,16 +314,40 @@ impl AnalyticsConfig {
                 return Err(cerr(k, format!("{v} s is over a day ({MAX_TIMEOUT_S}); 0 turns it off")));
             }
         }
-        if !(2..=1 << 22).contains(&self.flow_ring_size) {
-            return Err(cerr("flow_ring_size", format!("{} must be 2..=4194304", self.flow_ring_size)));
+        for (k, v) in [("flow_ring_size", self.flow_ring_size), ("event_ring_size", self.event_ring_size)] {
+            if !(2..=1 << 22).contains(&v) {
+                return Err(cerr(k, format!("{v} must be 2..=4194304")));
+            }
         }
+        if self.histogram_nodes > MAX_HIST_NODES {
+            return Err(cerr("histogram_nodes", format!("{} must be 0..={MAX_HIST_NODES}", self.histogram_nodes)));
+        }
+        if self.histogram_interval > MAX_TIMEOUT_S {
+            return Err(cerr("histogram_interval", format!("{} s is over a day", self.histogram_interval)));
+        }
+        let mut bins = HistSpec::default_bins();
+        let b = &self.bins;
+        for (i, (name, c)) in
+            EVENT_METRICS.iter().zip([&b.hop_latency, &b.queue, &b.tx_util, &b.e2e_latency]).enumerate()
+        {
+            if let Some(c) = c {
+                // EVENT_METRICS lists the per-hop metrics by index, then e2e.
+                bins[if i < E2E { i } else { E2E }] = c.to_bins(name)?;
+            }
+        }
+        let hist = (self.histogram_nodes > 0).then_some(HistSpec { bins, nodes: self.histogram_nodes });
         Ok(AnalyticsPlan {
+            hist,
+            hist_interval_s: self.histogram_interval,
+            hist_bytes: hist.map_or(0, |h| WorkerHist::memory_bytes(&h)),
             rows: self.cache_rows,
             ways: self.cache_ways,
             max_hops: self.cache_max_hops,
             idle_s: self.idle_timeout,
             active_s: self.active_timeout,
             ring_size: self.flow_ring_size,
+            event_ring_size: self.event_ring_size,
+            events: self.events.to_spec()?,
             entry_bytes: FlowCache::entry_bytes(self.cache_ways, self.cache_max_hops),
             cache_bytes: bytes,
         })
@@ -169,11 +388,61 @@ mod tests {
             ("idle_timeout = 86401", "int.analytics.idle_timeout"),
             ("active_timeout = 100000", "int.analytics.active_timeout"),
             ("flow_ring_size = 1", "int.analytics.flow_ring_size"),
+            ("event_ring_size = 8388608", "int.analytics.event_ring_size"),
+            ("[events.queue]\nthreshold = 16777216", "int.analytics.events.queue.threshold"),
+            ("[events.hop_latency]\nchange = 4294967296", "int.analytics.events.hop_latency.change"),
+            ("[events.tx_util]\nmode = \"sometimes\"", "int.analytics.events.tx_util.mode"),
+            ("[events.queue]\nthreshold = 10\nreset = 5", "int.analytics.events.queue.reset"),
+            ("[events.queue]\nthreshold = 10\nmode = \"edge\"\nreset = 11", "int.analytics.events.queue.reset"),
+            ("[events.e2e_latency]\nmode = \"edge\"", "int.analytics.events.e2e_latency.threshold"),
+            ("histogram_nodes = 65537", "int.analytics.histogram_nodes"),
+            ("[bins.queue]\nkind = \"linear\"\nwidth = 0\ncount = 4", "int.analytics.bins.queue.width"),
+            ("[bins.queue]\nkind = \"linear\"\nwidth = 1", "int.analytics.bins.queue.count"),
+            ("[bins.queue]\nkind = \"linear\"\nwidth = 1\ncount = 70000", "int.analytics.bins.queue.count"),
+            ("[bins.e2e_latency]\nkind = \"log2\"\nsub = 6", "int.analytics.bins.e2e_latency.sub"),
+            ("[bins.tx_util]\nkind = \"log2\"\nwidth = 3", "int.analytics.bins.tx_util.width"),
+            ("[bins.hop_latency]\nkind = \"cubic\"", "int.analytics.bins.hop_latency.kind"),
         ] {
             assert_eq!(plan(text).unwrap_err().key, key, "{text}");
         }
         let e = plan("cache_memory_limit = 1000").unwrap_err();
         assert!(e.reason.contains("cache_memory_limit") && e.reason.contains("cache_ways"), "{}", e.reason);
         assert!(toml::from_str::<AnalyticsConfig>("cache_colums = 3").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn events_per_metric() {
+        let p = plan(
+            "[events]\npath_change = true\n[events.queue]\nthreshold = 16777215\nchange = 10\n\
+             [events.e2e_latency]\nthreshold = 50000\nmode = \"edge\"\n[events.hop_latency]\nchange = 1",
+        )
+        .unwrap();
+        let e = p.events;
+        assert!(e.path_change && e.any());
+        assert_eq!(e.hop[QUEUE], EventRule { threshold: 0xff_ffff, change: 10, edge: false, reset: 0 });
+        assert_eq!(
+            e.e2e,
+            EventRule { threshold: 50_000, change: 0, edge: true, reset: 50_000 },
+            "reset: the threshold"
+        );
+        assert_eq!((e.hop[HOP_LATENCY].change, e.hop[TX_UTIL]), (1, EventRule::default()));
+        assert!(!plan("").unwrap().events.any(), "no events by default");
+        assert!(toml::from_str::<AnalyticsConfig>("[events.link]\nthreshold = 1").is_err(), "unknown metric");
+        assert_eq!(event_rule("path", 1, 0, None, None).unwrap_err().0, "metric");
+    }
+
+    #[test]
+    fn histograms_by_default_and_their_bins() {
+        let p = plan("").unwrap();
+        let h = p.hist.unwrap();
+        assert_eq!((h.nodes, p.hist_interval_s, h.bins), (256, 1, HistSpec::default_bins()));
+        let p = plan("histogram_nodes = 8\n[bins.queue]\nkind = \"linear\"\nwidth = 10\ncount = 30\n[bins.e2e_latency]\nkind = \"log2\"\nsub = 4").unwrap();
+        let h = p.hist.unwrap();
+        assert_eq!(
+            (h.nodes, h.bins[QUEUE], h.bins[E2E]),
+            (8, Bins::Linear { width: 10, count: 30 }, Bins::Log2 { sub: 4 })
+        );
+        assert_eq!(h.bins[HOP_LATENCY], Bins::Log2 { sub: 8 });
+        assert!(plan("histogram_nodes = 0").unwrap().hist.is_none());
     }
 }

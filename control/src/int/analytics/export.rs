@@ -1,6 +1,7 @@
-//! Flow records from the workers' R_G rings to the INT collectors, as
-//! versioned JSON lines (several per datagram, `seq` counted per collector
-//! from 0 so a collector counts lost records as gaps):
+//! Flow records from the workers' R_G rings and event records from their
+//! R_I rings to the INT collectors, as versioned JSON lines (several per
+//! datagram, `seq` counted per collector from 0 over both kinds, so a
+//! collector counts lost records as gaps):
 //!
 //! `{"type":"int_flow","version":1,"node":N,"seq":S,"worker":W,"reason":"lru",
 //!   "flow":{"ip_version":4,"src":"10.0.0.1","dst":"10.0.0.2","proto":17,"src_port":1,"dst_port":2},
@@ -8,15 +9,26 @@
 //!   "e2e_latency":{"last":..,"sum":..,"count":..},
 //!   "hop":[{"node_id":..,"hop_latency":{"last","sum","count"},"queue":{..},"tx_util":{..}},..]}`
 //!
+//! `{"type":"int_event","version":1,"node":N,"seq":S,"worker":W,"flow":{..},
+//!   "sink_ns":T,"rx_tsc":X,"hop":H|null,"node_id":ID,"bits":B,"events":["queue_t",..],
+//!   "hop_latency":V|null,"queue":..,"tx_util":..,"prev":{"hop_latency":V|null,..}}`;
+//! the end-to-end record has `"hop":null`, `"e2e_latency"` and
+//! `"e2e_latency_prev"` instead of the three metrics.
+//!
 //! Sums and counts (not averages) travel, so the records of one flow that
 //! two workers (or two exports) saw merge exactly. A line is written into
 //! a reused buffer: no allocation per record.
 
 use std::io::Write;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use dataplane::int::analytics::cache::{Agg, METRIC_NAMES};
+use dataplane::int::analytics::cache::{Agg, METRICS, METRIC_NAMES};
+use dataplane::int::analytics::events::{bit, EventConsumer, EventRecord, HOP_E2E};
 use dataplane::int::analytics::flow_ring::{FlowConsumer, FlowRecord};
+use dataplane::int::analytics::histogram::WorkerHist;
+use dataplane::parse::FlowKey;
 
 use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
 use crate::int::analytics::api::{FlowCollectorView, FlowExportView, FlowRingView};
@@ -31,47 +43,129 @@ struct Collector {
     buf: Vec<u8>,
 }
 
-pub struct FlowExporter {
+pub struct AnalyticsExporter {
     node_id: u32,
     max_packet: usize,
     rings: Vec<FlowConsumer>,
     received: Vec<u64>,
+    event_rings: Vec<EventConsumer>,
+    events_received: Vec<u64>,
     collectors: Vec<Collector>,
     line: Vec<u8>,
     pub records: u64,
+    pub events: u64,
+    /// The workers' histograms, and when the next snapshot is due.
+    hist: Vec<Arc<WorkerHist>>,
+    hist_every: Option<Duration>,
+    next_hist: Instant,
+    pub hist_snapshots: u64,
+    pub hist_lines: u64,
+}
+
+/// Queues one line (written by `enc` with each collector's next `seq`) on
+/// every collector, sending a datagram first when the line would not fit.
+fn emit(
+    collectors: &mut [Collector],
+    line: &mut Vec<u8>,
+    max_packet: usize,
+    out: &mut dyn PortOut,
+    enc: &dyn Fn(&mut Vec<u8>, u64),
+) {
+    for c in collectors.iter_mut() {
+        line.clear();
+        enc(line, c.seq);
+        c.seq += 1;
+        c.records += 1;
+        if !c.buf.is_empty() && c.buf.len() + line.len() > max_packet {
+            send(c, out);
+        }
+        c.buf.extend_from_slice(line);
+    }
 }
 
 fn agg(out: &mut Vec<u8>, name: &str, a: &Agg) {
     let _ = write!(out, "\"{name}\":{{\"last\":{},\"sum\":{},\"count\":{}}}", a.last, a.sum, a.count);
 }
 
-/// One record's line (with newline) into `out`.
-pub fn encode(out: &mut Vec<u8>, node: u32, seq: u64, worker: usize, r: &FlowRecord) {
-    let h = &r.head;
-    let k = &h.key;
-    let reason = h.reason().map_or("unknown", |r| r.name());
-    let _ = write!(
-        out,
-        "{{\"type\":\"int_flow\",\"version\":1,\"node\":{node},\"seq\":{seq},\"worker\":{worker},\"reason\":\"{reason}\",\
-         \"flow\":{{\"ip_version\":{},",
-        k.ip_version()
-    );
+/// `"flow":{...}`: the flow as its source saw it.
+fn flow(out: &mut Vec<u8>, k: &FlowKey) {
+    let _ = write!(out, "\"flow\":{{\"ip_version\":{},", k.ip_version());
     if k.ip_version() == 4 {
         let _ =
             write!(out, "\"src\":\"{}\",\"dst\":\"{}\"", Ipv4Addr::from(k.src as u32), Ipv4Addr::from(k.dst as u32));
     } else {
         let _ = write!(out, "\"src\":\"{}\",\"dst\":\"{}\"", Ipv6Addr::from(k.src), Ipv6Addr::from(k.dst));
     }
+    let _ = write!(out, ",\"proto\":{},\"src_port\":{},\"dst_port\":{}}}", k.proto(), k.src_port(), k.dst_port());
+}
+
+/// A number, or null when absent.
+fn opt(out: &mut Vec<u8>, name: &str, v: Option<u32>) {
+    match v {
+        Some(v) => {
+            let _ = write!(out, "\"{name}\":{v}");
+        }
+        None => {
+            let _ = write!(out, "\"{name}\":null");
+        }
+    }
+}
+
+/// One event record's line (with newline) into `out`.
+pub fn encode_event(out: &mut Vec<u8>, node: u32, seq: u64, worker: usize, r: &EventRecord) {
+    let _ = write!(out, "{{\"type\":\"int_event\",\"version\":1,\"node\":{node},\"seq\":{seq},\"worker\":{worker},");
+    flow(out, &r.key);
+    let _ = write!(out, ",\"sink_ns\":{},\"rx_tsc\":{},", r.sink_ns, r.rx_tsc);
+    if r.hop == HOP_E2E {
+        out.extend_from_slice(b"\"hop\":null,");
+    } else {
+        let _ = write!(out, "\"hop\":{},", r.hop);
+    }
+    let _ = write!(out, "\"node_id\":{},\"bits\":{},\"events\":[", r.node_id, r.bits);
+    let mut first = true;
+    for (b, name) in bit::NAMES.iter().enumerate() {
+        if r.bits & (1 << b) != 0 {
+            let _ = write!(out, "{}\"{name}\"", if first { "" } else { "," });
+            first = false;
+        }
+    }
+    out.extend_from_slice(b"],");
+    let value = |m: usize| r.has_value(m).then_some(r.value[m]);
+    let prev = |m: usize| r.has_prev(m).then_some(r.prev[m]);
+    if r.hop == HOP_E2E {
+        opt(out, "e2e_latency", value(0));
+        out.push(b',');
+        opt(out, "e2e_latency_prev", prev(0));
+    } else {
+        for (m, name) in METRIC_NAMES.iter().enumerate() {
+            opt(out, name, value(m));
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"prev\":{");
+        for (m, name) in METRIC_NAMES.iter().enumerate() {
+            opt(out, name, prev(m));
+            if m + 1 < METRICS {
+                out.push(b',');
+            }
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// One flow record's line (with newline) into `out`.
+pub fn encode(out: &mut Vec<u8>, node: u32, seq: u64, worker: usize, r: &FlowRecord) {
+    let h = &r.head;
+    let reason = h.reason().map_or("unknown", |r| r.name());
     let _ = write!(
         out,
-        ",\"proto\":{},\"src_port\":{},\"dst_port\":{}}},\"packets\":{},\"first_ns\":{},\"last_ns\":{},\"hops\":{},\"path\":[",
-        k.proto(),
-        k.src_port(),
-        k.dst_port(),
-        h.packets,
-        h.first_ns,
-        h.last_ns,
-        h.hops
+        "{{\"type\":\"int_flow\",\"version\":1,\"node\":{node},\"seq\":{seq},\"worker\":{worker},\"reason\":\"{reason}\","
+    );
+    flow(out, &h.key);
+    let _ = write!(
+        out,
+        ",\"packets\":{},\"first_ns\":{},\"last_ns\":{},\"hops\":{},\"path\":[",
+        h.packets, h.first_ns, h.last_ns, h.hops
     );
     for (i, hop) in r.hops().iter().enumerate() {
         let _ = write!(out, "{}{}", if i > 0 { "," } else { "" }, hop.node_id);
@@ -90,50 +184,104 @@ pub fn encode(out: &mut Vec<u8>, node: u32, seq: u64, worker: usize, r: &FlowRec
     out.extend_from_slice(b"]}\n");
 }
 
-impl FlowExporter {
+/// What the exporter reads of each worker: R_G, R_I and the histograms
+/// (empty: histograms off).
+pub struct WorkerSources {
+    pub flows: Vec<FlowConsumer>,
+    pub events: Vec<EventConsumer>,
+    pub hist: Vec<Arc<WorkerHist>>,
+}
+
+impl AnalyticsExporter {
     pub fn new(
         node_id: u32,
         max_packet: usize,
-        rings: Vec<FlowConsumer>,
+        from: WorkerSources,
+        hist_interval_s: u64,
         collectors: &[CollectorPlan],
         ports: &dyn PortOut,
-    ) -> Result<FlowExporter, String> {
+    ) -> Result<AnalyticsExporter, String> {
         let mut cs = Vec::new();
         for (i, c) in collectors.iter().enumerate() {
             let tx = CollectorTx::open(c, ports, true).map_err(|e| format!("int.collector[{i}]: {e}"))?;
             cs.push(Collector { tx, seq: 0, datagrams: 0, records: 0, send_errors: 0, buf: Vec::with_capacity(65536) });
         }
-        let n = rings.len();
-        Ok(FlowExporter {
+        let WorkerSources { flows: rings, events: event_rings, hist } = from;
+        let (n, e) = (rings.len(), event_rings.len());
+        Ok(AnalyticsExporter {
             node_id,
             max_packet,
             rings,
             received: vec![0; n],
+            event_rings,
+            events_received: vec![0; e],
             collectors: cs,
             line: Vec::with_capacity(4096),
             records: 0,
+            events: 0,
+            hist_every: (!hist.is_empty() && hist_interval_s > 0).then(|| Duration::from_secs(hist_interval_s)),
+            hist,
+            next_hist: Instant::now(),
+            hist_snapshots: 0,
+            hist_lines: 0,
         })
     }
 
-    /// Drains up to `budget` records and sends them (nothing is held back
-    /// between calls). Returns how many were taken.
+    /// The workers' histograms summed (empty without histograms).
+    pub fn histograms(&self) -> Vec<crate::int::analytics::histogram::Hist> {
+        crate::int::analytics::histogram::snapshot(&self.hist)
+    }
+
+    /// Sends a snapshot of the histograms (cumulative counts) now.
+    pub fn export_histograms(&mut self, out: &mut dyn PortOut) {
+        if self.hist.is_empty() {
+            return;
+        }
+        let ts_ns =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let snap = self.histograms();
+        let AnalyticsExporter { node_id, max_packet, collectors, line, hist_lines, .. } = self;
+        for h in &snap {
+            crate::int::analytics::histogram::encode(h, *node_id, ts_ns, |enc| {
+                *hist_lines += 1;
+                emit(collectors, line, *max_packet, out, &|l, seq| enc(l, seq));
+            });
+        }
+        for c in &mut self.collectors {
+            if !c.buf.is_empty() {
+                send(c, out);
+            }
+        }
+        self.hist_snapshots += 1;
+    }
+
+    /// Drains up to `budget` records (events first, then flow records) and
+    /// sends them (nothing is held back between calls). Returns how many
+    /// were taken.
+    /// A histogram snapshot goes out every `histogram_interval` too.
     pub fn poll(&mut self, budget: usize, out: &mut dyn PortOut) -> usize {
+        if self.hist_every.is_some_and(|_| Instant::now() >= self.next_hist) {
+            self.next_hist = Instant::now() + self.hist_every.unwrap_or_default();
+            self.export_histograms(out);
+        }
         let mut taken = 0;
+        let AnalyticsExporter { node_id, max_packet, collectors, line, .. } = self;
+        let node = *node_id;
+        for (w, ring) in self.event_rings.iter_mut().enumerate() {
+            while taken < budget {
+                let Some(r) = ring.pop() else { break };
+                self.events_received[w] += 1;
+                taken += 1;
+                emit(collectors, line, *max_packet, out, &|l, seq| encode_event(l, node, seq, w, &r));
+            }
+        }
+        let events = taken;
         let mut rec = FlowRecord::empty();
         for (w, ring) in self.rings.iter_mut().enumerate() {
             while taken < budget && ring.pop_into(&mut rec) {
                 self.received[w] += 1;
                 taken += 1;
-                for c in &mut self.collectors {
-                    self.line.clear();
-                    encode(&mut self.line, self.node_id, c.seq, w, &rec);
-                    c.seq += 1;
-                    c.records += 1;
-                    if !c.buf.is_empty() && c.buf.len() + self.line.len() > self.max_packet {
-                        send(c, out);
-                    }
-                    c.buf.extend_from_slice(&self.line);
-                }
+                emit(collectors, line, *max_packet, out, &|l, seq| encode(l, node, seq, w, &rec));
             }
         }
         for c in &mut self.collectors {
@@ -141,25 +289,37 @@ impl FlowExporter {
                 send(c, out);
             }
         }
-        self.records += taken as u64;
+        self.events += events as u64;
+        self.records += (taken - events) as u64;
         taken
     }
 
-    /// `ring_full`: per worker, records its ring refused.
-    pub fn view(&self, ring_full: &[u64]) -> FlowExportView {
+    /// `ring_full` and `event_ring_full`: per worker, records its R_G and
+    /// R_I refused.
+    pub fn view(&self, ring_full: &[u64], event_ring_full: &[u64]) -> FlowExportView {
+        let ring = |i: usize, capacity: usize, pending: usize, received: u64, full: &[u64]| FlowRingView {
+            worker: i,
+            capacity,
+            pending,
+            received,
+            ring_full: full.get(i).copied().unwrap_or(0),
+        };
         FlowExportView {
             records: self.records,
+            events: self.events,
+            hist_snapshots: self.hist_snapshots,
+            hist_lines: self.hist_lines,
             rings: self
                 .rings
                 .iter()
                 .enumerate()
-                .map(|(i, r)| FlowRingView {
-                    worker: i,
-                    capacity: r.capacity(),
-                    pending: r.len(),
-                    received: self.received[i],
-                    ring_full: ring_full.get(i).copied().unwrap_or(0),
-                })
+                .map(|(i, r)| ring(i, r.capacity(), r.len(), self.received[i], ring_full))
+                .collect(),
+            event_rings: self
+                .event_rings
+                .iter()
+                .enumerate()
+                .map(|(i, r)| ring(i, r.capacity(), r.len(), self.events_received[i], event_ring_full))
                 .collect(),
             collectors: self
                 .collectors
@@ -192,10 +352,10 @@ mod tests {
     use super::*;
     use crate::collector_tx::NoPorts;
     use dataplane::int::analytics::cache::{HopAgg, Reason};
+    use dataplane::int::analytics::events::event_ring;
     use dataplane::int::analytics::flow_ring::{flow_ring, FlowHead};
     use dataplane::parse::FlowKey;
     use std::net::UdpSocket;
-    use std::time::Duration;
 
     fn head(i: u16, tracked: u8) -> FlowHead {
         FlowHead {
@@ -247,14 +407,17 @@ mod tests {
         rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let plan = CollectorPlan { addr: rx.local_addr().unwrap(), bind: None, port: None, mac: None };
         let (mut p, c) = flow_ring(64, 5);
-        let mut ex = FlowExporter::new(3, 1000, vec![c], &[plan], &NoPorts).unwrap();
+        let (mut ep, ec) = event_ring(8);
+        let from = WorkerSources { flows: vec![c], events: vec![ec], hist: Vec::new() };
+        let mut ex = AnalyticsExporter::new(3, 1000, from, 0, &[plan], &NoPorts).unwrap();
+        assert!(ep.push(EventRecord { hop: HOP_E2E, bits: bit::PATH, ..EventRecord::default() }));
         for i in 0..20 {
             assert!(p.push(head(i, 2), &hops()));
         }
-        assert_eq!(ex.poll(1000, &mut NoPorts), 20);
+        assert_eq!(ex.poll(1000, &mut NoPorts), 21);
         let mut seqs = Vec::new();
         let mut buf = [0u8; 2000];
-        while seqs.len() < 20 {
+        while seqs.len() < 21 {
             let n = rx.recv(&mut buf).unwrap();
             assert!(n <= 1000, "a datagram stays within report_max_packet");
             for line in std::str::from_utf8(&buf[..n]).unwrap().lines() {
@@ -262,9 +425,46 @@ mod tests {
                 seqs.push(v["seq"].as_u64().unwrap());
             }
         }
-        assert_eq!(seqs, (0..20).collect::<Vec<u64>>());
-        let view = ex.view(&[0]);
-        assert_eq!((view.records, view.rings[0].received, view.collectors[0].records), (20, 20, 20));
+        assert_eq!(seqs, (0..21).collect::<Vec<u64>>(), "one sequence over events and flows");
+        let view = ex.view(&[0], &[5]);
+        assert_eq!((view.records, view.rings[0].received, view.collectors[0].records), (20, 20, 21));
+        assert_eq!((view.events, view.event_rings[0].received, view.event_rings[0].ring_full), (1, 1, 5));
         assert!(view.collectors[0].datagrams > 1);
+    }
+
+    #[test]
+    fn an_event_line_names_its_bits_and_leaves_absent_values_null() {
+        let key = FlowKey::v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 4000, 80);
+        let r = EventRecord {
+            key,
+            sink_ns: 77,
+            rx_tsc: 88,
+            value: [500, 120, 0],
+            prev: [400, 90, 0],
+            node_id: 12,
+            bits: bit::t(1) | bit::c(1),
+            present: 0b011_0011,
+            hop: 1,
+        };
+        let mut out = Vec::new();
+        encode_event(&mut out, 9, 3, 0, &r);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((v["type"].as_str(), v["seq"].as_u64(), v["hop"].as_u64()), (Some("int_event"), Some(3), Some(1)));
+        assert_eq!(v["events"], serde_json::json!(["queue_t", "queue_c"]));
+        assert_eq!((v["queue"].as_u64(), v["prev"]["queue"].as_u64()), (Some(120), Some(90)));
+        assert!(v["tx_util"].is_null() && v["prev"]["tx_util"].is_null());
+        assert_eq!(
+            (v["sink_ns"].as_u64(), v["node_id"].as_u64(), v["flow"]["dst_port"].as_u64()),
+            (Some(77), Some(12), Some(80))
+        );
+        out.clear();
+        let e2e = EventRecord { hop: HOP_E2E, bits: bit::E2E_T | bit::PATH, value: [900, 0, 0], present: 1, ..r };
+        encode_event(&mut out, 9, 4, 0, &e2e);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["hop"].is_null() && v["e2e_latency_prev"].is_null() && v.get("queue").is_none(), "{v}");
+        assert_eq!(
+            (v["e2e_latency"].as_u64(), v["events"].clone()),
+            (Some(900), serde_json::json!(["e2e_latency_t", "path_change"]))
+        );
     }
 }

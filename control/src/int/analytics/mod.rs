@@ -1,9 +1,12 @@
 //! INT sink analytics on the control core: the `[int.analytics]` section
-//! (`config`), the export of the workers' flow records from R_G as JSON
-//! lines to the INT collectors (`export`), and their commands (`api`,
-//! `ops`: `show int analytics`, `int flows flush`, `int flow show`).
+//! (`config`), the export of the workers' flow records (R_G), event records
+//! (R_I) and histogram snapshots as JSON lines to the INT collectors
+//! (`export`, `histogram`), and their commands (`api`, `ops`: `show int
+//! analytics`, `int flows flush`, `int flow show`, `int event set|show`,
+//! `show int histograms`).
 
 pub mod api;
 pub mod config;
 pub mod export;
+pub mod histogram;
 pub mod ops;

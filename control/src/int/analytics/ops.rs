@@ -9,8 +9,14 @@ use dataplane::parse::FlowKey;
 use dataplane::worker::FlowCommand;
 
 use crate::api::ApiError;
+use crate::api::Generation;
 use crate::fields::parse_proto_name;
-use crate::int::analytics::api::{AggView, AnalyticsView, FlowEntries, FlowEntryView, Flushed, HopView, IntFlowShow};
+use crate::int::analytics::api::{
+    AggView, AnalyticsView, EventRuleView, EventsView, FlowEntries, FlowEntryView, Flushed, HistView, HistogramsView,
+    HopView, IntEventSet, IntFlowShow, ShowIntHistograms,
+};
+use crate::int::analytics::config::{event_rule, event_slot, EVENT_METRICS};
+use crate::int::analytics::histogram::{hist_name, quantile};
 use crate::switch::ops::sum;
 use crate::switch::Switch;
 
@@ -20,7 +26,7 @@ fn not_configured() -> ApiError {
 
 /// The events `show int analytics` lists: the flow cache's and every loss
 /// the analytics count.
-pub const ANALYTICS_EVENTS: [Event; 12] = [
+pub const ANALYTICS_EVENTS: [Event; 25] = [
     Event::IntFlowHit,
     Event::IntFlowInserted,
     Event::IntFlowLru,
@@ -33,6 +39,19 @@ pub const ANALYTICS_EVENTS: [Event; 12] = [
     Event::IntAnalyticsBadHopMl,
     Event::IntHopsUntracked,
     Event::IntValueAbsent,
+    Event::IntEventHopLatencyT,
+    Event::IntEventHopLatencyC,
+    Event::IntEventQueueT,
+    Event::IntEventQueueC,
+    Event::IntEventTxUtilT,
+    Event::IntEventTxUtilC,
+    Event::IntEventE2eT,
+    Event::IntEventE2eC,
+    Event::IntEventPathChange,
+    Event::IntEventExported,
+    Event::IntEventRingFull,
+    Event::IntHistNodeUntracked,
+    Event::IntHistNoNodeId,
 ];
 
 fn agg(a: &Agg) -> AggView {
@@ -40,12 +59,121 @@ fn agg(a: &Agg) -> AggView {
 }
 
 impl Switch {
+    /// Changes one metric's events (or path change); the workers take it
+    /// with the next table generation.
+    pub fn int_event_set(&mut self, a: &IntEventSet) -> Result<Generation, ApiError> {
+        if self.flow_exporter.is_none() {
+            return Err(not_configured());
+        }
+        let spec = &mut self.spec.int.as_mut().ok_or_else(not_configured)?.events;
+        if a.metric == "path_change" {
+            for (arg, given) in [
+                ("threshold", a.threshold.is_some()),
+                ("change", a.change.is_some()),
+                ("mode", a.mode.is_some()),
+                ("reset", a.reset.is_some()),
+            ] {
+                if given {
+                    return Err(ApiError::bad_argument(arg, "path_change takes only enabled"));
+                }
+            }
+            spec.path_change =
+                a.enabled.ok_or_else(|| ApiError::bad_argument("enabled", "path_change needs enabled"))?;
+            return self.commit();
+        }
+        if a.enabled.is_some() {
+            return Err(ApiError::bad_argument("enabled", "applies to path_change only"));
+        }
+        let Some(cur) = event_slot(spec, &a.metric).copied() else {
+            let all = format!("{}, path_change", EVENT_METRICS.join(", "));
+            return Err(ApiError::bad_argument("metric", format!("'{}' is not one of {all}", a.metric)));
+        };
+        let threshold = a.threshold.unwrap_or(cur.threshold as u64);
+        let mode = a.mode.as_deref().unwrap_or(if cur.edge { "edge" } else { "level" });
+        // Staying in edge mode keeps the reset level while it still fits.
+        let reset = a.reset.or((mode == "edge" && cur.edge).then_some(cur.reset as u64).filter(|r| *r <= threshold));
+        let rule = event_rule(&a.metric, threshold, a.change.unwrap_or(cur.change as u64), Some(mode), reset)
+            .map_err(|(field, why)| ApiError::bad_argument(field, why))?;
+        *event_slot(spec, &a.metric).expect("checked above") = rule;
+        self.commit()
+    }
+
+    /// The events' settings and counters.
+    pub fn int_event_show(&self) -> Result<EventsView, ApiError> {
+        if self.flow_exporter.is_none() {
+            return Err(not_configured());
+        }
+        let mut spec = self.spec.int.as_ref().ok_or_else(not_configured)?.events;
+        let c = sum(&self.worker_counters());
+        let rules = EVENT_METRICS
+            .iter()
+            .map(|m| {
+                let r = *event_slot(&mut spec, m).expect("a metric of EVENT_METRICS");
+                EventRuleView {
+                    metric: m.to_string(),
+                    threshold: r.threshold,
+                    change: r.change,
+                    mode: if r.edge { "edge" } else { "level" }.into(),
+                    reset: r.edge.then_some(r.reset),
+                }
+            })
+            .collect();
+        let counters = ANALYTICS_EVENTS
+            .iter()
+            .filter(|e| e.name().starts_with("int_event_"))
+            .map(|e| (e.name().to_string(), c.events[*e as usize]))
+            .collect();
+        Ok(EventsView { rules, path_change: spec.path_change, counters })
+    }
+
+    /// The histograms summed over the workers, filtered.
+    pub fn int_histograms(&self, a: &ShowIntHistograms) -> Result<HistogramsView, ApiError> {
+        let ex = self.flow_exporter.as_ref().ok_or_else(not_configured)?;
+        if let Some(m) = &a.metric {
+            if !EVENT_METRICS.contains(&m.as_str()) {
+                return Err(ApiError::bad_argument(
+                    "metric",
+                    format!("'{m}' is not one of {}", EVENT_METRICS.join(", ")),
+                ));
+            }
+        }
+        let histograms = ex
+            .histograms()
+            .into_iter()
+            .filter(|h| a.node.is_none() || h.node_id == a.node)
+            .filter(|h| a.metric.as_deref().is_none_or(|m| m == hist_name(h.metric)))
+            .map(|h| HistView {
+                node_id: h.node_id,
+                metric: hist_name(h.metric).into(),
+                bins: h.bins.describe(),
+                total: h.total(),
+                p50: quantile(&h, 0.5),
+                p90: quantile(&h, 0.9),
+                p99: quantile(&h, 0.99),
+                counts: h
+                    .counts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c > 0)
+                    .map(|(i, c)| (h.bins.lower_edge(i), *c))
+                    .collect(),
+            })
+            .collect();
+        let c = sum(&self.worker_counters());
+        let counters = [Event::IntHistNodeUntracked, Event::IntHistNoNodeId]
+            .iter()
+            .map(|e| (e.name().to_string(), c.events[*e as usize]))
+            .collect();
+        Ok(HistogramsView { histograms, counters })
+    }
+
     pub fn analytics_view(&self) -> Result<AnalyticsView, ApiError> {
         let plan = self.plan().int.as_ref().and_then(|i| i.analytics).ok_or_else(not_configured)?;
         let ex = self.flow_exporter.as_ref().ok_or_else(not_configured)?;
         let per: Vec<CounterValues> = self.worker_counters();
         let c = sum(&per);
         let full: Vec<u64> = per.iter().map(|c| c.events[Event::IntFlowRingFull as usize]).collect();
+        let event_full: Vec<u64> = per.iter().map(|c| c.events[Event::IntEventRingFull as usize]).collect();
         let workers = self.shared().workers.len() as u64;
         Ok(AnalyticsView {
             cache_rows: plan.rows,
@@ -58,7 +186,7 @@ impl Switch {
             entries: self.shared().workers.iter().map(|w| w.int_flows_in_use.load(Ordering::Relaxed)).sum(),
             capacity: (plan.rows * plan.ways) as u64 * workers,
             counters: ANALYTICS_EVENTS.iter().map(|e| (e.name().to_string(), c.events[*e as usize])).collect(),
-            export: ex.view(&full),
+            export: ex.view(&full, &event_full),
         })
     }
 

@@ -121,7 +121,15 @@ pub struct FlowEntry {
     pub hops: u8,
     /// Leading hop aggregates that hold something (at most `max_hops`).
     pub tracked: u8,
+    /// A hash of the latest packet's node-ID list (path change events).
+    pub path_hash: u32,
+    /// Edge-mode T events that fired and wait for their reset: bit
+    /// 3 x hop + metric, and `E2E_DISARMED`.
+    pub disarmed: u64,
 }
+
+/// `FlowEntry::disarmed`'s bit for the end-to-end latency.
+pub const E2E_DISARMED: u64 = 1 << (3 * MAX_HOPS);
 
 /// Why an entry left the cache (or was copied out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

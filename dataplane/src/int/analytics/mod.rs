@@ -9,14 +9,18 @@
 //! nothing, keeps the per-flow report interval.
 
 pub mod cache;
+pub mod events;
 pub mod flow_ring;
+pub mod histogram;
 
 use crate::counters::{CounterValues, Event};
 use crate::int::stage::WallClock;
 use crate::parse::FlowKey;
 use crate::wire::int_md::{hop_words, INSTR_BYTES};
-use cache::{FlowCache, FlowEntry, HopAgg, Reason, Touch, HOP_LATENCY, METRICS, QUEUE, TX_UTIL};
+use cache::{FlowCache, FlowEntry, HopAgg, Reason, Touch, E2E_DISARMED, HOP_LATENCY, METRICS, QUEUE, TX_UTIL};
+use events::{bit, check, EventProducer, EventRecord, EventSpec, HOP_E2E};
 use flow_ring::{FlowHead, FlowProducer};
+use histogram::{HistWriter, NodeSlot};
 
 /// Where a hop's values lie, for one instruction bitmap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,6 +64,10 @@ pub struct AnalyticsSetup {
     pub active_tsc: u64,
     /// R_G; None: analytics off, nothing exported.
     pub ring: Option<FlowProducer>,
+    /// R_I; None: no events.
+    pub events: Option<EventProducer>,
+    /// Per-node histograms; None: off.
+    pub hist: Option<HistWriter>,
 }
 
 impl AnalyticsSetup {
@@ -67,7 +75,16 @@ impl AnalyticsSetup {
     /// entries, 8 ways.
     pub fn interval_only(slots: usize) -> AnalyticsSetup {
         let ways = 8.min(slots.max(1));
-        AnalyticsSetup { rows: slots.max(1) / ways, ways, max_hops: 0, idle_tsc: 0, active_tsc: 0, ring: None }
+        AnalyticsSetup {
+            rows: slots.max(1) / ways,
+            ways,
+            max_hops: 0,
+            idle_tsc: 0,
+            active_tsc: 0,
+            ring: None,
+            events: None,
+            hist: None,
+        }
     }
 }
 
@@ -81,6 +98,8 @@ pub struct FlowSnapshot {
 pub struct Analytics {
     pub cache: FlowCache,
     ring: Option<FlowProducer>,
+    events: Option<EventProducer>,
+    hist: Option<HistWriter>,
     clock: WallClock,
     idle_tsc: u64,
     active_tsc: u64,
@@ -110,6 +129,8 @@ impl Analytics {
         Analytics {
             cache,
             ring: s.ring,
+            events: s.events,
+            hist: s.hist,
             clock,
             idle_tsc: s.idle_tsc,
             active_tsc: s.active_tsc,
@@ -126,8 +147,9 @@ impl Analytics {
     }
 
     /// One INT packet of flow `key` (hash `hash`) reaching the sink at `now`
-    /// with a `stack` of `hops` hops by `bitmap`, `hop_ml` words each.
-    /// Returns whether its report is due by `interval` (0: every packet).
+    /// with a `stack` of `hops` hops by `bitmap`, `hop_ml` words each; it
+    /// raises the events `spec` turns on. Returns whether its report is due
+    /// by `interval` (0: every packet).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn packet(
@@ -140,6 +162,7 @@ impl Analytics {
         hop_ml: usize,
         hops: usize,
         interval: u64,
+        spec: &EventSpec,
         c: &mut CounterValues,
     ) -> bool {
         let Analytics { cache, ring, clock, .. } = self;
@@ -158,7 +181,11 @@ impl Analytics {
                 c.event(Event::IntAnalyticsBadHopMl);
             } else {
                 let (e, aggs) = self.cache.entry_mut(i);
-                update(e, aggs, &layout, stack, hops, now, c);
+                let ev = match &mut self.events {
+                    Some(ring) if spec.any() => Some(Raise { spec, ring, clock: &self.clock }),
+                    _ => None,
+                };
+                update(e, aggs, &layout, stack, hops, now, ev, self.hist.as_mut(), c);
             }
         }
         let (e, _) = self.cache.entry_mut(i);
@@ -249,9 +276,68 @@ fn export(
     }
 }
 
+/// Where a packet's events go, and what raises them.
+struct Raise<'a> {
+    spec: &'a EventSpec,
+    ring: &'a mut EventProducer,
+    clock: &'a WallClock,
+}
+
+/// Each event bit's counter, by bit index (the link-latency pair is not
+/// raised yet).
+const BIT_EVENTS: [Event; 9] = [
+    Event::IntEventHopLatencyT,
+    Event::IntEventHopLatencyC,
+    Event::IntEventQueueT,
+    Event::IntEventQueueC,
+    Event::IntEventTxUtilT,
+    Event::IntEventTxUtilC,
+    Event::IntEventE2eT,
+    Event::IntEventE2eC,
+    Event::IntEventPathChange,
+];
+
+impl Raise<'_> {
+    /// Queues a record on R_I and counts its bits.
+    #[inline]
+    fn emit(&mut self, r: EventRecord, c: &mut CounterValues) {
+        let mut bits = r.bits;
+        while bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(e) = BIT_EVENTS.get(b) {
+                c.event(*e);
+            }
+        }
+        c.event(if self.ring.push(r) { Event::IntEventExported } else { Event::IntEventRingFull });
+    }
+}
+
+/// A step of the path hash: a packet's node IDs in path order.
+#[inline(always)]
+fn path_step(h: u32, node_id: u32) -> u32 {
+    (h ^ node_id).wrapping_mul(0x9e37_79b1).rotate_left(13)
+}
+
+/// T and C of one value under `rule`, with the entry's edge state at `bit`.
+#[inline(always)]
+fn raise(rule: &events::EventRule, v: u32, prev: Option<u32>, disarmed: &mut u64, bit: u64) -> (bool, bool) {
+    let mut armed = *disarmed & bit == 0;
+    let tc = check(rule, v, prev, &mut armed);
+    if armed {
+        *disarmed &= !bit;
+    } else {
+        *disarmed |= bit;
+    }
+    tc
+}
+
 /// Adds one packet's stack to its flow's entry: the first `aggs.len()` hops
 /// in path order (the stack holds the newest first), and the sum of all
-/// hops' latencies.
+/// hops' latencies; with `ev`, raises the packet's events against the
+/// entry's previous values (tracked hops, end to end, path); with `hist`,
+/// bins every hop's values by its node, and the end-to-end latency.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 fn update(
     e: &mut FlowEntry,
@@ -260,23 +346,62 @@ fn update(
     stack: &[u8],
     n: usize,
     now: u64,
+    mut ev: Option<Raise>,
+    mut hist: Option<&mut HistWriter>,
     c: &mut CounterValues,
 ) {
     // (The block was checked: `n` hops of `hop_len` bytes fill the stack.)
     let n = if n * l.hop_len <= stack.len() { n } else { 0 };
     let tracked = n.min(aggs.len());
     let (mut e2e, mut any, mut absent) = (0u64, false, 0u64);
+    let mut path = n as u32;
+    let first = e.packets == 0;
     for p in 0..n {
         let hop = &stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len];
+        let node_id = l.node_id.map(|o| {
+            let o = o as usize;
+            u32::from_be_bytes(hop[o..o + 4].try_into().expect("4 bytes"))
+        });
+        if let Some(id) = node_id {
+            path = path_step(path, id);
+        }
+        let slot = match (&mut hist, node_id) {
+            (None, _) => None,
+            (Some(h), Some(id)) => match h.slot(id) {
+                NodeSlot::Slot(s) => Some(s),
+                NodeSlot::Untracked => {
+                    c.event(Event::IntHistNodeUntracked);
+                    None
+                }
+            },
+            (Some(_), None) => {
+                c.event(Event::IntHistNoNodeId);
+                None
+            }
+        };
+        let bin = |m: usize, v: u32| {
+            if let (Some(h), Some(s)) = (&hist, slot) {
+                h.add(s, m, v);
+            }
+        };
         if p < tracked {
             let a = &mut aggs[p];
-            if let Some(o) = l.node_id {
-                let o = o as usize;
-                a.node_id = u32::from_be_bytes(hop[o..o + 4].try_into().expect("4 bytes"));
+            let mut r = EventRecord { hop: p as u8, ..EventRecord::default() };
+            if let Some(id) = node_id {
+                a.node_id = id;
             }
             for m in 0..METRICS {
+                let prev = (a.count[m] > 0).then_some(a.last[m]);
                 match l.value(hop, m) {
                     Some(Some(v)) => {
+                        if let Some(x) = &ev {
+                            let rule = &x.spec.hop[m];
+                            let (t, ch) = raise(rule, v, prev, &mut e.disarmed, 1 << (3 * p + m));
+                            r.bits |= if t { bit::t(m) } else { 0 } | if ch { bit::c(m) } else { 0 };
+                            r.value[m] = v;
+                            r.present |= 1 << m;
+                        }
+                        bin(m, v);
                         a.last[m] = v;
                         a.sum[m] += v as u64;
                         a.count[m] += 1;
@@ -287,12 +412,35 @@ fn update(
                     Some(None) => absent += 1,
                     None => {}
                 }
+                if let (Some(pv), Some(_)) = (prev, &ev) {
+                    r.prev[m] = pv;
+                    r.present |= 1 << (4 + m);
+                }
+            }
+            if let Some(x) = &mut ev {
+                if r.bits != 0 {
+                    r.key = e.key;
+                    r.node_id = a.node_id;
+                    (r.rx_tsc, r.sink_ns) = (now, x.clock.ns(now));
+                    x.emit(r, c);
+                }
             }
         } else {
-            match l.value(hop, HOP_LATENCY) {
-                Some(Some(v)) => (e2e, any) = (e2e + v as u64, true),
-                Some(None) => absent += 1,
-                None => {}
+            // Beyond the tracked hops: the e2e sum, and the histograms.
+            for m in 0..METRICS {
+                if m != HOP_LATENCY && slot.is_none() {
+                    continue;
+                }
+                match l.value(hop, m) {
+                    Some(Some(v)) => {
+                        bin(m, v);
+                        if m == HOP_LATENCY {
+                            (e2e, any) = (e2e + v as u64, true);
+                        }
+                    }
+                    Some(None) => absent += 1,
+                    None => {}
+                }
             }
         }
     }
@@ -302,9 +450,35 @@ fn update(
     if absent > 0 {
         c.event_n(Event::IntValueAbsent, absent);
     }
-    if any {
-        e.e2e.add(e2e.min(u32::MAX as u64) as u32);
+    let e2e = e2e.min(u32::MAX as u64) as u32;
+    if let Some(x) = &mut ev {
+        let mut r = EventRecord { hop: HOP_E2E, ..EventRecord::default() };
+        let prev = (e.e2e.count > 0).then_some(e.e2e.last);
+        if any {
+            let (t, ch) = raise(&x.spec.e2e, e2e, prev, &mut e.disarmed, E2E_DISARMED);
+            r.bits |= if t { bit::E2E_T } else { 0 } | if ch { bit::E2E_C } else { 0 };
+            (r.value[0], r.present) = (e2e, 1);
+        }
+        if let Some(pv) = prev {
+            r.prev[0] = pv;
+            r.present |= 1 << 4;
+        }
+        if x.spec.path_change && l.node_id.is_some() && !first && path != e.path_hash {
+            r.bits |= bit::PATH;
+        }
+        if r.bits != 0 {
+            r.key = e.key;
+            (r.rx_tsc, r.sink_ns) = (now, x.clock.ns(now));
+            x.emit(r, c);
+        }
     }
+    if any {
+        e.e2e.add(e2e);
+        if let Some(h) = &hist {
+            h.add_e2e(e2e);
+        }
+    }
+    e.path_hash = path;
     e.packets += 1;
     e.last_tsc = now;
     e.hops = n.min(u8::MAX as usize) as u8;
@@ -335,7 +509,16 @@ mod tests {
 
     fn analytics(rows: usize, ways: usize, hops: usize) -> (Analytics, FlowConsumer) {
         let (p, c) = flow_ring(64, hops);
-        let s = AnalyticsSetup { rows, ways, max_hops: hops, idle_tsc: 1000, active_tsc: 0, ring: Some(p) };
+        let s = AnalyticsSetup {
+            rows,
+            ways,
+            max_hops: hops,
+            idle_tsc: 1000,
+            active_tsc: 0,
+            ring: Some(p),
+            events: None,
+            hist: None,
+        };
         (Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000), c)
     }
 
@@ -360,8 +543,8 @@ mod tests {
         let k = key(1);
         let s1 = stack(BITMAP, &[(11, 100, 3, Some(500)), (12, 200, 0xff_ffff, None), (13, 50, 1, Some(7))]);
         let s2 = stack(BITMAP, &[(11, 300, 5, Some(700)), (12, 10, 4, None), (13, 70, 2, Some(9))]);
-        assert!(a.packet(&k, k.hash64(), 10, &s1, BITMAP, 4, 3, 0, &mut c));
-        a.packet(&k, k.hash64(), 20, &s2, BITMAP, 4, 3, 0, &mut c);
+        assert!(a.packet(&k, k.hash64(), 10, &s1, BITMAP, 4, 3, 0, &EventSpec::default(), &mut c));
+        a.packet(&k, k.hash64(), 20, &s2, BITMAP, 4, 3, 0, &EventSpec::default(), &mut c);
         let (e, h) = a.cache.get(&k, k.hash64()).unwrap();
         assert_eq!((e.packets, e.first_tsc, e.last_tsc, e.hops, e.tracked), (2, 10, 20, 3, 2));
         assert_eq!((h[0].node_id, h[1].node_id), (11, 12), "source side first");
@@ -384,7 +567,7 @@ mod tests {
     fn one_report_per_interval_per_flow_and_flows_of_one_row_keep_theirs() {
         let mut a = Analytics::new(AnalyticsSetup::interval_only(16), WallClock::new(0, 0, 1000), 1000);
         let mut c = CounterValues::default();
-        let mut due = |k: &FlowKey, now| a.packet(k, k.hash64(), now, &[], 0, 1, 0, 500, &mut c);
+        let mut due = |k: &FlowKey, now| a.packet(k, k.hash64(), now, &[], 0, 1, 0, 500, &EventSpec::default(), &mut c);
         assert!(due(&key(7), 1_000), "first packet");
         assert!(!due(&key(7), 1_499));
         assert!(due(&key(8), 1_499), "another flow, its own interval");
@@ -398,7 +581,7 @@ mod tests {
         let (mut a, _ring) = analytics(4, 2, 2);
         let mut c = CounterValues::default();
         let s = stack(BITMAP, &[(1, 1, 1, None)]);
-        a.packet(&key(1), key(1).hash64(), 5, &s, BITMAP, 3, 1, 0, &mut c);
+        a.packet(&key(1), key(1).hash64(), 5, &s, BITMAP, 3, 1, 0, &EventSpec::default(), &mut c);
         assert_eq!(c.events[Event::IntAnalyticsBadHopMl as usize], 1);
         assert_eq!(a.cache.get(&key(1), key(1).hash64()).unwrap().0.packets, 0);
     }
@@ -409,7 +592,7 @@ mod tests {
         let mut c = CounterValues::default();
         let s = stack(BITMAP, &[(1, 1, 1, None)]);
         for (i, now) in [(1, 10), (2, 20), (1, 30), (3, 40)] {
-            a.packet(&key(i), key(i).hash64(), now, &s, BITMAP, 4, 1, 0, &mut c);
+            a.packet(&key(i), key(i).hash64(), now, &s, BITMAP, 4, 1, 0, &EventSpec::default(), &mut c);
         }
         let mut r = FlowRecord::empty();
         assert!(ring.pop_into(&mut r));
@@ -430,12 +613,21 @@ mod tests {
     #[test]
     fn a_stopping_worker_waits_for_room_and_a_flush_does_not() {
         let (p, mut ring) = flow_ring(4, 1);
-        let s = AnalyticsSetup { rows: 16, ways: 1, max_hops: 1, idle_tsc: 0, active_tsc: 0, ring: Some(p) };
+        let s = AnalyticsSetup {
+            rows: 16,
+            ways: 1,
+            max_hops: 1,
+            idle_tsc: 0,
+            active_tsc: 0,
+            ring: Some(p),
+            events: None,
+            hist: None,
+        };
         let mut a = Analytics::new(s, WallClock::new(0, 0, 1000), 1000);
         let mut c = CounterValues::default();
         let st = stack(BITMAP, &[(1, 1, 1, None)]);
         for i in 0..10 {
-            a.packet(&key(i), key(i).hash64(), 1, &st, BITMAP, 4, 1, 0, &mut c);
+            a.packet(&key(i), key(i).hash64(), 1, &st, BITMAP, 4, 1, 0, &EventSpec::default(), &mut c);
         }
         let n = a.cache.len();
         assert!(n > 4, "more entries ({n}) than the ring holds");
@@ -451,7 +643,7 @@ mod tests {
         );
         while ring.pop_into(&mut r) {}
         for i in 0..10 {
-            a.packet(&key(i), key(i).hash64(), 2, &st, BITMAP, 4, 1, 0, &mut c);
+            a.packet(&key(i), key(i).hash64(), 2, &st, BITMAP, 4, 1, 0, &EventSpec::default(), &mut c);
         }
         while ring.pop_into(&mut r) {}
         b = a.cache.len();
@@ -475,5 +667,126 @@ mod tests {
             (c.events[Event::IntFlowExported as usize], c.events[Event::IntFlowRingFull as usize]),
             (b as u64, 0)
         );
+    }
+
+    fn with_events(hops: usize) -> (Analytics, FlowConsumer, events::EventConsumer) {
+        let (p, c) = flow_ring(64, hops);
+        let (ep, ec) = events::event_ring(64);
+        let s = AnalyticsSetup {
+            rows: 4,
+            ways: 2,
+            max_hops: hops,
+            idle_tsc: 0,
+            active_tsc: 0,
+            ring: Some(p),
+            events: Some(ep),
+            hist: None,
+        };
+        (Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000), c, ec)
+    }
+
+    fn drain(r: &mut events::EventConsumer) -> Vec<EventRecord> {
+        std::iter::from_fn(|| r.pop()).collect()
+    }
+
+    #[test]
+    fn per_hop_t_and_c_events_carry_the_values_and_the_previous_ones() {
+        let (mut a, _f, mut ring) = with_events(2);
+        let mut c = CounterValues::default();
+        let mut spec = EventSpec::default();
+        spec.hop[QUEUE] = events::EventRule { threshold: 100, change: 10, ..Default::default() };
+        let k = key(1);
+        // (node, latency, queue, tx_util) per hop, path order; hop 2 is untracked.
+        let mut send = |q0: u32, q1: u32, q2: u32, now: u64| {
+            let s = stack(BITMAP, &[(11, 5, q0, Some(1)), (12, 6, q1, None), (13, 7, q2, Some(3))]);
+            a.packet(&k, k.hash64(), now, &s, BITMAP, 4, 3, 0, &spec, &mut c);
+        };
+        send(100, 50, 500, 10); // at the threshold, no previous packet: nothing
+        assert!(drain(&mut ring).is_empty());
+        send(101, 60, 500, 20); // hop 0: T; |d| = 1. hop 1: |d| = 10 = change: nothing
+        let got = drain(&mut ring);
+        assert_eq!(got.len(), 1);
+        let r = got[0];
+        assert_eq!((r.key, r.hop, r.node_id, r.bits), (k, 0, 11, bit::t(QUEUE)));
+        assert_eq!((r.value, r.prev), ([5, 101, 1], [5, 100, 1]));
+        assert_eq!((r.present, r.rx_tsc, r.sink_ns), (0b111_0111, 20, 5_020));
+        send(90, 71, 900, 30); // hop 0: C (-11); hop 1: C (+11); untracked hop 2: none
+        let got = drain(&mut ring);
+        assert_eq!(got.iter().map(|r| (r.hop, r.bits)).collect::<Vec<_>>(), [(0, bit::c(QUEUE)), (1, bit::c(QUEUE))]);
+        assert_eq!((got[1].node_id, got[1].value[QUEUE], got[1].prev[QUEUE]), (12, 71, 60));
+        assert!(!got[1].has_value(TX_UTIL) && !got[1].has_prev(TX_UTIL), "all ones: absent");
+        send(0xff_ffff, 71, 0, 40); // an absent queue raises nothing
+        assert!(drain(&mut ring).is_empty());
+        assert_eq!(c.events[Event::IntEventQueueT as usize], 1);
+        assert_eq!(c.events[Event::IntEventQueueC as usize], 2);
+        assert_eq!((c.events[Event::IntEventExported as usize], c.events[Event::IntEventRingFull as usize]), (3, 0));
+    }
+
+    #[test]
+    fn end_to_end_and_path_change_events_and_edge_mode() {
+        let (mut a, _f, mut ring) = with_events(1);
+        let mut c = CounterValues::default();
+        let mut spec = EventSpec { path_change: true, ..Default::default() };
+        spec.e2e = events::EventRule { threshold: 300, change: 0, edge: true, reset: 200 };
+        let k = key(2);
+        let mut send = |path: &[(u32, u32)], now: u64, spec: &EventSpec| {
+            let hops: Vec<_> = path.iter().map(|&(n, l)| (n, l, 0, None)).collect();
+            let s = stack(BITMAP, &hops);
+            a.packet(&k, k.hash64(), now, &s, BITMAP, 4, path.len(), 0, spec, &mut c);
+            drain(&mut ring).iter().map(|r| (r.hop, r.bits, r.value[0], r.prev[0])).collect::<Vec<_>>()
+        };
+        assert_eq!(send(&[(1, 100), (2, 250)], 1, &spec), [(HOP_E2E, bit::E2E_T, 350, 0)], "first packet: T, no path");
+        assert_eq!(send(&[(1, 100), (2, 260)], 2, &spec), [], "edge: fired already");
+        assert_eq!(
+            send(&[(1, 100), (3, 260)], 3, &spec),
+            [(HOP_E2E, bit::PATH, 360, 360)],
+            "a hop past the tracked one"
+        );
+        assert_eq!(send(&[(1, 100), (3, 50)], 4, &spec), [], "150: below reset, re-armed");
+        assert_eq!(send(&[(1, 100), (3, 201)], 5, &spec), [(HOP_E2E, bit::E2E_T, 301, 150)]);
+        assert_eq!(send(&[(1, 100)], 6, &spec), [(HOP_E2E, bit::PATH, 100, 301)], "a shorter path");
+        spec.e2e = events::EventRule { change: 40, ..Default::default() };
+        spec.path_change = false;
+        assert_eq!(send(&[(1, 141)], 7, &spec), [(HOP_E2E, bit::E2E_C, 141, 100)]);
+        assert_eq!(send(&[(9, 100)], 8, &spec), [(HOP_E2E, bit::E2E_C, 100, 141)], "path change off");
+    }
+
+    #[test]
+    fn every_hop_is_binned_by_its_node_and_the_e2e_latency_once() {
+        use histogram::{Bins, HistSpec, WorkerHist, E2E};
+        let (p, _c) = flow_ring(64, 1);
+        let spec = HistSpec { bins: HistSpec::default_bins(), nodes: 2 };
+        let t = std::sync::Arc::new(WorkerHist::new(spec));
+        let s = AnalyticsSetup {
+            rows: 4,
+            ways: 2,
+            max_hops: 1,
+            idle_tsc: 0,
+            active_tsc: 0,
+            ring: Some(p),
+            events: None,
+            hist: Some(HistWriter::new(t.clone())),
+        };
+        let mut a = Analytics::new(s, WallClock::new(0, 0, 1000), 1000);
+        let mut c = CounterValues::default();
+        // Node 3 is the third ID: counted, not binned. Hop 1 is untracked
+        // by the cache but binned.
+        let st = stack(BITMAP, &[(1, 100, 7, Some(20)), (2, 300, 0xff_ffff, None), (3, 5, 9, Some(1))]);
+        for i in 0..3 {
+            a.packet(&key(i), key(i).hash64(), 1, &st, BITMAP, 4, 3, 0, &EventSpec::default(), &mut c);
+        }
+        assert_eq!(t.nodes(), [1, 2]);
+        let get = |slot: usize, m: usize| {
+            let mut v = vec![0; spec.bins[m].len()];
+            t.add_to(slot, m, &mut v);
+            v
+        };
+        let lat = Bins::Log2 { sub: 8 };
+        assert_eq!(get(0, HOP_LATENCY)[lat.index(100)], 3);
+        assert_eq!((get(0, QUEUE)[7], get(0, TX_UTIL)[0]), (3, 3), "tx_util 20 in [0, 100)");
+        assert_eq!(get(1, HOP_LATENCY)[lat.index(300)], 3, "an untracked hop is binned");
+        assert_eq!(get(1, QUEUE).iter().sum::<u64>(), 0, "all ones: absent");
+        assert_eq!(get(0, E2E)[lat.index(405)], 3);
+        assert_eq!(c.events[Event::IntHistNodeUntracked as usize], 3);
     }
 }

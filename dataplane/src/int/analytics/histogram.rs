@@ -1,0 +1,290 @@
+//! Per-switch histograms (smartnic-int-sink §III-D, Fig. 6): for each node
+//! ID a sink sees, the distribution of its hop latency, queue occupancy and
+//! TX utilisation, and one of the end-to-end latency.
+//!
+//! Each worker counts into its own table (single writer: a relaxed load and
+//! store per count, no locked read-modify-write); the control core sums the
+//! workers' tables for a snapshot. A worker tracks at most a fixed number
+//! of node IDs, given slots in the order it meets them; hops of further
+//! nodes are counted, not binned.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
+
+use crate::int::analytics::cache::METRICS;
+
+/// How a metric's values fall into bins. The last bin holds everything at
+/// or above its lower edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bins {
+    /// `count` bins of `width`: [0, width), [width, 2 width), ...
+    Linear { width: u32, count: u32 },
+    /// Powers of two, each split into `sub` (a power of two) equal bins;
+    /// below `sub`, one bin per value. Covers all of u32.
+    Log2 { sub: u32 },
+}
+
+impl Bins {
+    /// Bins a histogram of this kind has.
+    pub fn len(&self) -> usize {
+        match *self {
+            Bins::Linear { count, .. } => count as usize,
+            Bins::Log2 { sub } => (sub + (32 - sub.trailing_zeros()) * sub) as usize,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bin of `v`.
+    #[inline(always)]
+    pub fn index(&self, v: u32) -> usize {
+        match *self {
+            Bins::Linear { width, count } => ((v / width.max(1)) as usize).min(count as usize - 1),
+            Bins::Log2 { sub } => {
+                if v < sub {
+                    return v as usize;
+                }
+                let s = sub.trailing_zeros();
+                let k = 31 - v.leading_zeros();
+                ((k - s + 1) * sub + ((v >> (k - s)) - sub)) as usize
+            }
+        }
+    }
+
+    /// The smallest value of bin `i`.
+    pub fn lower_edge(&self, i: usize) -> u64 {
+        match *self {
+            Bins::Linear { width, .. } => i as u64 * width as u64,
+            Bins::Log2 { sub } => {
+                let (sub, i) = (sub as u64, i as u64);
+                if i < sub {
+                    i
+                } else {
+                    (sub + i % sub) << (i / sub - 1)
+                }
+            }
+        }
+    }
+
+    /// `linear:WIDTHxCOUNT` or `log2:SUB` (export and CLI).
+    pub fn describe(&self) -> String {
+        match *self {
+            Bins::Linear { width, count } => format!("linear:{width}x{count}"),
+            Bins::Log2 { sub } => format!("log2:{sub}"),
+        }
+    }
+}
+
+/// The histogram index of the end-to-end latency (after the per-hop metrics).
+pub const E2E: usize = METRICS;
+
+/// The bins of each histogram: per-hop metrics by index, then E2E.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistSpec {
+    pub bins: [Bins; METRICS + 1],
+    /// Node IDs a worker bins.
+    pub nodes: usize,
+}
+
+impl HistSpec {
+    /// Queue linear 1 x 512, tx_util linear 100 x 101, latencies log2 / 8.
+    pub fn default_bins() -> [Bins; METRICS + 1] {
+        let lat = Bins::Log2 { sub: 8 };
+        [lat, Bins::Linear { width: 1, count: 512 }, Bins::Linear { width: 100, count: 101 }, lat]
+    }
+}
+
+/// One worker's histograms, shared with the control core.
+pub struct WorkerHist {
+    pub spec: HistSpec,
+    /// Where each per-hop metric's bins start in a node's block, and the
+    /// block's length.
+    offset: [usize; METRICS],
+    per_node: usize,
+    /// Node IDs by slot, `nodes_used` of them published.
+    node_ids: Box<[AtomicU32]>,
+    nodes_used: AtomicUsize,
+    counts: Box<[AtomicU64]>,
+    e2e: Box<[AtomicU64]>,
+}
+
+impl WorkerHist {
+    pub fn new(spec: HistSpec) -> WorkerHist {
+        let mut offset = [0; METRICS];
+        let mut per_node = 0;
+        for (m, o) in offset.iter_mut().enumerate() {
+            *o = per_node;
+            per_node += spec.bins[m].len();
+        }
+        let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
+        WorkerHist {
+            spec,
+            offset,
+            per_node,
+            node_ids: (0..spec.nodes).map(|_| AtomicU32::new(0)).collect(),
+            nodes_used: AtomicUsize::new(0),
+            counts: zeros(spec.nodes * per_node),
+            e2e: zeros(spec.bins[E2E].len()),
+        }
+    }
+
+    /// Bytes the counters take.
+    pub fn memory_bytes(spec: &HistSpec) -> usize {
+        let per_node: usize = spec.bins[..METRICS].iter().map(Bins::len).sum();
+        (spec.nodes * per_node + spec.bins[E2E].len()) * 8 + spec.nodes * 4
+    }
+
+    /// The node IDs binned so far, by slot.
+    pub fn nodes(&self) -> Vec<u32> {
+        let n = self.nodes_used.load(std::sync::atomic::Ordering::Acquire);
+        self.node_ids[..n].iter().map(|a| a.load(Relaxed)).collect()
+    }
+
+    /// Adds histogram `metric` (E2E: the end-to-end one, `slot` unused) of
+    /// node `slot` to `out` (one count per bin).
+    pub fn add_to(&self, slot: usize, metric: usize, out: &mut [u64]) {
+        let src = if metric == E2E {
+            &self.e2e[..]
+        } else {
+            let at = slot * self.per_node + self.offset[metric];
+            &self.counts[at..at + self.spec.bins[metric].len()]
+        };
+        for (o, c) in out.iter_mut().zip(src) {
+            *o += c.load(Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    fn bump(c: &AtomicU64) {
+        // The worker is the only writer.
+        c.store(c.load(Relaxed) + 1, Relaxed);
+    }
+}
+
+/// The worker's side: its shared table and the private index of its nodes.
+pub struct HistWriter {
+    pub table: std::sync::Arc<WorkerHist>,
+    /// Open addressing: (node ID, slot + 1; 0 = empty).
+    index: Box<[(u32, u32)]>,
+    mask: usize,
+}
+
+/// What a hop's binning found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeSlot {
+    Slot(usize),
+    /// The worker tracks `nodes` IDs already.
+    Untracked,
+}
+
+impl HistWriter {
+    pub fn new(table: std::sync::Arc<WorkerHist>) -> HistWriter {
+        let n = (table.spec.nodes * 2).next_power_of_two().max(2);
+        HistWriter { table, index: vec![(0, 0); n].into_boxed_slice(), mask: n - 1 }
+    }
+
+    /// Node `id`'s slot, given one if there is room.
+    #[inline]
+    pub fn slot(&mut self, id: u32) -> NodeSlot {
+        let mut i = (id.wrapping_mul(0x9e37_79b1) >> 7) as usize & self.mask;
+        loop {
+            let (k, s) = self.index[i];
+            if s == 0 {
+                break;
+            }
+            if k == id {
+                return NodeSlot::Slot(s as usize - 1);
+            }
+            i = (i + 1) & self.mask;
+        }
+        let t = &self.table;
+        let used = t.nodes_used.load(Relaxed);
+        if used == t.spec.nodes {
+            return NodeSlot::Untracked;
+        }
+        t.node_ids[used].store(id, Relaxed);
+        t.nodes_used.store(used + 1, Release);
+        self.index[i] = (id, used as u32 + 1);
+        NodeSlot::Slot(used)
+    }
+
+    /// Counts value `v` of per-hop `metric` at node `slot`.
+    #[inline(always)]
+    pub fn add(&self, slot: usize, metric: usize, v: u32) {
+        let t = &*self.table;
+        let i = slot * t.per_node + t.offset[metric] + t.spec.bins[metric].index(v);
+        WorkerHist::bump(&t.counts[i]);
+    }
+
+    /// Counts an end-to-end latency.
+    #[inline(always)]
+    pub fn add_e2e(&self, v: u32) {
+        let t = &*self.table;
+        WorkerHist::bump(&t.e2e[t.spec.bins[E2E].index(v)]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// The bin of `v` found by walking the edges (the definition).
+    fn by_edges(b: &Bins, v: u32) -> usize {
+        (0..b.len()).rev().find(|&i| b.lower_edge(i) <= v as u64).unwrap()
+    }
+
+    #[test]
+    fn every_boundary_falls_in_the_bin_its_edges_say() {
+        for b in [
+            Bins::Linear { width: 1, count: 512 },
+            Bins::Linear { width: 100, count: 101 },
+            Bins::Linear { width: 7, count: 1 },
+            Bins::Log2 { sub: 1 },
+            Bins::Log2 { sub: 8 },
+            Bins::Log2 { sub: 64 },
+        ] {
+            for i in 0..b.len() {
+                let e = b.lower_edge(i);
+                assert!(i == 0 || e > b.lower_edge(i - 1), "{b:?}: edges increase at {i}");
+                for v in [e.saturating_sub(1), e, e + 1] {
+                    if v <= u32::MAX as u64 {
+                        assert_eq!(b.index(v as u32), by_edges(&b, v as u32), "{b:?} v = {v}");
+                    }
+                }
+            }
+            assert_eq!(b.index(u32::MAX), b.len() - 1, "{b:?}: the last bin takes the rest");
+            assert_eq!(b.index(0), 0);
+        }
+        assert_eq!(Bins::Log2 { sub: 8 }.len(), 240);
+        assert_eq!(Bins::Log2 { sub: 8 }.lower_edge(239), 15 << 28);
+        assert_eq!(Bins::Linear { width: 100, count: 101 }.index(10_000), 100);
+    }
+
+    #[test]
+    fn a_worker_bins_per_node_until_its_slots_are_used() {
+        let spec = HistSpec { bins: HistSpec::default_bins(), nodes: 2 };
+        let t = Arc::new(WorkerHist::new(spec));
+        let mut w = HistWriter::new(t.clone());
+        assert_eq!(w.slot(70), NodeSlot::Slot(0));
+        assert_eq!(w.slot(9), NodeSlot::Slot(1));
+        assert_eq!(w.slot(70), NodeSlot::Slot(0));
+        assert_eq!(w.slot(11), NodeSlot::Untracked);
+        w.add(1, 1, 300); // node 9, queue 300
+        w.add(1, 1, 300);
+        w.add(0, 0, 1000); // node 70, hop latency 1000
+        w.add_e2e(5);
+        assert_eq!(t.nodes(), [70, 9]);
+        let mut q = vec![0; 512];
+        t.add_to(1, 1, &mut q);
+        assert_eq!((q[300], q.iter().sum::<u64>()), (2, 2));
+        let mut lat = vec![0; 240];
+        t.add_to(0, 0, &mut lat);
+        assert_eq!(lat[Bins::Log2 { sub: 8 }.index(1000)], 1);
+        let mut e = vec![0; 240];
+        t.add_to(0, E2E, &mut e);
+        assert_eq!(e[5], 1);
+        assert_eq!(WorkerHist::memory_bytes(&spec), (2 * (240 + 512 + 101) + 240) * 8 + 8);
+    }
+}
