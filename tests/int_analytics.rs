@@ -127,24 +127,27 @@ fn frames() -> (Vec<Vec<u8>>, BTreeMap<FlowId, Truth>) {
     (frames, truth)
 }
 
-#[test]
-fn flow_records_merge_to_exactly_what_the_packets_carried() {
+/// A sink on net_pcap (p0 replays `frames`, p1 writes out.pcap, the INT
+/// edge) with the `[int]` body given, its collector, and every frame sunk.
+struct Sink {
+    d: Scratch,
+    s: SwitchProcess,
+    sock: std::path::PathBuf,
+    collector: (std::process::Child, std::thread::JoinHandle<String>),
+}
+
+fn start_sink(name: &str, port: u32, frames: &[Vec<u8>], int: &str) -> Sink {
     let id = std::process::id() % 100_000;
-    let d = Scratch::new("intana");
+    let d = Scratch::new(name);
     let p = |f: &str| d.path(f).display().to_string();
-    let (frames, truth) = frames();
-    assert_eq!(truth.len(), FLOWS);
-    write_pcap(&d.path("in.pcap"), &frames);
-    let listen = format!("127.0.0.1:{}", 20_000 + (id + 11) % 30_000);
+    write_pcap(&d.path("in.pcap"), frames);
+    let listen = format!("127.0.0.1:{}", 20_000 + (id + port) % 30_000);
     let collector = start_collector(&listen);
-    // 4 x 4 = 16 entries for 24 flows: LRU exports all along.
     let cfg = format!(
-        "name = \"intana\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"intana-{id}\"\n\
+        "name = \"{name}\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"{name}-{id}\"\n\
 [dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
 device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
-peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 600000\n\
-[int.analytics]\ncache_rows = 4\ncache_ways = 4\ncache_max_hops = 2\nidle_timeout = 0\nflow_ring_size = 4096\n\
-[[int.collector]]\naddress = \"{listen}\"\n",
+peer = \"p0\"\n[int]\n{int}\n[[int.collector]]\naddress = \"{listen}\"\n",
         control_section(&d),
         p("in.pcap"),
         p("out.pcap"),
@@ -153,8 +156,23 @@ peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_m
     let s = SwitchProcess::start(&d.path("c.toml"), None);
     let sock = d.path("sw.sock");
     wait_for("every frame sunk", || {
-        intctl(&sock, &["show", "int"])["counters"]["int_sunk"].as_u64() == Some(SENT as u64)
+        intctl(&sock, &["show", "int"])["counters"]["int_sunk"].as_u64() == Some(frames.len() as u64)
     });
+    Sink { d, s, sock, collector }
+}
+
+#[test]
+fn flow_records_merge_to_exactly_what_the_packets_carried() {
+    let (frames, truth) = frames();
+    assert_eq!(truth.len(), FLOWS);
+    // 4 x 4 = 16 entries for 24 flows: LRU exports all along.
+    let Sink { d, s, sock, collector } = start_sink(
+        "intana",
+        11,
+        &frames,
+        "node_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 600000\n\
+[int.analytics]\ncache_rows = 4\ncache_ways = 4\ncache_max_hops = 2\nidle_timeout = 0\nflow_ring_size = 4096",
+    );
     // The last frame's flow is in the cache, with its 3 hops, 2 tracked.
     let last = &frames[SENT - 1];
     let src = std::net::Ipv4Addr::new(last[26], last[27], last[28], last[29]).to_string();
@@ -229,28 +247,9 @@ peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_m
 /// the records reach the collector before the switch is gone.
 #[test]
 fn a_stopping_switch_exports_its_flows() {
-    let id = std::process::id() % 100_000;
-    let d = Scratch::new("intstop");
-    let p = |f: &str| d.path(f).display().to_string();
     let (frames, truth) = frames();
-    write_pcap(&d.path("in.pcap"), &frames);
-    let listen = format!("127.0.0.1:{}", 20_000 + (id + 13) % 30_000);
-    let collector = start_collector(&listen);
-    let cfg = format!(
-        "name = \"intstop\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"intstop-{id}\"\n\
-[dataplane]\nidle = true\nmbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_pcap0,rx_pcap={}\"\n\
-peer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\npeer = \"p0\"\n[int]\nnode_id = 4\n\
-edge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64\n[[int.collector]]\naddress = \"{listen}\"\n",
-        control_section(&d),
-        p("in.pcap"),
-        p("out.pcap"),
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let s = SwitchProcess::start(&d.path("c.toml"), None);
-    let sock = d.path("sw.sock");
-    wait_for("every frame sunk", || {
-        intctl(&sock, &["show", "int"])["counters"]["int_sunk"].as_u64() == Some(SENT as u64)
-    });
+    let Sink { d: _d, s, sock: _sock, collector } =
+        start_sink("intstop", 13, &frames, "node_id = 4\nedge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64");
     let out = s.stop();
     assert_eq!(out["events"]["int_flow_stopped"].as_u64(), Some(FLOWS as u64), "{out}");
     let (records, summary) = collected(collector);
@@ -272,11 +271,7 @@ edge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64\n[[int.collector]]\naddr
 /// workers and a value beyond the field is refused.
 #[test]
 fn events_match_a_reference_exactly() {
-    let id = std::process::id() % 100_000;
-    let d = Scratch::new("intev");
-    let p = |f: &str| d.path(f).display().to_string();
     let (frames, _) = frames();
-    write_pcap(&d.path("in.pcap"), &frames);
     let (q_t, q_c, e2e_t, e2e_reset) = (250u32, 200u32, 14_000u64, 9_000u64);
     // The reference: per flow, the last present queue per tracked hop and
     // the e2e edge state; records as (src, sport, hop or None, events, value).
@@ -309,27 +304,17 @@ fn events_match_a_reference_exactly() {
         }
     }
     assert!(want.len() > 50, "the reference raises events: {}", want.len());
-    let listen = format!("127.0.0.1:{}", 20_000 + (id + 17) % 30_000);
-    let collector = start_collector(&listen);
-    let cfg = format!(
-        "name = \"intev\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"intev-{id}\"\n\
-[dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
-device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
-peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\n\
+    let Sink { d: _d, s, sock, collector } = start_sink(
+        "intev",
+        17,
+        &frames,
+        &format!(
+            "node_id = 9\nedge_ports = [\"p1\"]\n\
 [int.analytics]\ncache_rows = 64\ncache_ways = 4\ncache_max_hops = 2\nidle_timeout = 0\n\
 [int.analytics.events.queue]\nthreshold = {q_t}\nchange = {q_c}\n\
-[int.analytics.events.e2e_latency]\nthreshold = {e2e_t}\nmode = \"edge\"\nreset = {e2e_reset}\n\
-[[int.collector]]\naddress = \"{listen}\"\n",
-        control_section(&d),
-        p("in.pcap"),
-        p("out.pcap"),
+[int.analytics.events.e2e_latency]\nthreshold = {e2e_t}\nmode = \"edge\"\nreset = {e2e_reset}"
+        ),
     );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let s = SwitchProcess::start(&d.path("c.toml"), None);
-    let sock = d.path("sw.sock");
-    wait_for("every frame sunk", || {
-        intctl(&sock, &["show", "int"])["counters"]["int_sunk"].as_u64() == Some(SENT as u64)
-    });
     let mut shown = Value::Null;
     wait_for("the events counted", || {
         shown = intctl(&sock, &["int", "event", "show"]);
@@ -407,11 +392,7 @@ fn bin_of(edges: &[u64], v: u64) -> usize {
 /// collector gets at stop equal a reference binned by the README's edges.
 #[test]
 fn histograms_equal_a_reference_binned_by_the_edges() {
-    let id = std::process::id() % 100_000;
-    let d = Scratch::new("inthist");
-    let p = |f: &str| d.path(f).display().to_string();
     let (frames, _) = frames();
-    write_pcap(&d.path("in.pcap"), &frames);
     let (lat_e, q_e, e2e_e) = (edges("log2", 4, 0), edges("linear", 10, 20), edges("log2", 8, 0));
     // (node ID or None for e2e, metric) -> counts per bin.
     let mut want: BTreeMap<(Option<u64>, String), Vec<u64>> = BTreeMap::new();
@@ -430,27 +411,15 @@ fn histograms_equal_a_reference_binned_by_the_edges() {
         }
         add(None, "e2e_latency", &e2e_e, e2e);
     }
-    let listen = format!("127.0.0.1:{}", 20_000 + (id + 19) % 30_000);
-    let collector = start_collector(&listen);
-    let cfg = format!(
-        "name = \"inthist\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"inthist-{id}\"\n\
-[dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
-device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
-peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\n\
+    let Sink { d: _d, s, sock, collector } = start_sink(
+        "inthist",
+        19,
+        &frames,
+        "node_id = 9\nedge_ports = [\"p1\"]\n\
 [int.analytics]\ncache_rows = 64\ncache_max_hops = 2\nhistogram_nodes = 8\n\
 [int.analytics.bins.hop_latency]\nkind = \"log2\"\nsub = 4\n\
-[int.analytics.bins.queue]\nkind = \"linear\"\nwidth = 10\ncount = 20\n\
-[[int.collector]]\naddress = \"{listen}\"\n",
-        control_section(&d),
-        p("in.pcap"),
-        p("out.pcap"),
+[int.analytics.bins.queue]\nkind = \"linear\"\nwidth = 10\ncount = 20",
     );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let s = SwitchProcess::start(&d.path("c.toml"), None);
-    let sock = d.path("sw.sock");
-    wait_for("every frame sunk", || {
-        intctl(&sock, &["show", "int"])["counters"]["int_sunk"].as_u64() == Some(SENT as u64)
-    });
     let shown = intctl(&sock, &["show", "int", "histograms", "--node", "2", "--metric", "queue"]);
     let hs = shown["histograms"].as_array().unwrap();
     assert_eq!(hs.len(), 1, "{shown}");

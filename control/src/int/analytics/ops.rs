@@ -24,35 +24,12 @@ fn not_configured() -> ApiError {
     ApiError::not_configured("INT analytics", "int.analytics")
 }
 
-/// The events `show int analytics` lists: the flow cache's and every loss
-/// the analytics count.
-pub const ANALYTICS_EVENTS: [Event; 25] = [
-    Event::IntFlowHit,
-    Event::IntFlowInserted,
-    Event::IntFlowLru,
-    Event::IntFlowAged,
-    Event::IntFlowActive,
-    Event::IntFlowFlushed,
-    Event::IntFlowStopped,
-    Event::IntFlowExported,
-    Event::IntFlowRingFull,
-    Event::IntAnalyticsBadHopMl,
-    Event::IntHopsUntracked,
-    Event::IntValueAbsent,
-    Event::IntEventHopLatencyT,
-    Event::IntEventHopLatencyC,
-    Event::IntEventQueueT,
-    Event::IntEventQueueC,
-    Event::IntEventTxUtilT,
-    Event::IntEventTxUtilC,
-    Event::IntEventE2eT,
-    Event::IntEventE2eC,
-    Event::IntEventPathChange,
-    Event::IntEventExported,
-    Event::IntEventRingFull,
-    Event::IntHistNodeUntracked,
-    Event::IntHistNoNodeId,
-];
+/// The events `show int analytics` lists: the flow cache's, the events',
+/// the histograms' and every loss the analytics count (contiguous in
+/// `Event`, from int_flow_hit to int_hist_no_node_id).
+pub fn analytics_events() -> impl Iterator<Item = Event> {
+    (Event::IntFlowHit as usize..=Event::IntHistNoNodeId as usize).map(|i| Event::ALL[i])
+}
 
 fn agg(a: &Agg) -> AggView {
     AggView { last: a.last, sum: a.sum, count: a.count, mean: (a.count > 0).then(|| a.sum / a.count) }
@@ -118,10 +95,9 @@ impl Switch {
                 }
             })
             .collect();
-        let counters = ANALYTICS_EVENTS
-            .iter()
+        let counters = analytics_events()
             .filter(|e| e.name().starts_with("int_event_"))
-            .map(|e| (e.name().to_string(), c.events[*e as usize]))
+            .map(|e| (e.name().to_string(), c.events[e as usize]))
             .collect();
         Ok(EventsView { rules, path_change: spec.path_change, counters })
     }
@@ -185,7 +161,7 @@ impl Switch {
             active_timeout_s: plan.active_s,
             entries: self.shared().workers.iter().map(|w| w.int_flows_in_use.load(Ordering::Relaxed)).sum(),
             capacity: (plan.rows * plan.ways) as u64 * workers,
-            counters: ANALYTICS_EVENTS.iter().map(|e| (e.name().to_string(), c.events[*e as usize])).collect(),
+            counters: analytics_events().map(|e| (e.name().to_string(), c.events[e as usize])).collect(),
             export: ex.view(&full, &event_full),
         })
     }

@@ -283,19 +283,9 @@ struct Raise<'a> {
     clock: &'a WallClock,
 }
 
-/// Each event bit's counter, by bit index (the link-latency pair is not
-/// raised yet).
-const BIT_EVENTS: [Event; 9] = [
-    Event::IntEventHopLatencyT,
-    Event::IntEventHopLatencyC,
-    Event::IntEventQueueT,
-    Event::IntEventQueueC,
-    Event::IntEventTxUtilT,
-    Event::IntEventTxUtilC,
-    Event::IntEventE2eT,
-    Event::IntEventE2eC,
-    Event::IntEventPathChange,
-];
+/// Event bits raised (the link-latency pair is not yet); their counters
+/// follow `Event::IntEventHopLatencyT` in bit order.
+const BITS_RAISED: usize = 9;
 
 impl Raise<'_> {
     /// Queues a record on R_I and counts its bits.
@@ -305,8 +295,8 @@ impl Raise<'_> {
         while bits != 0 {
             let b = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            if let Some(e) = BIT_EVENTS.get(b) {
-                c.event(*e);
+            if b < BITS_RAISED {
+                c.event(Event::ALL[Event::IntEventHopLatencyT as usize + b]);
             }
         }
         c.event(if self.ring.push(r) { Event::IntEventExported } else { Event::IntEventRingFull });
@@ -788,5 +778,13 @@ mod tests {
         assert_eq!(get(1, QUEUE).iter().sum::<u64>(), 0, "all ones: absent");
         assert_eq!(get(0, E2E)[lat.index(405)], 3);
         assert_eq!(c.events[Event::IntHistNodeUntracked as usize], 3);
+    }
+
+    #[test]
+    fn each_raised_bit_has_its_counter_in_bit_order() {
+        for b in 0..BITS_RAISED {
+            let e = Event::ALL[Event::IntEventHopLatencyT as usize + b];
+            assert_eq!(e.name(), format!("int_event_{}", bit::NAMES[b]));
+        }
     }
 }
