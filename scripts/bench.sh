@@ -620,9 +620,16 @@ want int-sink-100k-flows && export_line int-sink-100k-flows-reports reports_per_
 sed "s|$work/sink-real.pcap|$work/sink-real-large-imix.pcap|" "$work/sink-real.toml" >"$work/sink-real-large-imix.toml"
 run_case int-sink-100k-flows-imix "$work/sink-real-large-imix.pcap" "$work/sink-real-large-imix.toml"
 # The same 100k flows with INT sink analytics on (issue 34): the default
-# 65536 x 12 flow cache tracking 5 hops, its records exported to the collector.
+# 65536 x 12 flow cache tracking 5 hops, histograms per node (the default
+# bins), its records exported to the collector.
 sed 's|^report_filter_slots = 262144$|[int.analytics]|' "$work/sink-real-large.toml" >"$work/sink-analytics.toml"
 run_case int-sink-analytics-100k-flows "$work/sink-real-large.pcap" "$work/sink-analytics.toml"
+# And with queue T events: the trace's queue values are uniform over
+# 0..4095, so a threshold of 4087 fires on 8 values in 4096 per hop, about
+# 1 % of the 5-hop packets.
+sed 's|^\[int.analytics\]$|[int.analytics]\n[int.analytics.events.queue]\nthreshold = 4087|' \
+  "$work/sink-analytics.toml" >"$work/sink-analytics-events.toml"
+run_case int-sink-analytics-events-100k-flows "$work/sink-real-large.pcap" "$work/sink-analytics-events.toml"
 
 # AM-PM: the 10k monitored flows of the synthetic case, shuffled, among as
 # many unmonitored ones, mixed sizes.

@@ -73,6 +73,7 @@ fn every_config_key_is_in_the_reference_config() {
         "[int.analytics.events.queue]",
         "[int.analytics.bins]",
         "[int.analytics.bins.queue]",
+        "[[int.detect]]",
         "[ampm]",
         "[[ampm.flow]]",
         "[[ampm.collector]]",

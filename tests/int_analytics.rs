@@ -54,14 +54,20 @@ fn start_collector(listen: &str) -> (std::process::Child, std::thread::JoinHandl
     (child, reader)
 }
 
-/// Stops intcollector (SIGTERM: it prints its summary) and returns the
-/// analytics records it printed (int_flow, int_event, int_hist) and its summary.
-fn collected_all((mut c, reader): (std::process::Child, std::thread::JoinHandle<String>)) -> (Vec<Value>, Value) {
+/// Stops intcollector (SIGTERM: it prints its summary) and returns every
+/// JSON line it printed (reports, records, summaries).
+fn collected_lines((mut c, reader): (std::process::Child, std::thread::JoinHandle<String>)) -> Vec<Value> {
     std::thread::sleep(Duration::from_millis(300));
     Command::new("kill").args(["-TERM", &c.id().to_string()]).status().unwrap();
     c.wait().unwrap();
     let text = reader.join().unwrap();
-    let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The analytics records intcollector printed (int_flow, int_event,
+/// int_hist) and its analytics summary.
+fn collected_all(c: (std::process::Child, std::thread::JoinHandle<String>)) -> (Vec<Value>, Value) {
+    let lines = collected_lines(c);
     let summary = lines.iter().find_map(|v| v.get("int_flow_summary").cloned()).unwrap_or(Value::Null);
     (lines.into_iter().filter(|v| v["type"].as_str().is_some_and(|t| t.starts_with("int_"))).collect(), summary)
 }
@@ -444,4 +450,88 @@ fn histograms_equal_a_reference_binned_by_the_edges() {
     }
     assert_eq!(got, want, "{summary}");
     assert_eq!(summary["records_lost"].as_u64(), Some(0), "{summary}");
+}
+
+/// Per-flow detection end to end: flows with an even source port are
+/// decided by per_flow on the queue sum (T 150), the others by ewma on the
+/// hop-latency sum (T 800, weight 64). The reports intcollector decodes
+/// fall on exactly the packets a reference computed from the algorithms'
+/// definitions marks, with F (and Q for the queue rule), and each rule's
+/// counters add up.
+#[test]
+fn detection_reports_fall_on_the_reference_packets() {
+    let (frames, _) = frames();
+    // The reference: per flow P (and the EWMA M with 8 fractional bits).
+    let mut state: BTreeMap<FlowId, (u64, i64)> = BTreeMap::new();
+    let mut want: BTreeMap<usize, &str> = BTreeMap::new();
+    let mut per_rule = [[0u64; 3]; 2];
+    for (i, f) in frames.iter().enumerate() {
+        let src = std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]).to_string();
+        let sport = u16::from_be_bytes([f[34], f[35]]) as u64;
+        let (p, m) = state.entry((src, sport)).or_insert((0, 0));
+        let (lat, queue): (u64, u64) = (0..HOPS).fold((0, 0), |(l, q), h| {
+            let (lat, qv) = values(i, h);
+            (l + lat as u64, q + qv.unwrap_or(0) as u64)
+        });
+        let (rule, fired) = if sport % 2 == 0 {
+            let fire = queue.abs_diff(*p) > 150;
+            if fire {
+                *p = queue;
+            }
+            (0, fire)
+        } else {
+            *m += (64 * ((lat as i64) * 256 - *m)) >> 8;
+            let v = (*m >> 8) as u64;
+            let fire = v.abs_diff(*p) > 800;
+            if fire {
+                *p = v;
+            }
+            (1, fire)
+        };
+        per_rule[rule][0] += 1;
+        per_rule[rule][if fired { 1 } else { 2 }] += 1;
+        if fired {
+            // (intcollector writes the flags in header order: D Q F I.)
+            want.insert(i, if rule == 0 { "QF" } else { "F" });
+        }
+    }
+    assert!(per_rule[0][1] > 10 && per_rule[0][2] > 10 && per_rule[1][1] > 10 && per_rule[1][2] > 10, "{per_rule:?}");
+    let Sink { d: _d, s, sock, collector } = start_sink(
+        "intdet",
+        23,
+        &frames,
+        "node_id = 9\nedge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64\ncache_max_hops = 2\n\
+[[int.detect]]\nname = \"even\"\npriority = 10\nsrc_port = \"0/1\"\nalgorithm = \"per_flow\"\nmetric = \"queue\"\nthreshold = 150\n\
+[[int.detect]]\nname = \"rest\"\nalgorithm = \"ewma\"\nmetric = \"e2e_latency\"\nthreshold = 800\nweight = 64",
+    );
+    let shown = intctl(&sock, &["int", "detect", "show"]);
+    let rules = shown["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 2, "{shown}");
+    for (r, want) in rules.iter().zip(per_rule) {
+        let got = [&r["evaluated"], &r["reported"], &r["suppressed"]].map(|v| v.as_u64().unwrap());
+        assert_eq!(got, want, "{r}");
+        assert_eq!(r["metric_absent"].as_u64(), Some(0), "{r}");
+    }
+    // Refused at run time, naming the argument; a rule that is not there.
+    let bad = Command::new(intctl_bin())
+        .arg("--socket")
+        .arg(&sock)
+        .args(["int", "detect", "add", "x", "--algorithm", "ewma", "--weight", "300"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("weight"), "{bad:?}");
+    let gone =
+        Command::new(intctl_bin()).arg("--socket").arg(&sock).args(["int", "detect", "del", "nope"]).output().unwrap();
+    assert!(!gone.status.success(), "{gone:?}");
+    let _ = s.stop();
+    let lines = collected_lines(collector);
+    let mut got: BTreeMap<usize, String> = BTreeMap::new();
+    for v in lines.iter().filter(|v| v.get("flags").is_some()) {
+        // Hop 0's latency names the frame: 1000 + (37 i) mod 5000, i < 5000.
+        let lat = v["hops"][0]["hop_latency_ns"].as_u64().unwrap();
+        let i = (0..frames.len()).find(|&i| values(i, 0).0 as u64 == lat).unwrap_or_else(|| panic!("{v}"));
+        got.insert(i, v["flags"].as_str().unwrap().to_string());
+    }
+    let want: BTreeMap<usize, String> = want.into_iter().map(|(i, f)| (i, f.to_string())).collect();
+    assert_eq!(got, want);
 }

@@ -327,6 +327,7 @@ impl Plan {
             int: self.int.as_ref().map(|ip| {
                 let mut is = ip.spec.clone();
                 is.report.flow_interval_tsc = ip.flow_interval_ms * tsc_hz.max(1) / 1000;
+                is.detect.set_clock(tsc_hz.max(1));
                 is
             }),
             ampm: self.ampm.as_ref().map(|a| a.setup.clone()),

@@ -91,6 +91,7 @@ fn worker_pipeline(flows: usize, macs: usize, learn: bool) -> (WorkerPipeline, R
         ring: Some(ring),
         events: Some(events),
         hist: Some(HistWriter::new(Arc::new(WorkerHist::new(HistSpec { bins: HistSpec::default_bins(), nodes: 2 })))),
+        rule_counters: crate::int::analytics::rule_counters(),
     };
     let stages = StageSetup { analytics, reports, clock: WallClock::new(0, 1_700_000_000 * SEC, SEC) };
     let flows = FlowSetup { capacity: flows, idle_timeout_s: 1, learn, hash_seed: 1 };

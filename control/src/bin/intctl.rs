@@ -11,6 +11,7 @@ use control::api::Command;
 use control::client::{CallError, Client};
 use control::config::{FlowConfig, NeighbourConfig, RouteConfig};
 use control::int::analytics::api as ia;
+use control::int::analytics::detect::DetectConfig;
 use control::int::api as int;
 use control::int::config::WatchConfig;
 use serde::Serialize;
@@ -228,6 +229,11 @@ enum IntOp {
         #[command(subcommand)]
         op: IntEventOp,
     },
+    /// Per-flow detection rules: which algorithm decides a flow's reports.
+    Detect {
+        #[command(subcommand)]
+        op: DetectOp,
+    },
     /// Watchlist rules: ternary match on 5-tuple, DSCP and input port -> role.
     Watch {
         #[command(subcommand)]
@@ -349,6 +355,40 @@ enum WatchOp {
     Del {
         name: String,
     },
+}
+
+#[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per invocation
+enum DetectOp {
+    /// Add a detection rule, or replace the rule of the same name: the
+    /// flows it matches report when ALGORITHM fires (a new table
+    /// generation; those flows start from state 0).
+    Add {
+        name: String,
+        /// per_hop, per_flow, ewma, noop, none or interval.
+        #[arg(long)]
+        algorithm: String,
+        #[command(flatten)]
+        m: MatchArgs,
+        /// What S sums over the hops: hop_latency (default), e2e_latency, queue, tx_util.
+        #[arg(long)]
+        metric: Option<String>,
+        /// T: per_hop, per_flow, ewma.
+        #[arg(long)]
+        threshold: Option<u64>,
+        /// ewma: k of k/256 (1-256, default 64).
+        #[arg(long)]
+        weight: Option<u32>,
+        /// interval: milliseconds between two reports of a flow.
+        #[arg(long)]
+        interval_ms: Option<u64>,
+    },
+    Del {
+        name: String,
+    },
+    /// The rules in lookup order, with packets evaluated, reported,
+    /// suppressed and without the rule's metric.
+    Show,
 }
 
 /// The ternary match of an INT watch rule or an AM-PM flow.
@@ -647,6 +687,32 @@ fn run(cli: Cli) -> Result<(), String> {
             };
             call(c, j, &a, done)
         }
+        Cmd::Int {
+            op: IntOp::Detect { op: DetectOp::Add { name, algorithm, m, metric, threshold, weight, interval_ms } },
+        } => {
+            let m = m.fields();
+            let d = DetectConfig {
+                name: name.clone(),
+                priority: m.priority,
+                src: m.src,
+                dst: m.dst,
+                proto: m.proto,
+                src_port: m.src_port,
+                dst_port: m.dst_port,
+                dscp: m.dscp,
+                in_port: m.in_port,
+                algorithm: algorithm.clone(),
+                metric: metric.clone(),
+                threshold: *threshold,
+                weight: *weight,
+                interval_ms: *interval_ms,
+            };
+            call(c, j, &ia::IntDetectAdd(d), done)
+        }
+        Cmd::Int { op: IntOp::Detect { op: DetectOp::Del { name } } } => {
+            call(c, j, &ia::IntDetectDel { name: name.clone() }, done)
+        }
+        Cmd::Int { op: IntOp::Detect { op: DetectOp::Show } } => call(c, j, &ia::IntDetectShow {}, print_detect),
         Cmd::Int { op: IntOp::Event { op: IntEventOp::Show } } => call(c, j, &ia::IntEventShow {}, print_events),
         Cmd::Int { op: IntOp::Export { action } } => call(c, j, &int::IntExport { paused: action == "pause" }, done),
         Cmd::Int { op: IntOp::Watch { op: WatchOp::Del { name } } } => {
@@ -1042,6 +1108,39 @@ fn print_analytics(r: &ia::AnalyticsView) {
             })
             .collect(),
     );
+}
+
+fn print_detect(r: &ia::DetectView) {
+    if r.rules.is_empty() {
+        println!("no detection rule: reports as report_flow_interval_ms says");
+    }
+    table(
+        &["NAME", "PRIO", "ALGORITHM", "METRIC", "T", "EVALUATED", "REPORTED", "SUPPRESSED", "NO METRIC"],
+        r.rules
+            .iter()
+            .map(|x| {
+                let algo = match (x.weight, x.interval_ms) {
+                    (Some(w), _) => format!("{} (weight {w}/256)", x.algorithm),
+                    (_, Some(ms)) => format!("{} ({ms} ms)", x.algorithm),
+                    _ => x.algorithm.clone(),
+                };
+                vec![
+                    x.matcher.name.clone(),
+                    x.matcher.priority.to_string(),
+                    algo,
+                    x.metric.clone(),
+                    x.threshold.to_string(),
+                    x.evaluated.to_string(),
+                    x.reported.to_string(),
+                    x.suppressed.to_string(),
+                    x.metric_absent.to_string(),
+                ]
+            })
+            .collect(),
+    );
+    if r.node_untracked > 0 {
+        println!("int_detect_node_untracked {}", r.node_untracked);
+    }
 }
 
 fn print_histograms(r: &ia::HistogramsView) {

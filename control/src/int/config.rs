@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::collector_tx::CollectorPlan;
 use crate::fields::{parse_prefix, parse_proto, parse_unicast_mac, port_by_name, ConfigError};
 use crate::int::analytics::config::{AnalyticsConfig, AnalyticsPlan};
+use dataplane::int::analytics::detect::MAX_RULES;
 
 /// Longest per-flow report interval: a day (in TSC ticks it stays far
 /// below 2^64 at any clock rate).
@@ -100,6 +101,9 @@ pub struct IntConfig {
     pub collector: Vec<CollectorConfig>,
     /// The sink's flow cache and its export (absent: off).
     pub analytics: Option<AnalyticsConfig>,
+    /// Per-flow detection rules (need `[int.analytics]`).
+    #[serde(default)]
+    pub detect: Vec<crate::int::analytics::detect::DetectConfig>,
 }
 
 fn yes() -> bool {
@@ -433,6 +437,7 @@ impl IntConfig {
             report: ReportParams { md_bits, truncate: self.report_truncate, flow_interval_tsc: 0 },
             watch: Vec::new(),
             events: Default::default(),
+            detect: Default::default(),
         };
         for (i, m) in mtu.iter().enumerate().take(MAX_PORTS) {
             spec.mtu[i] = *m;
@@ -448,6 +453,19 @@ impl IntConfig {
         let collectors = collector_plans("int", &self.collector, ports, mtu, self.report_max_packet)?;
         let analytics = self.analytics.as_ref().map(|a| a.to_plan()).transpose()?;
         spec.events = analytics.map(|a| a.events).unwrap_or_default();
+        if !self.detect.is_empty() && analytics.is_none() {
+            return Err(cerr("int.detect", "detection rules need [int.analytics]"));
+        }
+        if self.detect.len() > MAX_RULES {
+            return Err(cerr("int.detect", format!("{} rules: at most {MAX_RULES}", self.detect.len())));
+        }
+        for (i, d) in self.detect.iter().enumerate() {
+            let r = d.to_rule(ports, i).map_err(|e| cerr(format!("int.detect[{i}].{}", e.key), e.reason))?;
+            if spec.detect.rules.iter().any(|o| o.matcher.name == r.matcher.name) {
+                return Err(cerr(format!("int.detect[{i}].name"), format!("'{}' is used twice", r.matcher.name)));
+            }
+            spec.detect.upsert(r);
+        }
         Ok(IntPlan {
             spec,
             collectors,

@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use dataplane::counters::CounterValues;
 use dataplane::dpdk::{self, Eal, EalArgs, MbufStash, Mempool, Port, PortSetup};
+use dataplane::int::analytics::detect::{RuleCounters, MAX_RULES};
 use dataplane::int::analytics::events::event_ring;
 use dataplane::int::analytics::flow_ring::flow_ring;
 use dataplane::int::analytics::histogram::{HistWriter, WorkerHist};
-use dataplane::int::analytics::AnalyticsSetup;
+use dataplane::int::analytics::{rule_counters, AnalyticsSetup};
 use dataplane::int::stage::WallClock;
 use dataplane::tables::{TableSpec, Tables};
 use dataplane::worker::{
@@ -61,11 +62,15 @@ pub struct Switch {
     /// TSC and wall clock at start, to timestamp captured packets.
     tsc0: u64,
     wall0_ns: u64,
-    hz: u64,
+    pub(crate) hz: u64,
     /// Telemetry report export (when `[int]` is configured).
     pub(crate) exporter: Option<Exporter>,
     /// INT sink analytics: flow records from R_G.
     pub(crate) flow_exporter: Option<AnalyticsExporter>,
+    /// Each worker's detection rule counters (by slot), and each slot's
+    /// sum when its rule was added (a reused slot starts from there).
+    pub(crate) detect_counters: Vec<Arc<[RuleCounters]>>,
+    pub(crate) detect_baseline: Vec<[u64; 4]>,
     /// Last per-port TX byte counts, for the utilisation INT reports.
     load_sample: Option<(Instant, Vec<u64>)>,
     /// AM-PM record export (when `[ampm]` is configured).
@@ -169,6 +174,7 @@ impl Switch {
         let mut flow_consumers = Vec::new();
         let mut event_consumers = Vec::new();
         let mut hists = Vec::new();
+        let mut detect_counters = Vec::new();
         let analytics = plan.int.as_ref().and_then(|i| i.analytics);
         if let Some(a) = &analytics {
             println!("{}", a.describe());
@@ -196,6 +202,11 @@ impl Switch {
                         ring: Some(p),
                         events: Some(ep),
                         hist,
+                        rule_counters: {
+                            let c = rule_counters();
+                            detect_counters.push(c.clone());
+                            c
+                        },
                     }
                 }
                 None => AnalyticsSetup::interval_only(plan.int.as_ref().map_or(1, |i| i.filter_slots)),
@@ -288,6 +299,8 @@ impl Switch {
             exporter,
             flow_exporter,
             load_sample: None,
+            detect_counters,
+            detect_baseline: vec![[0; 4]; MAX_RULES],
         })
     }
 

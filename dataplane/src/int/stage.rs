@@ -17,7 +17,7 @@ use crate::pipeline::{Burst, Cx, Depth, Output, Packet, PortLoad, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::Tables;
 use crate::wire::int_md::{HopMetadata, INT_HDR_LEN};
-use crate::wire::telemetry_report::{FLAG_D, FLAG_F, FLAG_I};
+use crate::wire::telemetry_report::{FLAG_D, FLAG_I};
 use crate::DropReason;
 
 /// Largest inner packet a report record holds.
@@ -268,18 +268,24 @@ fn original_flow(b: &[u8], meta: &PacketMeta, blk: &Block) -> crate::parse::Flow
 /// identity) per interval, flagged F (a flow the sink tracks). The flow's
 /// entry in the cache (analytics, the interval) takes the packet first.
 #[inline(always)]
-fn report_due<R: ReportSink>(ctx: &mut IntCtx<R>, b: &[u8], meta: &PacketMeta, blk: &Block, now: u64) -> (bool, u8) {
+fn report_due<R: ReportSink>(
+    ctx: &mut IntCtx<R>,
+    b: &[u8],
+    meta: &PacketMeta,
+    blk: &Block,
+    in_port: u16,
+    now: u64,
+) -> (bool, u8) {
     let interval = ctx.spec.report.flow_interval_tsc;
     if interval == 0 && !ctx.flows.tracking() {
         return (true, 0);
     }
     let key = original_flow(b, meta, blk);
     let stack = b.get(blk.at + INT_HDR_LEN..blk.at + blk.total).unwrap_or(&[]);
-    let (bitmap, hop_ml) = (blk.bitmap, blk.hop_ml);
-    let events = &ctx.spec.events;
-    let due =
-        ctx.flows.packet(&key, key.hash64(), now, stack, bitmap, hop_ml, blk.hops(), interval, events, ctx.counters);
-    (due, if interval == 0 { 0 } else { FLAG_F })
+    let shape = (blk.bitmap, blk.hop_ml, blk.hops());
+    let rules = (&ctx.spec.events, &ctx.spec.detect);
+    let fields = || watch_fields(b, meta, in_port, Some(blk));
+    ctx.flows.packet(&key, key.hash64(), now, stack, shape, interval, rules, fields, ctx.counters)
 }
 
 fn queue<R: ReportSink>(ctx: &mut IntCtx<R>, rec: ReportRecord) {
@@ -418,7 +424,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     // Sink: report (when due), then restore the original packet. The
     // per-flow interval runs on the burst's receive time; the clock is read
     // (and the hop measured) only for a report.
-    let (due, flags) = report_due(ctx, pkt.bytes(), meta, &block, hop.rx_tsc());
+    let (due, flags) = report_due(ctx, pkt.bytes(), meta, &block, in_port, hop.rx_tsc());
     let (sunk, rec) = if due {
         let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), block.domain_id);
         let want = report_len(spec, meta, blk + block.total, ctx.counters);
@@ -602,6 +608,7 @@ pub(crate) mod tests {
     use crate::parse::{parse, tests::udp4};
     use crate::pktbuf::VecBuf;
     use crate::wire::int_md::{instr, IntMd};
+    use crate::wire::telemetry_report::FLAG_F;
 
     const PORT: u16 = 17768;
 
@@ -616,6 +623,7 @@ pub(crate) mod tests {
             report: ReportParams { md_bits: 0x7c00, truncate: 64, flow_interval_tsc: 0 },
             watch: Vec::new(),
             events: Default::default(),
+            detect: Default::default(),
         };
         let mut r = WatchRule::any(
             "all-udp",

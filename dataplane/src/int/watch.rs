@@ -175,6 +175,8 @@ pub struct IntSpec {
     pub watch: Vec<WatchRule>,
     /// The sink analytics' T and C events.
     pub events: crate::int::analytics::events::EventSpec,
+    /// The sink's per-flow detection rules.
+    pub detect: crate::int::analytics::detect::DetectSpec,
 }
 
 impl IntSpec {
@@ -219,6 +221,7 @@ mod tests {
             report: ReportParams { md_bits: 0x7c00, truncate: 256, flow_interval_tsc: 0 },
             watch: Vec::new(),
             events: Default::default(),
+            detect: Default::default(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The analytics' commands: `show_int_analytics`, `int_flows_flush`,
-//! `int_flow_show`, `int_event_set`, `int_event_show`.
+//! `int_flow_show`, `int_event_set`, `int_event_show`, `show_int_histograms`,
+//! `int_detect_add`, `int_detect_del`, `int_detect_show`.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{command, no_args};
 
-no_args!(ShowIntAnalytics, IntFlowsFlush, IntEventShow);
+no_args!(ShowIntAnalytics, IntFlowsFlush, IntEventShow, IntDetectShow);
 
 /// One worker's R_G.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,7 +190,47 @@ pub struct HistogramsView {
     pub counters: BTreeMap<String, u64>,
 }
 
+/// `int_detect_add`: a `[[int.detect]]` rule (replaces the one of its name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IntDetectAdd(pub crate::int::analytics::detect::DetectConfig);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntDetectDel {
+    pub name: String,
+}
+
+/// One detection rule, its match as the watchlist shows one, and its
+/// counters summed over the workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DetectRuleView {
+    #[serde(rename = "match")]
+    pub matcher: crate::int::api::WatchView,
+    pub algorithm: String,
+    pub metric: String,
+    pub threshold: u64,
+    pub weight: Option<u32>,
+    pub interval_ms: Option<u64>,
+    /// Packets decided, reported, suppressed, and whose bitmap lacked the metric.
+    pub evaluated: u64,
+    pub reported: u64,
+    pub suppressed: u64,
+    pub metric_absent: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DetectView {
+    /// In lookup order (priority, then age).
+    pub rules: Vec<DetectRuleView>,
+    /// Hops whose node found no per_hop register (int_detect_node_untracked).
+    pub node_untracked: u64,
+}
+
 command!(ShowIntAnalytics, "show_int_analytics", AnalyticsView);
+command!(IntDetectAdd, "int_detect_add", crate::api::Generation);
+command!(IntDetectDel, "int_detect_del", crate::api::Generation);
+command!(IntDetectShow, "int_detect_show", DetectView);
 command!(ShowIntHistograms, "show_int_histograms", HistogramsView);
 command!(IntEventSet, "int_event_set", crate::api::Generation);
 command!(IntEventShow, "int_event_show", EventsView);

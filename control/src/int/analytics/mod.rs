@@ -3,10 +3,12 @@
 //! (R_I) and histogram snapshots as JSON lines to the INT collectors
 //! (`export`, `histogram`), and their commands (`api`, `ops`: `show int
 //! analytics`, `int flows flush`, `int flow show`, `int event set|show`,
-//! `show int histograms`).
+//! `show int histograms`, `int detect add|del|show`), and the detection
+//! rules' section (`detect`).
 
 pub mod api;
 pub mod config;
+pub mod detect;
 pub mod export;
 pub mod histogram;
 pub mod ops;

@@ -15,10 +15,13 @@ use crate::int::analytics::api::{
     AggView, AnalyticsView, EventRuleView, EventsView, FlowEntries, FlowEntryView, Flushed, HistView, HistogramsView,
     HopView, IntEventSet, IntFlowShow, ShowIntHistograms,
 };
+use crate::int::analytics::api::{DetectRuleView, DetectView};
 use crate::int::analytics::config::{event_rule, event_slot, EVENT_METRICS};
+use crate::int::analytics::detect::DetectConfig;
 use crate::int::analytics::histogram::{hist_name, quantile};
 use crate::switch::ops::sum;
 use crate::switch::Switch;
+use dataplane::int::analytics::detect::{Algorithm, MAX_RULES};
 
 fn not_configured() -> ApiError {
     ApiError::not_configured("INT analytics", "int.analytics")
@@ -26,9 +29,9 @@ fn not_configured() -> ApiError {
 
 /// The events `show int analytics` lists: the flow cache's, the events',
 /// the histograms' and every loss the analytics count (contiguous in
-/// `Event`, from int_flow_hit to int_hist_no_node_id).
+/// `Event`, from int_flow_hit to int_detect_node_untracked).
 pub fn analytics_events() -> impl Iterator<Item = Event> {
-    (Event::IntFlowHit as usize..=Event::IntHistNoNodeId as usize).map(|i| Event::ALL[i])
+    (Event::IntFlowHit as usize..=Event::IntDetectNodeUntracked as usize).map(|i| Event::ALL[i])
 }
 
 fn agg(a: &Agg) -> AggView {
@@ -100,6 +103,98 @@ impl Switch {
             .map(|e| (e.name().to_string(), c.events[e as usize]))
             .collect();
         Ok(EventsView { rules, path_change: spec.path_change, counters })
+    }
+
+    /// A rule's counters summed over the workers (since its slot was given).
+    fn rule_sums(&self, slot: usize) -> [u64; 4] {
+        let mut s = [0u64; 4];
+        for w in &self.detect_counters {
+            for (a, b) in s.iter_mut().zip(w[slot % MAX_RULES].get()) {
+                *a += b;
+            }
+        }
+        s
+    }
+
+    /// Adds (or replaces by name) a detection rule: a new table generation;
+    /// the flows it matches start from state 0.
+    pub fn int_detect_add(&mut self, a: &DetectConfig) -> Result<Generation, ApiError> {
+        if self.flow_exporter.is_none() {
+            return Err(not_configured());
+        }
+        let names = self.port_names();
+        let hz = self.hz;
+        let spec = &mut self.spec.int.as_mut().ok_or_else(not_configured)?.detect;
+        let slot = match spec.rules.iter().find(|r| r.matcher.name == a.name) {
+            Some(r) => r.slot,
+            None => spec.free_slot().ok_or_else(|| {
+                ApiError::new("table_full", None, format!("{MAX_RULES} detection rules: delete one first"))
+            })?,
+        };
+        let mut rule = a.to_rule(&names, slot).map_err(|e| ApiError::bad_argument(&e.key, e.reason))?;
+        if let Algorithm::Interval { ms, tsc } = &mut rule.algorithm {
+            *tsc = (*ms as u128 * hz as u128 / 1000).max(1) as u64;
+        }
+        let fresh = !spec.rules.iter().any(|r| r.matcher.name == a.name);
+        spec.upsert(rule);
+        if fresh {
+            self.detect_baseline[slot] = self.rule_sums(slot);
+        }
+        self.commit()
+    }
+
+    pub fn int_detect_del(&mut self, name: &str) -> Result<Generation, ApiError> {
+        if self.flow_exporter.is_none() {
+            return Err(not_configured());
+        }
+        let spec = &mut self.spec.int.as_mut().ok_or_else(not_configured)?.detect;
+        if spec.remove(name).is_none() {
+            return Err(ApiError::not_found("name", format!("no detection rule named '{name}'")));
+        }
+        self.commit()
+    }
+
+    /// The rules in lookup order with their counters.
+    pub fn int_detect_show(&self) -> Result<DetectView, ApiError> {
+        if self.flow_exporter.is_none() {
+            return Err(not_configured());
+        }
+        let spec = &self.spec.int.as_ref().ok_or_else(not_configured)?.detect;
+        let names = self.port_names();
+        let rules = spec
+            .rules
+            .iter()
+            .map(|r| {
+                let now = self.rule_sums(r.slot);
+                let base = self.detect_baseline[r.slot % MAX_RULES];
+                let n: Vec<u64> = now.iter().zip(base).map(|(a, b)| a.saturating_sub(b)).collect();
+                DetectRuleView {
+                    matcher: crate::int::ops::watch_view(&r.matcher, &names),
+                    algorithm: r.algorithm.name().into(),
+                    metric: match r.metric {
+                        QUEUE => "queue",
+                        TX_UTIL => "tx_util",
+                        _ => "hop_latency",
+                    }
+                    .into(),
+                    threshold: r.threshold,
+                    weight: match r.algorithm {
+                        Algorithm::Ewma { weight } => Some(weight),
+                        _ => None,
+                    },
+                    interval_ms: match r.algorithm {
+                        Algorithm::Interval { ms, .. } => Some(ms),
+                        _ => None,
+                    },
+                    evaluated: n[0],
+                    reported: n[1],
+                    suppressed: n[2],
+                    metric_absent: n[3],
+                }
+            })
+            .collect();
+        let c = sum(&self.worker_counters());
+        Ok(DetectView { rules, node_untracked: c.events[Event::IntDetectNodeUntracked as usize] })
     }
 
     /// The histograms summed over the workers, filtered.

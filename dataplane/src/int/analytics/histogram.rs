@@ -11,6 +11,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
 
 use crate::int::analytics::cache::METRICS;
+use crate::int::analytics::node_index::NodeIndex;
 
 /// How a metric's values fall into bins. The last bin holds everything at
 /// or above its lower edge.
@@ -165,9 +166,7 @@ impl WorkerHist {
 /// The worker's side: its shared table and the private index of its nodes.
 pub struct HistWriter {
     pub table: std::sync::Arc<WorkerHist>,
-    /// Open addressing: (node ID, slot + 1; 0 = empty).
-    index: Box<[(u32, u32)]>,
-    mask: usize,
+    index: NodeIndex,
 }
 
 /// What a hop's binning found.
@@ -180,33 +179,24 @@ pub enum NodeSlot {
 
 impl HistWriter {
     pub fn new(table: std::sync::Arc<WorkerHist>) -> HistWriter {
-        let n = (table.spec.nodes * 2).next_power_of_two().max(2);
-        HistWriter { table, index: vec![(0, 0); n].into_boxed_slice(), mask: n - 1 }
+        let index = NodeIndex::new(table.spec.nodes);
+        HistWriter { table, index }
     }
 
-    /// Node `id`'s slot, given one if there is room.
+    /// Node `id`'s slot, given one if there is room (and published to the
+    /// control core).
     #[inline]
     pub fn slot(&mut self, id: u32) -> NodeSlot {
-        let mut i = (id.wrapping_mul(0x9e37_79b1) >> 7) as usize & self.mask;
-        loop {
-            let (k, s) = self.index[i];
-            if s == 0 {
-                break;
+        match self.index.slot(id) {
+            Some((s, false)) => NodeSlot::Slot(s),
+            Some((s, true)) => {
+                let t = &self.table;
+                t.node_ids[s].store(id, Relaxed);
+                t.nodes_used.store(s + 1, Release);
+                NodeSlot::Slot(s)
             }
-            if k == id {
-                return NodeSlot::Slot(s as usize - 1);
-            }
-            i = (i + 1) & self.mask;
+            None => NodeSlot::Untracked,
         }
-        let t = &self.table;
-        let used = t.nodes_used.load(Relaxed);
-        if used == t.spec.nodes {
-            return NodeSlot::Untracked;
-        }
-        t.node_ids[used].store(id, Relaxed);
-        t.nodes_used.store(used + 1, Release);
-        self.index[i] = (id, used as u32 + 1);
-        NodeSlot::Slot(used)
     }
 
     /// Counts value `v` of per-hop `metric` at node `slot`.

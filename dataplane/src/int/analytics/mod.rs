@@ -9,15 +9,20 @@
 //! nothing, keeps the per-flow report interval.
 
 pub mod cache;
+pub mod detect;
 pub mod events;
 pub mod flow_ring;
 pub mod histogram;
+pub mod node_index;
 
 use crate::counters::{CounterValues, Event};
 use crate::int::stage::WallClock;
+use crate::int::watch::WatchFields;
 use crate::parse::FlowKey;
 use crate::wire::int_md::{hop_words, INSTR_BYTES};
+use crate::wire::telemetry_report::{FLAG_F, FLAG_Q};
 use cache::{FlowCache, FlowEntry, HopAgg, Reason, Touch, E2E_DISARMED, HOP_LATENCY, METRICS, QUEUE, TX_UTIL};
+use detect::{decide, DetectSpec, FlowDetect, NodeRegs, PerHopPass, RuleCounters, Sums, MAX_RULES};
 use events::{bit, check, EventProducer, EventRecord, EventSpec, HOP_E2E};
 use flow_ring::{FlowHead, FlowProducer};
 use histogram::{HistWriter, NodeSlot};
@@ -68,6 +73,16 @@ pub struct AnalyticsSetup {
     pub events: Option<EventProducer>,
     /// Per-node histograms; None: off.
     pub hist: Option<HistWriter>,
+    /// Detection rules' counters by slot (MAX_RULES; shared with the control core).
+    pub rule_counters: std::sync::Arc<[RuleCounters]>,
+}
+
+/// Node IDs the per_hop registers hold per worker.
+pub const PER_HOP_NODES: usize = 4096;
+
+/// Counters for every detection rule slot.
+pub fn rule_counters() -> std::sync::Arc<[RuleCounters]> {
+    (0..MAX_RULES).map(|_| RuleCounters::default()).collect()
 }
 
 impl AnalyticsSetup {
@@ -84,6 +99,7 @@ impl AnalyticsSetup {
             ring: None,
             events: None,
             hist: None,
+            rule_counters: rule_counters(),
         }
     }
 }
@@ -100,6 +116,10 @@ pub struct Analytics {
     ring: Option<FlowProducer>,
     events: Option<EventProducer>,
     hist: Option<HistWriter>,
+    /// Per entry, its detection state; the per_hop registers; rule counters.
+    det: Box<[FlowDetect]>,
+    regs: NodeRegs,
+    rule_counters: std::sync::Arc<[RuleCounters]>,
     clock: WallClock,
     idle_tsc: u64,
     active_tsc: u64,
@@ -119,6 +139,7 @@ const SWEEP_MAX_ROWS: usize = 4096;
 impl Analytics {
     pub fn new(s: AnalyticsSetup, clock: WallClock, hz: u64) -> Analytics {
         let cache = FlowCache::new(s.rows, s.ways, s.max_hops);
+        let entries = cache.capacity();
         // A full sweep within idle_timeout / 4 (or active_timeout / 4).
         let period = match (s.idle_tsc, s.active_tsc) {
             (0, 0) => 0,
@@ -131,6 +152,9 @@ impl Analytics {
             ring: s.ring,
             events: s.events,
             hist: s.hist,
+            det: vec![FlowDetect::default(); entries].into_boxed_slice(),
+            regs: NodeRegs::new(if s.max_hops > 0 { PER_HOP_NODES } else { 1 }),
+            rule_counters: s.rule_counters,
             clock,
             idle_tsc: s.idle_tsc,
             active_tsc: s.active_tsc,
@@ -147,9 +171,12 @@ impl Analytics {
     }
 
     /// One INT packet of flow `key` (hash `hash`) reaching the sink at `now`
-    /// with a `stack` of `hops` hops by `bitmap`, `hop_ml` words each; it
-    /// raises the events `spec` turns on. Returns whether its report is due
-    /// by `interval` (0: every packet).
+    /// with a `stack` of `hops` hops by `bitmap`, `hop_ml` words each: its
+    /// entry is updated, it raises the events `spec` turns on, and the
+    /// flow's detection rule (looked up by `fields` on its first packet and
+    /// after a rule change) decides its report; without one, a report is
+    /// due once per `interval` (0: every packet). Returns (due, the report's
+    /// flags).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn packet(
@@ -158,19 +185,31 @@ impl Analytics {
         hash: u64,
         now: u64,
         stack: &[u8],
-        bitmap: u16,
-        hop_ml: usize,
-        hops: usize,
+        (bitmap, hop_ml, hops): (u16, usize, usize),
         interval: u64,
-        spec: &EventSpec,
+        (spec, detect): (&EventSpec, &DetectSpec),
+        fields: impl FnOnce() -> WatchFields,
         c: &mut CounterValues,
-    ) -> bool {
+    ) -> (bool, u8) {
         let Analytics { cache, ring, clock, .. } = self;
         let (i, how) = cache.touch(key, hash, now, |e, h| export(ring, clock, e, h, Reason::Lru, None, c));
         c.event(match how {
             Touch::Hit => Event::IntFlowHit,
             Touch::Inserted | Touch::Replaced => Event::IntFlowInserted,
         });
+        let rule = if detect.rules.is_empty() {
+            None
+        } else {
+            let st = &mut self.det[i];
+            if how != Touch::Hit || st.version != detect.version + 1 {
+                // A new flow, or the rules changed: its rule anew, state at 0.
+                let rule = detect.lookup(&fields()).map_or(0, |r| r as u8 + 1);
+                *st = FlowDetect { version: detect.version + 1, rule, ..FlowDetect::default() };
+            }
+            detect.rules.get((st.rule as usize).wrapping_sub(1))
+        };
+        let mut sums = Sums::default();
+        let mut per_hop_fired = false;
         if self.ring.is_some() {
             if self.layout.0 != bitmap {
                 self.layout = (bitmap, HopLayout::of(bitmap));
@@ -181,23 +220,53 @@ impl Analytics {
                 c.event(Event::IntAnalyticsBadHopMl);
             } else {
                 let (e, aggs) = self.cache.entry_mut(i);
-                let ev = match &mut self.events {
-                    Some(ring) if spec.any() => Some(Raise { spec, ring, clock: &self.clock }),
-                    _ => None,
+                let mut side = Side {
+                    ev: match &mut self.events {
+                        Some(ring) if spec.any() => Some(Raise { spec, ring, clock: &self.clock }),
+                        _ => None,
+                    },
+                    hist: self.hist.as_mut(),
+                    per_hop: match rule {
+                        Some(r) if r.algorithm == detect::Algorithm::PerHop && layout.node_id.is_some() => {
+                            Some(PerHopPass {
+                                regs: &mut self.regs,
+                                metric: r.metric,
+                                threshold: r.threshold,
+                                fired: false,
+                                untracked: 0,
+                            })
+                        }
+                        _ => None,
+                    },
+                    sums: &mut sums,
                 };
-                update(e, aggs, &layout, stack, hops, now, ev, self.hist.as_mut(), c);
+                update(e, aggs, &layout, stack, hops, now, &mut side, c);
+                if let Some(p) = side.per_hop {
+                    per_hop_fired = p.fired;
+                    if p.untracked > 0 {
+                        c.event_n(Event::IntDetectNodeUntracked, p.untracked);
+                    }
+                } else if rule.is_some_and(|r| r.algorithm == detect::Algorithm::PerHop) {
+                    // per_hop needs each hop's node ID.
+                    sums.carried = [false; METRICS];
+                }
             }
         }
         let (e, _) = self.cache.entry_mut(i);
+        if let Some(r) = rule {
+            let counters = &self.rule_counters[r.slot % MAX_RULES];
+            let d = decide(r, &mut self.det[i], &sums, per_hop_fired, now, &mut e.report_tsc, counters);
+            return (d.report, if d.queue { FLAG_F | FLAG_Q } else { FLAG_F });
+        }
         if interval == 0 {
-            return true;
+            return (true, 0);
         }
         if e.report_tsc != 0 && now.wrapping_sub(e.report_tsc) < interval {
-            return false;
+            return (false, FLAG_F);
         }
         // (0 means "none yet": a report at TSC 0 is taken at 1.)
         e.report_tsc = now.max(1);
-        true
+        (true, FLAG_F)
     }
 
     /// The worker's poll (also when idle): sweeps the rows due since the
@@ -322,6 +391,15 @@ fn raise(rule: &events::EventRule, v: u32, prev: Option<u32>, disarmed: &mut u64
     tc
 }
 
+/// What a packet's update does besides the entry: events, histograms, the
+/// per_hop detection pass, and the sums detection decides on.
+struct Side<'a, 'b> {
+    ev: Option<Raise<'a>>,
+    hist: Option<&'a mut HistWriter>,
+    per_hop: Option<PerHopPass<'a>>,
+    sums: &'b mut Sums,
+}
+
 /// Adds one packet's stack to its flow's entry: the first `aggs.len()` hops
 /// in path order (the stack holds the newest first), and the sum of all
 /// hops' latencies; with `ev`, raises the packet's events against the
@@ -336,16 +414,19 @@ fn update(
     stack: &[u8],
     n: usize,
     now: u64,
-    mut ev: Option<Raise>,
-    mut hist: Option<&mut HistWriter>,
+    side: &mut Side,
     c: &mut CounterValues,
 ) {
+    let Side { ev, hist, per_hop, sums } = side;
     // (The block was checked: `n` hops of `hop_len` bytes fill the stack.)
     let n = if n * l.hop_len <= stack.len() { n } else { 0 };
     let tracked = n.min(aggs.len());
     let (mut e2e, mut any, mut absent) = (0u64, false, 0u64);
     let mut path = n as u32;
     let first = e.packets == 0;
+    for m in 0..METRICS {
+        sums.carried[m] = l.metric[m].is_some();
+    }
     for p in 0..n {
         let hop = &stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len];
         let node_id = l.node_id.map(|o| {
@@ -355,7 +436,7 @@ fn update(
         if let Some(id) = node_id {
             path = path_step(path, id);
         }
-        let slot = match (&mut hist, node_id) {
+        let slot = match (&mut *hist, node_id) {
             (None, _) => None,
             (Some(h), Some(id)) => match h.slot(id) {
                 NodeSlot::Slot(s) => Some(s),
@@ -369,9 +450,16 @@ fn update(
                 None
             }
         };
-        let bin = |m: usize, v: u32| {
+        // A present value: histograms, detection's sums and per_hop pass.
+        let mut seen = |m: usize, v: u32| {
             if let (Some(h), Some(s)) = (&hist, slot) {
                 h.add(s, m, v);
+            }
+            sums.sum[m] += v as u64;
+            if let (Some(ph), Some(id)) = (per_hop.as_mut(), node_id) {
+                if ph.metric == m {
+                    ph.hop(id, v);
+                }
             }
         };
         if p < tracked {
@@ -391,7 +479,7 @@ fn update(
                             r.value[m] = v;
                             r.present |= 1 << m;
                         }
-                        bin(m, v);
+                        seen(m, v);
                         a.last[m] = v;
                         a.sum[m] += v as u64;
                         a.count[m] += 1;
@@ -407,7 +495,7 @@ fn update(
                     r.present |= 1 << (4 + m);
                 }
             }
-            if let Some(x) = &mut ev {
+            if let Some(x) = ev {
                 if r.bits != 0 {
                     r.key = e.key;
                     r.node_id = a.node_id;
@@ -416,14 +504,11 @@ fn update(
                 }
             }
         } else {
-            // Beyond the tracked hops: the e2e sum, and the histograms.
+            // Beyond the tracked hops: the e2e sum, histograms, detection.
             for m in 0..METRICS {
-                if m != HOP_LATENCY && slot.is_none() {
-                    continue;
-                }
                 match l.value(hop, m) {
                     Some(Some(v)) => {
-                        bin(m, v);
+                        seen(m, v);
                         if m == HOP_LATENCY {
                             (e2e, any) = (e2e + v as u64, true);
                         }
@@ -441,7 +526,7 @@ fn update(
         c.event_n(Event::IntValueAbsent, absent);
     }
     let e2e = e2e.min(u32::MAX as u64) as u32;
-    if let Some(x) = &mut ev {
+    if let Some(x) = ev {
         let mut r = EventRecord { hop: HOP_E2E, ..EventRecord::default() };
         let prev = (e.e2e.count > 0).then_some(e.e2e.last);
         if any {
@@ -484,6 +569,10 @@ mod tests {
 
     const BITMAP: u16 = instr::NODE_ID | instr::HOP_LATENCY | instr::QUEUE | instr::TX_UTIL;
 
+    fn no_fields() -> WatchFields {
+        unreachable!("no detection rules: no lookup")
+    }
+
     fn stack(bitmap: u16, path: &[(u32, u32, u32, Option<u32>)]) -> Vec<u8> {
         // Newest first: the last hop of the path leads the stack.
         let mut s = Vec::new();
@@ -508,6 +597,7 @@ mod tests {
             ring: Some(p),
             events: None,
             hist: None,
+            rule_counters: rule_counters(),
         };
         (Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000), c)
     }
@@ -533,8 +623,31 @@ mod tests {
         let k = key(1);
         let s1 = stack(BITMAP, &[(11, 100, 3, Some(500)), (12, 200, 0xff_ffff, None), (13, 50, 1, Some(7))]);
         let s2 = stack(BITMAP, &[(11, 300, 5, Some(700)), (12, 10, 4, None), (13, 70, 2, Some(9))]);
-        assert!(a.packet(&k, k.hash64(), 10, &s1, BITMAP, 4, 3, 0, &EventSpec::default(), &mut c));
-        a.packet(&k, k.hash64(), 20, &s2, BITMAP, 4, 3, 0, &EventSpec::default(), &mut c);
+        assert!(
+            a.packet(
+                &k,
+                k.hash64(),
+                10,
+                &s1,
+                (BITMAP, 4, 3),
+                0,
+                (&EventSpec::default(), &DetectSpec::default()),
+                no_fields,
+                &mut c
+            )
+            .0
+        );
+        a.packet(
+            &k,
+            k.hash64(),
+            20,
+            &s2,
+            (BITMAP, 4, 3),
+            0,
+            (&EventSpec::default(), &DetectSpec::default()),
+            no_fields,
+            &mut c,
+        );
         let (e, h) = a.cache.get(&k, k.hash64()).unwrap();
         assert_eq!((e.packets, e.first_tsc, e.last_tsc, e.hops, e.tracked), (2, 10, 20, 3, 2));
         assert_eq!((h[0].node_id, h[1].node_id), (11, 12), "source side first");
@@ -557,7 +670,20 @@ mod tests {
     fn one_report_per_interval_per_flow_and_flows_of_one_row_keep_theirs() {
         let mut a = Analytics::new(AnalyticsSetup::interval_only(16), WallClock::new(0, 0, 1000), 1000);
         let mut c = CounterValues::default();
-        let mut due = |k: &FlowKey, now| a.packet(k, k.hash64(), now, &[], 0, 1, 0, 500, &EventSpec::default(), &mut c);
+        let mut due = |k: &FlowKey, now| {
+            a.packet(
+                k,
+                k.hash64(),
+                now,
+                &[],
+                (0, 1, 0),
+                500,
+                (&EventSpec::default(), &DetectSpec::default()),
+                no_fields,
+                &mut c,
+            )
+            .0
+        };
         assert!(due(&key(7), 1_000), "first packet");
         assert!(!due(&key(7), 1_499));
         assert!(due(&key(8), 1_499), "another flow, its own interval");
@@ -571,7 +697,17 @@ mod tests {
         let (mut a, _ring) = analytics(4, 2, 2);
         let mut c = CounterValues::default();
         let s = stack(BITMAP, &[(1, 1, 1, None)]);
-        a.packet(&key(1), key(1).hash64(), 5, &s, BITMAP, 3, 1, 0, &EventSpec::default(), &mut c);
+        a.packet(
+            &key(1),
+            key(1).hash64(),
+            5,
+            &s,
+            (BITMAP, 3, 1),
+            0,
+            (&EventSpec::default(), &DetectSpec::default()),
+            no_fields,
+            &mut c,
+        );
         assert_eq!(c.events[Event::IntAnalyticsBadHopMl as usize], 1);
         assert_eq!(a.cache.get(&key(1), key(1).hash64()).unwrap().0.packets, 0);
     }
@@ -582,7 +718,17 @@ mod tests {
         let mut c = CounterValues::default();
         let s = stack(BITMAP, &[(1, 1, 1, None)]);
         for (i, now) in [(1, 10), (2, 20), (1, 30), (3, 40)] {
-            a.packet(&key(i), key(i).hash64(), now, &s, BITMAP, 4, 1, 0, &EventSpec::default(), &mut c);
+            a.packet(
+                &key(i),
+                key(i).hash64(),
+                now,
+                &s,
+                (BITMAP, 4, 1),
+                0,
+                (&EventSpec::default(), &DetectSpec::default()),
+                no_fields,
+                &mut c,
+            );
         }
         let mut r = FlowRecord::empty();
         assert!(ring.pop_into(&mut r));
@@ -612,12 +758,23 @@ mod tests {
             ring: Some(p),
             events: None,
             hist: None,
+            rule_counters: rule_counters(),
         };
         let mut a = Analytics::new(s, WallClock::new(0, 0, 1000), 1000);
         let mut c = CounterValues::default();
         let st = stack(BITMAP, &[(1, 1, 1, None)]);
         for i in 0..10 {
-            a.packet(&key(i), key(i).hash64(), 1, &st, BITMAP, 4, 1, 0, &EventSpec::default(), &mut c);
+            a.packet(
+                &key(i),
+                key(i).hash64(),
+                1,
+                &st,
+                (BITMAP, 4, 1),
+                0,
+                (&EventSpec::default(), &DetectSpec::default()),
+                no_fields,
+                &mut c,
+            );
         }
         let n = a.cache.len();
         assert!(n > 4, "more entries ({n}) than the ring holds");
@@ -633,7 +790,17 @@ mod tests {
         );
         while ring.pop_into(&mut r) {}
         for i in 0..10 {
-            a.packet(&key(i), key(i).hash64(), 2, &st, BITMAP, 4, 1, 0, &EventSpec::default(), &mut c);
+            a.packet(
+                &key(i),
+                key(i).hash64(),
+                2,
+                &st,
+                (BITMAP, 4, 1),
+                0,
+                (&EventSpec::default(), &DetectSpec::default()),
+                no_fields,
+                &mut c,
+            );
         }
         while ring.pop_into(&mut r) {}
         b = a.cache.len();
@@ -671,6 +838,7 @@ mod tests {
             ring: Some(p),
             events: Some(ep),
             hist: None,
+            rule_counters: rule_counters(),
         };
         (Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000), c, ec)
     }
@@ -689,7 +857,7 @@ mod tests {
         // (node, latency, queue, tx_util) per hop, path order; hop 2 is untracked.
         let mut send = |q0: u32, q1: u32, q2: u32, now: u64| {
             let s = stack(BITMAP, &[(11, 5, q0, Some(1)), (12, 6, q1, None), (13, 7, q2, Some(3))]);
-            a.packet(&k, k.hash64(), now, &s, BITMAP, 4, 3, 0, &spec, &mut c);
+            a.packet(&k, k.hash64(), now, &s, (BITMAP, 4, 3), 0, (&spec, &DetectSpec::default()), no_fields, &mut c);
         };
         send(100, 50, 500, 10); // at the threshold, no previous packet: nothing
         assert!(drain(&mut ring).is_empty());
@@ -722,7 +890,17 @@ mod tests {
         let mut send = |path: &[(u32, u32)], now: u64, spec: &EventSpec| {
             let hops: Vec<_> = path.iter().map(|&(n, l)| (n, l, 0, None)).collect();
             let s = stack(BITMAP, &hops);
-            a.packet(&k, k.hash64(), now, &s, BITMAP, 4, path.len(), 0, spec, &mut c);
+            a.packet(
+                &k,
+                k.hash64(),
+                now,
+                &s,
+                (BITMAP, 4, path.len()),
+                0,
+                (spec, &DetectSpec::default()),
+                no_fields,
+                &mut c,
+            );
             drain(&mut ring).iter().map(|r| (r.hop, r.bits, r.value[0], r.prev[0])).collect::<Vec<_>>()
         };
         assert_eq!(send(&[(1, 100), (2, 250)], 1, &spec), [(HOP_E2E, bit::E2E_T, 350, 0)], "first packet: T, no path");
@@ -756,6 +934,7 @@ mod tests {
             ring: Some(p),
             events: None,
             hist: Some(HistWriter::new(t.clone())),
+            rule_counters: rule_counters(),
         };
         let mut a = Analytics::new(s, WallClock::new(0, 0, 1000), 1000);
         let mut c = CounterValues::default();
@@ -763,7 +942,17 @@ mod tests {
         // by the cache but binned.
         let st = stack(BITMAP, &[(1, 100, 7, Some(20)), (2, 300, 0xff_ffff, None), (3, 5, 9, Some(1))]);
         for i in 0..3 {
-            a.packet(&key(i), key(i).hash64(), 1, &st, BITMAP, 4, 3, 0, &EventSpec::default(), &mut c);
+            a.packet(
+                &key(i),
+                key(i).hash64(),
+                1,
+                &st,
+                (BITMAP, 4, 3),
+                0,
+                (&EventSpec::default(), &DetectSpec::default()),
+                no_fields,
+                &mut c,
+            );
         }
         assert_eq!(t.nodes(), [1, 2]);
         let get = |slot: usize, m: usize| {
@@ -786,5 +975,53 @@ mod tests {
             let e = Event::ALL[Event::IntEventHopLatencyT as usize + b];
             assert_eq!(e.name(), format!("int_event_{}", bit::NAMES[b]));
         }
+    }
+
+    /// A flow's rule decides its reports; the rule is looked up once, and
+    /// again after a rule change, which resets the flow's state.
+    #[test]
+    fn a_detection_rule_decides_the_reports_and_a_change_resets_it() {
+        use crate::int::watch::{Role, Ternary, WatchRule};
+        use detect::{Algorithm, DetectRule};
+        let (mut a, _f) = analytics(4, 2, 2);
+        let counters = a.rule_counters.clone();
+        let mut c = CounterValues::default();
+        let mut m = WatchRule::any("q", Role::None);
+        m.dst_port = Ternary::exact(2);
+        let mut d = DetectSpec::default();
+        d.upsert(DetectRule { matcher: m, algorithm: Algorithm::PerFlow, metric: QUEUE, threshold: 100, slot: 5 });
+        let fields = |port: u16| {
+            move || WatchFields {
+                ip_version: 4,
+                src: 1,
+                dst: 2,
+                proto: 17,
+                src_port: 1,
+                dst_port: port,
+                dscp: 0,
+                in_port: 0,
+            }
+        };
+        let lookups = std::cell::Cell::new(0);
+        let mut send = |k: &FlowKey, q: u32, port: u16, d: &DetectSpec| {
+            let s = stack(BITMAP, &[(1, 1, q, None), (2, 1, q, None)]);
+            let f = fields(port);
+            let counted = || {
+                lookups.set(lookups.get() + 1);
+                f()
+            };
+            a.packet(k, k.hash64(), 1, &s, (BITMAP, 4, 2), 0, (&EventSpec::default(), d), counted, &mut c)
+        };
+        // S = 2q: 60 no; 101 -> 202 fires (P = 202); 120 -> 240 no; 200 -> 400 fires.
+        let got: Vec<_> = [30, 101, 120, 200].iter().map(|&q| send(&key(1), q, 2, &d)).collect();
+        assert_eq!(got, [(false, FLAG_F), (true, FLAG_F | FLAG_Q), (false, FLAG_F), (true, FLAG_F | FLAG_Q)]);
+        assert_eq!(lookups.get(), 1, "looked up once");
+        // No rule matches port 3: the default, every packet (interval 0).
+        assert_eq!(send(&key(2), 1, 3, &d), (true, 0));
+        assert_eq!(counters[5].get(), [4, 2, 2, 0]);
+        // A rule change: looked up again, P back at 0 (S = 240 fires).
+        d.version += 1;
+        assert!(send(&key(1), 120, 2, &d).0, "S = 240 against P = 0");
+        assert_eq!(lookups.get(), 3);
     }
 }

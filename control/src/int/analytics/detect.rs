@@ -1,0 +1,156 @@
+//! `[[int.detect]]`: per-flow detection rules (int-event-detection §III-A):
+//! the watchlist's ternary match, a priority, and the algorithm that
+//! decides a matching flow's reports. The same shape is `int_detect_add`'s
+//! argument.
+
+use serde::{Deserialize, Serialize};
+
+use dataplane::int::analytics::cache::{HOP_LATENCY, QUEUE, TX_UTIL};
+use dataplane::int::analytics::detect::{Algorithm, DetectRule};
+
+use crate::fields::ConfigError;
+use crate::int::config::WatchConfig;
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DetectConfig {
+    pub name: String,
+    #[serde(default)]
+    pub priority: u32,
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    /// Name or number.
+    pub proto: Option<toml::Value>,
+    /// A number or "VALUE/MASK".
+    pub src_port: Option<toml::Value>,
+    pub dst_port: Option<toml::Value>,
+    pub dscp: Option<toml::Value>,
+    pub in_port: Option<String>,
+    /// per_hop, per_flow, ewma, noop, none or interval.
+    pub algorithm: String,
+    /// What S sums over the hops: hop_latency (default; e2e_latency is the
+    /// same sum), queue or tx_util.
+    pub metric: Option<String>,
+    /// T (per_hop, per_flow, ewma).
+    pub threshold: Option<u64>,
+    /// ewma: k of k/256 (1..=256, default 64).
+    pub weight: Option<u32>,
+    /// interval: milliseconds between two reports of a flow.
+    pub interval_ms: Option<u64>,
+}
+
+fn cerr(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { key: key.to_string(), reason: reason.into() }
+}
+
+/// The largest T a metric's sum may need: 16 hops of the field's maximum.
+fn metric_of(name: &str) -> Option<(usize, u64)> {
+    match name {
+        "hop_latency" | "e2e_latency" => Some((HOP_LATENCY, 16 * u32::MAX as u64)),
+        "queue" => Some((QUEUE, 16 * 0xff_ffff)),
+        "tx_util" => Some((TX_UTIL, 16 * u32::MAX as u64)),
+        _ => None,
+    }
+}
+
+impl DetectConfig {
+    /// The rule, with counter slot `slot` (interval's ticks are worked out
+    /// by `DetectSpec::set_clock`). Errors name the key (without the
+    /// section's prefix).
+    pub fn to_rule(&self, ports: &[String], slot: usize) -> Result<DetectRule, ConfigError> {
+        let w = WatchConfig {
+            name: self.name.clone(),
+            priority: self.priority,
+            role: "none".into(),
+            src: self.src.clone(),
+            dst: self.dst.clone(),
+            proto: self.proto.clone(),
+            src_port: self.src_port.clone(),
+            dst_port: self.dst_port.clone(),
+            dscp: self.dscp.clone(),
+            in_port: self.in_port.clone(),
+            instructions: None,
+            bitmap: None,
+            max_hops: None,
+            domain_id: None,
+        };
+        let matcher = w.to_rule(ports)?;
+        let metric_name = self.metric.as_deref().unwrap_or("hop_latency");
+        let (metric, max) = metric_of(metric_name).ok_or_else(|| {
+            cerr("metric", format!("'{metric_name}' is not hop_latency, e2e_latency, queue or tx_util"))
+        })?;
+        let threshold = self.threshold.unwrap_or(0);
+        if threshold > max {
+            return Err(cerr("threshold", format!("{threshold} is beyond what {metric_name} can sum to ({max})")));
+        }
+        let algorithm = match self.algorithm.as_str() {
+            "per_hop" => Algorithm::PerHop,
+            "per_flow" => Algorithm::PerFlow,
+            "ewma" => {
+                let weight = self.weight.unwrap_or(64);
+                if !(1..=256).contains(&weight) {
+                    return Err(cerr("weight", format!("{weight} must be 1..=256 (k of k/256)")));
+                }
+                Algorithm::Ewma { weight }
+            }
+            "noop" => Algorithm::Noop,
+            "none" => Algorithm::None,
+            "interval" => {
+                let ms = self.interval_ms.ok_or_else(|| cerr("interval_ms", "interval needs interval_ms"))?;
+                if !(1..=86_400_000).contains(&ms) {
+                    return Err(cerr("interval_ms", format!("{ms} must be 1..=86400000")));
+                }
+                Algorithm::Interval { ms, tsc: 0 }
+            }
+            "cnf" => return Err(cerr("algorithm", "cnf (expressions) is not built yet")),
+            a => {
+                return Err(cerr("algorithm", format!("'{a}' is not per_hop, per_flow, ewma, noop, none or interval")))
+            }
+        };
+        if self.weight.is_some() && !matches!(algorithm, Algorithm::Ewma { .. }) {
+            return Err(cerr("weight", "applies to ewma only"));
+        }
+        if self.interval_ms.is_some() && !matches!(algorithm, Algorithm::Interval { .. }) {
+            return Err(cerr("interval_ms", "applies to interval only"));
+        }
+        Ok(DetectRule { matcher, algorithm, metric, threshold, slot })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(text: &str) -> Result<DetectRule, ConfigError> {
+        let c: DetectConfig = toml::from_str(text).map_err(|e| cerr("", e.to_string()))?;
+        c.to_rule(&["p0".into()], 3)
+    }
+
+    #[test]
+    fn a_rule_and_its_algorithm() {
+        let r = rule("name = \"h1\"\npriority = 5\nsrc = \"10.0.1.0/24\"\nproto = \"udp\"\nalgorithm = \"ewma\"\nmetric = \"queue\"\nthreshold = 40").unwrap();
+        assert_eq!((r.algorithm, r.metric, r.threshold, r.slot), (Algorithm::Ewma { weight: 64 }, QUEUE, 40, 3));
+        assert_eq!((r.matcher.name.as_str(), r.matcher.priority, r.matcher.proto.value), ("h1", 5, 17));
+        let i = rule("name = \"all\"\nalgorithm = \"interval\"\ninterval_ms = 250").unwrap();
+        assert_eq!((i.algorithm, i.metric), (Algorithm::Interval { ms: 250, tsc: 0 }, HOP_LATENCY));
+    }
+
+    #[test]
+    fn bad_rules_name_their_key() {
+        for (text, key) in [
+            ("name = \"a\"\nalgorithm = \"magic\"", "algorithm"),
+            ("name = \"a\"\nalgorithm = \"cnf\"", "algorithm"),
+            ("name = \"a\"\nalgorithm = \"per_flow\"\nmetric = \"jitter\"", "metric"),
+            ("name = \"a\"\nalgorithm = \"ewma\"\nweight = 0", "weight"),
+            ("name = \"a\"\nalgorithm = \"ewma\"\nweight = 257", "weight"),
+            ("name = \"a\"\nalgorithm = \"per_flow\"\nweight = 4", "weight"),
+            ("name = \"a\"\nalgorithm = \"interval\"", "interval_ms"),
+            ("name = \"a\"\nalgorithm = \"noop\"\ninterval_ms = 5", "interval_ms"),
+            ("name = \"a\"\nalgorithm = \"per_hop\"\nmetric = \"queue\"\nthreshold = 300000000", "threshold"),
+            ("name = \"a\"\nalgorithm = \"noop\"\nsrc = \"10.0.0.0/33\"", "src"),
+            ("name = \"a\"\nalgorithm = \"noop\"\nin_port = \"p9\"", "in_port"),
+        ] {
+            assert_eq!(rule(text).unwrap_err().key, key, "{text}");
+        }
+    }
+}
