@@ -16,6 +16,7 @@ use crate::ampm::{tests::Mp, Carrier, Method, MpRole, Outcome};
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowAction;
 use crate::forward::Verdict;
+use crate::int::analytics::detect::{Algorithm, DetectRule};
 use crate::int::analytics::events::{event_ring, EventRule};
 use crate::int::analytics::flow_ring::flow_ring;
 use crate::int::analytics::histogram::{HistSpec, HistWriter, WorkerHist};
@@ -224,6 +225,25 @@ fn int_source_transit_and_sink_allocate_nothing_per_packet() {
                 spec.events.hop = [EventRule { threshold: 1, change: 1, edge: false, reset: 0 }; 3];
                 spec.events.e2e = EventRule { threshold: 1, change: 1, edge: true, reset: 1 };
                 spec.events.path_change = true;
+                // And decides reports by rules: per_hop and ewma for a
+                // sixteenth of the source ports each, every packet (noop)
+                // for the rest.
+                let rule = |name: &str, port: Option<u16>| {
+                    let mut r = crate::int::watch::WatchRule::any(name, crate::int::watch::Role::None);
+                    if let Some(p) = port {
+                        r.src_port = crate::int::watch::Ternary { value: p, mask: 0xf };
+                        r.priority = 1;
+                    }
+                    r
+                };
+                let rules = [
+                    (rule("per-hop", Some(0)), Algorithm::PerHop),
+                    (rule("ewma", Some(1)), Algorithm::Ewma { weight: 64 }),
+                    (rule("rest", None), Algorithm::Noop),
+                ];
+                for (slot, (matcher, algorithm)) in rules.into_iter().enumerate() {
+                    spec.detect.upsert(DetectRule { matcher, algorithm, metric: 0, threshold: 0, slot });
+                }
                 let mut s = two_port_router();
                 s.mode = Mode::CrossConnect;
                 s.int = Some(spec);
