@@ -537,16 +537,21 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
         t.int.as_ref().map(|_| Depth::Full)
     }
 
-    /// A sink tracking flows looks each packet's row up in a flow cache of
-    /// many megabytes: the burst's rows load together first.
+    /// A sink looks each packet's flow up in a flow cache of many
+    /// megabytes (analytics, or the report interval): the burst's rows load
+    /// together first.
     #[inline(always)]
     fn prefetch_pass(&self, t: &Tables) -> bool {
-        self.flows.tracking() && t.int.as_ref().is_some_and(|s| s.edge_ports != 0)
+        t.int.as_ref().is_some_and(|s| s.edge_ports != 0 && self.flows.worth_prefetching(s.report.flow_interval_tsc))
     }
 
     #[inline(always)]
     fn prefetch(&self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
-        let Some(spec) = t.int.as_ref().filter(|_| self.flows.tracking()) else { return };
+        let Some(spec) =
+            t.int.as_ref().filter(|s| s.edge_ports != 0 && self.flows.worth_prefetching(s.report.flow_interval_tsc))
+        else {
+            return;
+        };
         let Some(blk) = int::find(frame, meta, spec.presence) else { return };
         if let Ok(block) = int::Block::read(frame, meta, blk) {
             self.flows.cache.prefetch_row(original_flow(frame, meta, &block).hash64());

@@ -77,6 +77,9 @@ pub struct AnalyticsSetup {
     pub rule_counters: std::sync::Arc<[RuleCounters]>,
 }
 
+/// A flow cache past this many bytes of entries gets a prefetch pass.
+const PREFETCH_BYTES: usize = 4 << 20;
+
 /// Node IDs the per_hop registers hold per worker.
 pub const PER_HOP_NODES: usize = 4096;
 
@@ -139,7 +142,8 @@ const SWEEP_MAX_ROWS: usize = 4096;
 impl Analytics {
     pub fn new(s: AnalyticsSetup, clock: WallClock, hz: u64) -> Analytics {
         let cache = FlowCache::new(s.rows, s.ways, s.max_hops);
-        let entries = cache.capacity();
+        // Detection needs the analytics (the config says so).
+        let det_entries = if s.ring.is_some() { cache.capacity() } else { 0 };
         // A full sweep within idle_timeout / 4 (or active_timeout / 4).
         let period = match (s.idle_tsc, s.active_tsc) {
             (0, 0) => 0,
@@ -152,7 +156,7 @@ impl Analytics {
             ring: s.ring,
             events: s.events,
             hist: s.hist,
-            det: vec![FlowDetect::default(); entries].into_boxed_slice(),
+            det: vec![FlowDetect::default(); det_entries].into_boxed_slice(),
             regs: NodeRegs::new(if s.max_hops > 0 { PER_HOP_NODES } else { 1 }),
             rule_counters: s.rule_counters,
             clock,
@@ -168,6 +172,14 @@ impl Analytics {
     #[inline(always)]
     pub fn tracking(&self) -> bool {
         self.ring.is_some()
+    }
+
+    /// Whether a sink's packets look the cache up (tracking, or a report
+    /// interval) in a cache larger than a core's L2, so that a burst's
+    /// rows are worth prefetching.
+    #[inline(always)]
+    pub fn worth_prefetching(&self, interval: u64) -> bool {
+        (self.tracking() || interval > 0) && self.cache.capacity() * std::mem::size_of::<FlowEntry>() > PREFETCH_BYTES
     }
 
     /// One INT packet of flow `key` (hash `hash`) reaching the sink at `now`
@@ -197,7 +209,7 @@ impl Analytics {
             Touch::Hit => Event::IntFlowHit,
             Touch::Inserted | Touch::Replaced => Event::IntFlowInserted,
         });
-        let rule = if detect.rules.is_empty() {
+        let rule = if detect.rules.is_empty() || self.det.is_empty() {
             None
         } else {
             let st = &mut self.det[i];
