@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what intswitch needs to build, run and test on Debian 12:
 # DPDK 22.11 (headers, libraries, drivers, dpdk-testpmd), clang for bindgen,
-# the tools the tests drive (iproute2, ethtool, ping, tshark, python3, strace), and
+# the tools the tests drive (iproute2, ethtool, ping, tshark, python3, strace,
+# redis-server for intcollector's Redis export), and
 # CA certificates for cargo's HTTPS to crates.io (a minimal Debian has none).
 # Idempotent: skips apt when everything is already there.
 set -euo pipefail
 
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev build-essential
-      iproute2 iputils-ping ethtool tshark python3 procps strace ca-certificates)
+      iproute2 iputils-ping ethtool tshark python3 procps strace ca-certificates redis-server)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -535,3 +535,84 @@ fn detection_reports_fall_on_the_reference_packets() {
     let want: BTreeMap<usize, String> = want.into_iter().map(|(i, f)| (i, f.to_string())).collect();
     assert_eq!(got, want);
 }
+
+/// One command to the Redis at `sock`; its integer reply.
+fn redis_int(sock: &std::path::Path, args: &[&str]) -> i64 {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut cmd = format!("*{}\r\n", args.len());
+    for a in args {
+        cmd += &format!("${}\r\n{a}\r\n", a.len());
+    }
+    s.write_all(cmd.as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    line.trim().strip_prefix(':').unwrap_or_else(|| panic!("{args:?}: {line}")).parse().unwrap()
+}
+
+/// intcollector stores what it decodes in a real Redis: reports, events,
+/// flow records and histograms land in their streams as it counted them;
+/// when Redis dies, the records after it are dropped and counted while the
+/// decoding goes on.
+#[test]
+fn redis_holds_what_intcollector_decoded_and_a_dead_store_costs_counted_records() {
+    let (frames, _) = frames();
+    let id = std::process::id() % 100_000;
+    let rd = Scratch::new("redis");
+    let rsock = rd.path("redis.sock");
+    let mut redis = Command::new("redis-server")
+        .args(["--port", "0", "--unixsocket"])
+        .arg(&rsock)
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(rd.path(""))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/setup.sh installs it)");
+    wait_for("redis up", || rsock.exists() && std::os::unix::net::UnixStream::connect(&rsock).is_ok());
+    let listen = format!("127.0.0.1:{}", 20_000 + (id + 29) % 30_000);
+    let mut child = Command::new(intswitch_tests::workspace_bin("intcollector"))
+        .args(["--listen", &listen, "--json", "--quiet", "--duration", "60", "--redis"])
+        .arg(format!("redis+unix://{}", rsock.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // Every packet reported; queue T events; histograms at stop.
+    let int = format!(
+        "node_id = 9\nedge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64\nhistogram_interval = 0\n\
+         [int.analytics.events.queue]\nthreshold = 250\n[[int.collector]]\naddress = \"{listen}\""
+    );
+    // (start_sink adds a collector of its own: this one is ours.)
+    let Sink { d: _d, s, sock, collector: other } = start_sink("intredis", 31, &frames, &int);
+    let events = intctl(&sock, &["int", "event", "show"])["counters"]["int_event_exported"].as_u64().unwrap();
+    assert!(events > 10, "{events}");
+    wait_for("reports and events in Redis", || {
+        redis_int(&rsock, &["XLEN", "int:reports"]) == SENT as i64
+            && redis_int(&rsock, &["XLEN", "int:events"]) == events as i64
+    });
+    // Redis goes; the switch stops: its flow records and histograms are
+    // still decoded, and what could not be stored is counted.
+    redis.kill().unwrap();
+    redis.wait().unwrap();
+    let _ = s.stop();
+    let _ = collected_lines(other);
+    let lines = collected_lines((child, reader));
+    let find = |k: &str| lines.iter().find_map(|v| v.get(k).cloned()).unwrap_or(Value::Null);
+    let (fl, rs) = (find("int_flow_summary"), find("redis_summary"));
+    let u = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+    assert_eq!((u(&fl, "events"), u(&fl, "records")), (events, FLOWS as u64), "{fl}");
+    assert!(u(&fl, "hist_lines") > 0, "{fl}");
+    let commands = SENT as u64 + events + FLOWS as u64 + 2 * u(&fl, "hist_lines");
+    assert_eq!(u(&rs, "written") + u(&rs, "dropped"), commands, "{rs}");
+    assert_eq!(u(&rs, "written"), SENT as u64 + events, "what came before Redis died: {rs}");
+    assert_eq!(u(&rs, "errors"), 0, "{rs}");
+    assert!(u(&rs, "connection_lost") >= 1, "{rs}");
+}

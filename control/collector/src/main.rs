@@ -70,6 +70,17 @@ struct Cli {
     /// process is not scheduled (above net.core.rmem_max needs root).
     #[arg(long, default_value_t = 8 << 20, value_name = "BYTES")]
     rcvbuf: usize,
+    /// Also store what it decodes in Redis (redis://HOST:PORT or
+    /// redis+unix:///PATH): streams int:reports, int:flows, int:events and
+    /// int:histograms (XADD, field r, the JSON line), histogram chunks also
+    /// as HSET int:hist:<node ID|e2e>:<metric> <first bin> <counts>.
+    /// Batches are pipelined; a store that fails costs dropped, counted
+    /// records, never the decoding.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Entries each Redis stream keeps, about (XADD MAXLEN ~).
+    #[arg(long, default_value_t = 100_000)]
+    redis_maxlen: u64,
 }
 
 #[derive(clap::Subcommand)]
@@ -91,6 +102,25 @@ fn main() -> ExitCode {
             eprintln!("intcollector: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// How often, at least, a Redis batch goes out while records arrive.
+const REDIS_FLUSH: Duration = Duration::from_millis(20);
+
+/// An analytics record into its Redis stream (histogram chunks into their
+/// hash too).
+fn to_redis(r: &mut intcollector::redis::RedisSink, kind: &str, v: &serde_json::Value, line: &str) {
+    let stream = match kind {
+        "int_flow" => "int:flows",
+        "int_event" => "int:events",
+        _ => "int:histograms",
+    };
+    r.xadd(stream, line);
+    if kind == "int_hist" {
+        let node = v["node_id"].as_u64().map_or("e2e".to_string(), |n| n.to_string());
+        let key = format!("int:hist:{node}:{}", v["metric"].as_str().unwrap_or("unknown"));
+        r.hset(&key, &v["first"].to_string(), &v["counts"].to_string());
     }
 }
 
@@ -196,6 +226,15 @@ fn run(cli: &Cli) -> Result<(), String> {
     let mut t = Tracker::default();
     let mut am = Joiner::new(cli.ampm_mps as usize);
     let mut fl = intcollector::flows::FlowRecords::default();
+    let mut redis = match &cli.redis {
+        Some(url) => Some(intcollector::redis::RedisSink::new(
+            intcollector::redis::Target::parse(url).map_err(|e| format!("--redis: {e}"))?,
+            cli.redis_maxlen,
+        )),
+        None => None,
+    };
+    // Redis batches go out at least this often.
+    let mut last_flush = Instant::now();
     let mut buf = vec![0u8; 65536];
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
@@ -216,10 +255,18 @@ fn run(cli: &Cli) -> Result<(), String> {
                 ) =>
             {
                 let _ = out.flush();
+                if let Some(r) = &mut redis {
+                    r.flush();
+                    last_flush = Instant::now();
+                }
                 continue;
             }
             Err(e) => return Err(format!("receive: {e}")),
         };
+        if let Some(r) = redis.as_mut().filter(|_| last_flush.elapsed() >= REDIS_FLUSH) {
+            r.flush();
+            last_flush = Instant::now();
+        }
         if n > 0 && buf[0] == b'{' {
             let text = String::from_utf8_lossy(&buf[..n]);
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -229,7 +276,11 @@ fn run(cli: &Cli) -> Result<(), String> {
                     .find(|k| line.starts_with(&format!("{{\"type\":\"{k}\"")));
                 if let Some(kind) = kind {
                     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
-                    if fl.record(&v).is_ok() && !cli.quiet {
+                    let ok = fl.record(&v).is_ok();
+                    if let (Some(r), true) = (&mut redis, ok) {
+                        to_redis(r, kind, &v, line);
+                    }
+                    if ok && !cli.quiet {
                         let l = match (cli.json, kind) {
                             (true, _) => v.to_string(),
                             (false, "int_event") => intcollector::flows::event_line(&v),
@@ -256,10 +307,15 @@ fn run(cli: &Cli) -> Result<(), String> {
                 }
                 for r in &reports {
                     t.report(r);
-                    if !cli.quiet {
+                    if !cli.quiet || redis.is_some() {
                         let v = r.json();
-                        let line = if cli.json { v.to_string() } else { text_line(&v) };
-                        let _ = writeln!(out, "{line}");
+                        if let Some(rs) = &mut redis {
+                            rs.xadd("int:reports", &v.to_string());
+                        }
+                        if !cli.quiet {
+                            let line = if cli.json { v.to_string() } else { text_line(&v) };
+                            let _ = writeln!(out, "{line}");
+                        }
                     }
                 }
             }
@@ -274,6 +330,20 @@ fn run(cli: &Cli) -> Result<(), String> {
                     let _ = writeln!(out, "{line}");
                 }
             }
+        }
+    }
+    if let Some(r) = &mut redis {
+        r.flush();
+        let s = r.summary();
+        if cli.json {
+            let _ = writeln!(out, "{s}");
+        } else {
+            let c = &r.counters;
+            let _ = writeln!(
+                out,
+                "redis written {} errors {} dropped {} connects {} connection lost {}",
+                c.written, c.errors, c.dropped, c.connects, c.connection_lost
+            );
         }
     }
     if am.records > 0 {
