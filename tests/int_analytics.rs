@@ -38,8 +38,14 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 /// intcollector on `listen`, printing JSON lines until told to stop,
 /// and a thread reading them as they come (a full pipe would stall it).
 fn start_collector(listen: &str) -> (std::process::Child, std::thread::JoinHandle<String>) {
+    start_collector_with(listen, &[])
+}
+
+/// The same with more arguments.
+fn start_collector_with(listen: &str, more: &[&str]) -> (std::process::Child, std::thread::JoinHandle<String>) {
     let mut child = Command::new(intswitch_tests::workspace_bin("intcollector"))
         .args(["--listen", listen, "--json", "--duration", "60"])
+        .args(more)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -571,20 +577,8 @@ fn redis_holds_what_intcollector_decoded_and_a_dead_store_costs_counted_records(
         .expect("redis-server (scripts/setup.sh installs it)");
     wait_for("redis up", || rsock.exists() && std::os::unix::net::UnixStream::connect(&rsock).is_ok());
     let listen = format!("127.0.0.1:{}", 20_000 + (id + 29) % 30_000);
-    let mut child = Command::new(intswitch_tests::workspace_bin("intcollector"))
-        .args(["--listen", &listen, "--json", "--quiet", "--duration", "60", "--redis"])
-        .arg(format!("redis+unix://{}", rsock.display()))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
-        s
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let url = format!("redis+unix://{}", rsock.display());
+    let ours = start_collector_with(&listen, &["--quiet", "--redis", &url]);
     // Every packet reported; queue T events; histograms at stop.
     let int = format!(
         "node_id = 9\nedge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64\nhistogram_interval = 0\n\
@@ -604,7 +598,7 @@ fn redis_holds_what_intcollector_decoded_and_a_dead_store_costs_counted_records(
     redis.wait().unwrap();
     let _ = s.stop();
     let _ = collected_lines(other);
-    let lines = collected_lines((child, reader));
+    let lines = collected_lines(ours);
     let find = |k: &str| lines.iter().find_map(|v| v.get(k).cloned()).unwrap_or(Value::Null);
     let (fl, rs) = (find("int_flow_summary"), find("redis_summary"));
     let u = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
