@@ -30,6 +30,10 @@ use control::config::Config;
 use control::traffic::{frame, int_frame, IntTraffic, TrafficSpec};
 use dataplane::counters::{CounterValues, Event};
 use dataplane::forward::Verdict;
+use dataplane::int::analytics::events::event_ring;
+use dataplane::int::analytics::flow_ring::flow_ring;
+use dataplane::int::analytics::histogram::{HistSpec, HistWriter, WorkerHist};
+use dataplane::int::analytics::{rule_counters, AnalyticsSetup};
 use dataplane::int::report_ring::{report_ring, ReportConsumer};
 use dataplane::int::stage::{ReportRecord, WallClock};
 use dataplane::parse::parse;
@@ -54,6 +58,9 @@ struct Case {
     /// What shows that the case's stage handled a packet: a case whose
     /// frames miss the stage fails.
     acts: Acts,
+    /// The INT sink runs its analytics (flow cache, events, histograms,
+    /// detection) at their default sizes.
+    analytics: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -103,7 +110,7 @@ const XC: [&str; 2] = ["peer = \"p1\"", "peer = \"p0\""];
 const FIVE: u16 = instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE | instr::INGRESS_TS;
 
 /// The cases, in the order they run.
-const CASES: [&str; 9] = [
+const CASES: [&str; 10] = [
     "parse",
     "xconnect-flow-table",
     "l3-10k-routes-100k-flows",
@@ -111,6 +118,7 @@ const CASES: [&str; 9] = [
     "int-transit-5-instructions",
     "int-sink-5x4",
     "int-sink-5x4-report-every-packet",
+    "int-sink-analytics-5x4",
     "ampm-initiator",
     "ampm-terminator",
 ];
@@ -123,6 +131,7 @@ fn build(name: &'static str) -> Case {
         learn,
         parse_only: false,
         acts: Acts::Forwarded,
+        analytics: false,
     };
     let xc = |learn, tail: &str| config("xconnect", learn, XC[0], XC[1], tail);
     let int = |edge: &str, more: &str| format!("[int]\nnode_id = 7\nedge_ports = {edge}\n{more}\n");
@@ -187,9 +196,45 @@ fn build(name: &'static str) -> Case {
             let sink = int("[\"p1\"]", &format!("report_max_packet = 1472\n{collector}"));
             Case { acts: Acts::Counted(Event::IntSunk), ..case(false, xc(false, &sink), five_hops()) }
         }
+        "int-sink-analytics-5x4" => {
+            // The 5x4 sink with [int.analytics]: queue T events and a
+            // per_flow rule on the latency sum decide the reports.
+            let sink = int(
+                "[\"p1\"]",
+                &format!(
+                    "{collector}\n[int.analytics]\n[int.analytics.events.queue]\nthreshold = 100\n\
+                     [[int.detect]]\nname = \"all\"\nalgorithm = \"per_flow\"\nthreshold = 1000"
+                ),
+            );
+            Case {
+                acts: Acts::Counted(Event::IntFlowHit),
+                analytics: true,
+                ..case(false, xc(false, &sink), five_hops())
+            }
+        }
         "ampm-initiator" => ampm("initiator"),
         "ampm-terminator" => ampm("terminator"),
         other => unreachable!("case {other} is not in CASES"),
+    }
+}
+
+/// The analytics at `[int.analytics]`'s defaults: a 65536 x 12 flow cache
+/// tracking 5 hops, R_G and R_I of 65536 records (their far ends dropped:
+/// a full ring is counted, as the worker does), histograms for 256 nodes.
+fn analytics() -> AnalyticsSetup {
+    let (ring, _) = flow_ring(65_536, 5);
+    let (events, _) = event_ring(65_536);
+    let hist = HistWriter::new(Arc::new(WorkerHist::new(HistSpec { bins: HistSpec::default_bins(), nodes: 256 })));
+    AnalyticsSetup {
+        rows: 65_536,
+        ways: 12,
+        max_hops: 5,
+        idle_tsc: 0,
+        active_tsc: 0,
+        ring: Some(ring),
+        events: Some(events),
+        hist: Some(hist),
+        rule_counters: rule_counters(),
     }
 }
 
@@ -213,7 +258,7 @@ impl<'a> Worker<'a> {
         let me = Arc::new(WorkerShared::new(slots));
         let (reports, drain) = report_ring(1024);
         let stages = StageSetup {
-            analytics: dataplane::int::analytics::AnalyticsSetup::interval_only(65_536),
+            analytics: if case.analytics { analytics() } else { AnalyticsSetup::interval_only(65_536) },
             reports,
             clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
         };
