@@ -148,11 +148,6 @@ pub struct RuleCounters {
 }
 
 impl RuleCounters {
-    #[inline(always)]
-    fn bump(c: &AtomicU64) {
-        c.store(c.load(Relaxed) + 1, Relaxed);
-    }
-
     /// (evaluated, reported, suppressed, metric_absent).
     pub fn get(&self) -> [u64; 4] {
         [&self.evaluated, &self.reported, &self.suppressed, &self.metric_absent].map(|c| c.load(Relaxed))
@@ -225,10 +220,10 @@ pub fn decide(
     last_report: &mut u64,
     c: &RuleCounters,
 ) -> Decision {
-    RuleCounters::bump(&c.evaluated);
+    super::bump(&c.evaluated);
     let needs_metric = matches!(rule.algorithm, Algorithm::PerHop | Algorithm::PerFlow | Algorithm::Ewma { .. });
     let fired = if needs_metric && !s.carried[rule.metric] {
-        RuleCounters::bump(&c.metric_absent);
+        super::bump(&c.metric_absent);
         false
     } else {
         let sum = s.sum[rule.metric];
@@ -262,7 +257,7 @@ pub fn decide(
             }
         }
     };
-    RuleCounters::bump(if fired { &c.reported } else { &c.suppressed });
+    super::bump(if fired { &c.reported } else { &c.suppressed });
     Decision { report: fired, queue: fired && rule.metric == QUEUE && needs_metric }
 }
 

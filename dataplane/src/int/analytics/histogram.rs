@@ -155,12 +155,6 @@ impl WorkerHist {
             *o += c.load(Relaxed);
         }
     }
-
-    #[inline(always)]
-    fn bump(c: &AtomicU64) {
-        // The worker is the only writer.
-        c.store(c.load(Relaxed) + 1, Relaxed);
-    }
 }
 
 /// The worker's side: its shared table and the private index of its nodes.
@@ -204,14 +198,14 @@ impl HistWriter {
     pub fn add(&self, slot: usize, metric: usize, v: u32) {
         let t = &*self.table;
         let i = slot * t.per_node + t.offset[metric] + t.spec.bins[metric].index(v);
-        WorkerHist::bump(&t.counts[i]);
+        super::bump(&t.counts[i]);
     }
 
     /// Counts an end-to-end latency.
     #[inline(always)]
     pub fn add_e2e(&self, v: u32) {
         let t = &*self.table;
-        WorkerHist::bump(&t.e2e[t.spec.bins[E2E].index(v)]);
+        super::bump(&t.e2e[t.spec.bins[E2E].index(v)]);
     }
 }
 

@@ -77,6 +77,14 @@ pub struct AnalyticsSetup {
     pub rule_counters: std::sync::Arc<[RuleCounters]>,
 }
 
+/// Counts one into a counter the worker alone writes and the control core
+/// reads: a relaxed load and store, no locked read-modify-write.
+#[inline(always)]
+pub(crate) fn bump(c: &std::sync::atomic::AtomicU64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    c.store(c.load(Relaxed) + 1, Relaxed);
+}
+
 /// A flow cache past this many bytes of entries gets a prefetch pass.
 const PREFETCH_BYTES: usize = 4 << 20;
 
@@ -585,6 +593,19 @@ mod tests {
         unreachable!("no detection rules: no lookup")
     }
 
+    /// A packet without events or detection rules, its report every packet.
+    fn plain(
+        a: &mut Analytics,
+        k: &FlowKey,
+        now: u64,
+        st: &[u8],
+        shape: (u16, usize, usize),
+        c: &mut CounterValues,
+    ) -> bool {
+        let rules = (&EventSpec::default(), &DetectSpec::default());
+        a.packet(k, k.hash64(), now, st, shape, 0, rules, no_fields, c).0
+    }
+
     fn stack(bitmap: u16, path: &[(u32, u32, u32, Option<u32>)]) -> Vec<u8> {
         // Newest first: the last hop of the path leads the stack.
         let mut s = Vec::new();
@@ -635,31 +656,8 @@ mod tests {
         let k = key(1);
         let s1 = stack(BITMAP, &[(11, 100, 3, Some(500)), (12, 200, 0xff_ffff, None), (13, 50, 1, Some(7))]);
         let s2 = stack(BITMAP, &[(11, 300, 5, Some(700)), (12, 10, 4, None), (13, 70, 2, Some(9))]);
-        assert!(
-            a.packet(
-                &k,
-                k.hash64(),
-                10,
-                &s1,
-                (BITMAP, 4, 3),
-                0,
-                (&EventSpec::default(), &DetectSpec::default()),
-                no_fields,
-                &mut c
-            )
-            .0
-        );
-        a.packet(
-            &k,
-            k.hash64(),
-            20,
-            &s2,
-            (BITMAP, 4, 3),
-            0,
-            (&EventSpec::default(), &DetectSpec::default()),
-            no_fields,
-            &mut c,
-        );
+        assert!(plain(&mut a, &k, 10, &s1, (BITMAP, 4, 3), &mut c));
+        plain(&mut a, &k, 20, &s2, (BITMAP, 4, 3), &mut c);
         let (e, h) = a.cache.get(&k, k.hash64()).unwrap();
         assert_eq!((e.packets, e.first_tsc, e.last_tsc, e.hops, e.tracked), (2, 10, 20, 3, 2));
         assert_eq!((h[0].node_id, h[1].node_id), (11, 12), "source side first");
@@ -709,17 +707,7 @@ mod tests {
         let (mut a, _ring) = analytics(4, 2, 2);
         let mut c = CounterValues::default();
         let s = stack(BITMAP, &[(1, 1, 1, None)]);
-        a.packet(
-            &key(1),
-            key(1).hash64(),
-            5,
-            &s,
-            (BITMAP, 3, 1),
-            0,
-            (&EventSpec::default(), &DetectSpec::default()),
-            no_fields,
-            &mut c,
-        );
+        plain(&mut a, &key(1), 5, &s, (BITMAP, 3, 1), &mut c);
         assert_eq!(c.events[Event::IntAnalyticsBadHopMl as usize], 1);
         assert_eq!(a.cache.get(&key(1), key(1).hash64()).unwrap().0.packets, 0);
     }
@@ -730,17 +718,7 @@ mod tests {
         let mut c = CounterValues::default();
         let s = stack(BITMAP, &[(1, 1, 1, None)]);
         for (i, now) in [(1, 10), (2, 20), (1, 30), (3, 40)] {
-            a.packet(
-                &key(i),
-                key(i).hash64(),
-                now,
-                &s,
-                (BITMAP, 4, 1),
-                0,
-                (&EventSpec::default(), &DetectSpec::default()),
-                no_fields,
-                &mut c,
-            );
+            plain(&mut a, &key(i), now, &s, (BITMAP, 4, 1), &mut c);
         }
         let mut r = FlowRecord::empty();
         assert!(ring.pop_into(&mut r));
@@ -776,17 +754,7 @@ mod tests {
         let mut c = CounterValues::default();
         let st = stack(BITMAP, &[(1, 1, 1, None)]);
         for i in 0..10 {
-            a.packet(
-                &key(i),
-                key(i).hash64(),
-                1,
-                &st,
-                (BITMAP, 4, 1),
-                0,
-                (&EventSpec::default(), &DetectSpec::default()),
-                no_fields,
-                &mut c,
-            );
+            plain(&mut a, &key(i), 1, &st, (BITMAP, 4, 1), &mut c);
         }
         let n = a.cache.len();
         assert!(n > 4, "more entries ({n}) than the ring holds");
@@ -802,17 +770,7 @@ mod tests {
         );
         while ring.pop_into(&mut r) {}
         for i in 0..10 {
-            a.packet(
-                &key(i),
-                key(i).hash64(),
-                2,
-                &st,
-                (BITMAP, 4, 1),
-                0,
-                (&EventSpec::default(), &DetectSpec::default()),
-                no_fields,
-                &mut c,
-            );
+            plain(&mut a, &key(i), 2, &st, (BITMAP, 4, 1), &mut c);
         }
         while ring.pop_into(&mut r) {}
         b = a.cache.len();
@@ -954,17 +912,7 @@ mod tests {
         // by the cache but binned.
         let st = stack(BITMAP, &[(1, 100, 7, Some(20)), (2, 300, 0xff_ffff, None), (3, 5, 9, Some(1))]);
         for i in 0..3 {
-            a.packet(
-                &key(i),
-                key(i).hash64(),
-                1,
-                &st,
-                (BITMAP, 4, 3),
-                0,
-                (&EventSpec::default(), &DetectSpec::default()),
-                no_fields,
-                &mut c,
-            );
+            plain(&mut a, &key(i), 1, &st, (BITMAP, 4, 3), &mut c);
         }
         assert_eq!(t.nodes(), [1, 2]);
         let get = |slot: usize, m: usize| {
