@@ -1077,20 +1077,8 @@ fn print_analytics(r: &ia::AnalyticsView) {
     for (k, n) in &r.counters {
         println!("{k:<28} {n}");
     }
-    for (name, rings) in [("R_G", &r.export.rings), ("R_I", &r.export.event_rings)] {
-        table(
-            &[name, "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
-            rings
-                .iter()
-                .map(|x| {
-                    [x.worker as u64, x.capacity as u64, x.pending as u64, x.received, x.ring_full]
-                        .iter()
-                        .map(u64::to_string)
-                        .collect()
-                })
-                .collect(),
-        );
-    }
+    ring_table("R_G", &r.export.rings);
+    ring_table("R_I", &r.export.event_rings);
     table(
         &["COLLECTOR", "VIA", "DATAGRAMS", "RECORDS", "SEND ERRORS", "NEXT SEQ"],
         r.export
@@ -1105,6 +1093,22 @@ fn print_analytics(r: &ia::AnalyticsView) {
                     x.send_errors.to_string(),
                     x.next_seq.to_string(),
                 ]
+            })
+            .collect(),
+    );
+}
+
+/// A ring per worker: capacity, pending, received, refused when full.
+fn ring_table(name: &str, rings: &[int::RingView]) {
+    table(
+        &[name, "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
+        rings
+            .iter()
+            .map(|x| {
+                [x.worker as u64, x.capacity as u64, x.pending as u64, x.received, x.ring_full]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect()
             })
             .collect(),
     );
@@ -1246,18 +1250,7 @@ fn print_reports(r: &int::ReportsView) {
         r.busy_s,
         r.reports_per_busy_s
     );
-    table(
-        &["RING", "CAPACITY", "PENDING", "RECEIVED", "RING FULL"],
-        r.rings
-            .iter()
-            .map(|x| {
-                [x.worker as u64, x.capacity as u64, x.pending as u64, x.received, x.ring_full]
-                    .iter()
-                    .map(u64::to_string)
-                    .collect()
-            })
-            .collect(),
-    );
+    ring_table("RING", &r.rings);
     table(
         &["COLLECTOR", "VIA", "PACKETS", "REPORTS", "SEND ERRORS", "NEXT SEQ", "LAST ERROR"],
         r.collectors

@@ -69,14 +69,14 @@ pub struct IntView {
     pub counters: BTreeMap<String, u64>,
 }
 
-/// One worker's report ring.
+/// One worker's ring to the control core (reports, R_G, R_I).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RingView {
     pub worker: usize,
     pub capacity: usize,
     pub pending: usize,
     pub received: u64,
-    /// Records the full ring refused (the worker's int_report_ring_full).
+    /// Records the full ring refused (the worker's *_ring_full counter).
     pub ring_full: u64,
 }
 

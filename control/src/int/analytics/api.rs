@@ -10,16 +10,7 @@ use crate::api::{command, no_args};
 
 no_args!(ShowIntAnalytics, IntFlowsFlush, IntEventShow, IntDetectShow);
 
-/// One worker's R_G.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FlowRingView {
-    pub worker: usize,
-    pub capacity: usize,
-    pub pending: usize,
-    pub received: u64,
-    /// Records the full ring refused (the worker's int_flow_ring_full).
-    pub ring_full: u64,
-}
+use crate::int::api::RingView;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowCollectorView {
@@ -39,8 +30,9 @@ pub struct FlowExportView {
     /// Histogram snapshots sent, and their lines.
     pub hist_snapshots: u64,
     pub hist_lines: u64,
-    pub rings: Vec<FlowRingView>,
-    pub event_rings: Vec<FlowRingView>,
+    /// R_G and R_I per worker (ring_full: int_flow_ring_full, int_event_ring_full).
+    pub rings: Vec<RingView>,
+    pub event_rings: Vec<RingView>,
     pub collectors: Vec<FlowCollectorView>,
 }
 

@@ -31,7 +31,8 @@ use dataplane::int::analytics::histogram::WorkerHist;
 use dataplane::parse::FlowKey;
 
 use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
-use crate::int::analytics::api::{FlowCollectorView, FlowExportView, FlowRingView};
+use crate::int::analytics::api::{FlowCollectorView, FlowExportView};
+use crate::int::api::RingView;
 
 struct Collector {
     tx: CollectorTx,
@@ -297,7 +298,7 @@ impl AnalyticsExporter {
     /// `ring_full` and `event_ring_full`: per worker, records its R_G and
     /// R_I refused.
     pub fn view(&self, ring_full: &[u64], event_ring_full: &[u64]) -> FlowExportView {
-        let ring = |i: usize, capacity: usize, pending: usize, received: u64, full: &[u64]| FlowRingView {
+        let ring = |i: usize, capacity: usize, pending: usize, received: u64, full: &[u64]| RingView {
             worker: i,
             capacity,
             pending,
