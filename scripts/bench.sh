@@ -629,6 +629,9 @@ sed 's|^report_filter_slots = 1048576$|[int.analytics]|' "$work/sink-real-large.
 run_case int-sink-analytics-100k-flows "$work/sink-real-large.pcap" "$work/sink-analytics.toml"
 want int-sink-analytics-100k-flows &&
   export_line int-sink-analytics-100k-flows-reports reports_per_s,ring_full_per_s " flows=100000 interval_s=1"
+sed "s|$work/sink-real-large.pcap|$work/sink-real-large-imix.pcap|" "$work/sink-analytics.toml" \
+  >"$work/sink-analytics-imix.toml"
+run_case int-sink-analytics-100k-flows-imix "$work/sink-real-large-imix.pcap" "$work/sink-analytics-imix.toml"
 # And with queue T events: the trace's queue values are uniform over
 # 0..4095, so a threshold of 4087 fires on 8 values in 4096 per hop, about
 # 1 % of the 5-hop packets.
