@@ -261,6 +261,7 @@ impl<'a> Worker<'a> {
             analytics: if case.analytics { analytics() } else { AnalyticsSetup::interval_only(65_536) },
             reports,
             clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
+            gpint: dataplane::gpint::stage::GpintSetup::off(),
         };
         let flows = FlowSetup { capacity: 131_072, idle_timeout_s: 0, learn: case.learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 4096, aging_s: 0, share: false };

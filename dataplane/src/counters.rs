@@ -84,10 +84,23 @@ pub enum Event {
     AmpmBadOption,
     AmpmNoCarrier,
     AmpmNoHeadroom,
+    GpintRx,
+    GpintFeedbackTx,
+    GpintFeedbackRx,
+    GpintFeedbackUnmatched,
+    GpintDup,
+    GpintDelivered,
+    GpintExportFull,
+    GpintNoBuffer,
+    SqrStored,
+    SqrAcked,
+    SqrTimeouts,
+    SqrBufferFull,
+    SqrDroppedAtStop,
 }
 
 impl Event {
-    pub const COUNT: usize = Event::AmpmNoHeadroom as usize + 1;
+    pub const COUNT: usize = Event::SqrDroppedAtStop as usize + 1;
     pub const ALL: [Event; Event::COUNT] = [
         Event::FlowLearned,
         Event::FlowLearnFailedFull,
@@ -160,6 +173,19 @@ impl Event {
         Event::AmpmBadOption,
         Event::AmpmNoCarrier,
         Event::AmpmNoHeadroom,
+        Event::GpintRx,
+        Event::GpintFeedbackTx,
+        Event::GpintFeedbackRx,
+        Event::GpintFeedbackUnmatched,
+        Event::GpintDup,
+        Event::GpintDelivered,
+        Event::GpintExportFull,
+        Event::GpintNoBuffer,
+        Event::SqrStored,
+        Event::SqrAcked,
+        Event::SqrTimeouts,
+        Event::SqrBufferFull,
+        Event::SqrDroppedAtStop,
     ];
 
     pub fn name(self) -> &'static str {
@@ -235,6 +261,19 @@ impl Event {
             Event::AmpmBadOption => "ampm_bad_option",
             Event::AmpmNoCarrier => "ampm_no_carrier",
             Event::AmpmNoHeadroom => "ampm_no_headroom",
+            Event::GpintRx => "gpint_rx",
+            Event::GpintFeedbackTx => "gpint_fb_tx",
+            Event::GpintFeedbackRx => "gpint_fb_rx",
+            Event::GpintFeedbackUnmatched => "gpint_fb_unmatched",
+            Event::GpintDup => "gpint_dup",
+            Event::GpintDelivered => "gpint_delivered",
+            Event::GpintExportFull => "gpint_export_full",
+            Event::GpintNoBuffer => "gpint_no_buffer",
+            Event::SqrStored => "sqr_stored",
+            Event::SqrAcked => "sqr_acked",
+            Event::SqrTimeouts => "sqr_timeouts",
+            Event::SqrBufferFull => "sqr_buffer_full",
+            Event::SqrDroppedAtStop => "sqr_dropped_at_stop",
         }
     }
 }
@@ -421,6 +460,12 @@ impl SharedCounters {
         st(&self.tx_bytes[..ports], &v.tx_bytes[..ports]);
         self.busy_polls.store(v.busy_polls, Relaxed);
         self.polls.store(v.polls, Relaxed);
+    }
+
+    /// One port's packets received (`rx`) or sent, as last published.
+    pub fn port_packets(&self, port: usize, rx: bool) -> u64 {
+        let a = if rx { &self.rx_packets } else { &self.tx_packets };
+        a.get(port).map_or(0, |v| v.load(Relaxed))
     }
 
     pub fn snapshot(&self) -> CounterValues {

@@ -96,10 +96,12 @@ pub enum DropReason {
     /// SQR: a stored probe copy got no feedback within `hold_ms`; it went to
     /// the collectors as a recovery notice (the reason the notice carries).
     GpintFeedbackTimeout,
+    /// No headroom left in the buffer for this hop's MEA record.
+    GpintNoHeadroom,
 }
 
 impl DropReason {
-    pub const COUNT: usize = DropReason::GpintFeedbackTimeout as usize + 1;
+    pub const COUNT: usize = DropReason::GpintNoHeadroom as usize + 1;
 
     pub const ALL: [DropReason; DropReason::COUNT] = [
         DropReason::EthTruncated,
@@ -148,6 +150,7 @@ impl DropReason {
         DropReason::GpintMeaRange,
         DropReason::GpintOverMtu,
         DropReason::GpintFeedbackTimeout,
+        DropReason::GpintNoHeadroom,
     ];
 
     /// Stable snake_case name used in counters, logs and metrics labels.
@@ -199,6 +202,7 @@ impl DropReason {
             DropReason::GpintMeaRange => "gpint_mea_range",
             DropReason::GpintOverMtu => "gpint_over_mtu",
             DropReason::GpintFeedbackTimeout => "gpint_feedback_timeout",
+            DropReason::GpintNoHeadroom => "gpint_no_headroom",
         }
     }
 }

@@ -108,11 +108,16 @@ pub struct Packet {
     pub meta: Result<PacketMeta, DropReason>,
     /// What happens to it after the last stage.
     pub verdict: Verdict,
+    /// A stage took it as its own protocol's before forwarding
+    /// ([`Stage::claim`]): forwarding and the other feature stages never
+    /// see it, only those that declare [`Stage::SEES_CLAIMED`].
+    pub claimed: bool,
 }
 
 impl Packet {
     /// A slot with no packet yet.
-    pub const EMPTY: Packet = Packet { meta: Err(DropReason::EthTruncated), verdict: Verdict::Consumed };
+    pub const EMPTY: Packet =
+        Packet { meta: Err(DropReason::EthTruncated), verdict: Verdict::Consumed, claimed: false };
 }
 
 /// What a stage tells the pipeline after a packet.
@@ -157,6 +162,9 @@ pub trait Output<B> {
     fn mirror(&self, m: &B, port: u16, tx: bool, c: &mut CounterValues);
     /// This worker's TX queue on every port.
     fn queue_id(&self) -> u8;
+    /// A deep copy of a packet in a buffer of its own (None: no buffer
+    /// free), for a stage that sends a packet besides the one it got.
+    fn duplicate(&self, m: &B) -> Option<B>;
 }
 
 /// What a stage sees besides the packet and its own state.
@@ -164,7 +172,8 @@ pub struct Cx<'a, O> {
     pub tables: &'a Tables,
     pub c: &'a mut CounterValues,
     pub burst: &'a Burst,
-    pub out: &'a O,
+    /// Where packets go: a stage may send one of its own (`deliver`).
+    pub out: &'a mut O,
     pub load: &'a PortLoad,
 }
 
@@ -191,6 +200,35 @@ pub trait Stage<B: PacketBuf> {
         } else {
             Step::Next
         }
+    }
+
+    /// Bit i set: stage i of a tuple may claim packets of this generation
+    /// (one stage: bit 0). Asked once a burst.
+    #[inline(always)]
+    fn claiming(&self, _t: &Tables) -> u32 {
+        0
+    }
+
+    /// Before forwarding: takes a packet of the stage's own protocol (a
+    /// GPINT probe) whole, setting its verdict; true when it did.
+    #[inline(always)]
+    fn claim<O: Output<B>>(&mut self, _cx: &mut Cx<'_, O>, _m: &mut B, _p: &mut Packet) -> bool {
+        false
+    }
+
+    /// `claim` of the stages `mask` names, in order, until one takes it.
+    #[inline(always)]
+    fn claim_active<O: Output<B>>(&mut self, mask: u32, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> bool {
+        mask & 1 != 0 && self.claim(cx, m, p)
+    }
+
+    /// `packet` still runs for packets another stage claimed (TX capture).
+    const SEES_CLAIMED: bool = false;
+
+    /// Bit i set: stage i of a tuple sees claimed packets.
+    #[inline(always)]
+    fn sees_claimed(&self) -> u32 {
+        Self::SEES_CLAIMED as u32
     }
 
     /// Whether a burst should be parsed and `prefetch`ed before it runs
@@ -251,6 +289,21 @@ macro_rules! tuple_stages {
                 0 $(| ((self.$i.depth(t, out).is_some() as u32) << $i))*
             }
             #[inline(always)]
+            fn claiming(&self, t: &Tables) -> u32 {
+                0 $(| ((self.$i.claiming(t) & 1) << $i))*
+            }
+            #[inline(always)]
+            fn claim_active<O: Output<B>>(&mut self, mask: u32, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> bool {
+                $(if mask & (1 << $i) != 0 && self.$i.claim(cx, m, p) {
+                    return true;
+                })*
+                false
+            }
+            #[inline(always)]
+            fn sees_claimed(&self) -> u32 {
+                0 $(| ((self.$i.sees_claimed() & 1) << $i))*
+            }
+            #[inline(always)]
             fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
                 self.packet_active(u32::MAX, cx, m, p)
             }
@@ -283,6 +336,8 @@ tuple_stages!(A 0, B1 1, C 2, D 3, E 4, F 5, G 6, H 7);
 pub struct CaptureTx;
 
 impl<B: PacketBuf> Stage<B> for CaptureTx {
+    const SEES_CLAIMED: bool = true;
+
     #[inline(always)]
     fn depth<O: Output<B>>(&self, _t: &Tables, out: &O) -> Option<Depth> {
         let (rx, tx) = out.capture();
@@ -383,6 +438,10 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         self.stages.begin(t, burst);
         let active = self.stages.active(t, out);
         let full = burst.depth == Depth::Full;
+        // Stages that take their own protocol's packets before forwarding,
+        // and those that still see such packets.
+        let claiming = if full { self.stages.claiming(t) } else { 0 };
+        let after_claim = active & self.stages.sees_claimed();
         // With tables larger than the caches, a first pass parses the burst
         // and starts each packet's lookups so the second pass's overlap their
         // misses; otherwise one pass is cheaper (a burst of parses kept in
@@ -409,10 +468,15 @@ impl<C: ControlSink, F> Pipeline<C, F> {
             }
             p.verdict = Verdict::Consumed;
             let step = {
-                let mut cx = Cx { tables: t, c: &mut *c, burst, out: &*out, load };
-                match self.forward.packet(&mut cx, &mut m, p) {
-                    Step::Next => self.stages.packet_active(active, &mut cx, &mut m, p),
-                    hold => hold,
+                let mut cx = Cx { tables: t, c: &mut *c, burst, out: &mut *out, load };
+                p.claimed = claiming != 0 && p.meta.is_ok() && self.stages.claim_active(claiming, &mut cx, &mut m, p);
+                if p.claimed {
+                    self.stages.packet_active(after_claim, &mut cx, &mut m, p)
+                } else {
+                    match self.forward.packet(&mut cx, &mut m, p) {
+                        Step::Next => self.stages.packet_active(active, &mut cx, &mut m, p),
+                        hold => hold,
+                    }
                 }
             };
             match step {
@@ -471,7 +535,7 @@ impl<B> VecOut<B> {
     }
 }
 
-impl<B: PacketBuf> Output<B> for VecOut<B> {
+impl<B: PacketBuf + Clone> Output<B> for VecOut<B> {
     fn deliver(&mut self, m: B, v: Verdict, _in_port: u16, _t: &Tables, c: &mut CounterValues, _now: u64) {
         match v {
             Verdict::Tx(p) | Verdict::TxLen(p, _) if (p as usize) < MAX_PORTS => {
@@ -512,6 +576,10 @@ impl<B: PacketBuf> Output<B> for VecOut<B> {
     fn queue_id(&self) -> u8 {
         0
     }
+
+    fn duplicate(&self, m: &B) -> Option<B> {
+        Some(m.clone())
+    }
 }
 
 #[cfg(test)]
@@ -532,6 +600,7 @@ mod tests {
             analytics: crate::int::analytics::AnalyticsSetup::interval_only(16),
             reports,
             clock: WallClock::new(0, 0, 1_000),
+            gpint: crate::gpint::stage::GpintSetup::off(),
         };
         let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 64, aging_s: 0, share: false };

@@ -82,6 +82,8 @@ pub struct TableSpec {
     pub int: Option<crate::int::watch::IntSpec>,
     /// AM-PM measurement points (None: AM-PM off).
     pub ampm: Option<crate::ampm::AmpmSetup>,
+    /// GPINT probes and SQR (None: off).
+    pub gpint: Option<crate::gpint::GpintSpec>,
 }
 
 impl TableSpec {
@@ -143,6 +145,7 @@ pub struct Tables {
     pub static_macs: FixedMap<u64, u16>,
     pub int: Option<crate::int::watch::IntSpec>,
     pub ampm: Option<crate::ampm::AmpmSpec>,
+    pub gpint: Option<crate::gpint::GpintSpec>,
 }
 
 /// The index of `nh` in `nexthops`, added if new.
@@ -268,6 +271,7 @@ impl Tables {
             static_macs,
             int: spec.int.clone(),
             ampm: spec.ampm.as_ref().map(|a| a.compile()),
+            gpint: spec.gpint,
         })
     }
 
@@ -362,6 +366,7 @@ pub(crate) mod tests {
             }],
             int: None,
             ampm: None,
+            gpint: None,
         }
     }
 

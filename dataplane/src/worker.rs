@@ -23,6 +23,7 @@ use crate::dpdk::{self, Mbuf, RxQueue, TxBuffer, MAX_BURST};
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::forward::stage::ForwardStage;
 use crate::forward::{ControlEvent, ControlSink, Verdict};
+use crate::gpint::stage::{GpintRecord, GpintSetup, SqrStage, SqrView};
 use crate::impair::{Admit, Impairer};
 use crate::int::analytics::cache::Reason;
 use crate::int::analytics::{Analytics, AnalyticsSetup, FlowSnapshot};
@@ -73,6 +74,10 @@ pub enum FlowCommand {
         key: FlowKey,
         generation: u64,
     },
+    /// Copy the SQR clone buffer's state into `WorkerShared::gpint_view`.
+    GpintShow {
+        generation: u64,
+    },
 }
 
 /// One flow as reported by a dump.
@@ -115,7 +120,8 @@ impl FlowCommand {
             | FlowCommand::Dump { generation, .. }
             | FlowCommand::DumpMacs { generation, .. }
             | FlowCommand::IntFlowsFlush { generation }
-            | FlowCommand::IntFlowShow { generation, .. } => *generation,
+            | FlowCommand::IntFlowShow { generation, .. }
+            | FlowCommand::GpintShow { generation } => *generation,
         }
     }
 }
@@ -182,6 +188,8 @@ pub struct WorkerShared {
     pub int_flow: std::sync::Mutex<Vec<FlowSnapshot>>,
     /// Entries a `FlowCommand::IntFlowsFlush` exported.
     pub int_flushed: std::sync::Mutex<Vec<usize>>,
+    /// Filled by a `FlowCommand::GpintShow`.
+    pub gpint_view: std::sync::Mutex<Vec<SqrView>>,
     /// Mirrored packets for the control core's capture.
     pub capture: ArrayQueue<Captured>,
     /// Packets waiting for their next hop's MAC, handed to the control core.
@@ -231,6 +239,7 @@ impl WorkerShared {
             mac_dump: std::sync::Mutex::new(Vec::new()),
             int_flow: std::sync::Mutex::new(Vec::new()),
             int_flushed: std::sync::Mutex::new(Vec::new()),
+            gpint_view: std::sync::Mutex::new(Vec::new()),
             capture: ArrayQueue::new(4096),
             held: ArrayQueue::new(256),
             reinject: ArrayQueue::new(1024),
@@ -297,8 +306,12 @@ impl ControlSink for EventQueue {
 }
 
 /// The stages after forwarding, in the order they run. A new stage is one
-/// more element here and in [`stages`].
-pub type Stages = (AmpmStage, IntStage<ReportProducer>, CaptureTx);
+/// more element here and in [`stages`]. SQR comes first: it claims GPINT
+/// probes before forwarding, and no other stage sees them.
+pub type Stages = (SqrStage<GpintProducer>, AmpmStage, IntStage<ReportProducer>, CaptureTx);
+
+/// A worker's ring of GPINT deliveries and notices to the control core.
+pub type GpintProducer = Option<rtrb::Producer<GpintRecord>>;
 
 /// A worker's pipeline.
 pub type WorkerPipeline = Pipeline<EventQueue, Stages>;
@@ -311,11 +324,14 @@ pub struct StageSetup {
     pub reports: ReportProducer,
     /// TSC -> wall-clock nanoseconds for INT timestamps.
     pub clock: WallClock,
+    /// The SQR stage's clone buffer and export ring.
+    pub gpint: GpintSetup<GpintProducer>,
 }
 
 /// Builds a worker's stages, each with its own state.
 fn stages(s: StageSetup, me: &WorkerShared, hz: u64) -> Stages {
     (
+        SqrStage::new(s.gpint, s.clock, hz, 0),
         AmpmStage::new(me.ampm.clone()),
         IntStage::new(s.reports, Analytics::new(s.analytics, s.clock, hz), s.clock),
         CaptureTx,
@@ -420,15 +436,22 @@ fn control_messages(me: &WorkerShared, pipe: &mut WorkerPipeline, out: &mut Egre
     while let Some(cmd) = me.flow_commands.pop() {
         match cmd {
             FlowCommand::IntFlowsFlush { generation } => {
-                let n = pipe.stages.1.flows.flush(Reason::Flush, c);
+                let n = pipe.stages.2.flows.flush(Reason::Flush, c);
                 if let Ok(mut d) = me.int_flushed.lock() {
                     *d = vec![n];
                 }
                 me.acked_flows.fetch_max(generation, Ordering::AcqRel);
             }
             FlowCommand::IntFlowShow { key, generation } => {
-                let v: Vec<FlowSnapshot> = pipe.stages.1.flows.show(&key).into_iter().collect();
+                let v: Vec<FlowSnapshot> = pipe.stages.2.flows.show(&key).into_iter().collect();
                 if let Ok(mut d) = me.int_flow.lock() {
+                    *d = v;
+                }
+                me.acked_flows.fetch_max(generation, Ordering::AcqRel);
+            }
+            FlowCommand::GpintShow { generation } => {
+                let v = vec![pipe.stages.0.view(dpdk::tsc())];
+                if let Ok(mut d) = me.gpint_view.lock() {
                     *d = v;
                 }
                 me.acked_flows.fetch_max(generation, Ordering::AcqRel);
@@ -491,8 +514,8 @@ fn flow_command(me: &WorkerShared, flows: &mut FlowTable, macs: &MacTable, cmd: 
             flows.remove(&key);
         }
         FlowCommand::Clear { .. } => flows.clear(),
-        // The INT stage's, handled by `control_messages`.
-        FlowCommand::IntFlowsFlush { .. } | FlowCommand::IntFlowShow { .. } => {}
+        // The stages', handled by `control_messages`.
+        FlowCommand::IntFlowsFlush { .. } | FlowCommand::IntFlowShow { .. } | FlowCommand::GpintShow { .. } => {}
     }
     me.acked_flows.fetch_max(cmd.generation(), Ordering::AcqRel);
 }
@@ -613,7 +636,7 @@ impl Housekeeping {
         }
         // Stored when they change only: a store to a line the control core
         // has read since costs a cache-line transfer.
-        let sizes = (fwd.flows.len(), fwd.macs.len(), pipe.stages.1.flows.cache.len());
+        let sizes = (fwd.flows.len(), fwd.macs.len(), pipe.stages.2.flows.cache.len());
         if sizes != self.published_sizes {
             me.flows_in_use.store(sizes.0 as u64, Ordering::Relaxed);
             me.macs_in_use.store(sizes.1 as u64, Ordering::Relaxed);
@@ -819,6 +842,10 @@ impl Output<Mbuf> for Egress {
     #[inline(always)]
     fn queue_id(&self) -> u8 {
         self.queue_id
+    }
+
+    fn duplicate(&self, m: &Mbuf) -> Option<Mbuf> {
+        m.copy_into(&self.pool)
     }
 }
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use dataplane::counters::CounterValues;
 use dataplane::dpdk::{self, Eal, EalArgs, MbufStash, Mempool, Port, PortSetup};
+use dataplane::gpint::stage::GpintSetup;
 use dataplane::int::analytics::detect::{RuleCounters, MAX_RULES};
 use dataplane::int::analytics::events::event_ring;
 use dataplane::int::analytics::flow_ring::flow_ring;
@@ -230,7 +231,7 @@ impl Switch {
                 tx_drain_us: d.tx_drain_us,
                 idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
                 pool: pool.clone(),
-                stages: StageSetup { analytics, reports: producer, clock },
+                stages: StageSetup { analytics, reports: producer, clock, gpint: GpintSetup::off() },
             };
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;

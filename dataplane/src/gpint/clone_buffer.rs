@@ -114,6 +114,11 @@ impl<T> CloneBuffer<T> {
         if self.free == NIL || self.find(key).is_some() {
             return Err(item);
         }
+        if self.in_use == 0 {
+            // An empty wheel may start turning from now (whatever clock the
+            // buffer was made with), so `expire` never walks idle buckets.
+            self.cursor = now / self.tick;
+        }
         let i = self.free;
         self.free = self.slots[i as usize].chain;
         let h = key.hash() & (self.index.len() - 1);

@@ -600,7 +600,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
         }
         let hop = StageHop {
             times: &self.times,
-            out: cx.out,
+            out: &*cx.out,
             load: cx.load,
             in_port,
             out_port,
