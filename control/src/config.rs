@@ -48,6 +48,9 @@ pub struct Config {
     /// AM-PM measurement point: timing, monitored flows, collectors (absent: off).
     #[serde(default)]
     pub ampm: Option<crate::ampm::config::AmpmConfig>,
+    /// GPINT probes and SQR clone buffers (absent: off).
+    #[serde(default)]
+    pub gpint: Option<crate::gpint::config::GpintConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -310,6 +313,7 @@ pub struct Plan {
     pub flows: Vec<(FlowKey, FlowAction)>,
     pub int: Option<crate::int::config::IntPlan>,
     pub ampm: Option<crate::ampm::config::AmpmPlan>,
+    pub gpint: Option<crate::gpint::config::GpintPlan>,
 }
 
 impl Plan {
@@ -331,6 +335,10 @@ impl Plan {
                 is
             }),
             ampm: self.ampm.as_ref().map(|a| a.setup.clone()),
+            gpint: match (&self.gpint, &self.int) {
+                (Some(g), Some(i)) => Some(g.spec(i, tsc_hz)),
+                _ => None,
+            },
         };
         for r in &self.routes {
             spec.upsert_route(*r);
@@ -559,7 +567,11 @@ impl Config {
             Some(a) => Some(a.to_plan(&names, &mtu)?),
             None => None,
         };
-        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, static_macs, flows, int, ampm })
+        let gpint = match &self.gpint {
+            Some(g) => g.to_plan(int.as_ref())?,
+            None => None,
+        };
+        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, static_macs, flows, int, ampm, gpint })
     }
 }
 

@@ -12,6 +12,7 @@ use crate::api::views as v;
 use crate::api::{response, ApiError, Command, Envelope};
 use crate::capture;
 use crate::config::parse_prefix;
+use crate::gpint::api as gpint;
 use crate::int::analytics::api as ia;
 use crate::int::api as int;
 use crate::server::{HttpCounters, Reply, Request};
@@ -110,6 +111,7 @@ const ROUTES: &[(&str, Handler)] = &[
     }),
     (int::ShowInt::NAME, |cx, env| serve(env, |_: int::ShowInt| cx.sw.int_view())),
     (int::ShowReports::NAME, |cx, env| serve(env, |_: int::ShowReports| cx.sw.reports_view())),
+    (gpint::ShowGpint::NAME, |cx, env| serve(env, |_: gpint::ShowGpint| cx.sw.gpint_view())),
     (int::IntWatchAdd::NAME, |cx, env| {
         serve(env, |a: int::IntWatchAdd| cx.sw.int_watch_add(a.0.to_rule(&cx.sw.port_names())?))
     }),

@@ -16,6 +16,7 @@ pub mod control_loop;
 pub mod demo;
 pub mod dispatch;
 pub mod fields;
+pub mod gpint;
 pub mod int;
 pub mod metrics;
 pub mod server;

@@ -353,6 +353,12 @@ impl CounterValues {
         self.sparse_dirty = true;
     }
 
+    /// Drops or events were counted since the last publish.
+    #[inline(always)]
+    pub fn sparse_dirty(&self) -> bool {
+        self.sparse_dirty
+    }
+
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().sum()
     }

@@ -631,7 +631,9 @@ impl Housekeeping {
         Stage::<Mbuf>::poll(&mut pipe.stages, t, now, c);
         if self.poll_no % 1024 == 0 {
             me.counters.publish(c);
-        } else if got > 0 {
+        } else if got > 0 || c.sparse_dirty() {
+            // Also what a stage's timers counted while idle (SQR notices,
+            // aging), so it shows at once.
             me.counters.publish_burst(c, out.tx.len());
         }
         // Stored when they change only: a store to a line the control core

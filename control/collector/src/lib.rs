@@ -401,7 +401,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use control::int::export::encode;
+    use control::int::export::{encode, ReportParts};
     use dataplane::int::stage::{ReportRecord, REPORT_MAX};
     use dataplane::int::{self, IntParams};
     use dataplane::parse::parse;
@@ -437,7 +437,7 @@ mod tests {
         rec.len = n as u16;
         let mut pkt = vec![0u8; 512];
         emit_group(&mut pkt, 1, 77, 3);
-        let len = encode(&rec, 0x6000, &mut pkt[8..]);
+        let len = encode(&ReportParts::of(&rec), 0x6000, &mut pkt[8..]);
         pkt.truncate(8 + len);
         pkt
     }

@@ -10,6 +10,7 @@ use control::api::views::{self as v, CountersView};
 use control::api::Command;
 use control::client::{CallError, Client};
 use control::config::{FlowConfig, NeighbourConfig, RouteConfig};
+use control::gpint::api as gpint;
 use control::int::analytics::api as ia;
 use control::int::analytics::detect::DetectConfig;
 use control::int::api as int;
@@ -38,7 +39,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Show state: ports, workers, counters, drops, flows, macs, routes, neighbours, config, version, metrics, int, reports (AM-PM: `ampm show`, `rule show`).
+    /// Show state: ports, workers, counters, drops, flows, macs, routes, neighbours, config, version, metrics, int, reports, gpint (AM-PM: `ampm show`, `rule show`).
     Show {
         #[command(subcommand)]
         what: Show,
@@ -145,6 +146,9 @@ enum Show {
     },
     /// Telemetry report export: per-worker rings and per-collector counts.
     Reports,
+    /// GPINT and SQR: the section, counters, each worker's clone buffer
+    /// with the copies waiting (and their ages), deliveries and notices.
+    Gpint,
 }
 
 #[derive(Subcommand)]
@@ -645,6 +649,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 call(c, j, &ia::ShowIntHistograms { node: *node, metric: metric.clone() }, print_histograms)
             }
             Show::Reports => call(c, j, &int::ShowReports {}, print_reports),
+            Show::Gpint => call(c, j, &gpint::ShowGpint {}, print_gpint),
         },
         Cmd::Flow { op: FlowOp::Add { key, action } } => call(c, j, &v::FlowAdd(key.flow(action)), done),
         Cmd::Flow { op: FlowOp::Del { key } } => call(c, j, &v::FlowDel::from(key.flow("normal")), done),
@@ -1237,6 +1242,47 @@ fn print_flow_entries(r: &ia::FlowEntries) {
                 .collect(),
         );
     }
+}
+
+fn print_gpint(r: &gpint::GpintView) {
+    println!(
+        "GPINT node {}  probes to UDP {} (GPINT port {}) domain {:#06x}  recovery {}  hold {} ms  {} clone slots a worker",
+        r.node_id,
+        r.int_port,
+        r.udp_port,
+        r.domain_id,
+        if r.recovery { "on" } else { "off" },
+        r.hold_ms,
+        r.clone_slots
+    );
+    println!("delivered {}  notices {}", r.delivered, r.notices);
+    table(
+        &["WORKER", "CAPACITY", "IN USE", "HIGH WATER"],
+        r.workers
+            .iter()
+            .map(|w| [w.worker, w.capacity, w.in_use, w.high_water].iter().map(usize::to_string).collect())
+            .collect(),
+    );
+    let waiting: Vec<Vec<String>> = r
+        .workers
+        .iter()
+        .flat_map(|w| {
+            w.waiting.iter().map(move |x| {
+                vec![
+                    w.worker.to_string(),
+                    x.request_id.to_string(),
+                    x.attempt.to_string(),
+                    x.hop_index.to_string(),
+                    format!("{:.1}", x.age_ms),
+                ]
+            })
+        })
+        .collect();
+    if !waiting.is_empty() {
+        table(&["WORKER", "REQUEST", "ATTEMPT", "AWAITS HOP", "AGE MS"], waiting);
+    }
+    ring_table("EXPORT RING", &r.rings);
+    table(&["COUNTER", "VALUE"], r.counters.iter().map(|(k, v)| vec![k.clone(), v.to_string()]).collect());
 }
 
 fn print_reports(r: &int::ReportsView) {

@@ -10,9 +10,10 @@
 
 use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut, SegmentsError, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
 use crate::int::api::{ReportCollectorView, ReportsView, RingView};
+use dataplane::gpint::stage::GpintRecord;
 use dataplane::int::report_ring::ReportConsumer;
 use dataplane::int::stage::ReportRecord;
-use dataplane::wire::int_md::{emit_hop, hop_words};
+use dataplane::wire::int_md::{emit_hop, hop_words, HopMetadata};
 use dataplane::wire::telemetry_report::{
     emit_group, Individual, FLAG_D, GROUP_HDR_LEN, INDIV_HDR_LEN, INT_MAIN_LEN, IN_TYPE_ETHERNET, REPMD_DROP_REASON,
     REP_TYPE_INT,
@@ -25,23 +26,55 @@ pub const REPMD_SUPPORTED: u16 = 0x7f80;
 /// Group header sequence numbers are 22 bits.
 const SEQ_MASK: u32 = 0x3f_ffff;
 
-/// Bytes one record takes in a report packet.
-pub fn encoded_len(rec: &ReportRecord, md_bits: u16) -> usize {
-    let bits = rep_md_bits(rec, md_bits);
-    INDIV_HDR_LEN + INT_MAIN_LEN + hop_words(bits) * 4 + (rec.len as usize).div_ceil(4) * 4
+/// The parts of one individual report: a worker's report record, or a
+/// GPINT delivery or notice (whose probe may be longer than a record holds).
+pub struct ReportParts<'a> {
+    pub flags: u8,
+    pub drop_reason: u8,
+    pub domain_id: u16,
+    pub md: &'a HopMetadata,
+    pub packet: &'a [u8],
 }
 
-fn rep_md_bits(rec: &ReportRecord, md_bits: u16) -> u16 {
+impl<'a> ReportParts<'a> {
+    pub fn of(rec: &'a ReportRecord) -> ReportParts<'a> {
+        ReportParts {
+            flags: rec.flags,
+            drop_reason: rec.drop_reason,
+            domain_id: rec.domain_id,
+            md: &rec.md,
+            packet: rec.packet(),
+        }
+    }
+
+    fn of_gpint(rec: &'a GpintRecord) -> ReportParts<'a> {
+        ReportParts {
+            flags: rec.flags,
+            drop_reason: rec.drop_reason,
+            domain_id: rec.domain_id,
+            md: &rec.md,
+            packet: rec.frame.bytes(),
+        }
+    }
+}
+
+/// Bytes one record takes in a report packet.
+pub fn encoded_len(rec: &ReportParts, md_bits: u16) -> usize {
+    let bits = rep_md_bits(rec.flags, md_bits);
+    INDIV_HDR_LEN + INT_MAIN_LEN + hop_words(bits) * 4 + rec.packet.len().div_ceil(4) * 4
+}
+
+fn rep_md_bits(flags: u8, md_bits: u16) -> u16 {
     let mut bits = md_bits & REPMD_SUPPORTED;
-    if rec.flags & FLAG_D != 0 {
+    if flags & FLAG_D != 0 {
         bits |= REPMD_DROP_REASON;
     }
     bits
 }
 
 /// Writes one individual report; `out` holds at least `encoded_len` bytes.
-pub fn encode(rec: &ReportRecord, md_bits: u16, out: &mut [u8]) -> usize {
-    let bits = rep_md_bits(rec, md_bits);
+pub fn encode(rec: &ReportParts, md_bits: u16, out: &mut [u8]) -> usize {
+    let bits = rep_md_bits(rec.flags, md_bits);
     let md_words = hop_words(bits);
     let n = encoded_len(rec, md_bits);
     Individual {
@@ -58,14 +91,14 @@ pub fn encode(rec: &ReportRecord, md_bits: u16, out: &mut [u8]) -> usize {
     let mut o = 12;
     let plain = bits & !REPMD_DROP_REASON;
     let w = hop_words(plain) * 4;
-    emit_hop(plain, &rec.md, &mut out[o..o + w]);
+    emit_hop(plain, rec.md, &mut out[o..o + w]);
     o += w;
     if bits & REPMD_DROP_REASON != 0 {
         out[o..o + 4].copy_from_slice(&[rec.md.queue_id, rec.drop_reason, 0, 0]);
         o += 4;
     }
-    let len = rec.len as usize;
-    out[o..o + len].copy_from_slice(rec.packet());
+    let len = rec.packet.len();
+    out[o..o + len].copy_from_slice(rec.packet);
     out[o + len..n].fill(0);
     n
 }
@@ -139,6 +172,11 @@ pub struct Exporter {
     max_packet: usize,
     rings: Vec<ReportConsumer>,
     received: Vec<u64>,
+    /// GPINT deliveries and notices, one ring a worker (SQR stage).
+    gpint: Vec<rtrb::Consumer<GpintRecord>>,
+    gpint_received: Vec<u64>,
+    gpint_delivered: u64,
+    gpint_notices: u64,
     collectors: Vec<Collector>,
     buf: Vec<u8>,
     batch: Batch,
@@ -174,6 +212,10 @@ impl Exporter {
             max_packet,
             rings,
             received: vec![0; n],
+            gpint: Vec::new(),
+            gpint_received: Vec::new(),
+            gpint_delivered: 0,
+            gpint_notices: 0,
             collectors: cs,
             buf: vec![0; 65536],
             batch: Batch::new(),
@@ -182,6 +224,31 @@ impl Exporter {
             packets: 0,
             busy: std::time::Duration::ZERO,
         })
+    }
+
+    /// Also exports the SQR stages' deliveries and notices from these rings.
+    pub fn with_gpint(mut self, rings: Vec<rtrb::Consumer<GpintRecord>>) -> Exporter {
+        self.gpint_received = vec![0; rings.len()];
+        self.gpint = rings;
+        self
+    }
+
+    /// GPINT records taken from each worker's ring, and how many of them
+    /// were (deliveries, notices).
+    pub fn gpint_counts(&self) -> (Vec<RingView>, u64, u64) {
+        let rings = self
+            .gpint
+            .iter()
+            .enumerate()
+            .map(|(i, r)| RingView {
+                worker: i,
+                capacity: r.buffer().capacity(),
+                pending: r.slots(),
+                received: self.gpint_received[i],
+                ring_full: 0,
+            })
+            .collect();
+        (rings, self.gpint_delivered, self.gpint_notices)
     }
 
     /// Drains up to `budget` records from the rings and sends them (nothing
@@ -212,26 +279,48 @@ impl Exporter {
         for (ri, ring) in rings.iter_mut().enumerate() {
             let mut n = 0;
             while taken < budget && ring.pop_into(&mut rec) {
-                let len = encoded_len(&rec, self.md_bits);
-                if off + len > self.max_packet && in_packet > 0 {
-                    self.send(off, in_packet, out);
-                    (off, in_packet) = (GROUP_HDR_LEN, 0);
-                }
-                encode(&rec, self.md_bits, &mut self.buf[off..off + len]);
-                off += len;
-                in_packet += 1;
+                self.add(&ReportParts::of(&rec), &mut off, &mut in_packet, out);
                 n += 1;
                 taken += 1;
             }
             self.received[ri] += n;
         }
         self.rings = rings;
+        let mut gpint = std::mem::take(&mut self.gpint);
+        for (ri, ring) in gpint.iter_mut().enumerate() {
+            while taken < budget {
+                let Ok(g) = ring.pop() else { break };
+                self.add(&ReportParts::of_gpint(&g), &mut off, &mut in_packet, out);
+                self.gpint_received[ri] += 1;
+                if g.flags & FLAG_D != 0 {
+                    self.gpint_notices += 1;
+                } else {
+                    self.gpint_delivered += 1;
+                }
+                taken += 1;
+            }
+        }
+        self.gpint = gpint;
         if in_packet > 0 {
             self.send(off, in_packet, out);
         }
         // Nothing is held back between polls.
         self.flush(out);
         taken
+    }
+
+    /// Encodes one report into the packet being filled (sending that first
+    /// when the report would not fit; a report longer than a packet goes
+    /// alone).
+    fn add(&mut self, r: &ReportParts, off: &mut usize, in_packet: &mut usize, out: &mut dyn PortOut) {
+        let len = encoded_len(r, self.md_bits);
+        if *off + len > self.max_packet && *in_packet > 0 {
+            self.send(*off, *in_packet, out);
+            (*off, *in_packet) = (GROUP_HDR_LEN, 0);
+        }
+        encode(r, self.md_bits, &mut self.buf[*off..*off + len]);
+        *off += len;
+        *in_packet += 1;
     }
 
     /// Queues the packet in `buf[..len]` (its group header is written per
@@ -375,7 +464,7 @@ mod tests {
     fn encodes_the_individual_report() {
         let r = rec(42, FLAG_F);
         let mut out = [0u8; 128];
-        let n = encode(&r, 0x5000, &mut out);
+        let n = encode(&ReportParts::of(&r), 0x5000, &mut out);
         assert_eq!(n, 4 + 8 + 8 + 44);
         assert_eq!(&out[..4], &[0x13, ((n - 4) / 4) as u8, 2, 0x20]);
         assert_eq!(&out[4..12], &[0x50, 0x00, 0x12, 0x34, 0, 0, 0, 0]);
@@ -384,7 +473,7 @@ mod tests {
         assert_eq!(&out[62..64], &[0, 0], "padded to a word");
         // A drop report adds bit 15: queue ID, reason, padding.
         let d = rec(40, FLAG_D);
-        let n = encode(&d, 0x4000, &mut out);
+        let n = encode(&ReportParts::of(&d), 0x4000, &mut out);
         assert_eq!(&out[2..6], &[2, 0x80, 0x40, 0x01]);
         assert_eq!(&out[16..20], &[3, 9, 0, 0]);
         assert_eq!(n, 4 + 8 + 8 + 40);

@@ -176,6 +176,7 @@ impl Switch {
         let mut event_consumers = Vec::new();
         let mut hists = Vec::new();
         let mut detect_counters = Vec::new();
+        let mut gpint_consumers = Vec::new();
         let analytics = plan.int.as_ref().and_then(|i| i.analytics);
         if let Some(a) = &analytics {
             println!("{}", a.describe());
@@ -212,6 +213,14 @@ impl Switch {
                 }
                 None => AnalyticsSetup::interval_only(plan.int.as_ref().map_or(1, |i| i.filter_slots)),
             };
+            let gpint = match &plan.gpint {
+                Some(g) => {
+                    let (p, c) = rtrb::RingBuffer::new(g.export_ring);
+                    gpint_consumers.push(c);
+                    GpintSetup { slots: g.clone_slots, exports: Some(p), worker: wi, workers: shared.workers.clone() }
+                }
+                None => GpintSetup::off(),
+            };
             let setup = WorkerSetup {
                 id: wi,
                 rx: w.rx.iter().map(|(p, q)| (*p, ports[*p as usize].rx_queue(*q))).collect(),
@@ -231,22 +240,25 @@ impl Switch {
                 tx_drain_us: d.tx_drain_us,
                 idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
                 pool: pool.clone(),
-                stages: StageSetup { analytics, reports: producer, clock, gpint: GpintSetup::off() },
+                stages: StageSetup { analytics, reports: producer, clock, gpint },
             };
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
         }
         let port_info = PortSender::new(&spec, None);
         let exporter = match &plan.int {
-            Some(ip) => Some(Exporter::new(
-                ip.spec.node_id,
-                ip.hw_id,
-                ip.spec.report.md_bits,
-                ip.max_packet,
-                consumers,
-                &ip.collectors,
-                &port_info,
-            )?),
+            Some(ip) => Some(
+                Exporter::new(
+                    ip.spec.node_id,
+                    ip.hw_id,
+                    ip.spec.report.md_bits,
+                    ip.max_packet,
+                    consumers,
+                    &ip.collectors,
+                    &port_info,
+                )?
+                .with_gpint(gpint_consumers),
+            ),
             None => None,
         };
         let flow_exporter = match (&plan.int, analytics) {

@@ -1,0 +1,196 @@
+//! The `[gpint]` section: probes are INT-MD of their own domain to the INT
+//! port, so GPINT needs `[int]` with `presence = "udp_port"` and at least
+//! one `[[int.collector]]` (deliveries and notices are Telemetry Reports).
+
+use dataplane::counters::MAX_PORTS;
+use dataplane::gpint::GpintSpec;
+use dataplane::int::watch::Role;
+use dataplane::int::Presence;
+use serde::{Deserialize, Serialize};
+
+use crate::fields::{cerr, ConfigError};
+use crate::int::config::IntPlan;
+
+/// `[gpint]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpintConfig {
+    /// The SQR stage claims probes and feedbacks (false: they are plain
+    /// INT and UDP to this switch).
+    pub enabled: bool,
+    /// A probe's original destination port (in its INT shim) and a
+    /// feedback's destination port.
+    pub udp_port: u16,
+    /// The INT Domain Specific ID of probes.
+    pub domain_id: u16,
+    /// Feedback, copies, notices and the duplicate filter.
+    pub recovery: bool,
+    /// How long a copy waits for the next hop's feedback (the paper's
+    /// t_f: 1500; its fine-tuned profile 400).
+    pub hold_ms: u64,
+    /// Copies each worker keeps at most (2 KiB each, not mbufs).
+    pub clone_slots: usize,
+    /// Deliveries and notices each worker's ring to the control core holds.
+    pub export_ring: usize,
+}
+
+impl Default for GpintConfig {
+    fn default() -> Self {
+        GpintConfig {
+            enabled: true,
+            udp_port: 17900,
+            domain_id: 0x6701,
+            recovery: true,
+            hold_ms: 1500,
+            clone_slots: 64,
+            export_ring: 256,
+        }
+    }
+}
+
+/// The validated section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpintPlan {
+    pub udp_port: u16,
+    pub domain_id: u16,
+    pub recovery: bool,
+    pub hold_ms: u64,
+    pub clone_slots: usize,
+    pub export_ring: usize,
+}
+
+impl GpintConfig {
+    /// None when `enabled = false`.
+    pub fn to_plan(&self, int: Option<&IntPlan>) -> Result<Option<GpintPlan>, ConfigError> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let Some(int) = int else {
+            return Err(cerr("gpint", "needs [int]: probes are INT-MD packets (with presence = \"udp_port\")"));
+        };
+        let Presence::UdpPort(int_port) = int.spec.presence else {
+            return Err(cerr(
+                "gpint",
+                "needs [int] presence = \"udp_port\": probes go to the INT port, the GPINT port saved in their shim",
+            ));
+        };
+        if self.udp_port == 0 || self.udp_port == int_port {
+            return Err(cerr("gpint.udp_port", format!("must be 1-65535 and not the INT port ({int_port})")));
+        }
+        if let Some(r) =
+            int.spec.watch.iter().find(|r| matches!(r.role, Role::Source(s) if s.domain_id == self.domain_id))
+        {
+            return Err(cerr(
+                "gpint.domain_id",
+                format!(
+                    "{:#06x} is the domain of INT watch rule '{}': probes need a domain of their own",
+                    self.domain_id, r.name
+                ),
+            ));
+        }
+        if int.collectors.is_empty() {
+            return Err(cerr(
+                "gpint",
+                "needs at least one [[int.collector]]: deliveries and notices are Telemetry Reports",
+            ));
+        }
+        if !(1..=60_000).contains(&self.hold_ms) {
+            return Err(cerr("gpint.hold_ms", "must be 1..=60000"));
+        }
+        if !(1..=65_536).contains(&self.clone_slots) {
+            return Err(cerr("gpint.clone_slots", "must be 1..=65536"));
+        }
+        if !(2..=65_536).contains(&self.export_ring) {
+            return Err(cerr("gpint.export_ring", "must be 2..=65536"));
+        }
+        Ok(Some(GpintPlan {
+            udp_port: self.udp_port,
+            domain_id: self.domain_id,
+            recovery: self.recovery,
+            hold_ms: self.hold_ms,
+            clone_slots: self.clone_slots,
+            export_ring: self.export_ring,
+        }))
+    }
+}
+
+impl GpintPlan {
+    /// What the workers read, with the INT domain's port, node ID and MTUs,
+    /// and `hold_ms` in ticks of a `tsc_hz` clock.
+    pub fn spec(&self, int: &IntPlan, tsc_hz: u64) -> GpintSpec {
+        let int_port = match int.spec.presence {
+            Presence::UdpPort(p) => p,
+            Presence::Dscp { .. } => 0,
+        };
+        let mut mtu = [1500u16; MAX_PORTS];
+        mtu.copy_from_slice(&int.spec.mtu);
+        GpintSpec {
+            int_port,
+            udp_port: self.udp_port,
+            domain_id: self.domain_id,
+            node_id: int.spec.node_id,
+            recovery: self.recovery,
+            hold_tsc: self.hold_ms * tsc_hz.max(1) / 1000,
+            mtu,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const BASE: &str = r#"
+name = "g"
+mode = "xconnect"
+[[port]]
+name = "p0"
+device = "net_null0"
+peer = "p1"
+[[port]]
+name = "p1"
+device = "net_null1"
+peer = "p0"
+"#;
+    const INT: &str = "[int]\nnode_id = 7\n[[int.collector]]\naddress = \"127.0.0.1:32766\"\n";
+
+    fn plan(text: &str) -> Result<Option<GpintPlan>, ConfigError> {
+        Config::from_toml(&format!("{BASE}{text}"))?.validate().map(|p| p.gpint)
+    }
+
+    #[test]
+    fn defaults_and_the_spec_the_workers_read() {
+        let p = plan(&format!("{INT}[gpint]\n")).unwrap().unwrap();
+        assert_eq!((p.udp_port, p.domain_id, p.recovery, p.hold_ms, p.clone_slots), (17900, 0x6701, true, 1500, 64));
+        let full = Config::from_toml(&format!("{BASE}{INT}[gpint]\nhold_ms = 400\n")).unwrap().validate().unwrap();
+        let s = full.table_spec(&[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]], 1_000_000).gpint.unwrap();
+        assert_eq!((s.int_port, s.udp_port, s.node_id, s.hold_tsc, s.mtu[1]), (17768, 17900, 7, 400_000, 1500));
+        assert_eq!(plan(&format!("{INT}[gpint]\nenabled = false\n")).unwrap(), None);
+        assert_eq!(plan(INT).unwrap(), None, "absent: off");
+    }
+
+    #[test]
+    fn every_bad_key_is_named() {
+        let cases = [
+            ("[gpint]\n", "gpint"),
+            ("[int]\nnode_id = 7\n[gpint]\n", "gpint"),
+            ("[int]\nnode_id = 7\npresence = \"dscp\"\n[[int.collector]]\naddress = \"127.0.0.1:1\"\n[gpint]\n", "gpint"),
+            (&format!("{INT}[gpint]\nudp_port = 17768\n"), "gpint.udp_port"),
+            (&format!("{INT}[gpint]\nhold_ms = 0\n"), "gpint.hold_ms"),
+            (&format!("{INT}[gpint]\nclone_slots = 0\n"), "gpint.clone_slots"),
+            (&format!("{INT}[gpint]\nexport_ring = 1\n"), "gpint.export_ring"),
+            (
+                &format!(
+                    "{INT}[[int.watch]]\nname = \"w\"\nrole = \"source\"\nbitmap = 0xc000\ndomain_id = 0x6701\n[gpint]\n"
+                ),
+                "gpint.domain_id",
+            ),
+        ];
+        for (text, key) in cases {
+            let e = plan(text).unwrap_err();
+            assert_eq!(e.key, key, "{text}: {e:?}");
+        }
+        assert!(Config::from_toml(&format!("{BASE}{INT}[gpint]\nholdms = 3\n")).is_err(), "unknown key");
+    }
+}

@@ -1,0 +1,200 @@
+//! The SQR stage in a running switch (net_pcap in and out, a UDP socket as
+//! the collector): every probe is acknowledged out its ingress port and
+//! forwarded by its source route; a copy without feedback comes back to
+//! the collector as a recovery notice after `hold_ms` (±10 %), byte for
+//! byte the probe as forwarded; a copy whose feedback came is freed; a
+//! duplicate is acknowledged again but not forwarded; the path's last hop
+//! delivers its probe as a Telemetry Report; a malformed probe is dropped
+//! under its reason; other traffic is forwarded as before. The frames are
+//! built by `dataplane::gpint::frame`, the reports read with the wire
+//! module's parsers.
+
+use std::net::UdpSocket;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dataplane::gpint::frame::{probe_frame, udp_frame, ProbeAddr};
+use dataplane::parse::parse;
+use dataplane::wire::gpint::{Header, Kind, Probe, ProbeRepr, RequestType, SrEntry, TO_MONITOR};
+use dataplane::wire::int_md::{instr, IntMd};
+use dataplane::wire::telemetry_report::{parse_group, Individual, FLAG_D, FLAG_I, INDIV_HDR_LEN, INT_MAIN_LEN};
+use intswitch_tests::{control_section, intctl_bin, read_pcap, write_pcap, Scratch, SwitchProcess};
+use serde_json::Value;
+
+const INT_PORT: u16 = 17768;
+const GPINT_PORT: u16 = 17900;
+const HOLD_MS: u64 = 500;
+
+fn addr() -> ProbeAddr {
+    ProbeAddr {
+        eth_src: [2, 0, 0, 0, 0, 0xee],
+        eth_dst: [2, 0, 0, 0, 0, 0xa0],
+        ip_src: "10.99.0.1".parse().unwrap(),
+        ip_dst: "10.99.0.2".parse().unwrap(),
+        src_port: 40000,
+        int_port: INT_PORT,
+        gpint_port: GPINT_PORT,
+        domain_id: 0x6701,
+        bitmap: instr::NODE_ID | instr::EGRESS_TS,
+    }
+}
+
+fn probe(req: u16, entries: &[(u8, u8, u8)]) -> Vec<u8> {
+    let e = entries.iter().map(|&(p, f, n)| SrEntry { next_port: p, mea_first: f, mea_count: n }).collect();
+    probe_frame(&addr(), &ProbeRepr::new(req, RequestType::PortRx, 0, 0, e).unwrap()).unwrap()
+}
+
+fn feedback(req: u16, hop: u8) -> Vec<u8> {
+    let h = Header {
+        kind: Kind::Feedback,
+        flags: 0,
+        request_id: req,
+        request_type: RequestType::PortRx,
+        attempt: 0,
+        start_index: hop,
+        sr_count: 0,
+        sr_left: 0,
+    };
+    let mut b = [0u8; 8];
+    h.emit(&mut b);
+    udp_frame(&addr(), GPINT_PORT, &b).unwrap()
+}
+
+fn intctl(sock: &std::path::Path, args: &[&str]) -> Value {
+    let out = Command::new(intctl_bin()).arg("--socket").arg(sock).arg("--json").args(args).output().unwrap();
+    assert!(out.status.success(), "intctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// One individual report: its flags, drop reason (bit 15's) and inner packet.
+struct Report {
+    flags: u8,
+    drop_reason: Option<u8>,
+    inner: Vec<u8>,
+    at_ns: u64,
+}
+
+fn reports(packet: &[u8], at_ns: u64) -> Vec<Report> {
+    parse_group(packet).unwrap();
+    let mut out = Vec::new();
+    let mut o = 8;
+    while o + INDIV_HDR_LEN + INT_MAIN_LEN <= packet.len() {
+        let i = Individual::parse(&packet[o..]).unwrap();
+        let end = o + INDIV_HDR_LEN + i.len_words as usize * 4;
+        let bits = u16::from_be_bytes([packet[o + 4], packet[o + 5]]);
+        let md_end = o + INDIV_HDR_LEN + INT_MAIN_LEN + i.md_len_words as usize * 4;
+        let drop_reason = (bits & 1 != 0).then(|| packet[md_end - 3]);
+        out.push(Report { flags: i.flags, drop_reason, inner: packet[md_end..end].to_vec(), at_ns });
+        o = end;
+    }
+    out
+}
+
+#[test]
+fn probes_are_acknowledged_forwarded_copied_and_recovered() {
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new("gpintsqr");
+    let p = |f: &str| d.path(f).display().to_string();
+    let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
+    collector.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let plain = udp_frame(&addr(), 5001, b"background").unwrap();
+    let a = probe(1, &[(1, 0, 2), (TO_MONITOR, 0, 0)]);
+    let b = probe(2, &[(1, 0, 2), (TO_MONITOR, 0, 0)]);
+    let c = probe(3, &[(TO_MONITOR, 0, 1)]);
+    let bad = probe(4, &[(9, 0, 0), (TO_MONITOR, 0, 0)]);
+    let frames = vec![a.clone(), b.clone(), feedback(2, 1), b.clone(), c.clone(), bad, plain.clone()];
+    write_pcap(&d.path("in.pcap"), &frames);
+    let cfg = format!(
+        "name = \"gsqr\"\nmode = \"xconnect\"\n[eal]\nfile_prefix = \"gsqr-{id}\"\n[dataplane]\nidle = true\n\
+mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_pcap0,rx_pcap={},tx_pcap={}\"\npeer = \"p1\"\n\
+[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\npeer = \"p0\"\n[int]\nnode_id = 31\n\
+[[int.collector]]\naddress = \"{}\"\n[gpint]\nhold_ms = {HOLD_MS}\n",
+        control_section(&d),
+        p("in.pcap"),
+        p("p0.pcap"),
+        p("p1.pcap"),
+        collector.local_addr().unwrap(),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let s = SwitchProcess::start(&d.path("c.toml"), None);
+    let sock = d.path("sw.sock");
+    // The delivery comes at once, the notice after hold_ms.
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 65536];
+    while got.len() < 2 && Instant::now() < deadline {
+        if let Ok(n) = collector.recv(&mut buf) {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+            got.extend(reports(&buf[..n], now));
+        }
+    }
+    let view = intctl(&sock, &["show", "gpint"]);
+    // Nothing else arrives.
+    std::thread::sleep(Duration::from_millis(2 * HOLD_MS));
+    while let Ok(n) = collector.recv(&mut buf) {
+        got.extend(reports(&buf[..n], 0));
+    }
+    let fin = s.stop();
+    assert_eq!(got.len(), 2, "one delivery and one notice");
+
+    let c_ = &view["counters"];
+    let want = [
+        ("gpint_rx", 5),
+        ("gpint_fb_tx", 4),
+        ("gpint_fb_rx", 1),
+        ("gpint_dup", 1),
+        ("gpint_delivered", 1),
+        ("sqr_stored", 2),
+        ("sqr_acked", 1),
+        ("sqr_timeouts", 1),
+        ("sqr_buffer_full", 0),
+        ("gpint_bad_next_port", 1),
+        ("gpint_export_full", 0),
+    ];
+    for (k, v) in want {
+        assert_eq!(c_[k].as_u64(), Some(v), "{k}: {view}");
+    }
+    assert_eq!((view["delivered"].as_u64(), view["notices"].as_u64()), (Some(1), Some(1)), "{view}");
+    assert_eq!(view["workers"][0]["in_use"].as_u64(), Some(0), "{view}");
+    assert_eq!(view["workers"][0]["high_water"].as_u64(), Some(2), "{view}");
+    assert_eq!(fin["drops"]["gpint_bad_next_port"].as_u64(), Some(1), "{fin}");
+
+    // p0: the four feedbacks (A, B, B's duplicate, C), each kind 2 for hop 0.
+    let out0 = read_pcap(&d.path("p0.pcap"));
+    assert_eq!(out0.len(), 4);
+    for (f, req) in out0.iter().zip([1u16, 2, 2, 3]) {
+        let m = parse(f, 0).unwrap();
+        assert_eq!((m.key.dst_port(), &f[0..6], &f[6..12]), (GPINT_PORT, &a[6..12], &a[0..6]));
+        let h = Header::parse(&f[m.l4_offset + 8..m.l3_end]).unwrap();
+        assert_eq!((h.kind, h.request_id, h.start_index), (Kind::Feedback, req, 0));
+    }
+    // p1: probes A and B with this hop, and the background frame as it was.
+    let out1 = read_pcap(&d.path("p1.pcap"));
+    assert_eq!(out1.len(), 3);
+    assert_eq!(out1[2], plain);
+    for f in &out1[..2] {
+        let m = parse(f, 1).unwrap();
+        let md = IntMd::new_checked(&f[m.l4_offset + 8..m.l3_end]).unwrap();
+        assert_eq!((md.hops(), &md.hop(0)[..4]), (1, &31u32.to_be_bytes()[..]));
+        let pr = Probe::new_checked(&f[m.l4_offset + 8 + md.total_len()..m.l3_end]).unwrap();
+        let rec = pr.records().next().unwrap();
+        assert_eq!((pr.header.sr_left, rec.node_id, rec.count()), (1, 31, 2));
+    }
+    // The delivery: C with its hop; the notice: A exactly as it left, late
+    // by hold_ms after its egress timestamp.
+    let delivery = got.iter().find(|r| r.flags == 0).expect("delivery");
+    let m = parse(&delivery.inner, 0).unwrap();
+    let md = IntMd::new_checked(&delivery.inner[m.l4_offset + 8..m.l3_end]).unwrap();
+    assert_eq!(md.hops(), 1);
+    let notice = got.iter().find(|r| r.flags == FLAG_I | FLAG_D).expect("notice");
+    assert_eq!(notice.drop_reason, Some(dataplane::DropReason::GpintFeedbackTimeout as u8));
+    // The copy, untruncated (the report pads it to a word).
+    assert_eq!(notice.inner.len(), out1[0].len().div_ceil(4) * 4);
+    assert_eq!(&notice.inner[..out1[0].len()], &out1[0][..], "the copy as it left");
+    let m = parse(&notice.inner, 1).unwrap();
+    let md = IntMd::new_checked(&notice.inner[m.l4_offset + 8..m.l3_end]).unwrap();
+    let egress = u64::from_be_bytes(md.hop(0)[4..12].try_into().unwrap());
+    let late_ms = (notice.at_ns - egress) as f64 / 1e6;
+    let hold = HOLD_MS as f64;
+    assert!((0.9 * hold..=1.1 * hold).contains(&late_ms), "notice {late_ms:.1} ms after the probe left");
+}
