@@ -274,6 +274,8 @@ def up(topo):
         ns = topo.ns(h["name"])
         for i in h.get("iface", []):
             dev = topo.iface(topo.link(i["link"]), h["name"])
+            if "mac" in i:
+                ns_exec(ns, "ip", "link", "set", "dev", dev, "address", i["mac"])
             if "mtu" in i:
                 # Room for INT headers the switches add on the way.
                 ns_exec(ns, "ip", "link", "set", "dev", dev, "mtu", str(i["mtu"]))

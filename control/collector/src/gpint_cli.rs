@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use intcollector::gpint::monitor::{read_plan, Monitor, Profile};
 use intcollector::gpint::plan::{self, Algo, Budget};
 use intcollector::gpint::topology::{watts_strogatz, Graph};
 
@@ -10,7 +11,7 @@ use intcollector::gpint::topology::{watts_strogatz, Graph};
 pub enum Gpint {
     /// Plan probe paths on a topology and write them (with their SR stacks)
     /// as JSON: {algo, k, switches, links, budget_bytes, paths: [{id, hops:
-    /// [{switch, next_port, link}], probe_bytes}], stats: {probes, longest,
+    /// [{switch, next_port, link, mea}], probe_bytes}], stats: {probes, longest,
     /// shortest, total_hops, max_probe_bytes, split, longest_planned,
     /// covered_switches, covered_links, plan_us}} (longest_planned: before
     /// the budget cut; plan_us: the planner's time). The last hop's next_port is 255: to the
@@ -21,6 +22,59 @@ pub enum Gpint {
     /// Write a generated topology in the testbed file format (switches and
     /// links, no hosts).
     Topo(TopoArgs),
+    /// Run collection sessions over a plan: send each path's probe to its
+    /// first switch (UDP to the INT port, at most --window paths in
+    /// flight), take deliveries and recovery notices as Telemetry Reports
+    /// on --listen and first-hop feedbacks on the GPINT port, recover lost
+    /// parts from the next switch (Algorithms 1-2), and print one JSON line
+    /// a session: session, elapsed_ms, complete, probes, recovery_probes,
+    /// notices, deliveries, timeouts, failed_paths, coverage, covered,
+    /// switches, unavailable, congested (links and switches), telemetry
+    /// (per path and hop: switch, node_id, MEA values); a summary line at
+    /// exit.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// A plan `gpint plan` wrote.
+    #[arg(long)]
+    plan: PathBuf,
+    /// SWITCH=ADDR: where the monitor reaches a switch (its address on the
+    /// monitor's direct link to it); one per switch a probe may start at.
+    #[arg(long, value_name = "SWITCH=ADDR", required = true)]
+    via: Vec<String>,
+    /// Where the switches' [[int.collector]] send deliveries and notices.
+    #[arg(long, default_value = "0.0.0.0:32766")]
+    listen: String,
+    /// Sessions to run, back to back.
+    #[arg(long, default_value_t = 1)]
+    sessions: u64,
+    /// paper (r_a 10, t_f 1.5 s) or fast (r_a 2, t_f 0.4 s); the switches'
+    /// gpint.hold_ms should match t_f.
+    #[arg(long, default_value = "paper")]
+    profile: String,
+    /// Paths in flight at once.
+    #[arg(long, default_value_t = 12)]
+    window: usize,
+    /// No recovery probes: a lost probe fails its path.
+    #[arg(long)]
+    no_recovery: bool,
+    /// The INT domain's UDP port (probes go there).
+    #[arg(long, default_value_t = 17768)]
+    int_port: u16,
+    /// gpint.udp_port: saved in the probes, feedbacks come to it.
+    #[arg(long, default_value_t = 17900)]
+    gpint_port: u16,
+    /// gpint.domain_id.
+    #[arg(long, default_value_t = 0x6701)]
+    domain_id: u16,
+    /// MEA values a hop reports where the plan does not say.
+    #[arg(long, default_value_t = 4)]
+    mea: u8,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    duration: f64,
 }
 
 #[derive(clap::Args)]
@@ -80,6 +134,7 @@ pub fn run(g: &Gpint) -> Result<(), String> {
     match g {
         Gpint::Plan(a) => plan_cmd(a),
         Gpint::Topo(a) => topo_cmd(a),
+        Gpint::Run(a) => run_cmd(a),
     }
 }
 
@@ -127,4 +182,121 @@ fn topo_cmd(a: &TopoArgs) -> Result<(), String> {
     let name = a.name.clone().unwrap_or_else(|| format!("ws{}", a.n));
     let desc = format!("Watts-Strogatz WS({}, {}, {}), seed {}", a.n, a.degree, a.p, a.seed);
     write(&a.out, &g.to_testbed(&name, &desc))
+}
+
+/// The UDP payload of a probe: INT shim and header (NPT 1 saving the GPINT
+/// port, D, RHC = SR count), then the GPINT block.
+fn probe_payload(a: &RunArgs, probe: &dataplane::wire::gpint::ProbeRepr) -> Result<Vec<u8>, String> {
+    use dataplane::gpint::frame::{probe_frame, ProbeAddr};
+    use dataplane::wire::int_md::instr;
+    let addr = ProbeAddr {
+        eth_src: [0; 6],
+        eth_dst: [0; 6],
+        ip_src: "192.0.2.1".parse().expect("address"),
+        ip_dst: "192.0.2.2".parse().expect("address"),
+        src_port: a.gpint_port,
+        int_port: a.int_port,
+        gpint_port: a.gpint_port,
+        domain_id: a.domain_id,
+        bitmap: instr::NODE_ID | instr::L1_PORTS | instr::QUEUE | instr::INGRESS_TS,
+    };
+    let f = probe_frame(&addr, probe)?;
+    let meta = dataplane::parse::parse(&f, 0).map_err(|r| r.name().to_string())?;
+    Ok(f[meta.l4_offset + 8..meta.l3_end].to_vec())
+}
+
+fn run_cmd(a: &RunArgs) -> Result<(), String> {
+    use std::collections::HashMap;
+    use std::net::{SocketAddr, UdpSocket};
+    use std::time::Duration;
+
+    let what = a.plan.display().to_string();
+    let text = std::fs::read_to_string(&a.plan).map_err(|e| format!("{what}: {e}"))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{what}: {e}"))?;
+    let paths = read_plan(&v, a.mea)?;
+    let mut via: HashMap<String, SocketAddr> = HashMap::new();
+    for s in &a.via {
+        let (sw, ip) = s.split_once('=').ok_or(format!("--via {s}: SWITCH=ADDR"))?;
+        let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("--via {s}: {e}"))?;
+        via.insert(sw.to_string(), SocketAddr::new(ip, a.int_port));
+    }
+    for p in &paths {
+        for h in &p.hops {
+            if !via.contains_key(&h.switch) {
+                return Err(format!("--via: no address for switch {} (plan path {})", h.switch, p.id));
+            }
+        }
+    }
+    let profile = Profile::by_name(&a.profile)?;
+    let v6 = via.values().next().is_some_and(|s| s.is_ipv6());
+    let any = if v6 { "[::]" } else { "0.0.0.0" };
+    // Probes leave from the GPINT port; the first switches' feedbacks come to it.
+    let probes =
+        UdpSocket::bind(format!("{any}:{}", a.gpint_port)).map_err(|e| format!("GPINT port {}: {e}", a.gpint_port))?;
+    let reports = UdpSocket::bind(&a.listen).map_err(|e| format!("--listen {}: {e}", a.listen))?;
+    for s in [&probes, &reports] {
+        s.set_nonblocking(true).map_err(|e| e.to_string())?;
+    }
+    let presence = dataplane::int::Presence::UdpPort(a.int_port);
+    // Request IDs start where a monitor run just before did not (the
+    // switches' duplicate filters hold recent ones for 2 x hold_ms).
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let first = ((seed ^ u64::from(std::process::id()).rotate_left(17)) % 0x7fff) as u16 + 1;
+    let mut m = Monitor::new(paths, profile, !a.no_recovery, a.window, first);
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs_f64(a.duration.max(0.0));
+    let mut send_errors = 0u64;
+    let mut buf = vec![0u8; 65536];
+    let mut sessions = 0;
+    m.start_session(Instant::now());
+    let mut send = |m_sends: Vec<intcollector::gpint::monitor::Send>| {
+        for s in m_sends {
+            let to = via[&s.switch];
+            match probe_payload(a, &s.probe) {
+                Ok(p) if probes.send_to(&p, to).is_ok() => {}
+                _ => send_errors += 1,
+            }
+        }
+    };
+    while Instant::now() < deadline {
+        let mut idle = true;
+        while let Ok((n, _)) = probes.recv_from(&mut buf) {
+            idle = false;
+            if let Ok(h) = dataplane::wire::gpint::Header::parse(&buf[..n]) {
+                if h.kind == dataplane::wire::gpint::Kind::Feedback {
+                    m.on_feedback(&h);
+                }
+            }
+        }
+        while let Ok((n, _)) = reports.recv_from(&mut buf) {
+            idle = false;
+            let now = Instant::now();
+            if let Ok(rs) = intcollector::decode_packet(&buf[..n], presence) {
+                for r in rs {
+                    send(m.on_report(r.flags, &buf[r.inner.clone()], a.int_port, now));
+                }
+            }
+        }
+        let (sends, line) = m.tick(Instant::now());
+        send(sends);
+        if let Some(l) = line {
+            println!("{l}");
+            sessions += 1;
+            if sessions == a.sessions {
+                break;
+            }
+            m.start_session(Instant::now());
+        }
+        if idle {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let mut s = m.summary();
+    s["send_errors"] = send_errors.into();
+    s["elapsed_s"] = t0.elapsed().as_secs_f64().into();
+    println!("{s}");
+    if sessions < a.sessions {
+        return Err(format!("{sessions} of {} sessions ended within --duration", a.sessions));
+    }
+    Ok(())
 }

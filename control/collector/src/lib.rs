@@ -224,6 +224,8 @@ pub struct Report {
     /// The reporting node's own metadata.
     pub sink: HopValues,
     pub stack: Result<Stack, String>,
+    /// Where the inner packet lies in the report packet (word-padded).
+    pub inner: std::ops::Range<usize>,
 }
 
 impl Report {
@@ -301,6 +303,7 @@ pub fn decode_packet(p: &[u8], presence: Presence) -> Result<Vec<Report>, String
             domain_id,
             sink,
             stack,
+            inner: o + 4 + md_end..end,
         });
         o = end;
     }

@@ -38,7 +38,7 @@ use crate::DropReason;
 pub const COPY_MAX: usize = 2048;
 /// Copies the wheel visits at most per poll, and buckets (1 ms each).
 const EXPIRE_COPIES: usize = 16;
-const EXPIRE_BUCKETS: usize = 4;
+const EXPIRE_BUCKETS: usize = 64;
 const WHEEL_BUCKETS: usize = 4096;
 
 /// A frame's bytes, held by value (a copy, an export).
@@ -310,8 +310,8 @@ impl<S: GpintSink> SqrStage<S> {
 }
 
 /// Sends the feedback acknowledging probe `h` out `in_port`: a copy of the
-/// probe cut to its headers with L2 and IP addresses swapped, UDP to the
-/// GPINT port, and the feedback block.
+/// probe cut to its headers, to its sender's MAC from this port's, IP
+/// addresses swapped, UDP to the GPINT port, and the feedback block.
 fn send_feedback<B: PacketBuf, O: Output<B>>(
     spec: &GpintSpec,
     cx: &mut Cx<'_, O>,
@@ -331,9 +331,10 @@ fn send_feedback<B: PacketBuf, O: Output<B>>(
         cx.c.event(Event::GpintNoBuffer);
         return;
     }
-    let (dst, src): ([u8; 6], [u8; 6]) = (b[0..6].try_into().expect("6"), b[6..12].try_into().expect("6"));
-    b[0..6].copy_from_slice(&src);
-    b[6..12].copy_from_slice(&dst);
+    // Back to the sender, from this port (a probe between switches was
+    // sent to the broadcast address, which is no source).
+    b.copy_within(6..12, 0);
+    b[6..12].copy_from_slice(&cx.tables.ports[in_port as usize].mac);
     let pseudo = if meta.key.ip_version() == 4 {
         let ip = &mut b[l3..l4];
         let (s, d): ([u8; 4], [u8; 4]) = (ip[12..16].try_into().expect("4"), ip[16..20].try_into().expect("4"));
@@ -592,10 +593,11 @@ mod tests {
             let f = probe(v6, 77, 1, &[(1, 0, 2), (TO_MONITOR, 0, 0)]);
             let out = r.run(&f, 0, 1_000);
             assert_eq!(out.len(), 2, "feedback and probe");
-            // The feedback: back out the ingress port, addresses swapped, no INT.
+            // The feedback: back out the ingress port to the sender, from
+            // this port, IP addresses swapped, no INT.
             let (fb, v) = &out[0];
             assert!(matches!(v, Verdict::TxLen(0, _)), "{v:?}");
-            assert_eq!((&fb[0..6], &fb[6..12]), (&f[6..12], &f[0..6]));
+            assert_eq!((&fb[0..6], &fb[6..12]), (&f[6..12], &r.t.ports[0].mac[..]));
             let (meta, int_hdr, block) = read(fb);
             let (fm, _, _) = read(&f);
             assert_eq!((meta.key.src, meta.key.dst), (fm.key.dst, fm.key.src));

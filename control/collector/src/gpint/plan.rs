@@ -527,11 +527,13 @@ impl Plan {
             .map(|(i, w)| {
                 let hops: Vec<Value> = w
                     .iter()
-                    .map(|&(v, e)| match e {
-                        Some(e) => {
-                            json!({"switch": g.names[v], "next_port": g.edges[e].port_of(v), "link": g.edges[e].name})
+                    .map(|&(v, e)| {
+                        let mea = budget.mea_values.unwrap_or(g.ports[v]);
+                        match e {
+                            Some(e) => json!({"switch": g.names[v], "next_port": g.edges[e].port_of(v),
+                                              "link": g.edges[e].name, "mea": mea}),
+                            None => json!({"switch": g.names[v], "next_port": TO_MONITOR, "mea": mea}),
                         }
-                        None => json!({"switch": g.names[v], "next_port": TO_MONITOR}),
                     })
                     .collect();
                 json!({"id": i, "hops": hops, "probe_bytes": budget.probe_bytes(g, w)})
