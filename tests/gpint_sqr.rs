@@ -230,7 +230,9 @@ fn monitor(tb: &intswitch_tests::Testbed, plan: &std::path::Path, sessions: u64)
 /// over the planner's one path all complete without recovery and every
 /// copy is acknowledged; with the s2 - s3 link dropping everything, every
 /// session still completes with all four switches' telemetry, by one
-/// notice and one recovery probe each, and ends with s2-s3 unavailable.
+/// notice and one recovery probe each, and ends with s2-s3 unavailable;
+/// with it only slower than t_f, the link ends congested; with s3 dead,
+/// the session ends with the other three and s3 unavailable.
 #[test]
 fn the_monitor_recovers_every_session_over_a_dead_link() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -288,6 +290,55 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
         assert_eq!(l["unavailable"], serde_json::json!(["s2-s3"]), "{l}");
     }
     assert_eq!(summary["unavailable"]["s2-s3"].as_u64(), Some(5), "{summary}");
+
+    // s2 - s3 only slow (600 ms, t_f 400 ms): the notice and the original
+    // both arrive; the link ends congested, each session counted once.
+    for rev in [false, true] {
+        let mut args = vec!["impair", "s2-s3"];
+        if rev {
+            args.push("--reverse");
+        }
+        args.extend(["delay", "600ms"]);
+        let (ok, msg) = tb.run(&args);
+        assert!(ok, "{msg}");
+    }
+    let (lines, summary) = monitor(&tb, &plan, 2);
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        assert_eq!((l["complete"].as_bool(), l["covered"].as_u64()), (Some(true), Some(4)), "{l}");
+        assert_eq!(l["congested"], serde_json::json!(["s2-s3"]), "{l}");
+        assert_eq!(l["unavailable"], serde_json::json!([]), "{l}");
+        assert_eq!((l["notices"].as_u64(), l["deliveries"].as_u64()), (Some(1), Some(2)), "the original too: {l}");
+    }
+    assert_eq!((summary["sessions"].as_u64(), summary["congested"]["s2-s3"].as_u64()), (Some(2), Some(2)), "{summary}");
+
+    // s3 dead: its hop is given up after r_a + 1 tries over its own link,
+    // the session ends with the other three switches' telemetry.
+    for rev in [false, true] {
+        let mut args = vec!["impair", "s2-s3"];
+        if rev {
+            args.push("--reverse");
+        }
+        args.push("none");
+        let (ok, msg) = tb.run(&args);
+        assert!(ok, "{msg}");
+    }
+    let (ok, status) = tb.run(&["status", &topo.display().to_string()]);
+    assert!(ok, "{status}");
+    let st: Value = serde_json::from_str(&status).unwrap();
+    let procs = st[0]["processes"].as_array().unwrap_or_else(|| panic!("status: {status}"));
+    let pid = procs.iter().find(|p| p["name"] == "s3").unwrap()["pid"].as_u64().unwrap();
+    assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+    let (lines, _) = monitor(&tb, &plan, 1);
+    let l = &lines[0];
+    assert_eq!(
+        (l["complete"].as_bool(), l["covered"].as_u64(), l["hops_given_up"].as_u64()),
+        (Some(false), Some(3), Some(1)),
+        "{l}"
+    );
+    assert_eq!(l["unavailable"], serde_json::json!(["s2-s3", "s3"]), "{l}");
+    // The notice's recovery to s3, two more tries there (fast: r_a 2), then s4.
+    assert_eq!((l["notices"].as_u64(), l["recovery_probes"].as_u64()), (Some(1), Some(4)), "{l}");
     let (ok, msg) = tb.down();
     assert!(ok, "{msg}");
 }

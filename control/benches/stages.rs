@@ -110,7 +110,7 @@ const XC: [&str; 2] = ["peer = \"p1\"", "peer = \"p0\""];
 const FIVE: u16 = instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE | instr::INGRESS_TS;
 
 /// The cases, in the order they run.
-const CASES: [&str; 10] = [
+const CASES: [&str; 15] = [
     "parse",
     "xconnect-flow-table",
     "l3-10k-routes-100k-flows",
@@ -121,6 +121,11 @@ const CASES: [&str; 10] = [
     "int-sink-analytics-5x4",
     "ampm-initiator",
     "ampm-terminator",
+    "xconnect-int-gpint-off",
+    "xconnect-int-gpint-on",
+    "gpint-transit",
+    "gpint-transit-no-recovery",
+    "gpint-wheel-scan-64-busy",
 ];
 
 fn build(name: &'static str) -> Case {
@@ -214,8 +219,86 @@ fn build(name: &'static str) -> Case {
         }
         "ampm-initiator" => ampm("initiator"),
         "ampm-terminator" => ampm("terminator"),
+        // What GPINT costs the traffic that is not GPINT's: the SQR stage's
+        // claim check on every packet (the INT stage has no rule to act on).
+        "xconnect-int-gpint-off" => case(false, xc(false, &int("[]", collector)), l2()),
+        "xconnect-int-gpint-on" => case(false, xc(false, &int("[]", &format!("{collector}\n[gpint]"))), l2()),
+        // A transit switch's probes (SR: out p1, then the monitor; 4 MEA
+        // values), each followed by the next hop's feedback that frees its
+        // copy: ns_per_packet is per frame, handled the share of probes.
+        "gpint-transit" => {
+            let g = format!("{collector}\n[gpint]\nhold_ms = 1");
+            Case { acts: Acts::Counted(Event::GpintRx), ..case(false, xc(false, &int("[]", &g)), gpint_frames(true)) }
+        }
+        "gpint-transit-no-recovery" => {
+            let g = format!("{collector}\n[gpint]\nrecovery = false");
+            Case { acts: Acts::Counted(Event::GpintRx), ..case(false, xc(false, &int("[]", &g)), gpint_frames(false)) }
+        }
+        // Timed apart (`wheel_scan`): the per-loop scan with every slot busy.
+        "gpint-wheel-scan-64-busy" => {
+            let g = format!("{collector}\n[gpint]\nhold_ms = 60000");
+            Case {
+                acts: Acts::Counted(Event::SqrStored),
+                ..case(false, xc(false, &int("[]", &g)), gpint_frames(false))
+            }
+        }
         other => unreachable!("case {other} is not in CASES"),
     }
+}
+
+/// 2048 GPINT probes of distinct requests into p0 (SR entries: out p1,
+/// then the monitor; 4 port RX values), each followed by the feedback p1's
+/// switch sends back (`feedbacks`).
+fn gpint_frames(feedbacks: bool) -> Vec<Vec<u8>> {
+    use dataplane::gpint::frame::{probe_frame, udp_frame, ProbeAddr};
+    use dataplane::wire::gpint::{ProbeRepr, RequestType, SrEntry, TO_MONITOR};
+    let a = ProbeAddr {
+        eth_src: [2, 0, 0, 0, 0, 1],
+        eth_dst: [2, 0, 0, 0, 0xbe, 0],
+        ip_src: "10.77.1.2".parse().expect("address"),
+        ip_dst: "10.77.1.1".parse().expect("address"),
+        src_port: 17900,
+        int_port: 17768,
+        gpint_port: 17900,
+        domain_id: 0x6701,
+        bitmap: instr::NODE_ID | instr::L1_PORTS | instr::QUEUE | instr::INGRESS_TS,
+    };
+    let e = vec![
+        SrEntry { next_port: 1, mea_first: 0, mea_count: 2 },
+        SrEntry { next_port: TO_MONITOR, mea_first: 0, mea_count: 2 },
+    ];
+    let mut out = Vec::new();
+    for req in 1..=2048u16 {
+        let p = ProbeRepr::new(req, RequestType::PortRx, 0, 0, e.clone()).expect("probe");
+        out.push(probe_frame(&a, &p).expect("probe frame"));
+        if feedbacks {
+            let mut fb = [0u8; 8];
+            dataplane::wire::gpint::Header { start_index: 1, ..p.header.feedback() }.emit(&mut fb);
+            out.push(udp_frame(&a, 17900, &fb).expect("feedback frame"));
+        }
+    }
+    out
+}
+
+/// Ns a worker loop's SQR poll takes with 64 copies waiting far from
+/// their deadline: the timer wheel's scan, which runs every loop, idle too.
+fn wheel_scan(case: &Case) -> f64 {
+    let mut w = Worker::new(case);
+    for chunk in case.frames[..64].chunks(BURST) {
+        w.burst(chunk);
+    }
+    assert_eq!(w.c.events[Event::SqrStored as usize], 64, "every slot busy");
+    let mut best = f64::MAX;
+    for _ in 0..21 {
+        let t0 = Instant::now();
+        for _ in 0..100_000 {
+            let now = dataplane::dpdk::tsc();
+            dataplane::pipeline::Stage::<VecBuf>::poll(&mut w.pipe.stages, w.t, black_box(now), &mut w.c);
+        }
+        best = best.min(t0.elapsed().as_nanos() as f64 / 100_000.0);
+    }
+    assert_eq!(w.c.events[Event::SqrTimeouts as usize], 0, "nothing expired");
+    best
 }
 
 /// The analytics at `[int.analytics]`'s defaults: a 65536 x 12 flow cache
@@ -261,7 +344,13 @@ impl<'a> Worker<'a> {
             analytics: if case.analytics { analytics() } else { AnalyticsSetup::interval_only(65_536) },
             reports,
             clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
-            gpint: dataplane::gpint::stage::GpintSetup::off(),
+            gpint: match case.tables.gpint {
+                Some(_) => {
+                    let (p, _) = rtrb::RingBuffer::new(4096);
+                    dataplane::gpint::stage::GpintSetup { slots: 64, exports: Some(p), worker: 0, workers: Vec::new() }
+                }
+                None => dataplane::gpint::stage::GpintSetup::off(),
+            },
         };
         let flows = FlowSetup { capacity: 131_072, idle_timeout_s: 0, learn: case.learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 4096, aging_s: 0, share: false };
@@ -369,6 +458,10 @@ fn main() {
             continue;
         }
         let case = build(name);
+        if name == "gpint-wheel-scan-64-busy" {
+            println!("stage={name} ns_per_poll={:.1}", wheel_scan(&case));
+            continue;
+        }
         let (ns, handled) = measure(&case, 21, 100_000);
         println!("stage={name} ns_per_packet={ns:.1} mpps={:.2} handled={handled:.2}", 1e3 / ns);
         // Frames that miss the stage would time something else.

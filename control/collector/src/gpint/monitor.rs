@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 /// Algorithm 1's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Profile {
-    /// r_a: tries at one switch before it is unavailable.
+    /// r_a: retries at one switch before it is unavailable (r_a + 1 tries).
     pub attempts: u8,
     /// t_f: how long a probe waits for its first switch's feedback (the
     /// switches' `gpint.hold_ms` should be the same).
@@ -408,7 +408,8 @@ impl Monitor {
                 self.tally.timeouts += 1;
                 self.runs[r].tries += 1;
                 let mut at = start;
-                if self.runs[r].tries >= self.profile.attempts.max(1) {
+                // r_a retries after the first try: r_a + 1 in all.
+                if self.runs[r].tries > self.profile.attempts {
                     self.unavailable.insert(self.paths[r].hops[start].switch.clone());
                     self.runs[r].skipped[start] = true;
                     self.runs[r].tries = 0;
@@ -724,8 +725,8 @@ mod tests {
         assert_eq!(l["covered"], 3, "{l}");
         assert_eq!(l["complete"], false);
         assert_eq!(ids(&l["unavailable"]), vec!["s2-s3", "s3"], "{l}");
-        // The notice's recovery to s3, then r_a tries there, then s4.
-        assert_eq!(l["recovery_probes"].as_u64(), Some(1 + Profile::fast().attempts as u64), "{l}");
+        // The notice's recovery to s3, r_a retries there, then s4.
+        assert_eq!(l["recovery_probes"].as_u64(), Some(2 + Profile::fast().attempts as u64), "{l}");
     }
 
     #[test]
