@@ -208,14 +208,24 @@ mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_pcap0,rx_pcap={},tx_pc
 /// Runs `intcollector gpint run` in the testbed's mon namespace over `plan`
 /// and returns its session lines and summary.
 fn monitor(tb: &intswitch_tests::Testbed, plan: &std::path::Path, sessions: u64) -> (Vec<Value>, Value) {
+    monitor_of(tb, plan, sessions, 4)
+}
+
+/// [`monitor`] on a testbed of `switches` switches s1, s2, ...
+fn monitor_of(
+    tb: &intswitch_tests::Testbed,
+    plan: &std::path::Path,
+    sessions: u64,
+    switches: usize,
+) -> (Vec<Value>, Value) {
     let bin = intswitch_tests::workspace_bin("intcollector");
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &tb.ns("mon")]).arg(bin).args(["gpint", "run", "--plan"]).arg(plan);
-    for k in 1..=4 {
+    for k in 1..=switches {
         cmd.args(["--via", &format!("s{k}=10.77.{k}.1")]);
     }
     let out = cmd
-        .args(["--sessions", &sessions.to_string(), "--profile", "fast", "--duration", "60"])
+        .args(["--sessions", &sessions.to_string(), "--profile", "fast", "--duration", "120"])
         .output()
         .expect("run intcollector gpint run");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -339,6 +349,69 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
     assert_eq!(l["unavailable"], serde_json::json!(["s2-s3", "s3"]), "{l}");
     // The notice's recovery to s3, two more tries there (fast: r_a 2), then s4.
     assert_eq!((l["notices"].as_u64(), l["recovery_probes"].as_u64()), (Some(1), Some(4)), "{l}");
+    let (ok, msg) = tb.down();
+    assert!(ok, "{msg}");
+}
+
+/// ws16 (a shipped Watts-Strogatz WS(16, 4, 0.1) with the monitor linked
+/// to every switch), GPINT-3's paths, 10 % loss on every switch link both
+/// ways: every session completes with all 16 switches' telemetry, and the
+/// recovery probes match the probe transmissions the links lost (L_tx,
+/// from the switches' counters: probes forwarded to a switch less probes
+/// received from one), within 10 %.
+#[test]
+fn every_ws16_session_completes_under_loss_with_one_recovery_a_lost_probe() {
+    use intswitch_tests::Testbed;
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = Scratch::new("gpintws16");
+    let topo = Testbed::shipped("ws16");
+    let plan = d.path("plan.json");
+    let out = Command::new(intswitch_tests::workspace_bin("intcollector"))
+        .args(["gpint", "plan", "--topology"])
+        .arg(&topo)
+        .args(["--out"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tb = Testbed::up(&topo);
+    let text = std::fs::read_to_string(&topo).unwrap();
+    let links: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("name = \"").and_then(|r| r.strip_suffix('"')))
+        .filter(|n| n.starts_with('s') && n.contains('-'))
+        .map(str::to_string)
+        .collect();
+    assert!(links.len() >= 30, "{links:?}");
+    for l in &links {
+        for rev in [false, true] {
+            let mut args = vec!["impair", l.as_str()];
+            if rev {
+                args.push("--reverse");
+            }
+            args.extend(["loss", "10%"]);
+            let (ok, msg) = tb.run(&args);
+            assert!(ok, "{msg}");
+        }
+    }
+    const N: u64 = 10;
+    let (lines, summary) = monitor_of(&tb, &plan, N, 16);
+    for l in &lines {
+        assert_eq!((l["complete"].as_bool(), l["covered"].as_u64()), (Some(true), Some(16)), "{l}");
+    }
+    let (mut forwarded, mut received) = (0, 0);
+    for k in 1..=16 {
+        let c = tb.intctl(&format!("s{k}"), &["show", "gpint"])["counters"].clone();
+        forwarded += c["sqr_stored"].as_u64().unwrap() + c["sqr_buffer_full"].as_u64().unwrap();
+        received += c["gpint_rx"].as_u64().unwrap();
+        assert_eq!(c["gpint_dup"].as_u64(), Some(0), "s{k}: {c}");
+    }
+    let sent = summary["probes"].as_u64().unwrap() + summary["recovery_probes"].as_u64().unwrap();
+    let l_tx = forwarded - (received - sent);
+    let recovery = summary["recovery_probes"].as_u64().unwrap();
+    eprintln!("ws16 10 %: L_tx {l_tx}, recovery probes {recovery}, {summary}");
+    assert!(l_tx > 0, "10 % loss lost nothing? {summary}");
+    assert!(l_tx <= recovery && recovery * 10 <= l_tx * 11, "L_tx {l_tx} vs recovery probes {recovery}: {summary}");
     let (ok, msg) = tb.down();
     assert!(ok, "{msg}");
 }

@@ -126,6 +126,15 @@ pub struct TopoArgs {
     /// The topology's name (default: ws<n>).
     #[arg(long)]
     name: Option<String>,
+    /// A runnable GPINT testbed: routers (each link a /30 of
+    /// 10.78.0.0/14, nothing routed) with [int] and [gpint], and a
+    /// host `mon` linked to every switch (its last port; sK at 10.77.K.1,
+    /// mon at 10.77.K.2, where the switch's reports go).
+    #[arg(long)]
+    monitor: bool,
+    /// With --monitor: the switches' gpint.hold_ms.
+    #[arg(long, default_value_t = 400)]
+    hold_ms: u64,
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -181,7 +190,8 @@ fn topo_cmd(a: &TopoArgs) -> Result<(), String> {
     let g = watts_strogatz(a.n, a.degree, a.p, a.seed)?;
     let name = a.name.clone().unwrap_or_else(|| format!("ws{}", a.n));
     let desc = format!("Watts-Strogatz WS({}, {}, {}), seed {}", a.n, a.degree, a.p, a.seed);
-    write(&a.out, &g.to_testbed(&name, &desc))
+    let text = if a.monitor { g.to_gpint_testbed(&name, &desc, a.hold_ms)? } else { g.to_testbed(&name, &desc) };
+    write(&a.out, &text)
 }
 
 /// The UDP payload of a probe: INT shim and header (NPT 1 saving the GPINT

@@ -150,6 +150,8 @@ struct Run {
     broken: Vec<(u8, usize, Instant)>,
     /// Hops of switches found unavailable: no telemetry is expected.
     skipped: Vec<bool>,
+    /// The furthest hop each attempt's reports showed it reached.
+    reached: Vec<(u8, usize)>,
     /// When the last telemetry came in.
     last_at: Option<Instant>,
 }
@@ -272,6 +274,7 @@ impl Monitor {
                     state: State::Waiting,
                     broken: Vec::new(),
                     skipped: vec![false; n],
+                    reached: Vec::new(),
                     last_at: None,
                 }
             })
@@ -342,9 +345,28 @@ impl Monitor {
                 self.congested.insert(l);
             }
         }
+        let attempt_reached = self.runs[r].reached.iter().find(|x| x.0 == attempt).map(|x| x.1);
+        if let Some(f) = furthest {
+            match self.runs[r].reached.iter_mut().find(|x| x.0 == attempt) {
+                Some(x) => x.1 = x.1.max(f),
+                None => self.runs[r].reached.push((attempt, f)),
+            }
+        }
         if notice {
             self.tally.notices += 1;
-            if let Some(b) = furthest {
+            let went_past = |b: usize| attempt_reached.is_some_and(|f| f > b);
+            match furthest {
+                // The probe itself went on (its delivery came first): only
+                // the feedback was lost or late.
+                Some(b) if went_past(b) => {
+                    if let Some(l) = self.paths[r].hops[b].link.clone() {
+                        self.unavailable.remove(&l);
+                        self.congested.insert(l);
+                    }
+                }
+                _ => {}
+            }
+            if let Some(b) = furthest.filter(|&b| !went_past(b)) {
                 // The original, slow rather than lost, would arrive within
                 // the rest of its path's timeouts.
                 let rest = (len - b) as u32;
@@ -578,6 +600,9 @@ mod tests {
         dead: Vec<bool>,
         /// The original arrives anyway, late (a congested link).
         late: bool,
+        /// The feedback hop h+1 sends back is lost: h's notice comes, but
+        /// the probe went on.
+        fb_lost: Vec<bool>,
     }
 
     fn addr() -> ProbeAddr {
@@ -646,6 +671,9 @@ mod tests {
                         events.push((now + Duration::from_millis(5), 0, frame_after(&s, h)));
                         break;
                     }
+                    if net.fb_lost[h] {
+                        events.push((now + m.profile.t_f, FLAG_I | FLAG_D, frame_after(&s, h)));
+                    }
                     if net.lost[h] || net.dead[h + 1] {
                         // Hop h's copy times out: the notice.
                         events.push((now + m.profile.t_f, FLAG_I | FLAG_D, frame_after(&s, h)));
@@ -681,7 +709,7 @@ mod tests {
     #[test]
     fn without_loss_every_session_completes_without_recovery() {
         let mut m = Monitor::new(chain(4), Profile::fast(), true, 12, 1);
-        let net = Net { lost: vec![false; 4], dead: vec![false; 4], late: false };
+        let net = Net { lost: vec![false; 4], dead: vec![false; 4], late: false, fb_lost: vec![false; 4] };
         let lines = simulate(&mut m, &net, 5);
         for l in &lines {
             assert_eq!(
@@ -697,7 +725,8 @@ mod tests {
     #[test]
     fn a_lossy_link_is_recovered_once_and_marked_unavailable() {
         let mut m = Monitor::new(chain(4), Profile::fast(), true, 12, 1);
-        let net = Net { lost: vec![false, true, false, false], dead: vec![false; 4], late: false };
+        let net =
+            Net { lost: vec![false, true, false, false], dead: vec![false; 4], late: false, fb_lost: vec![false; 4] };
         for l in simulate(&mut m, &net, 3) {
             assert_eq!(l["complete"], true, "{l}");
             assert_eq!((l["recovery_probes"].as_u64(), l["notices"].as_u64()), (Some(1), Some(1)), "{l}");
@@ -709,7 +738,8 @@ mod tests {
     #[test]
     fn a_late_original_makes_the_link_congested_and_counts_once() {
         let mut m = Monitor::new(chain(4), Profile::fast(), true, 12, 1);
-        let net = Net { lost: vec![false, true, false, false], dead: vec![false; 4], late: true };
+        let net =
+            Net { lost: vec![false, true, false, false], dead: vec![false; 4], late: true, fb_lost: vec![false; 4] };
         let l = &simulate(&mut m, &net, 1)[0];
         assert_eq!(l["complete"], true, "{l}");
         assert_eq!(ids(&l["congested"]), vec!["s2-s3"], "{l}");
@@ -718,9 +748,37 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_feedback_costs_no_recovery() {
+        // The probe is delivered long before the notice of its first hop
+        // (whose feedback was lost) comes: the session ends without it.
+        let mut m = Monitor::new(chain(4), Profile::fast(), true, 12, 1);
+        let net =
+            Net { lost: vec![false; 4], dead: vec![false; 4], late: false, fb_lost: vec![true, false, false, false] };
+        for l in simulate(&mut m, &net, 2) {
+            assert_eq!((l["complete"].as_bool(), l["recovery_probes"].as_u64()), (Some(true), Some(0)), "{l}");
+        }
+    }
+
+    /// Within a session (another path still running), the notice of a hop
+    /// whose probe went on marks its link congested, not unavailable.
+    #[test]
+    fn a_notice_after_its_probe_went_on_marks_the_link_congested() {
+        let mut m = Monitor::new(chain(4), Profile::fast(), true, 12, 1);
+        m.start_session(Instant::now());
+        let now = Instant::now();
+        let (sends, _) = m.tick(now);
+        let delivered = frame_after(&sends[0], 3);
+        assert!(m.on_report(0, &delivered, INT_PORT, now).is_empty());
+        let notice = frame_after(&sends[0], 0);
+        assert!(m.on_report(FLAG_I | FLAG_D, &notice, INT_PORT, now).is_empty(), "no recovery");
+        assert!(m.congested.contains("s1-s2") && m.unavailable.is_empty());
+    }
+
+    #[test]
     fn a_dead_switch_is_unavailable_after_its_attempts_and_the_rest_is_covered() {
         let mut m = Monitor::new(chain(4), Profile::fast(), true, 12, 1);
-        let net = Net { lost: vec![false; 4], dead: vec![false, false, true, false], late: false };
+        let net =
+            Net { lost: vec![false; 4], dead: vec![false, false, true, false], late: false, fb_lost: vec![false; 4] };
         let l = &simulate(&mut m, &net, 1)[0];
         assert_eq!(l["covered"], 3, "{l}");
         assert_eq!(l["complete"], false);
@@ -732,7 +790,8 @@ mod tests {
     #[test]
     fn recovery_off_fails_the_path_at_the_first_loss() {
         let mut m = Monitor::new(chain(4), Profile::fast(), false, 12, 1);
-        let net = Net { lost: vec![false, true, false, false], dead: vec![false; 4], late: false };
+        let net =
+            Net { lost: vec![false, true, false, false], dead: vec![false; 4], late: false, fb_lost: vec![false; 4] };
         let l = &simulate(&mut m, &net, 1)[0];
         assert_eq!(
             (l["complete"].as_bool(), l["failed_paths"].as_u64(), l["recovery_probes"].as_u64()),

@@ -185,20 +185,83 @@ impl Graph {
     /// The graph as a testbed topology file (switches with their ports,
     /// links; no hosts): what `gpint topo` writes.
     pub fn to_testbed(&self, name: &str, description: &str) -> String {
+        self.testbed(name, description, None)
+    }
+
+    /// [`Graph::to_testbed`] made a GPINT testbed: every switch a router
+    /// (each link a /30 of 10.78.0.0/14, nothing routed: routers flood
+    /// nothing in the graph's loops) with `[int]` (node ID = its number)
+    /// and `[gpint]` (`hold_ms`), and a
+    /// host `mon` with a direct link to each as the switch's last port: sK
+    /// is 10.77.K.1 there (MAC 02:77:KK:00:00:01) and sends its Telemetry
+    /// Reports through it to mon's 10.77.K.2:32766 (MAC 02:77:KK:00:00:02,
+    /// interface `sK`). At most 250 switches.
+    pub fn to_gpint_testbed(&self, name: &str, description: &str, hold_ms: u64) -> Result<String, String> {
+        if self.len() > 250 || self.edges.len() > 65_536 {
+            return Err(format!(
+                "{} switches, {} links: a GPINT testbed numbers at most 250 monitor links and 65536 links",
+                self.len(),
+                self.edges.len()
+            ));
+        }
+        Ok(self.testbed(name, description, Some(hold_ms)))
+    }
+
+    fn testbed(&self, name: &str, description: &str, monitor: Option<u64>) -> String {
         let mut per_switch: Vec<Vec<(u8, &str)>> = vec![Vec::new(); self.len()];
         for e in &self.edges {
             per_switch[e.a].push((e.port_a, &e.name));
             per_switch[e.b].push((e.port_b, &e.name));
         }
+        let mac = |k: usize, end: u8| format!("02:77:{k:02x}:00:00:{end:02x}");
         let mut out = format!("name = {name:?}\ndescription = {description:?}\n");
         for e in &self.edges {
             out += &format!("\n[[link]]\nname = {:?}\na = {:?}\nb = {:?}\n", e.name, self.names[e.a], self.names[e.b]);
         }
+        if monitor.is_some() {
+            let mut neighbours = Vec::new();
+            let mut ifaces = String::new();
+            for (v, sw) in self.names.iter().enumerate() {
+                let k = v + 1;
+                out += &format!("\n[[link]]\nname = \"mon-{sw}\"\na = \"mon\"\nb = {sw:?}\n");
+                neighbours.push(format!("\"10.77.{k}.1 lladdr {} dev {sw} nud permanent\"", mac(k, 1)));
+                ifaces += &format!(
+                    "[[host.iface]]\nlink = \"mon-{sw}\"\nname = {sw:?}\naddr = [\"10.77.{k}.2/24\"]\nmac = \"{}\"\n",
+                    mac(k, 2)
+                );
+            }
+            out += &format!("\n[[host]]\nname = \"mon\"\nneighbours = [{}]\n{ifaces}", neighbours.join(", "));
+        }
         for (v, ports) in per_switch.iter_mut().enumerate() {
             ports.sort_unstable();
             out += &format!("\n[[switch]]\nname = {:?}\nmode = \"router\"\n", self.names[v]);
+            if let Some(hold_ms) = monitor {
+                let k = v + 1;
+                out += &format!(
+                    "role = \"gpint\"\nconfig = \"\"\"\n[int]\nnode_id = {k}\n[[int.collector]]\naddress = \"10.77.{k}.2:32766\"\n\
+                     port = \"p{}\"\nmac = \"{}\"\n[gpint]\nhold_ms = {hold_ms}\n\"\"\"\n",
+                    ports.len(),
+                    mac(k, 2)
+                );
+            }
             for (_, link) in ports.iter() {
                 out += &format!("[[switch.port]]\nlink = {link:?}\n");
+                if monitor.is_some() {
+                    // A router port needs an address: link i is 10.78.0.0/14
+                    // cut in /30s (a is .1, b .2), none routed anywhere.
+                    let i = self.edges.iter().position(|e| e.name == *link).expect("own link");
+                    let end = if self.edges[i].a == v { 1 } else { 2 };
+                    let at = (i as u32) * 4 + end;
+                    out += &format!("ipv4 = [\"10.{}.{}.{}/30\"]\n", 78 + (at >> 16), (at >> 8) & 0xff, at & 0xff);
+                }
+            }
+            if monitor.is_some() {
+                let k = v + 1;
+                out += &format!(
+                    "[[switch.port]]\nlink = \"mon-{}\"\nipv4 = [\"10.77.{k}.1/24\"]\nmac = \"{}\"\n",
+                    self.names[v],
+                    mac(k, 1)
+                );
             }
         }
         out
