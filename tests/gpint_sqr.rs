@@ -40,6 +40,7 @@ fn addr() -> ProbeAddr {
         gpint_port: GPINT_PORT,
         domain_id: 0x6701,
         bitmap: instr::NODE_ID | instr::EGRESS_TS,
+        dscp: None,
     }
 }
 
@@ -203,6 +204,61 @@ mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_pcap0,rx_pcap={},tx_pc
     let late_ms = (notice.at_ns - egress) as f64 / 1e6;
     let hold = HOLD_MS as f64;
     assert!((0.9 * hold..=1.1 * hold).contains(&late_ms), "notice {late_ms:.1} ms after the probe left");
+}
+
+/// The paper's mode (`classify = "dscp"`) in a running switch: a probe
+/// marked 0x17 is acknowledged with a feedback marked 0x19 and forwarded;
+/// its copy's notice carries it marked 0x21; a plain frame to the INT port
+/// passes as before.
+#[test]
+fn the_paper_mode_knows_probes_by_codepoint() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new("gpintdscp");
+    let p = |f: &str| d.path(f).display().to_string();
+    let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
+    collector.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut a = addr();
+    a.dscp = Some(0x17);
+    let e = vec![
+        SrEntry { next_port: 1, mea_first: 0, mea_count: 1 },
+        SrEntry { next_port: TO_MONITOR, mea_first: 0, mea_count: 0 },
+    ];
+    let probe = probe_frame(&a, &ProbeRepr::new(5, RequestType::PortRx, 0, 0, e).unwrap()).unwrap();
+    let plain = udp_frame(&addr(), INT_PORT, b"not a probe").unwrap();
+    write_pcap(&d.path("in.pcap"), &[probe, plain.clone()]);
+    let cfg = format!(
+        "name = \"gdscp\"\nmode = \"xconnect\"\n[eal]\nfile_prefix = \"gdscp-{id}\"\n[dataplane]\nidle = true\n\
+mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_pcap0,rx_pcap={},tx_pcap={}\"\npeer = \"p1\"\n\
+[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\npeer = \"p0\"\n[int]\nnode_id = 32\n\
+[[int.collector]]\naddress = \"{}\"\n[gpint]\nclassify = \"dscp\"\nhold_ms = 200\n",
+        control_section(&d),
+        p("in.pcap"),
+        p("p0.pcap"),
+        p("p1.pcap"),
+        collector.local_addr().unwrap(),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let s = SwitchProcess::start(&d.path("c.toml"), None);
+    let mut buf = [0u8; 65536];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.is_empty() && Instant::now() < deadline {
+        if let Ok(n) = collector.recv(&mut buf) {
+            got.extend(reports(&buf[..n], 0));
+        }
+    }
+    s.stop();
+    let dscp = |f: &[u8]| f[15] >> 2;
+    let out0 = read_pcap(&d.path("p0.pcap"));
+    assert_eq!(out0.len(), 1, "the feedback");
+    assert_eq!((dscp(&out0[0]), parse(&out0[0], 0).unwrap().key.dst_port()), (0x19, GPINT_PORT));
+    let out1 = read_pcap(&d.path("p1.pcap"));
+    assert_eq!(out1.len(), 2, "the probe and the plain frame");
+    assert_eq!(dscp(&out1[0]), 0x17);
+    assert_eq!(out1[1], plain);
+    assert_eq!(got.len(), 1, "the notice");
+    assert_eq!((got[0].flags, dscp(&got[0].inner)), (FLAG_I | FLAG_D, 0x21));
 }
 
 /// Runs `intcollector gpint run` in the testbed's mon namespace over `plan`

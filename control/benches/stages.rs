@@ -262,6 +262,7 @@ fn gpint_frames(feedbacks: bool) -> Vec<Vec<u8>> {
         gpint_port: 17900,
         domain_id: 0x6701,
         bitmap: instr::NODE_ID | instr::L1_PORTS | instr::QUEUE | instr::INGRESS_TS,
+        dscp: None,
     };
     let e = vec![
         SrEntry { next_port: 1, mea_first: 0, mea_count: 2 },

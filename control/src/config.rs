@@ -568,7 +568,7 @@ impl Config {
             None => None,
         };
         let gpint = match &self.gpint {
-            Some(g) => g.to_plan(int.as_ref())?,
+            Some(g) => g.to_plan(int.as_ref(), self.ampm.as_ref())?,
             None => None,
         };
         Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, static_macs, flows, int, ampm, gpint })

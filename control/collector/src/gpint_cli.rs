@@ -69,6 +69,11 @@ pub struct RunArgs {
     /// gpint.domain_id.
     #[arg(long, default_value_t = 0x6701)]
     domain_id: u16,
+    /// The paper's mode (gpint.classify = "dscp"): probes carry this DSCP
+    /// codepoint (gpint.dscp_probe, e.g. 0x17) and INT right after their
+    /// UDP header, to the GPINT port.
+    #[arg(long, value_parser = parse_dscp)]
+    dscp_probe: Option<u8>,
     /// MEA values a hop reports where the plan does not say.
     #[arg(long, default_value_t = 4)]
     mea: u8,
@@ -209,6 +214,7 @@ fn probe_payload(a: &RunArgs, probe: &dataplane::wire::gpint::ProbeRepr) -> Resu
         gpint_port: a.gpint_port,
         domain_id: a.domain_id,
         bitmap: instr::NODE_ID | instr::L1_PORTS | instr::QUEUE | instr::INGRESS_TS,
+        dscp: a.dscp_probe,
     };
     let f = probe_frame(&addr, probe)?;
     let meta = dataplane::parse::parse(&f, 0).map_err(|r| r.name().to_string())?;
@@ -228,7 +234,9 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
     for s in &a.via {
         let (sw, ip) = s.split_once('=').ok_or(format!("--via {s}: SWITCH=ADDR"))?;
         let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("--via {s}: {e}"))?;
-        via.insert(sw.to_string(), SocketAddr::new(ip, a.int_port));
+        // By DSCP a probe goes to the GPINT port; by port, to the INT port.
+        let port = if a.dscp_probe.is_some() { a.gpint_port } else { a.int_port };
+        via.insert(sw.to_string(), SocketAddr::new(ip, port));
     }
     for p in &paths {
         for h in &p.hops {
@@ -247,7 +255,13 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
     for s in [&probes, &reports] {
         s.set_nonblocking(true).map_err(|e| e.to_string())?;
     }
-    let presence = dataplane::int::Presence::UdpPort(a.int_port);
+    let presence = match a.dscp_probe {
+        None => dataplane::int::Presence::UdpPort(a.int_port),
+        Some(code) => {
+            mark_socket(&probes, v6, code)?;
+            dataplane::int::Presence::Dscp { value: code, mask: 0x3f }
+        }
+    };
     // Request IDs start where a monitor run just before did not (the
     // switches' duplicate filters hold recent ones for 2 x hold_ms).
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
@@ -283,7 +297,7 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
             let now = Instant::now();
             if let Ok(rs) = intcollector::decode_packet(&buf[..n], presence) {
                 for r in rs {
-                    send(m.on_report(r.flags, &buf[r.inner.clone()], a.int_port, now));
+                    send(m.on_report(r.flags, &buf[r.inner.clone()], presence, now));
                 }
             }
         }
@@ -309,4 +323,24 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
         return Err(format!("{sessions} of {} sessions ended within --duration", a.sessions));
     }
     Ok(())
+}
+
+fn parse_dscp(s: &str) -> Result<u8, String> {
+    let v = match s.strip_prefix("0x") {
+        Some(h) => u8::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|e| format!("{s}: {e}"))?;
+    if v > 63 {
+        return Err(format!("{s}: a DSCP codepoint is 0-63"));
+    }
+    Ok(v)
+}
+
+/// Sets the DSCP of what `s` sends (IP TOS or IPv6 traffic class).
+fn mark_socket(s: &std::net::UdpSocket, v6: bool, code: u8) -> Result<(), String> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let tos = i32::from(code) << 2;
+    let r = if v6 { setsockopt(s, sockopt::Ipv6TClass, &tos) } else { setsockopt(s, sockopt::IpTos, &tos) };
+    r.map_err(|e| format!("--dscp-probe: cannot mark the probes' socket: {e}"))
 }

@@ -3,7 +3,7 @@
 //! one `[[int.collector]]` (deliveries and notices are Telemetry Reports).
 
 use dataplane::counters::MAX_PORTS;
-use dataplane::gpint::GpintSpec;
+use dataplane::gpint::{GpintDscp, GpintSpec};
 use dataplane::int::watch::Role;
 use dataplane::int::Presence;
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,14 @@ pub struct GpintConfig {
     pub clone_slots: usize,
     /// Deliveries and notices each worker's ring to the control core holds.
     pub export_ring: usize,
+    /// How probes and feedbacks are known: "udp_port" (probes to the INT
+    /// port, feedbacks to udp_port) or "dscp" (the paper's codepoints).
+    pub classify: String,
+    /// "dscp": the codepoints of probes, feedbacks and the copies notices
+    /// carry (the paper's 0x17, 0x19, 0x21).
+    pub dscp_probe: u8,
+    pub dscp_feedback: u8,
+    pub dscp_notice: u8,
 }
 
 impl Default for GpintConfig {
@@ -44,6 +52,10 @@ impl Default for GpintConfig {
             hold_ms: 1500,
             clone_slots: 64,
             export_ring: 256,
+            classify: "udp_port".into(),
+            dscp_probe: 0x17,
+            dscp_feedback: 0x19,
+            dscp_notice: 0x21,
         }
     }
 }
@@ -57,25 +69,40 @@ pub struct GpintPlan {
     pub hold_ms: u64,
     pub clone_slots: usize,
     pub export_ring: usize,
+    pub dscp: Option<GpintDscp>,
 }
 
 impl GpintConfig {
-    /// None when `enabled = false`.
-    pub fn to_plan(&self, int: Option<&IntPlan>) -> Result<Option<GpintPlan>, ConfigError> {
+    /// None when `enabled = false`. `ampm`: the AM-PM section, whose DSCP
+    /// bits the paper mode's codepoints must not touch.
+    pub fn to_plan(
+        &self,
+        int: Option<&IntPlan>,
+        ampm: Option<&crate::ampm::config::AmpmConfig>,
+    ) -> Result<Option<GpintPlan>, ConfigError> {
         if !self.enabled {
             return Ok(None);
         }
         let Some(int) = int else {
-            return Err(cerr("gpint", "needs [int]: probes are INT-MD packets (with presence = \"udp_port\")"));
+            return Err(cerr("gpint", "needs [int]: probes are INT-MD packets"));
         };
-        let Presence::UdpPort(int_port) = int.spec.presence else {
+        let dscp = match self.classify.as_str() {
+            "udp_port" => None,
+            "dscp" => Some(self.codepoints(int, ampm)?),
+            c => return Err(cerr("gpint.classify", format!("'{c}' is not one of udp_port, dscp"))),
+        };
+        let int_port = match int.spec.presence {
+            Presence::UdpPort(p) => Some(p),
+            Presence::Dscp { .. } => None,
+        };
+        if dscp.is_none() && int_port.is_none() {
             return Err(cerr(
                 "gpint",
-                "needs [int] presence = \"udp_port\": probes go to the INT port, the GPINT port saved in their shim",
+                "classify = \"udp_port\" needs [int] presence = \"udp_port\": probes go to the INT port, the GPINT port saved in their shim",
             ));
-        };
-        if self.udp_port == 0 || self.udp_port == int_port {
-            return Err(cerr("gpint.udp_port", format!("must be 1-65535 and not the INT port ({int_port})")));
+        }
+        if self.udp_port == 0 || Some(self.udp_port) == int_port {
+            return Err(cerr("gpint.udp_port", format!("must be 1-65535 and not the INT port ({int_port:?})")));
         }
         if let Some(r) =
             int.spec.watch.iter().find(|r| matches!(r.role, Role::Source(s) if s.domain_id == self.domain_id))
@@ -110,7 +137,43 @@ impl GpintConfig {
             hold_ms: self.hold_ms,
             clone_slots: self.clone_slots,
             export_ring: self.export_ring,
+            dscp,
         }))
+    }
+
+    /// The paper mode's codepoints: 6-bit, distinct, none that the INT
+    /// domain's DSCP presence or an AM-PM flow's DSCP bits would read.
+    fn codepoints(
+        &self,
+        int: &IntPlan,
+        ampm: Option<&crate::ampm::config::AmpmConfig>,
+    ) -> Result<GpintDscp, ConfigError> {
+        let codes =
+            [("dscp_probe", self.dscp_probe), ("dscp_feedback", self.dscp_feedback), ("dscp_notice", self.dscp_notice)];
+        for (i, (k, c)) in codes.iter().enumerate() {
+            let key = format!("gpint.{k}");
+            if *c > 63 {
+                return Err(cerr(key, format!("{c:#04x} is not a DSCP codepoint (0-63)")));
+            }
+            if codes[..i].iter().any(|(_, o)| o == c) {
+                return Err(cerr(key, format!("{c:#04x} is already another GPINT codepoint")));
+            }
+            if let Presence::Dscp { value, mask } = int.spec.presence {
+                if c & mask == value {
+                    return Err(cerr(key, format!("{c:#04x} is what INT's presence {value:#04x}/{mask:#04x} marks")));
+                }
+            }
+            for f in ampm.map(|a| a.flow.as_slice()).unwrap_or_default() {
+                let bits = if f.carrier == "dscp" { 1u8 << f.l_bit.min(5) | 1 << f.d_bit.min(5) } else { 0 };
+                if c & bits != 0 {
+                    return Err(cerr(
+                        key,
+                        format!("{c:#04x} sets a DSCP bit that AM-PM flow '{}' marks ({bits:#04x})", f.name),
+                    ));
+                }
+            }
+        }
+        Ok(GpintDscp { probe: self.dscp_probe, feedback: self.dscp_feedback, notice: self.dscp_notice })
     }
 }
 
@@ -132,6 +195,7 @@ impl GpintPlan {
             recovery: self.recovery,
             hold_tsc: self.hold_ms * tsc_hz.max(1) / 1000,
             mtu,
+            dscp: self.dscp,
         }
     }
 }
@@ -167,6 +231,12 @@ peer = "p0"
         let s = full.table_spec(&[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]], 1_000_000).gpint.unwrap();
         assert_eq!((s.int_port, s.udp_port, s.node_id, s.hold_tsc, s.mtu[1]), (17768, 17900, 7, 400_000, 1500));
         assert_eq!(plan(&format!("{INT}[gpint]\nenabled = false\n")).unwrap(), None);
+        // The paper's mode, next to INT in DSCP mode on another codepoint.
+        let p = plan("[int]\nnode_id = 7\npresence = \"dscp\"\ndscp_value = 0x30\n[[int.collector]]\naddress = \"127.0.0.1:1\"\n\
+                      [gpint]\nclassify = \"dscp\"\n")
+        .unwrap()
+        .unwrap();
+        assert_eq!(p.dscp, Some(GpintDscp { probe: 0x17, feedback: 0x19, notice: 0x21 }));
         assert_eq!(plan(INT).unwrap(), None, "absent: off");
     }
 
@@ -175,6 +245,20 @@ peer = "p0"
         let cases = [
             ("[gpint]\n", "gpint"),
             ("[int]\nnode_id = 7\n[gpint]\n", "gpint"),
+            (&format!("{INT}[gpint]\nclassify = \"tos\"\n"), "gpint.classify"),
+            (&format!("{INT}[gpint]\nclassify = \"dscp\"\ndscp_probe = 64\n"), "gpint.dscp_probe"),
+            (&format!("{INT}[gpint]\nclassify = \"dscp\"\ndscp_notice = 0x19\n"), "gpint.dscp_notice"),
+            (
+                "[int]\nnode_id = 7\npresence = \"dscp\"\n[[int.collector]]\naddress = \"127.0.0.1:1\"\n[gpint]\nclassify = \"dscp\"\n",
+                "gpint.dscp_probe",
+            ),
+            (
+                &format!(
+                    "{INT}[gpint]\nclassify = \"dscp\"\n[ampm]\nnode_id = 1\n[[ampm.flow]]\nname = \"f\"\nflow_mon_id = 1\n\
+                     role = \"initiator\"\nmethod = \"step\"\ncarrier = \"dscp\"\n[[ampm.collector]]\naddress = \"127.0.0.1:1\"\n"
+                ),
+                "gpint.dscp_probe",
+            ),
             ("[int]\nnode_id = 7\npresence = \"dscp\"\n[[int.collector]]\naddress = \"127.0.0.1:1\"\n[gpint]\n", "gpint"),
             (&format!("{INT}[gpint]\nudp_port = 17768\n"), "gpint.udp_port"),
             (&format!("{INT}[gpint]\nhold_ms = 0\n"), "gpint.hold_ms"),

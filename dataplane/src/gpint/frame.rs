@@ -33,6 +33,9 @@ pub struct ProbeAddr {
     pub domain_id: u16,
     /// INT instruction bitmap.
     pub bitmap: u16,
+    /// The paper's mode: the probe codepoint (the INT block then follows
+    /// the UDP header to `gpint_port`, NPT 0); None: to the INT port.
+    pub dscp: Option<u8>,
 }
 
 /// A plain Ethernet / IP / UDP frame carrying `payload` (no INT yet).
@@ -67,16 +70,20 @@ pub fn udp_frame(a: &ProbeAddr, dport: u16, payload: &[u8]) -> Result<Vec<u8>, S
 }
 
 /// A probe as the monitor sends it: the GPINT block behind an INT-MD
-/// header with no hop yet (NPT 1 saving `gpint_port`, D = 1, RHC = SR
-/// count).
+/// header with no hop yet (NPT 1 saving `gpint_port`, or NPT 0 marked with
+/// the probe codepoint; D = 1, RHC = SR count).
 pub fn probe_frame(a: &ProbeAddr, repr: &ProbeRepr) -> Result<Vec<u8>, String> {
     let mut block = vec![0u8; repr.buffer_len()];
     repr.emit(&mut block);
     let f = udp_frame(a, a.gpint_port, &block)?;
     let mut b = VecBuf::new(&f, 64);
     let meta = parse::parse(b.bytes(), 0).map_err(|r| format!("probe frame: {}", r.name()))?;
+    let presence = match a.dscp {
+        None => Presence::UdpPort(a.int_port),
+        Some(code) => Presence::Dscp { value: code & 0x3f, mask: 0x3f },
+    };
     let p = IntParams {
-        presence: Presence::UdpPort(a.int_port),
+        presence,
         bitmap: a.bitmap,
         max_hops: repr.header.sr_count,
         domain_id: a.domain_id,
@@ -135,6 +142,7 @@ pub(crate) mod tests {
             gpint_port: 17900,
             domain_id: 0x6701,
             bitmap: instr::NODE_ID | instr::L1_PORTS | instr::QUEUE,
+            dscp: None,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod seen;
 pub mod stage;
 
 use crate::counters::MAX_PORTS;
+use crate::int::Presence;
 
 /// `[gpint]` as the workers read it (one per table generation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,4 +37,28 @@ pub struct GpintSpec {
     pub hold_tsc: u64,
     /// Per port: the largest IP packet a forwarded probe may be.
     pub mtu: [u16; MAX_PORTS],
+    /// The paper's mode: probes and feedbacks are known by DSCP codepoints
+    /// instead of UDP ports (None: by UDP port).
+    pub dscp: Option<GpintDscp>,
+}
+
+/// `gpint.classify = "dscp"`: the paper's codepoints (6-bit DSCP values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpintDscp {
+    pub probe: u8,
+    pub feedback: u8,
+    /// Set on the copy a recovery notice carries.
+    pub notice: u8,
+}
+
+impl GpintSpec {
+    /// How a probe's INT block is found: after the UDP header of a packet
+    /// to the INT port (NPT 1), or of one marked with the probe codepoint
+    /// (NPT 0).
+    pub fn presence(&self) -> Presence {
+        match self.dscp {
+            None => Presence::UdpPort(self.int_port),
+            Some(d) => Presence::Dscp { value: d.probe, mask: 0x3f },
+        }
+    }
 }

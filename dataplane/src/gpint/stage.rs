@@ -21,7 +21,7 @@ use crate::gpint::frame::refresh_udp_checksum;
 use crate::gpint::seen::Seen;
 use crate::gpint::GpintSpec;
 use crate::int::stage::{Hop, WallClock};
-use crate::int::{self, Block, Presence, Transit};
+use crate::int::{self, Block, Transit};
 use crate::parse::{self, PacketMeta, PROTO_UDP};
 use crate::pipeline::{Cx, Depth, Output, Packet, Stage, Step};
 use crate::pktbuf::PacketBuf;
@@ -59,6 +59,10 @@ impl Frame {
 
     pub fn bytes(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[..self.len as usize]
     }
 }
 
@@ -258,7 +262,7 @@ impl<S: GpintSink> SqrStage<S> {
         }
         // The stack grew in the middle: the block's offsets are read anew.
         let meta = parse::parse(m.bytes(), in_port).map_err(|_| DropReason::GpintMalformed)?;
-        let at = int::find(m.bytes(), &meta, Presence::UdpPort(spec.int_port)).ok_or(DropReason::GpintMalformed)?;
+        let at = int::find(m.bytes(), &meta, spec.presence()).ok_or(DropReason::GpintMalformed)?;
         let blk = Block::read(m.bytes(), &meta, at)?;
         set_sr_left(&mut m.bytes_mut()[blk.at + blk.total..], h.sr_left - 1);
         let n = mea_record_len(regs.len());
@@ -356,6 +360,9 @@ fn send_feedback<B: PacketBuf, O: Output<B>>(
         checksum::pseudo_v6(&d, &s, PROTO_UDP, (end - l4) as u32)
     };
     h.feedback().emit(&mut b[l4 + 8..end]);
+    if let Some(d) = spec.dscp {
+        int::set_dscp(b, meta, d.feedback);
+    }
     let udp = UdpRepr { src_port: spec.udp_port, dst_port: spec.udp_port, payload_len: end - l4 - 8 };
     udp.emit(&mut b[l4..end], pseudo);
     cx.c.event(Event::GpintFeedbackTx);
@@ -385,23 +392,47 @@ fn grow_ip_udp(b: &mut [u8], meta: &PacketMeta, n: usize) {
     refresh_udp_checksum(b, &grown);
 }
 
-/// Whether a parsed UDP packet is GPINT's: a feedback (to the GPINT port)
-/// or a probe (to the INT port, carrying INT-MD of the GPINT domain whose
-/// NPT 1 shim saved the GPINT port). Another domain's INT is not ours.
+/// Whether a parsed UDP packet is GPINT's: a feedback (to the GPINT port,
+/// or marked with the feedback codepoint) or a probe (to the INT port, or
+/// marked with the probe codepoint, carrying INT-MD of the GPINT domain;
+/// by port, its NPT 1 shim saved the GPINT port). Another domain's INT is
+/// not ours.
 fn classify(spec: &GpintSpec, b: &[u8], meta: &PacketMeta) -> Option<Option<Block>> {
     if meta.key.proto() != PROTO_UDP || meta.l4_offset == 0 {
         return None;
     }
-    let dport = meta.key.dst_port();
-    if dport == spec.udp_port {
-        return Some(None);
+    match spec.dscp {
+        None => {
+            let dport = meta.key.dst_port();
+            if dport == spec.udp_port {
+                return Some(None);
+            }
+            if dport != spec.int_port {
+                return None;
+            }
+        }
+        Some(d) => {
+            let code = int::dscp(b, meta);
+            if code == d.feedback {
+                return Some(None);
+            }
+            if code != d.probe {
+                return None;
+            }
+        }
     }
-    if dport != spec.int_port {
-        return None;
-    }
-    let at = int::find(b, meta, Presence::UdpPort(spec.int_port))?;
+    let at = int::find(b, meta, spec.presence())?;
     let blk = Block::read(b, meta, at).ok()?;
-    (blk.domain_id == spec.domain_id && blk.npt == 1 && blk.saved == spec.udp_port).then_some(Some(blk))
+    let by_port = spec.dscp.is_none();
+    let ours = blk.domain_id == spec.domain_id && (!by_port || (blk.npt == 1 && blk.saved == spec.udp_port));
+    ours.then_some(Some(blk))
+}
+
+/// Marks a frame's IP header with DSCP `code` (the paper's mode).
+fn mark(b: &mut [u8], code: u8) {
+    if let Ok(meta) = parse::parse(b, 0) {
+        int::set_dscp(b, &meta, code);
+    }
 }
 
 impl<B: PacketBuf, S: GpintSink> Stage<B> for SqrStage<S> {
@@ -446,9 +477,13 @@ impl<B: PacketBuf, S: GpintSink> Stage<B> for SqrStage<S> {
             return;
         }
         let domain = t.gpint.map(|s| s.domain_id);
+        let notice_code = t.gpint.and_then(|s| s.dscp).map(|d| d.notice);
         let exports = &mut self.exports;
-        self.copies.expire(now, EXPIRE_BUCKETS, EXPIRE_COPIES, |_, s, _| {
+        self.copies.expire(now, EXPIRE_BUCKETS, EXPIRE_COPIES, |_, mut s, _| {
             c.event(Event::SqrTimeouts);
+            if let Some(code) = notice_code {
+                mark(s.frame.bytes_mut(), code);
+            }
             let rec = GpintRecord {
                 flags: FLAG_I | FLAG_D,
                 drop_reason: DropReason::GpintFeedbackTimeout as u8,
@@ -471,6 +506,7 @@ impl<B: PacketBuf, S: GpintSink> Stage<B> for SqrStage<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::int::Presence;
     use crate::gpint::frame::{probe_frame, tests::addr};
     use crate::pipeline::{Burst, PortLoad, RxTime, VecOut};
     use crate::pktbuf::VecBuf;
@@ -495,6 +531,7 @@ mod tests {
             recovery,
             hold_tsc: HOLD,
             mtu: [1500; crate::counters::MAX_PORTS],
+            dscp: None,
         }
     }
 
@@ -800,6 +837,43 @@ mod tests {
         f[meta.l4_offset + 4..meta.l4_offset + 6].copy_from_slice(&ulen.to_be_bytes());
         let out = r.run(&f, 0, 1);
         assert_eq!(out.last().unwrap().1, Verdict::Drop(DropReason::GpintMalformed));
+    }
+
+    /// The paper's mode: probes and feedbacks known by their codepoints;
+    /// the feedback and the notice's copy are marked.
+    #[test]
+    fn the_dscp_mode_claims_by_codepoint_and_marks_feedbacks_and_notices() {
+        let d = crate::gpint::GpintDscp { probe: 0x17, feedback: 0x19, notice: 0x21 };
+        let mut r = Rig::new(GpintSpec { dscp: Some(d), ..gspec(true) }, 4);
+        let mut a = addr(false);
+        a.dscp = Some(0x17);
+        let repr = ProbeRepr::new(8, RequestType::PortRx, 0, 0, entries(&[(1, 0, 1), (TO_MONITOR, 0, 0)])).unwrap();
+        let f = probe_frame(&a, &repr).unwrap();
+        let meta = parse::parse(&f, 0).unwrap();
+        assert_eq!((int::dscp(&f, &meta), meta.key.dst_port()), (0x17, GPINT_PORT));
+        let out = r.run(&f, 0, 1_000);
+        assert_eq!(out.len(), 2, "{out:?}");
+        let fb = parse::parse(&out[0].0, 0).unwrap();
+        assert_eq!(int::dscp(&out[0].0, &fb), 0x19);
+        assert_eq!(checksum::checksum(&out[0].0[14..34]), 0);
+        let fwd = &out[1].0;
+        let fm = parse::parse(fwd, 1).unwrap();
+        let at = int::find(fwd, &fm, Presence::Dscp { value: 0x17, mask: 0x3f }).unwrap();
+        assert_eq!(IntMd::new_checked(&fwd[at..fm.l3_end]).unwrap().hops(), 1);
+        // A plain packet to the INT port is not a probe in this mode.
+        let plain = crate::gpint::frame::udp_frame(&addr(false), INT_PORT, b"plain").unwrap();
+        r.run(&plain, 0, 1_100);
+        assert_eq!(r.ev(Event::GpintRx), 1, "only the probe claimed");
+        // The copy's notice is marked 0x21.
+        for t in (1_000..1_000 + HOLD * 11 / 10).step_by((HZ / 1000) as usize) {
+            r.poll(t);
+        }
+        let recs = r.records();
+        assert_eq!(recs.len(), 1);
+        let n = recs[0].frame.bytes();
+        let nm = parse::parse(n, 1).unwrap();
+        assert_eq!(int::dscp(n, &nm), 0x21);
+        assert_eq!(checksum::checksum(&n[14..34]), 0);
     }
 
     #[test]

@@ -338,7 +338,7 @@ pub fn dscp(b: &[u8], meta: &PacketMeta) -> u8 {
 
 /// Rewrites the DSCP, keeping ECN (and the IPv4 header checksum right).
 #[inline]
-fn set_dscp(b: &mut [u8], meta: &PacketMeta, d: u8) {
+pub fn set_dscp(b: &mut [u8], meta: &PacketMeta, d: u8) {
     let l3 = meta.l3_offset;
     if meta.key.ip_version() == 4 {
         let old = rd16(b, l3);

@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use dataplane::int::Presence;
 use dataplane::parse::parse;
 use dataplane::wire::gpint::{Header, Kind, Probe, ProbeRepr, RequestType, SrEntry, FLAG_RECOVERY, TO_MONITOR};
 use dataplane::wire::telemetry_report::FLAG_D;
@@ -307,8 +308,10 @@ impl Monitor {
     /// A report from a switch: a delivery (the probe at its path's end) or
     /// a recovery notice (D: a copy whose next hop never acknowledged it).
     /// `inner` is the report's inner frame. Returns the probes to send.
-    pub fn on_report(&mut self, flags: u8, inner: &[u8], int_port: u16, now: Instant) -> Vec<Send> {
-        let Some((h, records)) = read_probe(inner, int_port) else {
+    /// `presence`: how probes carry INT (to the INT port, or the paper's
+    /// probe codepoint).
+    pub fn on_report(&mut self, flags: u8, inner: &[u8], presence: Presence, now: Instant) -> Vec<Send> {
+        let Some((h, records)) = read_probe(inner, presence) else {
             self.totals.undecodable += 1;
             return Vec::new();
         };
@@ -555,14 +558,11 @@ pub type HopRecord = (u8, u32, Vec<u32>);
 
 /// The GPINT header and MEA records of a probe frame (a report's inner
 /// packet), or None if it is not one.
-pub fn read_probe(f: &[u8], int_port: u16) -> Option<(Header, Vec<HopRecord>)> {
+pub fn read_probe(f: &[u8], presence: Presence) -> Option<(Header, Vec<HopRecord>)> {
     let meta = parse(f, 0).ok()?;
-    if meta.key.proto() != dataplane::parse::PROTO_UDP || meta.key.dst_port() != int_port {
-        return None;
-    }
-    let at = meta.l4_offset + 8;
-    let shim_len = 4 + *f.get(at + 1)? as usize * 4;
-    let block = f.get(at + shim_len..meta.l3_end)?;
+    let at = dataplane::int::find(f, &meta, presence)?;
+    let blk = dataplane::int::Block::read(f, &meta, at).ok()?;
+    let block = f.get(at + blk.total..meta.l3_end)?;
     let p = Probe::new_checked(block).ok()?;
     if p.header.kind == Kind::Feedback {
         return None;
@@ -616,6 +616,7 @@ mod tests {
             gpint_port: 17900,
             domain_id: 1,
             bitmap: instr::NODE_ID,
+            dscp: None,
         }
     }
 
@@ -656,7 +657,7 @@ mod tests {
             events.sort_by_key(|e| e.0);
             while events.first().is_some_and(|e| e.0 <= now) {
                 let (_, flags, f) = events.remove(0);
-                queue.extend(m.on_report(flags, &f, INT_PORT, now));
+                queue.extend(m.on_report(flags, &f, Presence::UdpPort(INT_PORT), now));
             }
             for s in queue {
                 let start = s.probe.header.start_index as usize;
@@ -768,9 +769,9 @@ mod tests {
         let now = Instant::now();
         let (sends, _) = m.tick(now);
         let delivered = frame_after(&sends[0], 3);
-        assert!(m.on_report(0, &delivered, INT_PORT, now).is_empty());
+        assert!(m.on_report(0, &delivered, Presence::UdpPort(INT_PORT), now).is_empty());
         let notice = frame_after(&sends[0], 0);
-        assert!(m.on_report(FLAG_I | FLAG_D, &notice, INT_PORT, now).is_empty(), "no recovery");
+        assert!(m.on_report(FLAG_I | FLAG_D, &notice, Presence::UdpPort(INT_PORT), now).is_empty(), "no recovery");
         assert!(m.congested.contains("s1-s2") && m.unavailable.is_empty());
     }
 
