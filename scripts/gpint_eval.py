@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""GPINT evaluation (issue 33; gpint-sqr-reliable-int §V, Figs. 12 and 15).
+
+1. Planner figures: GPINT-2/3/5 and Euler on the WS(20..100, 4, 0.1)
+   fixtures, and GPINT-3 on a WS(1000, 4, 0.1): probes, longest path,
+   total hops, largest probe, planning time (planner.csv, planner.svg).
+2. Loss sweep on a WS(16, 4, 0.1) testbed (the monitor linked to every
+   switch): 5, 10, 15 and 20 % loss on every switch link both ways, the
+   fast and the paper profile with recovery, and the fast profile without:
+   session completion, collection time, recovery probes against the probe
+   transmissions the links lost (L_tx, from the switches' counters), and
+   failed sessions without recovery against 1 - (1 - p)^h (sweep.csv,
+   sweep.svg).
+
+Usage: scripts/gpint_eval.sh [OUT_DIR]   (GPINT_EVAL_SESSIONS, default 20;
+GPINT_EVAL_LOSSES, default 5,10,15,20). Needs root (network namespaces).
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def bin_path(name):
+    d = os.environ.get("INTSWITCH_BIN_DIR") or os.path.join(ROOT, "target", "release")
+    return os.path.join(d, name)
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def testbed(*args):
+    return run([os.path.join(HERE, "testbed.sh"), *args], env=dict(os.environ, INTSWITCH_BIN_DIR=os.path.dirname(bin_path("intswitch"))))
+
+
+# ---- planner figures ----
+
+def planner(out):
+    rows = []
+    for n in (20, 40, 60, 80, 100):
+        topo = os.path.join(ROOT, "tests", "fixtures", "gpint", f"ws{n}.toml")
+        for name, args in (("GPINT-2", ["--k", str(max(1, 2 * n // 10))]),
+                           ("GPINT-3", ["--k", str(max(1, 3 * n // 10))]),
+                           ("GPINT-5", ["--k", str(max(1, 5 * n // 10))]),
+                           ("Euler", ["--algo", "euler"])):
+            p = json.loads(run([bin_path("intcollector"), "gpint", "plan", "--topology", topo, *args]))
+            s = p["stats"]
+            rows.append({"n": n, "algo": name, "probes": s["probes"], "longest": s["longest"],
+                         "longest_planned": s["longest_planned"], "total_hops": s["total_hops"],
+                         "max_probe_bytes": s["max_probe_bytes"], "split": s["split"], "plan_us": s["plan_us"]})
+    # GPINT on a thousand switches (the planner's time is plan_us).
+    with tempfile.TemporaryDirectory() as d:
+        topo = os.path.join(d, "ws1000.toml")
+        with open(topo, "w") as f:
+            f.write(run([bin_path("intcollector"), "gpint", "topo", "ws", "--n", "1000", "--seed", "7"]))
+        p = json.loads(run([bin_path("intcollector"), "gpint", "plan", "--topology", topo]))
+        s = p["stats"]
+        rows.append({"n": 1000, "algo": "GPINT-3", "probes": s["probes"], "longest": s["longest"],
+                     "longest_planned": s["longest_planned"], "total_hops": s["total_hops"],
+                     "max_probe_bytes": s["max_probe_bytes"], "split": s["split"], "plan_us": s["plan_us"]})
+    write_csv(os.path.join(out, "planner.csv"), rows)
+    series = {}
+    for r in rows:
+        if r["n"] <= 100:
+            series.setdefault(r["algo"], []).append((r["n"], r["longest_planned"]))
+    svg(os.path.join(out, "planner.svg"), "Longest probe path (switches) vs network size",
+        "switches |V|", "longest path", series)
+    return rows
+
+
+# ---- loss sweep ----
+
+def switch_counters(name, k):
+    sock = os.path.join(STATE, name, f"s{k}.sock")
+    return json.loads(run([bin_path("intctl"), "--socket", sock, "--json", "show", "gpint"]))["counters"]
+
+
+def totals(name, n):
+    fwd = rx = 0
+    for k in range(1, n + 1):
+        c = switch_counters(name, k)
+        fwd += c["sqr_stored"] + c["sqr_buffer_full"]
+        rx += c["gpint_rx"]
+    return fwd, rx
+
+
+def impair_all(links, loss):
+    for l in links:
+        for rev in ([], ["--reverse"]):
+            args = ["loss", f"{loss}%"] if loss else ["none"]
+            testbed("impair", l, *rev, *args)
+
+
+def monitor(name, plan, n, sessions, profile, recovery):
+    cmd = ["ip", "netns", "exec", f"tb-{name}-mon", bin_path("intcollector"), "gpint", "run", "--plan", plan,
+           "--sessions", str(sessions), "--profile", profile, "--duration", "3000"]
+    for k in range(1, n + 1):
+        cmd += ["--via", f"s{k}=10.77.{k}.1"]
+    if not recovery:
+        cmd.append("--no-recovery")
+    lines = [json.loads(l) for l in run(cmd).splitlines()]
+    return lines[:-1], lines[-1]
+
+
+def sweep(out, sessions, losses):
+    rows = []
+    n = 16
+    for profile, hold, runs in (("fast", 400, [True, False]), ("paper", 1500, [True])):
+        name = f"ws16{profile[0]}"
+        topo = os.path.join(tempfile.mkdtemp(), f"{name}.toml")
+        with open(topo, "w") as f:
+            f.write(run([bin_path("intcollector"), "gpint", "topo", "ws", "--n", "16", "--degree", "4", "--p", "0.1",
+                         "--seed", "16", "--name", name, "--monitor", "--hold-ms", str(hold)]))
+        plan = topo.replace(".toml", "-plan.json")
+        run([bin_path("intcollector"), "gpint", "plan", "--topology", topo, "--out", plan])
+        hops = [len(p["hops"]) for p in json.load(open(plan))["paths"]]
+        links = [l.split('"')[1] for l in open(topo) if l.startswith('name = "s') and "-" in l]
+        testbed("up", topo)
+        try:
+            for loss in losses:
+                impair_all(links, loss)
+                for recovery in runs:
+                    f0, r0 = totals(name, n)
+                    lines, summary = monitor(name, plan, n, sessions, profile, recovery)
+                    f1, r1 = totals(name, n)
+                    sent = summary["probes"] + summary["recovery_probes"]
+                    l_tx = (f1 - f0) - ((r1 - r0) - sent)
+                    p = loss / 100
+                    # A session fails without recovery if any path loses a
+                    # transmission: 1 - (1-p)^(sum of links on the paths).
+                    expect = 1 - (1 - p) ** sum(h - 1 for h in hops)
+                    failed = sum(1 for l in lines if not l["complete"])
+                    lo, hi = wilson(failed, len(lines))
+                    row = {"profile": profile, "recovery": recovery, "loss_pct": loss, "sessions": len(lines),
+                           "complete": sum(1 for l in lines if l["complete"]),
+                           "elapsed_ms_mean": round(sum(l["elapsed_ms"] for l in lines) / max(1, len(lines)), 1),
+                           "probes": summary["probes"], "recovery_probes": summary["recovery_probes"],
+                           "notices": summary["notices"], "l_tx": l_tx,
+                           "recovery_per_l_tx": round(summary["recovery_probes"] / l_tx, 3) if l_tx else "",
+                           "failed_sessions": failed,
+                           # Without recovery: what 1-(1-p)^h predicts, and
+                           # the 95 % (Wilson) interval of what was seen.
+                           "failed_expected": "" if recovery else round(expect, 3),
+                           "failed_ci95": "" if recovery else f"{lo:.3f}-{hi:.3f}"}
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+        finally:
+            testbed("down", topo)
+    write_csv(os.path.join(out, "sweep.csv"), rows)
+    series = {}
+    for r in rows:
+        key = f"{r['profile']}{'' if r['recovery'] else ' no recovery'}"
+        series.setdefault(key, []).append((r["loss_pct"], r["elapsed_ms_mean"]))
+    svg(os.path.join(out, "sweep.svg"), "Collection time per session vs link loss (ws16)", "loss on every link (%)",
+        "mean ms a session", series)
+    series = {}
+    for r in rows:
+        if r["recovery"] and r["l_tx"]:
+            series.setdefault(r["profile"], []).append((r["loss_pct"], r["recovery_probes"] / r["l_tx"]))
+    svg(os.path.join(out, "recovery.svg"), "Recovery probes per lost probe transmission (L_tx)",
+        "loss on every link (%)", "recovery probes / L_tx", series)
+    return rows
+
+
+def wilson(k, n, z=1.96):
+    if n == 0:
+        return 0.0, 1.0
+    ph = k / n
+    d = 1 + z * z / n
+    c = (ph + z * z / (2 * n)) / d
+    h = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / d
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+# ---- output ----
+
+def write_csv(path, rows):
+    if not rows:
+        return
+    keys = list(rows[0].keys())
+    with open(path, "w") as f:
+        f.write(",".join(keys) + "\n")
+        for r in rows:
+            f.write(",".join(str(r[k]) for k in keys) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def svg(path, title, xlabel, ylabel, series):
+    """A line chart of {name: [(x, y)]}, written as plain SVG."""
+    w, h, m = 640, 400, 60
+    pts = [p for s in series.values() for p in s]
+    if not pts:
+        return
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y1 = max(p[1] for p in pts) * 1.1 or 1
+    x1 = x1 if x1 > x0 else x0 + 1
+    sx = lambda x: m + (x - x0) / (x1 - x0) * (w - 2 * m)
+    sy = lambda y: h - m - y / y1 * (h - 2 * m)
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
+           f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
+           f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
+           f'<text x="{w / 2}" y="{h - 15}" text-anchor="middle">{xlabel}</text>',
+           f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">{ylabel}</text>']
+    for i in range(5):
+        yv = y1 * i / 4
+        out.append(f'<text x="{m - 5}" y="{sy(yv) + 4}" text-anchor="end">{yv:.3g}</text>')
+    for xv in sorted({p[0] for p in pts}):
+        out.append(f'<text x="{sx(xv)}" y="{h - m + 15}" text-anchor="middle">{xv:g}</text>')
+    for i, (name, s) in enumerate(sorted(series.items())):
+        c = colours[i % len(colours)]
+        s = sorted(s)
+        out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
+                   % (c, " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)))
+        for x, y in s:
+            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{c}"/>')
+        out.append(f'<text x="{w - m + 5 - 120}" y="{m + 15 * i}" fill="{c}">{name}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
+
+
+STATE = os.environ.setdefault("INTSWITCH_TESTBED_DIR", "/run/intswitch-testbed")
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "gpint-eval")
+    os.makedirs(out, exist_ok=True)
+    sessions = int(os.environ.get("GPINT_EVAL_SESSIONS", "20"))
+    losses = [int(x) for x in os.environ.get("GPINT_EVAL_LOSSES", "5,10,15,20").split(",")]
+    planner(out)
+    if "--planner-only" not in sys.argv:
+        sweep(out, sessions, losses)
