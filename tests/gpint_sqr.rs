@@ -95,51 +95,63 @@ fn reports(packet: &[u8], at_ns: u64) -> Vec<Report> {
     out
 }
 
-#[test]
-fn probes_are_acknowledged_forwarded_copied_and_recovered() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// One switch on net_pcap replaying `frames` into p0 (p0 and p1 write
+/// p0.pcap and p1.pcap), INT node `node_id` reporting to a UDP socket of
+/// this test (reads time out after 200 ms), `[gpint]` with `gpint` keys.
+fn start_switch(d: &Scratch, name: &str, node_id: u32, gpint: &str, frames: &[Vec<u8>]) -> (SwitchProcess, UdpSocket) {
     let id = std::process::id() % 100_000;
-    let d = Scratch::new("gpintsqr");
     let p = |f: &str| d.path(f).display().to_string();
     let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
     collector.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-    let plain = udp_frame(&addr(), 5001, b"background").unwrap();
-    let a = probe(1, &[(1, 0, 2), (TO_MONITOR, 0, 0)]);
-    let b = probe(2, &[(1, 0, 2), (TO_MONITOR, 0, 0)]);
-    let c = probe(3, &[(TO_MONITOR, 0, 1)]);
-    let bad = probe(4, &[(9, 0, 0), (TO_MONITOR, 0, 0)]);
-    let frames = vec![a.clone(), b.clone(), feedback(2, 1), b.clone(), c.clone(), bad, plain.clone()];
-    write_pcap(&d.path("in.pcap"), &frames);
+    write_pcap(&d.path("in.pcap"), frames);
     let cfg = format!(
-        "name = \"gsqr\"\nmode = \"xconnect\"\n[eal]\nfile_prefix = \"gsqr-{id}\"\n[dataplane]\nidle = true\n\
+        "name = \"{name}\"\nmode = \"xconnect\"\n[eal]\nfile_prefix = \"{name}-{id}\"\n[dataplane]\nidle = true\n\
 mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_pcap0,rx_pcap={},tx_pcap={}\"\npeer = \"p1\"\n\
-[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\npeer = \"p0\"\n[int]\nnode_id = 31\n\
-[[int.collector]]\naddress = \"{}\"\n[gpint]\nhold_ms = {HOLD_MS}\n",
-        control_section(&d),
+[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\npeer = \"p0\"\n[int]\nnode_id = {node_id}\n\
+[[int.collector]]\naddress = \"{}\"\n[gpint]\n{gpint}\n",
+        control_section(d),
         p("in.pcap"),
         p("p0.pcap"),
         p("p1.pcap"),
         collector.local_addr().unwrap(),
     );
     std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let s = SwitchProcess::start(&d.path("c.toml"), None);
-    let sock = d.path("sw.sock");
-    // The delivery comes at once, the notice after hold_ms.
+    (SwitchProcess::start(&d.path("c.toml"), None), collector)
+}
+
+/// The reports the collector socket receives until there are `want` (or
+/// 10 s pass), each stamped with its arrival (ns since the epoch).
+fn collect(collector: &UdpSocket, want: usize) -> Vec<Report> {
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut buf = [0u8; 65536];
-    while got.len() < 2 && Instant::now() < deadline {
+    while got.len() < want && Instant::now() < deadline {
         if let Ok(n) = collector.recv(&mut buf) {
             let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
             got.extend(reports(&buf[..n], now));
         }
     }
+    got
+}
+
+#[test]
+fn probes_are_acknowledged_forwarded_copied_and_recovered() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = Scratch::new("gpintsqr");
+    let plain = udp_frame(&addr(), 5001, b"background").unwrap();
+    let a = probe(1, &[(1, 0, 2), (TO_MONITOR, 0, 0)]);
+    let b = probe(2, &[(1, 0, 2), (TO_MONITOR, 0, 0)]);
+    let c = probe(3, &[(TO_MONITOR, 0, 1)]);
+    let bad = probe(4, &[(9, 0, 0), (TO_MONITOR, 0, 0)]);
+    let frames = vec![a.clone(), b.clone(), feedback(2, 1), b.clone(), c.clone(), bad, plain.clone()];
+    let (s, collector) = start_switch(&d, "gsqr", 31, &format!("hold_ms = {HOLD_MS}"), &frames);
+    let sock = d.path("sw.sock");
+    // The delivery comes at once, the notice after hold_ms.
+    let mut got = collect(&collector, 2);
     let view = intctl(&sock, &["show", "gpint"]);
     // Nothing else arrives.
     std::thread::sleep(Duration::from_millis(2 * HOLD_MS));
-    while let Ok(n) = collector.recv(&mut buf) {
-        got.extend(reports(&buf[..n], 0));
-    }
+    got.extend(collect(&collector, 3));
     let fin = s.stop();
     assert_eq!(got.len(), 2, "one delivery and one notice");
 
@@ -213,11 +225,7 @@ mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_pcap0,rx_pcap={},tx_pc
 #[test]
 fn the_paper_mode_knows_probes_by_codepoint() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let id = std::process::id() % 100_000;
     let d = Scratch::new("gpintdscp");
-    let p = |f: &str| d.path(f).display().to_string();
-    let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
-    collector.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let mut a = addr();
     a.dscp = Some(0x17);
     let e = vec![
@@ -226,28 +234,8 @@ fn the_paper_mode_knows_probes_by_codepoint() {
     ];
     let probe = probe_frame(&a, &ProbeRepr::new(5, RequestType::PortRx, 0, 0, e).unwrap()).unwrap();
     let plain = udp_frame(&addr(), INT_PORT, b"not a probe").unwrap();
-    write_pcap(&d.path("in.pcap"), &[probe, plain.clone()]);
-    let cfg = format!(
-        "name = \"gdscp\"\nmode = \"xconnect\"\n[eal]\nfile_prefix = \"gdscp-{id}\"\n[dataplane]\nidle = true\n\
-mbufs = 4095\n{}\n[[port]]\nname = \"p0\"\ndevice = \"net_pcap0,rx_pcap={},tx_pcap={}\"\npeer = \"p1\"\n\
-[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\npeer = \"p0\"\n[int]\nnode_id = 32\n\
-[[int.collector]]\naddress = \"{}\"\n[gpint]\nclassify = \"dscp\"\nhold_ms = 200\n",
-        control_section(&d),
-        p("in.pcap"),
-        p("p0.pcap"),
-        p("p1.pcap"),
-        collector.local_addr().unwrap(),
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let s = SwitchProcess::start(&d.path("c.toml"), None);
-    let mut buf = [0u8; 65536];
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while got.is_empty() && Instant::now() < deadline {
-        if let Ok(n) = collector.recv(&mut buf) {
-            got.extend(reports(&buf[..n], 0));
-        }
-    }
+    let (s, collector) = start_switch(&d, "gdscp", 32, "classify = \"dscp\"\nhold_ms = 200", &[probe, plain.clone()]);
+    let got = collect(&collector, 1);
     s.stop();
     let dscp = |f: &[u8]| f[15] >> 2;
     let out0 = read_pcap(&d.path("p0.pcap"));
@@ -294,7 +282,7 @@ fn monitor_of(
 
 /// The gpint4 testbed (mon linked to each of s1 - s2 - s3 - s4): sessions
 /// over the planner's one path all complete without recovery and every
-/// copy is acknowledged; with the s2 - s3 link dropping everything, every
+/// copy is acknowledged, while UDP between h1 and h2 arrives whole; with the s2 - s3 link dropping everything, every
 /// session still completes with all four switches' telemetry, by one
 /// notice and one recovery probe each, and ends with s2-s3 unavailable;
 /// with it only slower than t_f, the link ends congested; with s3 dead,
@@ -315,8 +303,14 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let tb = Testbed::up(&topo);
-    const N: u64 = 20;
-    let (lines, summary) = monitor(&tb, &plan, N);
+    // Background UDP between h1 and h2 meanwhile, every datagram checked.
+    const N: u64 = 100;
+    let (lines, summary) = std::thread::scope(|sc| {
+        let bg = sc.spawn(|| intswitch_tests::udp_exchange(&tb.ns("h1"), &tb.ns("h2"), "10.44.2.2", 5001, 300, 0));
+        let r = monitor(&tb, &plan, N);
+        bg.join().expect("background UDP between h1 and h2, unaffected");
+        r
+    });
     assert_eq!(lines.len() as u64, N);
     for l in &lines {
         assert_eq!((l["complete"].as_bool(), l["covered"].as_u64()), (Some(true), Some(4)), "{l}");
@@ -414,7 +408,8 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
 /// ways: every session completes with all 16 switches' telemetry, and the
 /// recovery probes match the probe transmissions the links lost (L_tx,
 /// from the switches' counters: probes forwarded to a switch less probes
-/// received from one), within 10 %.
+/// received from one, which equals the probes their link emulation
+/// dropped), within 10 %.
 #[test]
 fn every_ws16_session_completes_under_loss_with_one_recovery_a_lost_probe() {
     use intswitch_tests::Testbed;
@@ -455,15 +450,17 @@ fn every_ws16_session_completes_under_loss_with_one_recovery_a_lost_probe() {
     for l in &lines {
         assert_eq!((l["complete"].as_bool(), l["covered"].as_u64()), (Some(true), Some(16)), "{l}");
     }
-    let (mut forwarded, mut received) = (0, 0);
+    let (mut forwarded, mut received, mut dropped) = (0, 0, 0);
     for k in 1..=16 {
         let c = tb.intctl(&format!("s{k}"), &["show", "gpint"])["counters"].clone();
         forwarded += c["sqr_stored"].as_u64().unwrap() + c["sqr_buffer_full"].as_u64().unwrap();
         received += c["gpint_rx"].as_u64().unwrap();
+        dropped += c["impair_lost_gpint_probe"].as_u64().unwrap();
         assert_eq!(c["gpint_dup"].as_u64(), Some(0), "s{k}: {c}");
     }
     let sent = summary["probes"].as_u64().unwrap() + summary["recovery_probes"].as_u64().unwrap();
     let l_tx = forwarded - (received - sent);
+    assert_eq!(l_tx, dropped, "what the links' emulation counted as dropped probes");
     let recovery = summary["recovery_probes"].as_u64().unwrap();
     eprintln!("ws16 10 %: L_tx {l_tx}, recovery probes {recovery}, {summary}");
     assert!(l_tx > 0, "10 % loss lost nothing? {summary}");

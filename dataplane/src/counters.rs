@@ -97,10 +97,12 @@ pub enum Event {
     SqrTimeouts,
     SqrBufferFull,
     SqrDroppedAtStop,
+    ImpairLostGpintProbe,
+    ImpairLostGpintFeedback,
 }
 
 impl Event {
-    pub const COUNT: usize = Event::SqrDroppedAtStop as usize + 1;
+    pub const COUNT: usize = Event::ImpairLostGpintFeedback as usize + 1;
     pub const ALL: [Event; Event::COUNT] = [
         Event::FlowLearned,
         Event::FlowLearnFailedFull,
@@ -186,6 +188,8 @@ impl Event {
         Event::SqrTimeouts,
         Event::SqrBufferFull,
         Event::SqrDroppedAtStop,
+        Event::ImpairLostGpintProbe,
+        Event::ImpairLostGpintFeedback,
     ];
 
     pub fn name(self) -> &'static str {
@@ -274,6 +278,8 @@ impl Event {
             Event::SqrTimeouts => "sqr_timeouts",
             Event::SqrBufferFull => "sqr_buffer_full",
             Event::SqrDroppedAtStop => "sqr_dropped_at_stop",
+            Event::ImpairLostGpintProbe => "impair_lost_gpint_probe",
+            Event::ImpairLostGpintFeedback => "impair_lost_gpint_feedback",
         }
     }
 }

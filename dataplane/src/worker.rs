@@ -913,7 +913,17 @@ impl Egress {
         match self.impair[port].admit(imp, self.hz, now, len, m) {
             Admit::Now(m) => self.push(port, m, c),
             Admit::Queued => {}
-            Admit::Dropped(r, _m) => c.drop(r),
+            Admit::Dropped(r, m) => {
+                c.drop(r);
+                // Which GPINT transmissions the emulated link lost (L_tx).
+                if let Some(g) = &t.gpint {
+                    match crate::gpint::stage::class_of(g, m.data()) {
+                        Some(crate::wire::gpint::Kind::Probe) => c.event(Event::ImpairLostGpintProbe),
+                        Some(crate::wire::gpint::Kind::Feedback) => c.event(Event::ImpairLostGpintFeedback),
+                        _ => {}
+                    }
+                }
+            }
         }
     }
 

@@ -38,6 +38,7 @@ impl Switch {
         let c = self.counters();
         let mut counters = events_by_name(&c, "gpint_");
         counters.extend(events_by_name(&c, "sqr_"));
+        counters.extend(events_by_name(&c, "impair_lost_gpint_"));
         counters.extend(drops_by_name(&c).into_iter().filter(|(k, _)| k.starts_with("gpint_")));
         let (mut rings, delivered, notices) =
             self.exporter.as_ref().map(|e| e.gpint_counts()).unwrap_or((Vec::new(), 0, 0));

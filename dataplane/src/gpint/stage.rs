@@ -428,6 +428,16 @@ fn classify(spec: &GpintSpec, b: &[u8], meta: &PacketMeta) -> Option<Option<Bloc
     ours.then_some(Some(blk))
 }
 
+/// What a frame is to GPINT: a probe, a feedback, or neither (None). For
+/// counting what link emulation drops: parses the frame.
+pub fn class_of(spec: &GpintSpec, frame: &[u8]) -> Option<Kind> {
+    let meta = parse::parse(frame, 0).ok()?;
+    match classify(spec, frame, &meta)? {
+        None => Some(Kind::Feedback),
+        Some(_) => Some(Kind::Probe),
+    }
+}
+
 /// Marks a frame's IP header with DSCP `code` (the paper's mode).
 fn mark(b: &mut [u8], code: u8) {
     if let Ok(meta) = parse::parse(b, 0) {
@@ -506,8 +516,8 @@ impl<B: PacketBuf, S: GpintSink> Stage<B> for SqrStage<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::int::Presence;
     use crate::gpint::frame::{probe_frame, tests::addr};
+    use crate::int::Presence;
     use crate::pipeline::{Burst, PortLoad, RxTime, VecOut};
     use crate::pktbuf::VecBuf;
     use crate::tables::tests::two_port_router;
