@@ -194,7 +194,7 @@ def write_csv(path, rows):
 
 def svg(path, title, xlabel, ylabel, series):
     """A line chart of {name: [(x, y)]}, written as plain SVG."""
-    w, h, m = 640, 400, 60
+    w, h, m = 680, 400, 70
     pts = [p for s in series.values() for p in s]
     if not pts:
         return
@@ -210,10 +210,10 @@ def svg(path, title, xlabel, ylabel, series):
            f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
            f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
            f'<text x="{w / 2}" y="{h - 15}" text-anchor="middle">{xlabel}</text>',
-           f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">{ylabel}</text>']
+           f'<text x="14" y="{h / 2}" transform="rotate(-90 14 {h / 2})" text-anchor="middle">{ylabel}</text>']
     for i in range(5):
         yv = y1 * i / 4
-        out.append(f'<text x="{m - 5}" y="{sy(yv) + 4}" text-anchor="end">{yv:.3g}</text>')
+        out.append(f'<text x="{m - 5}" y="{sy(yv) + 4}" text-anchor="end">{yv:.4g}</text>')
     for xv in sorted({p[0] for p in pts}):
         out.append(f'<text x="{sx(xv)}" y="{h - m + 15}" text-anchor="middle">{xv:g}</text>')
     for i, (name, s) in enumerate(sorted(series.items())):
@@ -228,6 +228,13 @@ def svg(path, title, xlabel, ylabel, series):
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
     print(f"wrote {path}", file=sys.stderr)
+    # A PNG beside it where librsvg's converter is installed.
+    png = path[:-4] + ".png"
+    try:
+        subprocess.run(["rsvg-convert", "-o", png, path], check=True, capture_output=True)
+        print(f"wrote {png}", file=sys.stderr)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"no PNG of {path} (apt install librsvg2-bin): {e}", file=sys.stderr)
 
 
 STATE = os.environ.setdefault("INTSWITCH_TESTBED_DIR", "/run/intswitch-testbed")

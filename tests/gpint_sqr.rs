@@ -304,7 +304,7 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let tb = Testbed::up(&topo);
     // Background UDP between h1 and h2 meanwhile, every datagram checked.
-    const N: u64 = 100;
+    const N: u64 = 1000;
     let (lines, summary) = std::thread::scope(|sc| {
         let bg = sc.spawn(|| intswitch_tests::udp_exchange(&tb.ns("h1"), &tb.ns("h2"), "10.44.2.2", 5001, 300, 0));
         let r = monitor(&tb, &plan, N);

@@ -15,7 +15,7 @@ impl Switch {
         let plan = self.plan().gpint.ok_or_else(|| ApiError::not_configured("GPINT", "gpint"))?;
         let spec = self.spec.gpint.ok_or_else(|| ApiError::not_configured("GPINT", "gpint"))?;
         let hz = self.hz as f64;
-        let workers = self
+        let workers: Vec<SqrWorkerView> = self
             .dump(|g| FlowCommand::GpintShow { generation: g }, |w| &w.gpint_view)?
             .into_iter()
             .map(|(worker, v)| SqrWorkerView {
@@ -39,6 +39,8 @@ impl Switch {
         let mut counters = events_by_name(&c, "gpint_");
         counters.extend(events_by_name(&c, "sqr_"));
         counters.extend(events_by_name(&c, "impair_lost_gpint_"));
+        // The most copies any worker held at once.
+        counters.insert("sqr_high_water".into(), workers.iter().map(|w| w.high_water as u64).max().unwrap_or(0));
         counters.extend(drops_by_name(&c).into_iter().filter(|(k, _)| k.starts_with("gpint_")));
         let (mut rings, delivered, notices) =
             self.exporter.as_ref().map(|e| e.gpint_counts()).unwrap_or((Vec::new(), 0, 0));

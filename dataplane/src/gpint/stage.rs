@@ -295,6 +295,22 @@ impl<S: GpintSink> SqrStage<S> {
         Ok(Verdict::Tx(out_port))
     }
 
+    /// `claim` of a packet that may be GPINT's.
+    #[cold]
+    #[inline(never)]
+    fn claim_gpint<B: PacketBuf, O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> bool {
+        let (Some(spec), Ok(meta)) = (cx.tables.gpint, p.meta) else { return false };
+        let Some(kind) = classify(&spec, m.bytes(), &meta) else { return false };
+        p.verdict = match kind {
+            None => self.on_feedback(m.bytes(), &meta, cx.c),
+            Some(blk) => {
+                cx.c.event(Event::GpintRx);
+                self.on_probe(&spec, cx, m, &meta, &blk).unwrap_or_else(Verdict::Drop)
+            }
+        };
+        true
+    }
+
     /// This switch's hop for a probe leaving by `out_port` now.
     fn hop<B, O: Output<B>>(&self, spec: &GpintSpec, cx: &Cx<'_, O>, in_port: u16, out_port: u16) -> HopMetadata {
         let o = out_port as usize;
@@ -392,6 +408,25 @@ fn grow_ip_udp(b: &mut [u8], meta: &PacketMeta, n: usize) {
     refresh_udp_checksum(b, &grown);
 }
 
+/// Whether a parsed packet may be GPINT's: UDP to the GPINT or the INT
+/// port, or marked with a GPINT codepoint (what `classify` then checks).
+#[inline(always)]
+fn may_be_gpint(spec: &GpintSpec, b: &[u8], meta: &PacketMeta) -> bool {
+    if meta.key.proto() != PROTO_UDP {
+        return false;
+    }
+    match spec.dscp {
+        None => {
+            let d = meta.key.dst_port();
+            d == spec.udp_port || d == spec.int_port
+        }
+        Some(ds) => {
+            let c = int::dscp(b, meta);
+            c == ds.probe || c == ds.feedback
+        }
+    }
+}
+
 /// Whether a parsed UDP packet is GPINT's: a feedback (to the GPINT port,
 /// or marked with the feedback codepoint) or a probe (to the INT port, or
 /// marked with the probe codepoint, carrying INT-MD of the GPINT domain;
@@ -456,21 +491,15 @@ impl<B: PacketBuf, S: GpintSink> Stage<B> for SqrStage<S> {
         t.gpint.is_some() as u32
     }
 
+    /// A packet that cannot be GPINT's (most of them) is turned down by its
+    /// protocol and port (or DSCP) before anything else is read.
+    #[inline(always)]
     fn claim<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> bool {
-        let (Some(spec), Ok(meta)) = (cx.tables.gpint, &p.meta) else { return false };
-        let Some(kind) = classify(&spec, m.bytes(), meta) else { return false };
-        p.verdict = match kind {
-            None => self.on_feedback(m.bytes(), meta, cx.c),
-            Some(blk) => {
-                cx.c.event(Event::GpintRx);
-                let meta = *meta;
-                match self.on_probe(&spec, cx, m, &meta, &blk) {
-                    Ok(v) => v,
-                    Err(r) => Verdict::Drop(r),
-                }
-            }
-        };
-        true
+        let (Some(spec), Ok(meta)) = (cx.tables.gpint.as_ref(), &p.meta) else { return false };
+        if !may_be_gpint(spec, m.bytes(), meta) {
+            return false;
+        }
+        self.claim_gpint(cx, m, p)
     }
 
     /// Claimed packets are handled in `claim`; the others are not GPINT's.
