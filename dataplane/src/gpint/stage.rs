@@ -915,6 +915,48 @@ mod tests {
         assert_eq!(checksum::checksum(&n[14..34]), 0);
     }
 
+    /// Probes and feedbacks of both modes, mutated at random (the pipeline
+    /// fuzz test's edits), through the worker's pipeline with GPINT on:
+    /// nothing panics, every frame is forwarded, consumed or dropped under
+    /// a named reason, and copies expire. Seeded: a failure repeats.
+    #[test]
+    fn mutated_probes_and_feedbacks_never_panic() {
+        let d = crate::gpint::GpintDscp { probe: 0x17, feedback: 0x19, notice: 0x21 };
+        let mut seeds = Vec::new();
+        for dscp in [None, Some(0x17)] {
+            for v6 in [false, true] {
+                let mut a = addr(v6);
+                a.dscp = dscp;
+                for e in [
+                    &[(1, 0, 2), (TO_MONITOR, 0, 0)][..],
+                    &[(TO_MONITOR, 0, 1)],
+                    &[(1, 0, 0), (1, 1, 1), (TO_MONITOR, 0, 0)],
+                ] {
+                    let repr = ProbeRepr::new(3, RequestType::PortRx, 0, 0, entries(e)).unwrap();
+                    seeds.push((dscp, probe_frame(&a, &repr).unwrap()));
+                }
+                seeds.push((dscp, feedback(v6, 3, 0, 1)));
+            }
+        }
+        let mut rigs = [Rig::new(gspec(true), 4), Rig::new(GpintSpec { dscp: Some(d), ..gspec(true) }, 4)];
+        let mut rng = crate::rand::XorShift::new(0x69_70_69_6e_74);
+        for i in 0..20_000u64 {
+            let (dscp, seed) = &seeds[rng.below(seeds.len())];
+            let f = crate::pipeline_fuzz::mutate(&mut rng, seed);
+            let r = &mut rigs[dscp.is_some() as usize];
+            let out = r.run(&f, rng.below(2) as u16, 1_000 + i * 100);
+            assert!(out.len() <= 2, "{out:?}");
+            if i % 64 == 0 {
+                r.poll(1_000 + i * 100);
+            }
+            r.records();
+        }
+        for r in &mut rigs {
+            r.poll(u64::MAX / 2);
+            assert!(r.c.events[Event::GpintRx as usize] > 0);
+        }
+    }
+
     #[test]
     fn int_of_other_domains_is_left_to_the_int_stage_and_probes_never_reach_it() {
         use crate::int::stage::tests::spec;
