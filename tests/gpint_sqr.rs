@@ -280,10 +280,38 @@ fn monitor_of(
     (lines, summary)
 }
 
+/// `intcollector gpint plan --topology TOPO ARGS` into `d`/plan.json.
+fn plan_for(d: &Scratch, topo: &std::path::Path, args: &[&str]) -> std::path::PathBuf {
+    let plan = d.path("plan.json");
+    let out = Command::new(intswitch_tests::workspace_bin("intcollector"))
+        .args(["gpint", "plan", "--topology"])
+        .arg(topo)
+        .args(args)
+        .arg("--out")
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    plan
+}
+
+/// The same link emulation (netem words) on `link` both ways.
+fn impair_both(tb: &intswitch_tests::Testbed, link: &str, netem: &[&str]) {
+    for rev in [false, true] {
+        let mut args = vec!["impair", link];
+        if rev {
+            args.push("--reverse");
+        }
+        args.extend(netem);
+        let (ok, msg) = tb.run(&args);
+        assert!(ok, "{msg}");
+    }
+}
+
 /// The gpint4 testbed (mon linked to each of s1 - s2 - s3 - s4): sessions
 /// over the planner's one path all complete without recovery and every
-/// copy is acknowledged, while UDP between h1 and h2 arrives whole; with the s2 - s3 link dropping everything, every
-/// session still completes with all four switches' telemetry, by one
+/// copy is acknowledged, while UDP between h1 and h2 arrives whole; with
+/// the s2 - s3 link dropping everything, every session still completes with all four switches' telemetry, by one
 /// notice and one recovery probe each, and ends with s2-s3 unavailable;
 /// with it only slower than t_f, the link ends congested; with s3 dead,
 /// the session ends with the other three and s3 unavailable.
@@ -293,15 +321,7 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
     use intswitch_tests::Testbed;
     let d = Scratch::new("gpintmon");
     let topo = Testbed::shipped("gpint4");
-    let plan = d.path("plan.json");
-    let out = Command::new(intswitch_tests::workspace_bin("intcollector"))
-        .args(["gpint", "plan", "--topology"])
-        .arg(&topo)
-        .args(["--k", "1", "--out"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan = plan_for(&d, &topo, &["--k", "1"]);
     let tb = Testbed::up(&topo);
     // Background UDP between h1 and h2 meanwhile, every datagram checked.
     const N: u64 = 1000;
@@ -334,15 +354,7 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
     assert_eq!(stored, 3 * N, "three of the four hops keep a copy");
 
     // s2 - s3 drops everything, both ways (whichever way the plan runs).
-    for rev in [false, true] {
-        let mut args = vec!["impair", "s2-s3"];
-        if rev {
-            args.push("--reverse");
-        }
-        args.extend(["loss", "100%"]);
-        let (ok, msg) = tb.run(&args);
-        assert!(ok, "{msg}");
-    }
+    impair_both(&tb, "s2-s3", &["loss", "100%"]);
     let (lines, summary) = monitor(&tb, &plan, 5);
     for l in &lines {
         assert_eq!((l["complete"].as_bool(), l["covered"].as_u64()), (Some(true), Some(4)), "{l}");
@@ -353,15 +365,7 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
 
     // s2 - s3 only slow (600 ms, t_f 400 ms): the notice and the original
     // both arrive; the link ends congested, each session counted once.
-    for rev in [false, true] {
-        let mut args = vec!["impair", "s2-s3"];
-        if rev {
-            args.push("--reverse");
-        }
-        args.extend(["delay", "600ms"]);
-        let (ok, msg) = tb.run(&args);
-        assert!(ok, "{msg}");
-    }
+    impair_both(&tb, "s2-s3", &["delay", "600ms"]);
     let (lines, summary) = monitor(&tb, &plan, 2);
     assert_eq!(lines.len(), 2);
     for l in &lines {
@@ -374,15 +378,7 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
 
     // s3 dead: its hop is given up after r_a + 1 tries over its own link,
     // the session ends with the other three switches' telemetry.
-    for rev in [false, true] {
-        let mut args = vec!["impair", "s2-s3"];
-        if rev {
-            args.push("--reverse");
-        }
-        args.push("none");
-        let (ok, msg) = tb.run(&args);
-        assert!(ok, "{msg}");
-    }
+    impair_both(&tb, "s2-s3", &["none"]);
     let (ok, status) = tb.run(&["status", &topo.display().to_string()]);
     assert!(ok, "{status}");
     let st: Value = serde_json::from_str(&status).unwrap();
@@ -416,15 +412,7 @@ fn every_ws16_session_completes_under_loss_with_one_recovery_a_lost_probe() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = Scratch::new("gpintws16");
     let topo = Testbed::shipped("ws16");
-    let plan = d.path("plan.json");
-    let out = Command::new(intswitch_tests::workspace_bin("intcollector"))
-        .args(["gpint", "plan", "--topology"])
-        .arg(&topo)
-        .args(["--out"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan = plan_for(&d, &topo, &[]);
     let tb = Testbed::up(&topo);
     let text = std::fs::read_to_string(&topo).unwrap();
     let links: Vec<String> = text
@@ -435,15 +423,7 @@ fn every_ws16_session_completes_under_loss_with_one_recovery_a_lost_probe() {
         .collect();
     assert!(links.len() >= 30, "{links:?}");
     for l in &links {
-        for rev in [false, true] {
-            let mut args = vec!["impair", l.as_str()];
-            if rev {
-                args.push("--reverse");
-            }
-            args.extend(["loss", "10%"]);
-            let (ok, msg) = tb.run(&args);
-            assert!(ok, "{msg}");
-        }
+        impair_both(&tb, l, &["loss", "10%"]);
     }
     const N: u64 = 10;
     let (lines, summary) = monitor_of(&tb, &plan, N, 16);
