@@ -2,7 +2,8 @@
 //! (`worker::pipeline`) over test buffers, parsing and forwarding in every
 //! mode (learning flows and MAC addresses, answering ARP and echo,
 //! flooding, TTL expiry, a full flow table, holding packets for neighbour
-//! resolution and reinjecting them), INT as source, transit and sink with
+//! resolution and reinjecting them, with GPINT's claim check on every
+//! packet), INT as source, transit and sink with
 //! drop reports into the worker's real report ring; and the AM-PM stage's
 //! work in every role; on valid frames and on mutants of them. Frames and
 //! tables are built before; only the bursts run in the checked zone. This test binary's allocator counts every
@@ -130,6 +131,18 @@ fn forwarding_allocates_nothing_per_packet() {
     for mode in [Mode::CrossConnect, Mode::Bridge, Mode::Router] {
         let mut s = two_port_router();
         s.mode = mode;
+        // GPINT on: every packet passes the SQR stage's claim check (the
+        // INT frames among them are another domain's, not claimed).
+        s.gpint = Some(crate::gpint::GpintSpec {
+            int_port: 17768,
+            udp_port: 17900,
+            domain_id: 0x6701,
+            node_id: 1,
+            recovery: true,
+            hold_tsc: 1_000,
+            mtu: [1500; crate::counters::MAX_PORTS],
+            dscp: None,
+        });
         let tables = Tables::build(&s, 1).unwrap();
         // Smaller than the flows and hosts sent: the full tables' paths run too.
         let (mut pipe, _reports, me) = worker_pipeline(512, 256, true);
