@@ -600,10 +600,10 @@ run_real int-transit "$work/int-real" "$work/int-transit-real.toml"
 # a collector, without and with [gpint] (the SQR stage's claim check on
 # every packet; no probes in the trace).
 router_cfg "$work/int-real.pcap" "$(int_cfg '[]' "$collector")" >"$work/int-transit-gpint-off.toml"
-run_case int-transit-gpint-off "$work/int-real.pcap" "$work/int-transit-gpint-off.toml"
+run_real int-transit-gpint-off "$work/int-real" "$work/int-transit-gpint-off.toml"
 router_cfg "$work/int-real.pcap" "$(int_cfg '[]' "$collector
 [gpint]")" >"$work/int-transit-gpint-on.toml"
-run_case int-transit-gpint-on "$work/int-real.pcap" "$work/int-transit-gpint-on.toml"
+run_real int-transit-gpint-on "$work/int-real" "$work/int-transit-gpint-on.toml"
 
 # INT sink at p1's edge (cross-connect), one report per flow per second:
 # 4096 flows, and (large) 100k flows over 131072 frames.

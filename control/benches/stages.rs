@@ -110,7 +110,7 @@ const XC: [&str; 2] = ["peer = \"p1\"", "peer = \"p0\""];
 const FIVE: u16 = instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE | instr::INGRESS_TS;
 
 /// The cases, in the order they run.
-const CASES: [&str; 15] = [
+const CASES: [&str; 13] = [
     "parse",
     "xconnect-flow-table",
     "l3-10k-routes-100k-flows",
@@ -121,8 +121,6 @@ const CASES: [&str; 15] = [
     "int-sink-analytics-5x4",
     "ampm-initiator",
     "ampm-terminator",
-    "xconnect-int-gpint-off",
-    "xconnect-int-gpint-on",
     "gpint-transit",
     "gpint-transit-no-recovery",
     "gpint-wheel-scan-64-busy",
@@ -219,10 +217,6 @@ fn build(name: &'static str) -> Case {
         }
         "ampm-initiator" => ampm("initiator"),
         "ampm-terminator" => ampm("terminator"),
-        // What GPINT costs the traffic that is not GPINT's: the SQR stage's
-        // claim check on every packet (the INT stage has no rule to act on).
-        "xconnect-int-gpint-off" => case(false, xc(false, &int("[]", collector)), l2()),
-        "xconnect-int-gpint-on" => case(false, xc(false, &int("[]", &format!("{collector}\n[gpint]"))), l2()),
         // A transit switch's probes (SR: out p1, then the monitor; 4 MEA
         // values), each followed by the next hop's feedback that frees its
         // copy: ns_per_packet is per frame, handled the share of probes.
