@@ -7,6 +7,15 @@
 //! be compared here first.
 //!
 //! Run: `cargo bench -p control --bench stages [-- CASE...]`
+//! `STAGES_RUN=CONFIG.toml:TRACE.pcap[,...]` runs, instead of the built-in
+//! cases, the pipeline of each switch config on its trace (any config the
+//! switch takes; `BENCH_KEEP=1 scripts/bench.sh` leaves its cases' configs
+//! and traces), named by the config's file name; a pair that differs in
+//! one config section shows that section's per-packet cost without the
+//! PMDs' noise. `STAGES_PASSES` (default 21) sets the timed passes, and
+//! `burst_packets` says how many packets ran in all: where even the
+//! fastest pass swings, `scripts/stage_instructions.sh` counts the
+//! instructions per packet under callgrind instead (exact, noise-free).
 //! Prints one line per case:
 //! `stage=<name> ns_per_packet=<x.x> mpps=<x.xx> handled=<share>`, the
 //! fastest of several timed passes over the case's frames, and the share of
@@ -83,6 +92,20 @@ fn tables(toml: &str) -> Tables {
     let plan = Config::from_toml(toml).and_then(|c| c.validate()).unwrap_or_else(|e| panic!("bench config: {e:?}"));
     let macs: Vec<[u8; 6]> = plan.ports.iter().map(|p| p.mac.unwrap_or([2, 0, 0, 0, 0, 1])).collect();
     Tables::build(&plan.table_spec(&macs, HZ), 1).expect("bench tables")
+}
+
+/// A `STAGES_RUN` case: a switch config and the trace its p0 receives.
+fn from_files(config: &str, trace: &str) -> Case {
+    let toml = std::fs::read_to_string(config).unwrap_or_else(|e| panic!("{config}: {e}"));
+    let learn = Config::from_toml(&toml).unwrap_or_else(|e| panic!("{config}: {e:?}")).flow_table.learn;
+    let file = std::fs::File::open(trace).unwrap_or_else(|e| panic!("{trace}: {e}"));
+    let frames: Vec<Vec<u8>> = dataplane::pcap::read_all(file)
+        .unwrap_or_else(|e| panic!("{trace}: {e}"))
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
+    assert!(!frames.is_empty(), "{trace}: no frames");
+    Case { tables: tables(&toml), frames, learn, parse_only: false, acts: Acts::Forwarded, analytics: false }
 }
 
 fn traffic(count: usize, flows: usize, src: &str, dst: &str, dst_mac: [u8; 6], vary_dst: bool) -> TrafficSpec {
@@ -448,6 +471,24 @@ fn measure(case: &Case, passes: usize, min_packets: usize) -> (f64, f64) {
 fn main() {
     // `cargo bench` passes --bench; other arguments name cases to run.
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    if let Ok(run) = std::env::var("STAGES_RUN") {
+        let passes = std::env::var("STAGES_PASSES").ok().and_then(|p| p.parse().ok()).filter(|&p| p > 0).unwrap_or(21);
+        for pair in run.split(',').filter(|p| !p.is_empty()) {
+            let (config, trace) =
+                pair.split_once(':').unwrap_or_else(|| panic!("STAGES_RUN: {pair}: need CONFIG:TRACE"));
+            let name = std::path::Path::new(config).file_stem().map_or(config.into(), |s| s.to_string_lossy());
+            let case = from_files(config, trace);
+            let (ns, handled) = measure(&case, passes, 100_000);
+            // Every packet `Worker::burst` ran, warm-up included: what
+            // instruction counts of it divide by.
+            let runs = (1 + passes * 100_000usize.div_ceil(case.frames.len())) * case.frames.len();
+            println!(
+                "stage={name} ns_per_packet={ns:.1} mpps={:.2} handled={handled:.2} burst_packets={runs}",
+                1e3 / ns
+            );
+        }
+        return;
+    }
     for name in CASES {
         if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
             continue;

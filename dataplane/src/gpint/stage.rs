@@ -408,8 +408,10 @@ fn grow_ip_udp(b: &mut [u8], meta: &PacketMeta, n: usize) {
     refresh_udp_checksum(b, &grown);
 }
 
-/// Whether a parsed packet may be GPINT's: UDP to the GPINT or the INT
-/// port, or marked with a GPINT codepoint (what `classify` then checks).
+/// Whether a parsed packet may be GPINT's: UDP to the GPINT port, or to
+/// the INT port with an NPT 1 shim that saved the GPINT port, or marked
+/// with a GPINT codepoint (what `classify` then checks). The shim peek
+/// keeps the INT traffic of the domain out of `classify`'s full read.
 #[inline(always)]
 fn may_be_gpint(spec: &GpintSpec, b: &[u8], meta: &PacketMeta) -> bool {
     if meta.key.proto() != PROTO_UDP {
@@ -418,7 +420,14 @@ fn may_be_gpint(spec: &GpintSpec, b: &[u8], meta: &PacketMeta) -> bool {
     match spec.dscp {
         None => {
             let d = meta.key.dst_port();
-            d == spec.udp_port || d == spec.int_port
+            if d == spec.udp_port {
+                return true;
+            }
+            let at = meta.l4_offset + 8;
+            d == spec.int_port
+                && b.get(at..at + 4).is_some_and(|shim| {
+                    (shim[0] >> 2) & 0x3 == 1 && u16::from_be_bytes([shim[2], shim[3]]) == spec.udp_port
+                })
         }
         Some(ds) => {
             let c = int::dscp(b, meta);
@@ -975,5 +984,30 @@ mod tests {
         let other = probe_frame(&a, &repr).unwrap();
         r.run(&other, 0, 2_000);
         assert_eq!(r.ev(Event::GpintRx), 1);
+    }
+
+    #[test]
+    fn the_fast_check_passes_probes_and_feedbacks_and_keeps_other_int_out_of_classify() {
+        let g = gspec(true);
+        let f = probe(false, 1, 0, &[(1, 0, 0), (TO_MONITOR, 0, 0)]);
+        let meta = parse::parse(&f, 0).unwrap();
+        assert!(may_be_gpint(&g, &f, &meta));
+        assert!(matches!(classify(&g, &f, &meta), Some(Some(_))));
+        // INT of the domain whose shim saved another port (a user flow's).
+        let mut other = f.clone();
+        let saved = meta.l4_offset + 8 + 2;
+        other[saved..saved + 2].copy_from_slice(&4791u16.to_be_bytes());
+        assert!(!may_be_gpint(&g, &other, &meta));
+        assert!(classify(&g, &other, &meta).is_none(), "classify agrees");
+        // NPT 2 (the IP protocol saved): not a probe.
+        let mut npt2 = f.clone();
+        npt2[meta.l4_offset + 8] = (npt2[meta.l4_offset + 8] & !0x0c) | (2 << 2);
+        assert!(!may_be_gpint(&g, &npt2, &meta));
+        // A shim cut off by the frame's end: no read past it.
+        assert!(!may_be_gpint(&g, &f[..meta.l4_offset + 10], &meta));
+        // A feedback: UDP to the GPINT port.
+        let fb = crate::gpint::frame::udp_frame(&addr(false), GPINT_PORT, &[0; 8]).unwrap();
+        let fm = parse::parse(&fb, 0).unwrap();
+        assert!(may_be_gpint(&g, &fb, &fm));
     }
 }
