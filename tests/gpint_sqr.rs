@@ -218,6 +218,52 @@ fn probes_are_acknowledged_forwarded_copied_and_recovered() {
     assert!((0.9 * hold..=1.1 * hold).contains(&late_ms), "notice {late_ms:.1} ms after the probe left");
 }
 
+/// `gen-traffic --gpint-probes --gpint-feedbacks` (the trace of
+/// `bench.sh`'s gpint-transit) through a switch once: every probe is a
+/// first visit, acknowledged and forwarded, and every copy is freed by
+/// its feedback; IPv4 and IPv6 alike.
+#[test]
+fn the_generated_probe_trace_is_first_visits_each_copy_acknowledged() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = Scratch::new("gpinttrace");
+    const N: u64 = 2000;
+    let out = Command::new(intswitch_tests::intswitch_bin())
+        .args(["gen-traffic", "--gpint-probes", "--gpint-feedbacks", "--count", &N.to_string()])
+        .args(["--v6-share", "0.3", "--gpint-monitors", "5", "--out"])
+        .arg(d.path("gen.pcap"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let frames = read_pcap(&d.path("gen.pcap"));
+    assert_eq!(frames.len() as u64, 2 * N);
+    let (s, _collector) = start_switch(&d, "gtrace", 32, &format!("hold_ms = {HOLD_MS}"), &frames);
+    let sock = d.path("sw.sock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut view = intctl(&sock, &["show", "gpint"]);
+    while view["counters"]["gpint_fb_rx"].as_u64() != Some(N) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        view = intctl(&sock, &["show", "gpint"]);
+    }
+    s.stop();
+    for (k, v) in [
+        ("gpint_rx", N),
+        ("gpint_dup", 0),
+        ("gpint_fb_tx", N),
+        ("gpint_fb_rx", N),
+        ("sqr_stored", N),
+        ("sqr_acked", N),
+        ("sqr_timeouts", 0),
+        ("sqr_buffer_full", 0),
+    ] {
+        assert_eq!(view["counters"][k].as_u64(), Some(v), "{k}: {view}");
+    }
+    let probes = read_pcap(&d.path("p1.pcap"));
+    assert_eq!(probes.len() as u64, N);
+    let v6 = probes.iter().filter(|f| f[12..14] == [0x86, 0xdd]).count() as f64 / N as f64;
+    assert!((0.25..0.35).contains(&v6), "IPv6 share {v6}");
+    assert_eq!(read_pcap(&d.path("p0.pcap")).len() as u64, N, "one feedback a probe");
+}
+
 /// The paper's mode (`classify = "dscp"`) in a running switch: a probe
 /// marked 0x17 is acknowledged with a feedback marked 0x19 and forwarded;
 /// its copy's notice carries it marked 0x21; a plain frame to the INT port

@@ -110,6 +110,33 @@ enum Cmd {
         /// Remaining hop count the INT header leaves.
         #[arg(long, default_value_t = 4)]
         int_rhc: u8,
+        /// The frames are GPINT probes into a transit switch's p0 (--count
+        /// probes, each a distinct request and attempt; SR: out
+        /// --gpint-next-port, then the monitor; --v6-share, --int-port,
+        /// --src-mac, --dst-mac and --shuffle as seed apply).
+        #[arg(long)]
+        gpint_probes: bool,
+        /// Each probe's feedback from the next hop follows it.
+        #[arg(long)]
+        gpint_feedbacks: bool,
+        /// Probes between one and its feedback.
+        #[arg(long, default_value_t = 8)]
+        gpint_feedback_lag: usize,
+        /// The switch's port index the probes leave by.
+        #[arg(long, default_value_t = 1)]
+        gpint_next_port: u8,
+        /// Port RX counters each probe collects at the switch.
+        #[arg(long, default_value_t = 2)]
+        gpint_mea: u8,
+        /// Monitors (distinct source addresses) the probes come from.
+        #[arg(long, default_value_t = 16)]
+        gpint_monitors: usize,
+        /// `gpint.udp_port` of the domain.
+        #[arg(long, default_value_t = 17900)]
+        gpint_udp_port: u16,
+        /// `gpint.domain_id` of the domain.
+        #[arg(long, default_value_t = 0x6701)]
+        gpint_domain_id: u16,
     },
 }
 
@@ -163,8 +190,36 @@ fn run(cli: Cli) -> Result<(), String> {
         v6_share,
         dst_spread,
         broadcast_share,
+        gpint_probes,
+        gpint_feedbacks,
+        gpint_feedback_lag,
+        gpint_next_port,
+        gpint_mea,
+        gpint_monitors,
+        gpint_udp_port,
+        gpint_domain_id,
     }) = cli.cmd
     {
+        if gpint_probes {
+            let t = control::traffic::GpintTraffic {
+                probes: count,
+                feedbacks: gpint_feedbacks,
+                feedback_lag: gpint_feedback_lag,
+                next_port: gpint_next_port,
+                mea_count: gpint_mea,
+                monitors: gpint_monitors,
+                v6_share,
+                int_port,
+                gpint_port: gpint_udp_port,
+                domain_id: gpint_domain_id,
+                src_mac: parse_mac(&src_mac).map_err(|e| format!("--src-mac: {e}"))?,
+                dst_mac: parse_mac(&dst_mac).map_err(|e| format!("--dst-mac: {e}"))?,
+                seed: shuffle.unwrap_or(1),
+            };
+            t.check()?;
+            let f = std::fs::File::create(&out).map_err(|e| format!("--out {out}: {e}"))?;
+            return control::traffic::write_gpint_pcap(&t, f).map_err(|e| format!("--out {out}: {e}"));
+        }
         let spec = TrafficSpec {
             count,
             flows,

@@ -2,6 +2,7 @@
 //! IPv4 or IPv6, a chosen number of flows and frame size; with a [`Mix`],
 //! traces that look like a network's traffic (see `mix`).
 
+pub mod gpint;
 pub mod mix;
 
 use std::io::Write;
@@ -12,6 +13,7 @@ use dataplane::wire::checksum;
 use dataplane::wire::ipv4::Ipv4Repr;
 use dataplane::wire::ipv6::Ipv6Repr;
 use dataplane::wire::udp::UdpRepr;
+pub use gpint::{write_gpint_pcap, GpintTraffic};
 pub use mix::{Flow, Mix, Prefixes, Sizes};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
