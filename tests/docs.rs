@@ -74,6 +74,7 @@ fn every_config_key_is_in_the_reference_config() {
         "[int.analytics.bins]",
         "[int.analytics.bins.queue]",
         "[[int.detect]]",
+        "[[int.expr]]",
         "[gpint]",
         "[ampm]",
         "[[ampm.flow]]",

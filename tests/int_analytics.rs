@@ -542,6 +542,89 @@ fn detection_reports_fall_on_the_reference_packets() {
     assert_eq!(got, want);
 }
 
+/// A `cnf` rule: the condition of an `[[int.expr]]` decides the reports,
+/// on exactly the frames a reference evaluating the README's definition
+/// marks (max over the hops, `any.delta` against each tracked hop's value
+/// in the flow's previous packet, the integer EWMA of the e2e latency);
+/// expressions are listed, refused with their position, and protected
+/// from deletion while a rule uses them.
+#[test]
+fn cnf_reports_fall_on_the_reference_packets() {
+    let (frames, _) = frames();
+    const TRACKED: usize = 2;
+    // Per flow: each tracked hop's last present queue, and the EWMA M. (A
+    // flow's queues step by +12 and wrap from 299: `delta < -100` holds at
+    // a wrap.)
+    let mut state: BTreeMap<FlowId, ([Option<u32>; TRACKED], i64)> = BTreeMap::new();
+    let mut want: BTreeMap<usize, &str> = BTreeMap::new();
+    for (i, f) in frames.iter().enumerate() {
+        let src = std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]).to_string();
+        let sport = u16::from_be_bytes([f[34], f[35]]) as u64;
+        let (prev, m) = state.entry((src, sport)).or_insert(([None; TRACKED], 0));
+        let hops: Vec<(u32, Option<u32>)> = (0..HOPS).map(|h| values(i, h)).collect();
+        let max = hops.iter().map(|h| h.0).max().unwrap();
+        let mut grew = false;
+        for (h, &(_, q)) in hops.iter().enumerate().take(TRACKED) {
+            if let Some(q) = q {
+                if let Some(p) = prev[h] {
+                    grew |= (q as i64 - p as i64) < -100;
+                }
+                prev[h] = Some(q);
+            }
+        }
+        let e2e: i64 = hops.iter().map(|h| h.0 as i64).sum();
+        *m += (64 * (e2e * 256 - *m)) >> 8;
+        let smooth = (*m >> 8) > 11_000;
+        if max > 4_500 && (grew || smooth) {
+            want.insert(i, if grew { "QF" } else { "F" });
+        }
+    }
+    let fired = want.len();
+    assert!(fired > 20 && SENT - fired > 20, "{fired} of {SENT}");
+    assert!(want.values().any(|f| *f == "F") && want.values().any(|f| *f == "QF"), "both clauses' literals fire");
+    let Sink { d: _d, s, sock, collector } = start_sink(
+        "intcnf",
+        27,
+        &frames,
+        "node_id = 9\nedge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64\ncache_max_hops = 2\n\
+[[int.expr]]\nname = \"deep\"\nexpr = \"hop_latency.max > 4500 and (queue.any.delta < -100 or e2e_latency.ewma > 11000)\"\n\
+[[int.detect]]\nname = \"all\"\nalgorithm = \"cnf\"\nexpr = \"deep\"",
+    );
+    let shown = intctl(&sock, &["int", "detect", "show"]);
+    let r = &shown["rules"][0];
+    assert_eq!((r["algorithm"].as_str(), r["expr"].as_str()), (Some("cnf"), Some("deep")), "{shown}");
+    let got = [&r["evaluated"], &r["reported"], &r["suppressed"], &r["metric_absent"]].map(|v| v.as_u64().unwrap());
+    assert_eq!(got, [SENT as u64, fired as u64, (SENT - fired) as u64, 0], "{r}");
+    let exprs = intctl(&sock, &["int", "expr", "show"]);
+    assert_eq!(
+        exprs["exprs"][0]["expr"].as_str(),
+        Some("hop_latency.max > 4500 AND (queue.any.delta < -100 OR e2e_latency.ewma > 11000)"),
+        "{exprs}"
+    );
+    assert_eq!(exprs["exprs"][0]["rules"], serde_json::json!(["all"]));
+    let run = |args: &[&str]| Command::new(intctl_bin()).arg("--socket").arg(&sock).args(args).output().unwrap();
+    let fails_with = |args: &[&str], what: &str| {
+        let o = run(args);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success() && err.contains(what), "{args:?}: {err}");
+    };
+    fails_with(&["int", "expr", "del", "deep"], "used by rule(s) all");
+    fails_with(&["int", "expr", "add", "bad", "queue.max >"], "at 12: a number was expected");
+    fails_with(&["int", "detect", "add", "x", "--algorithm", "cnf", "--expr", "nope"], "no expression named 'nope'");
+    assert!(run(&["int", "expr", "add", "spare", "queue.hop0 == 1"]).status.success());
+    assert!(run(&["int", "expr", "del", "spare"]).status.success());
+    fails_with(&["int", "expr", "del", "spare"], "no expression named");
+    let _ = s.stop();
+    let mut got: BTreeMap<usize, String> = BTreeMap::new();
+    for v in collected_lines(collector).iter().filter(|v| v.get("flags").is_some()) {
+        let lat = v["hops"][0]["hop_latency_ns"].as_u64().unwrap();
+        let i = (0..frames.len()).find(|&i| values(i, 0).0 as u64 == lat).unwrap_or_else(|| panic!("{v}"));
+        got.insert(i, v["flags"].as_str().unwrap().to_string());
+    }
+    let want: BTreeMap<usize, String> = want.into_iter().map(|(i, f)| (i, f.to_string())).collect();
+    assert_eq!(got, want);
+}
+
 /// One command to the Redis at `sock`; its integer reply.
 fn redis_int(sock: &std::path::Path, args: &[&str]) -> i64 {
     use std::io::{BufRead, Write};

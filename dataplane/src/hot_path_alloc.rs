@@ -253,10 +253,15 @@ fn int_source_transit_and_sink_allocate_nothing_per_packet() {
                 let rules = [
                     (rule("per-hop", Some(0)), Algorithm::PerHop),
                     (rule("ewma", Some(1)), Algorithm::Ewma { weight: 64 }),
+                    (rule("cnf", Some(2)), Algorithm::Cnf { weight: 64 }),
                     (rule("rest", None), Algorithm::Noop),
                 ];
+                let expr =
+                    "hop_latency.max > 1 AND (queue.any.delta > 0 OR e2e_latency.ewma > 2 OR queue.hop1.delta < 0)";
                 for (slot, (matcher, algorithm)) in rules.into_iter().enumerate() {
-                    spec.detect.upsert(DetectRule { matcher, algorithm, metric: 0, threshold: 0, slot });
+                    let cnf = matches!(algorithm, Algorithm::Cnf { .. })
+                        .then(|| Box::new(("e".to_string(), crate::int::analytics::cnf::Cnf::parse(expr).unwrap())));
+                    spec.detect.upsert(DetectRule { matcher, algorithm, metric: 0, threshold: 0, slot, cnf });
                 }
                 let mut s = two_port_router();
                 s.mode = Mode::CrossConnect;

@@ -169,6 +169,23 @@ enum ShowIntWhat {
 }
 
 #[derive(Subcommand)]
+enum ExprOp {
+    /// Add an expression, or replace the one of the same name (the cnf
+    /// rules using it take it with a new table generation, their flows
+    /// from state 0). CNF: up to 8 clauses joined by AND, each up to 4
+    /// literals joined by OR, in parentheses next to an AND; a literal is
+    /// metric[.selector][.transform] OP VALUE: metric hop_latency, queue,
+    /// tx_util (selector hopN, any, max or sum) or e2e_latency; transform
+    /// value, delta or ewma; OP ==, !=, > or <. Example:
+    /// 'hop_latency.max > 10000 AND (queue.any.delta > 100 OR e2e_latency > 50000)'.
+    Add { name: String, expr: String },
+    /// Delete an expression no rule uses.
+    Del { name: String },
+    /// The expressions as parsed, with the rules that use each.
+    Show,
+}
+
+#[derive(Subcommand)]
 enum IntEventOp {
     /// One metric's T and C events (0 turns a class off; what is not
     /// given stays): hop_latency, queue, tx_util (per hop), e2e_latency;
@@ -237,6 +254,11 @@ enum IntOp {
     Detect {
         #[command(subcommand)]
         op: DetectOp,
+    },
+    /// Named CNF expressions for `cnf` detection rules.
+    Expr {
+        #[command(subcommand)]
+        op: ExprOp,
     },
     /// Watchlist rules: ternary match on 5-tuple, DSCP and input port -> role.
     Watch {
@@ -369,7 +391,7 @@ enum DetectOp {
     /// generation; those flows start from state 0).
     Add {
         name: String,
-        /// per_hop, per_flow, ewma, noop, none or interval.
+        /// per_hop, per_flow, ewma, noop, none, interval or cnf.
         #[arg(long)]
         algorithm: String,
         #[command(flatten)]
@@ -380,12 +402,15 @@ enum DetectOp {
         /// T: per_hop, per_flow, ewma.
         #[arg(long)]
         threshold: Option<u64>,
-        /// ewma: k of k/256 (1-256, default 64).
+        /// ewma, and cnf's ewma literals: k of k/256 (1-256, default 64).
         #[arg(long)]
         weight: Option<u32>,
         /// interval: milliseconds between two reports of a flow.
         #[arg(long)]
         interval_ms: Option<u64>,
+        /// cnf: the name of an expression (`int expr add`).
+        #[arg(long)]
+        expr: Option<String>,
     },
     Del {
         name: String,
@@ -693,7 +718,7 @@ fn run(cli: Cli) -> Result<(), String> {
             call(c, j, &a, done)
         }
         Cmd::Int {
-            op: IntOp::Detect { op: DetectOp::Add { name, algorithm, m, metric, threshold, weight, interval_ms } },
+            op: IntOp::Detect { op: DetectOp::Add { name, algorithm, m, metric, threshold, weight, interval_ms, expr } },
         } => {
             let m = m.fields();
             let d = DetectConfig {
@@ -711,9 +736,18 @@ fn run(cli: Cli) -> Result<(), String> {
                 threshold: *threshold,
                 weight: *weight,
                 interval_ms: *interval_ms,
+                expr: expr.clone(),
             };
             call(c, j, &ia::IntDetectAdd(d), done)
         }
+        Cmd::Int { op: IntOp::Expr { op: ExprOp::Add { name, expr } } } => {
+            let x = control::int::analytics::detect::ExprConfig { name: name.clone(), expr: expr.clone() };
+            call(c, j, &ia::IntExprAdd(x), done)
+        }
+        Cmd::Int { op: IntOp::Expr { op: ExprOp::Del { name } } } => {
+            call(c, j, &ia::IntExprDel { name: name.clone() }, done)
+        }
+        Cmd::Int { op: IntOp::Expr { op: ExprOp::Show } } => call(c, j, &ia::IntExprShow {}, print_exprs),
         Cmd::Int { op: IntOp::Detect { op: DetectOp::Del { name } } } => {
             call(c, j, &ia::IntDetectDel { name: name.clone() }, done)
         }
@@ -1128,9 +1162,10 @@ fn print_detect(r: &ia::DetectView) {
         r.rules
             .iter()
             .map(|x| {
-                let algo = match (x.weight, x.interval_ms) {
-                    (Some(w), _) => format!("{} (weight {w}/256)", x.algorithm),
-                    (_, Some(ms)) => format!("{} ({ms} ms)", x.algorithm),
+                let algo = match (x.weight, x.interval_ms, &x.expr) {
+                    (Some(w), _, Some(e)) => format!("{} {e} (weight {w}/256)", x.algorithm),
+                    (Some(w), _, _) => format!("{} (weight {w}/256)", x.algorithm),
+                    (_, Some(ms), _) => format!("{} ({ms} ms)", x.algorithm),
                     _ => x.algorithm.clone(),
                 };
                 vec![
@@ -1150,6 +1185,16 @@ fn print_detect(r: &ia::DetectView) {
     if r.node_untracked > 0 {
         println!("int_detect_node_untracked {}", r.node_untracked);
     }
+}
+
+fn print_exprs(r: &ia::ExprView) {
+    if r.exprs.is_empty() {
+        println!("no expression");
+    }
+    table(
+        &["NAME", "RULES", "EXPRESSION"],
+        r.exprs.iter().map(|x| vec![x.name.clone(), x.rules.join(","), x.expr.clone()]).collect(),
+    );
 }
 
 fn print_histograms(r: &ia::HistogramsView) {

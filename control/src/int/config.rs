@@ -104,6 +104,9 @@ pub struct IntConfig {
     /// Per-flow detection rules (need `[int.analytics]`).
     #[serde(default)]
     pub detect: Vec<crate::int::analytics::detect::DetectConfig>,
+    /// Named CNF expressions for `cnf` detection rules.
+    #[serde(default)]
+    pub expr: Vec<crate::int::analytics::detect::ExprConfig>,
 }
 
 fn yes() -> bool {
@@ -254,7 +257,12 @@ pub struct IntPlan {
     /// interval; with analytics, the analytics cache keeps the interval).
     pub filter_slots: usize,
     pub analytics: Option<AnalyticsPlan>,
+    /// `[[int.expr]]`: name -> expression (normalised), for `cnf` rules.
+    pub exprs: std::collections::BTreeMap<String, String>,
 }
+
+/// Expressions a switch holds at most.
+pub const MAX_EXPRS: usize = 64;
 
 /// The bitmap of instruction names (any of INSTRUCTIONS).
 pub fn instruction_bits(names: &[String]) -> Result<u16, String> {
@@ -459,8 +467,18 @@ impl IntConfig {
         if self.detect.len() > MAX_RULES {
             return Err(cerr("int.detect", format!("{} rules: at most {MAX_RULES}", self.detect.len())));
         }
+        if self.expr.len() > MAX_EXPRS {
+            return Err(cerr("int.expr", format!("{} expressions: at most {MAX_EXPRS}", self.expr.len())));
+        }
+        let mut exprs = std::collections::BTreeMap::new();
+        for (i, x) in self.expr.iter().enumerate() {
+            let c = x.parse().map_err(|e| cerr(format!("int.expr[{i}].{}", e.key), e.reason))?;
+            if exprs.insert(x.name.clone(), c.text).is_some() {
+                return Err(cerr(format!("int.expr[{i}].name"), format!("'{}' is used twice", x.name)));
+            }
+        }
         for (i, d) in self.detect.iter().enumerate() {
-            let r = d.to_rule(ports, i).map_err(|e| cerr(format!("int.detect[{i}].{}", e.key), e.reason))?;
+            let r = d.to_rule(ports, i, &exprs).map_err(|e| cerr(format!("int.detect[{i}].{}", e.key), e.reason))?;
             if spec.detect.rules.iter().any(|o| o.matcher.name == r.matcher.name) {
                 return Err(cerr(format!("int.detect[{i}].name"), format!("'{}' is used twice", r.matcher.name)));
             }
@@ -475,6 +493,7 @@ impl IntConfig {
             flow_interval_ms: self.report_flow_interval_ms,
             filter_slots: if self.report_flow_interval_ms > 0 { self.report_filter_slots } else { 1 },
             analytics,
+            exprs,
         })
     }
 }

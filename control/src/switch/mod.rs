@@ -72,6 +72,8 @@ pub struct Switch {
     /// sum when its rule was added (a reused slot starts from there).
     pub(crate) detect_counters: Vec<Arc<[RuleCounters]>>,
     pub(crate) detect_baseline: Vec<[u64; 4]>,
+    /// `[[int.expr]]` and `int_expr_add`: name -> expression (normalised).
+    pub(crate) int_exprs: std::collections::BTreeMap<String, String>,
     /// Last per-port TX byte counts, for the utilisation INT reports.
     load_sample: Option<(Instant, Vec<u64>)>,
     /// AM-PM record export (when `[ampm]` is configured).
@@ -283,6 +285,7 @@ impl Switch {
             )?),
             None => None,
         };
+        let int_exprs = plan.int.as_ref().map(|i| i.exprs.clone()).unwrap_or_default();
         let ampm_configs = plan
             .raw
             .ampm
@@ -314,6 +317,7 @@ impl Switch {
             load_sample: None,
             detect_counters,
             detect_baseline: vec![[0; 4]; MAX_RULES],
+            int_exprs,
         })
     }
 

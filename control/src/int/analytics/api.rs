@@ -204,6 +204,8 @@ pub struct DetectRuleView {
     pub threshold: u64,
     pub weight: Option<u32>,
     pub interval_ms: Option<u64>,
+    /// cnf: the expression's name.
+    pub expr: Option<String>,
     /// Packets decided, reported, suppressed, and whose bitmap lacked the metric.
     pub evaluated: u64,
     pub reported: u64,
@@ -219,7 +221,38 @@ pub struct DetectView {
     pub node_untracked: u64,
 }
 
+/// `int_expr_add`: an `[[int.expr]]` (replaces the one of its name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IntExprAdd(pub crate::int::analytics::detect::ExprConfig);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntExprDel {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntExprShow {}
+
+/// One expression, as parsed (normalised), and the rules using it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExprEntryView {
+    pub name: String,
+    pub expr: String,
+    pub rules: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExprView {
+    pub exprs: Vec<ExprEntryView>,
+}
+
 command!(ShowIntAnalytics, "show_int_analytics", AnalyticsView);
+command!(IntExprAdd, "int_expr_add", crate::api::Generation);
+command!(IntExprDel, "int_expr_del", crate::api::Generation);
+command!(IntExprShow, "int_expr_show", ExprView);
 command!(IntDetectAdd, "int_detect_add", crate::api::Generation);
 command!(IntDetectDel, "int_detect_del", crate::api::Generation);
 command!(IntDetectShow, "int_detect_show", DetectView);

@@ -15,13 +15,19 @@ use crate::int::analytics::api::{
     AggView, AnalyticsView, EventRuleView, EventsView, FlowEntries, FlowEntryView, Flushed, HistView, HistogramsView,
     HopView, IntEventSet, IntFlowShow, ShowIntHistograms,
 };
-use crate::int::analytics::api::{DetectRuleView, DetectView};
+use crate::int::analytics::api::{DetectRuleView, DetectView, ExprEntryView, ExprView};
 use crate::int::analytics::config::{event_rule, event_slot, EVENT_METRICS};
-use crate::int::analytics::detect::DetectConfig;
+use crate::int::analytics::detect::{DetectConfig, ExprConfig};
 use crate::int::analytics::histogram::{hist_name, quantile};
+use crate::int::config::MAX_EXPRS;
 use crate::switch::ops::sum;
 use crate::switch::Switch;
-use dataplane::int::analytics::detect::{Algorithm, MAX_RULES};
+use dataplane::int::analytics::detect::{Algorithm, DetectRule, MAX_RULES};
+
+/// The expression a cnf rule uses.
+fn rule_expr(r: &DetectRule) -> Option<&str> {
+    r.cnf.as_ref().map(|c| c.0.as_str())
+}
 
 fn not_configured() -> ApiError {
     ApiError::not_configured("INT analytics", "int.analytics")
@@ -131,7 +137,9 @@ impl Switch {
                 ApiError::new("table_full", None, format!("{MAX_RULES} detection rules: delete one first"))
             })?,
         };
-        let mut rule = a.to_rule(&names, slot).map_err(|e| ApiError::bad_argument(&e.key, e.reason))?;
+        let exprs = &self.int_exprs;
+        let spec = &mut self.spec.int.as_mut().ok_or_else(not_configured)?.detect;
+        let mut rule = a.to_rule(&names, slot, exprs).map_err(|e| ApiError::bad_argument(&e.key, e.reason))?;
         if let Algorithm::Interval { ms, tsc } = &mut rule.algorithm {
             *tsc = (*ms as u128 * hz as u128 / 1000).max(1) as u64;
         }
@@ -154,6 +162,70 @@ impl Switch {
         self.commit()
     }
 
+    /// Adds (or replaces by name) a CNF expression; the cnf rules that use
+    /// it take it with a new table generation, their flows from state 0.
+    pub fn int_expr_add(&mut self, a: &ExprConfig) -> Result<Generation, ApiError> {
+        if self.flow_exporter.is_none() {
+            return Err(not_configured());
+        }
+        let cnf = a.parse().map_err(|e| ApiError::bad_argument(&e.key, e.reason))?;
+        if !self.int_exprs.contains_key(&a.name) && self.int_exprs.len() >= MAX_EXPRS {
+            return Err(ApiError::new("table_full", None, format!("{MAX_EXPRS} expressions: delete one first")));
+        }
+        self.int_exprs.insert(a.name.clone(), cnf.text.clone());
+        let spec = &mut self.spec.int.as_mut().ok_or_else(not_configured)?.detect;
+        let users: Vec<_> = spec.rules.iter().filter(|r| rule_expr(r) == Some(a.name.as_str())).cloned().collect();
+        for mut r in users {
+            r.cnf = Some(Box::new((a.name.clone(), cnf.clone())));
+            spec.upsert(r);
+        }
+        self.commit()
+    }
+
+    /// Deletes an expression no rule uses.
+    pub fn int_expr_del(&mut self, name: &str) -> Result<Generation, ApiError> {
+        if self.flow_exporter.is_none() {
+            return Err(not_configured());
+        }
+        let spec = &self.spec.int.as_ref().ok_or_else(not_configured)?.detect;
+        let users: Vec<&str> =
+            spec.rules.iter().filter(|r| rule_expr(r) == Some(name)).map(|r| r.matcher.name.as_str()).collect();
+        if !users.is_empty() {
+            return Err(ApiError::new(
+                "in_use",
+                Some("name".into()),
+                format!("expression '{name}' is used by rule(s) {}: delete or change them first", users.join(", ")),
+            ));
+        }
+        if self.int_exprs.remove(name).is_none() {
+            return Err(ApiError::not_found("name", format!("no expression named '{name}'")));
+        }
+        self.commit()
+    }
+
+    /// The expressions, normalised, with the rules that use each.
+    pub fn int_expr_show(&self) -> Result<ExprView, ApiError> {
+        if self.flow_exporter.is_none() {
+            return Err(not_configured());
+        }
+        let spec = &self.spec.int.as_ref().ok_or_else(not_configured)?.detect;
+        let exprs = self
+            .int_exprs
+            .iter()
+            .map(|(name, expr)| ExprEntryView {
+                name: name.clone(),
+                expr: expr.clone(),
+                rules: spec
+                    .rules
+                    .iter()
+                    .filter(|r| rule_expr(r) == Some(name.as_str()))
+                    .map(|r| r.matcher.name.clone())
+                    .collect(),
+            })
+            .collect();
+        Ok(ExprView { exprs })
+    }
+
     /// The rules in lookup order with their counters.
     pub fn int_detect_show(&self) -> Result<DetectView, ApiError> {
         if self.flow_exporter.is_none() {
@@ -172,6 +244,7 @@ impl Switch {
                     matcher: crate::int::ops::watch_view(&r.matcher, &names),
                     algorithm: r.algorithm.name().into(),
                     metric: match r.metric {
+                        _ if r.cnf.is_some() => "-",
                         QUEUE => "queue",
                         TX_UTIL => "tx_util",
                         _ => "hop_latency",
@@ -179,13 +252,14 @@ impl Switch {
                     .into(),
                     threshold: r.threshold,
                     weight: match r.algorithm {
-                        Algorithm::Ewma { weight } => Some(weight),
+                        Algorithm::Ewma { weight } | Algorithm::Cnf { weight } => Some(weight),
                         _ => None,
                     },
                     interval_ms: match r.algorithm {
                         Algorithm::Interval { ms, .. } => Some(ms),
                         _ => None,
                     },
+                    expr: rule_expr(r).map(str::to_string),
                     evaluated: n[0],
                     reported: n[1],
                     suppressed: n[2],

@@ -20,7 +20,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::int::analytics::cache::{METRICS, QUEUE};
+use crate::int::analytics::cache::{HOP_LATENCY, METRICS, QUEUE};
+use crate::int::analytics::cnf::{self, Cnf, CnfPass};
 use crate::int::analytics::node_index::NodeIndex;
 use crate::int::watch::{WatchFields, WatchRule};
 
@@ -43,6 +44,10 @@ pub enum Algorithm {
         ms: u64,
         tsc: u64,
     },
+    /// `DetectRule::cnf` holds; `weight` for its ewma literals.
+    Cnf {
+        weight: u32,
+    },
 }
 
 impl Algorithm {
@@ -54,6 +59,7 @@ impl Algorithm {
             Algorithm::Noop => "noop",
             Algorithm::None => "none",
             Algorithm::Interval { .. } => "interval",
+            Algorithm::Cnf { .. } => "cnf",
         }
     }
 }
@@ -69,6 +75,8 @@ pub struct DetectRule {
     pub threshold: u64,
     /// Its counters' slot, kept while the rule exists.
     pub slot: usize,
+    /// `cnf`: the expression, and the name it was defined under.
+    pub cnf: Option<Box<(String, Cnf)>>,
 }
 
 /// The rules of one table generation, highest priority first; `version`
@@ -121,10 +129,12 @@ pub struct FlowDetect {
     pub version: u64,
     /// Rule index + 1 in that version (0: no rule matched).
     pub rule: u8,
-    /// The last reported S (per_flow) or EWMA (ewma).
-    pub p: u64,
-    /// The EWMA, 8 fractional bits.
-    pub m: i64,
+    /// per_flow: s[0] the last reported S. ewma: s[0] the last reported
+    /// EWMA, s[1] the EWMA with 8 fractional bits. cnf: one word per delta
+    /// or ewma literal.
+    pub s: [i64; cnf::MAX_STATEFUL],
+    /// cnf: the delta words that hold a previous value (bit per word).
+    pub valid: u8,
 }
 
 /// What detection saw of one packet: per metric, the sum over its hops of
@@ -208,20 +218,24 @@ pub struct Decision {
 }
 
 /// Runs `rule` on a packet of the flow in state `st` with sums `s`;
-/// `per_hop_fired`: what the per-hop pass found (per_hop only); `now` and
-/// `last_report` (the flow's, 0: none) for interval.
+/// `per_hop_fired`: what the per-hop pass found (per_hop only); `cnf`: the
+/// packet's pass over its hops (cnf only); `now` and `last_report` (the
+/// flow's, 0: none) for interval.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn decide(
     rule: &DetectRule,
     st: &mut FlowDetect,
     s: &Sums,
     per_hop_fired: bool,
+    cnf: Option<&CnfPass>,
     now: u64,
     last_report: &mut u64,
     c: &RuleCounters,
 ) -> Decision {
     super::bump(&c.evaluated);
     let needs_metric = matches!(rule.algorithm, Algorithm::PerHop | Algorithm::PerFlow | Algorithm::Ewma { .. });
+    let mut cnf_queue = false;
     let fired = if needs_metric && !s.carried[rule.metric] {
         super::bump(&c.metric_absent);
         false
@@ -230,22 +244,34 @@ pub fn decide(
         match rule.algorithm {
             Algorithm::PerHop => per_hop_fired,
             Algorithm::PerFlow => {
-                let fire = sum.abs_diff(st.p) > rule.threshold;
+                let fire = sum.abs_diff(st.s[0] as u64) > rule.threshold;
                 if fire {
-                    st.p = sum;
+                    st.s[0] = sum as i64;
                 }
                 fire
             }
             Algorithm::Ewma { weight } => {
                 let target = (sum as i64).saturating_mul(256);
-                st.m += (weight as i64 * (target - st.m)) >> 8;
-                let m = (st.m >> 8) as u64;
-                let fire = m.abs_diff(st.p) > rule.threshold;
+                st.s[1] += (weight as i64 * (target - st.s[1])) >> 8;
+                let m = (st.s[1] >> 8) as u64;
+                let fire = m.abs_diff(st.s[0] as u64) > rule.threshold;
                 if fire {
-                    st.p = m;
+                    st.s[0] = m as i64;
                 }
                 fire
             }
+            Algorithm::Cnf { weight } => match (&rule.cnf, cnf) {
+                (Some(c), Some(pass)) if c.1.carried(&s.carried) => {
+                    let e2e = s.carried[HOP_LATENCY].then_some(s.sum[HOP_LATENCY]);
+                    let (fire, queue) = pass.holds(st, e2e, weight);
+                    cnf_queue = queue;
+                    fire
+                }
+                _ => {
+                    super::bump(&c.metric_absent);
+                    false
+                }
+            },
             Algorithm::Noop => true,
             Algorithm::None => false,
             Algorithm::Interval { tsc, .. } => {
@@ -258,17 +284,23 @@ pub fn decide(
         }
     };
     super::bump(if fired { &c.reported } else { &c.suppressed });
-    Decision { report: fired, queue: fired && rule.metric == QUEUE && needs_metric }
+    Decision { report: fired, queue: (fired && rule.metric == QUEUE && needs_metric) || cnf_queue }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::int::analytics::cache::HOP_LATENCY;
     use crate::int::watch::Role;
 
     fn rule(algorithm: Algorithm, threshold: u64) -> DetectRule {
-        DetectRule { matcher: WatchRule::any("r", Role::None), algorithm, metric: HOP_LATENCY, threshold, slot: 0 }
+        DetectRule {
+            matcher: WatchRule::any("r", Role::None),
+            algorithm,
+            metric: HOP_LATENCY,
+            threshold,
+            slot: 0,
+            cnf: None,
+        }
     }
 
     fn run(r: &DetectRule, seq: &[u64]) -> Vec<bool> {
@@ -277,7 +309,7 @@ mod tests {
             .enumerate()
             .map(|(i, &v)| {
                 let s = Sums { sum: [v, 0, 0], carried: [true, false, false] };
-                decide(r, &mut st, &s, false, 1 + i as u64, &mut last, &c).report
+                decide(r, &mut st, &s, false, None, 1 + i as u64, &mut last, &c).report
             })
             .collect()
     }
@@ -331,10 +363,10 @@ mod tests {
         r.metric = QUEUE;
         let (mut st, c, mut last) = (FlowDetect::default(), RuleCounters::default(), 0);
         let s = Sums { sum: [100, 0, 0], carried: [true, false, false] };
-        assert!(!decide(&r, &mut st, &s, false, 1, &mut last, &c).report);
+        assert!(!decide(&r, &mut st, &s, false, None, 1, &mut last, &c).report);
         assert_eq!(c.get(), [1, 0, 1, 1]);
         let q = Sums { sum: [0, 50, 0], carried: [true, true, false] };
-        assert_eq!(decide(&r, &mut st, &q, false, 2, &mut last, &c), Decision { report: true, queue: true });
+        assert_eq!(decide(&r, &mut st, &q, false, None, 2, &mut last, &c), Decision { report: true, queue: true });
     }
 
     #[test]

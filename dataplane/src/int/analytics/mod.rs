@@ -9,6 +9,7 @@
 //! nothing, keeps the per-flow report interval.
 
 pub mod cache;
+pub mod cnf;
 pub mod detect;
 pub mod events;
 pub mod flow_ring;
@@ -22,6 +23,7 @@ use crate::parse::FlowKey;
 use crate::wire::int_md::{hop_words, INSTR_BYTES};
 use crate::wire::telemetry_report::{FLAG_F, FLAG_Q};
 use cache::{FlowCache, FlowEntry, HopAgg, Reason, Touch, E2E_DISARMED, HOP_LATENCY, METRICS, QUEUE, TX_UTIL};
+use cnf::CnfPass;
 use detect::{decide, DetectSpec, FlowDetect, NodeRegs, PerHopPass, RuleCounters, Sums, MAX_RULES};
 use events::{bit, check, EventProducer, EventRecord, EventSpec, HOP_E2E};
 use flow_ring::{FlowHead, FlowProducer};
@@ -230,6 +232,10 @@ impl Analytics {
         };
         let mut sums = Sums::default();
         let mut per_hop_fired = false;
+        let mut cnf = match rule {
+            Some(r) => r.cnf.as_ref().map(|c| CnfPass::new(&c.1)),
+            None => None,
+        };
         if self.ring.is_some() {
             if self.layout.0 != bitmap {
                 self.layout = (bitmap, HopLayout::of(bitmap));
@@ -259,6 +265,7 @@ impl Analytics {
                         _ => None,
                     },
                     sums: &mut sums,
+                    cnf: cnf.as_mut(),
                 };
                 update(e, aggs, &layout, stack, hops, now, &mut side, c);
                 if let Some(p) = side.per_hop {
@@ -275,7 +282,7 @@ impl Analytics {
         let (e, _) = self.cache.entry_mut(i);
         if let Some(r) = rule {
             let counters = &self.rule_counters[r.slot % MAX_RULES];
-            let d = decide(r, &mut self.det[i], &sums, per_hop_fired, now, &mut e.report_tsc, counters);
+            let d = decide(r, &mut self.det[i], &sums, per_hop_fired, cnf.as_ref(), now, &mut e.report_tsc, counters);
             return (d.report, if d.queue { FLAG_F | FLAG_Q } else { FLAG_F });
         }
         if interval == 0 {
@@ -412,12 +419,13 @@ fn raise(rule: &events::EventRule, v: u32, prev: Option<u32>, disarmed: &mut u64
 }
 
 /// What a packet's update does besides the entry: events, histograms, the
-/// per_hop detection pass, and the sums detection decides on.
+/// per_hop and cnf detection passes, and the sums detection decides on.
 struct Side<'a, 'b> {
     ev: Option<Raise<'a>>,
     hist: Option<&'a mut HistWriter>,
     per_hop: Option<PerHopPass<'a>>,
     sums: &'b mut Sums,
+    cnf: Option<&'b mut CnfPass<'a>>,
 }
 
 /// Adds one packet's stack to its flow's entry: the first `aggs.len()` hops
@@ -437,7 +445,7 @@ fn update(
     side: &mut Side,
     c: &mut CounterValues,
 ) {
-    let Side { ev, hist, per_hop, sums } = side;
+    let Side { ev, hist, per_hop, sums, cnf } = side;
     // (The block was checked: `n` hops of `hop_len` bytes fill the stack.)
     let n = if n * l.hop_len <= stack.len() { n } else { 0 };
     let tracked = n.min(aggs.len());
@@ -470,12 +478,16 @@ fn update(
                 None
             }
         };
-        // A present value: histograms, detection's sums and per_hop pass.
-        let mut seen = |m: usize, v: u32| {
+        // A present value (and the flow's previous one at this hop, where
+        // tracked): histograms, detection's sums, per_hop and cnf passes.
+        let mut seen = |m: usize, v: u32, prev: Option<u32>| {
             if let (Some(h), Some(s)) = (&hist, slot) {
                 h.add(s, m, v);
             }
             sums.sum[m] += v as u64;
+            if let Some(x) = cnf.as_mut() {
+                x.hop(p, m, v, prev);
+            }
             if let (Some(ph), Some(id)) = (per_hop.as_mut(), node_id) {
                 if ph.metric == m {
                     ph.hop(id, v);
@@ -499,7 +511,7 @@ fn update(
                             r.value[m] = v;
                             r.present |= 1 << m;
                         }
-                        seen(m, v);
+                        seen(m, v, prev);
                         a.last[m] = v;
                         a.sum[m] += v as u64;
                         a.count[m] += 1;
@@ -528,7 +540,7 @@ fn update(
             for m in 0..METRICS {
                 match l.value(hop, m) {
                     Some(Some(v)) => {
-                        seen(m, v);
+                        seen(m, v, None);
                         if m == HOP_LATENCY {
                             (e2e, any) = (e2e + v as u64, true);
                         }
@@ -949,7 +961,14 @@ mod tests {
         let mut m = WatchRule::any("q", Role::None);
         m.dst_port = Ternary::exact(2);
         let mut d = DetectSpec::default();
-        d.upsert(DetectRule { matcher: m, algorithm: Algorithm::PerFlow, metric: QUEUE, threshold: 100, slot: 5 });
+        d.upsert(DetectRule {
+            matcher: m,
+            algorithm: Algorithm::PerFlow,
+            metric: QUEUE,
+            threshold: 100,
+            slot: 5,
+            cnf: None,
+        });
         let fields = |port: u16| {
             move || WatchFields {
                 ip_version: 4,
@@ -983,5 +1002,38 @@ mod tests {
         d.version += 1;
         assert!(send(&key(1), 120, 2, &d).0, "S = 240 against P = 0");
         assert_eq!(lookups.get(), 3);
+    }
+
+    /// A cnf rule sees every hop in path order and, for `any.delta`, each
+    /// hop's value in the flow's previous packet from the entry.
+    #[test]
+    fn a_cnf_rule_reads_the_hops_and_the_entrys_previous_values() {
+        use crate::int::watch::{Role, WatchRule};
+        use detect::{Algorithm, DetectRule};
+        let (mut a, _f) = analytics(4, 2, 2);
+        let counters = a.rule_counters.clone();
+        let mut c = CounterValues::default();
+        let mut d = DetectSpec::default();
+        let cnf = cnf::Cnf::parse("hop_latency.max > 50 AND queue.any.delta > 10").unwrap();
+        d.upsert(DetectRule {
+            matcher: WatchRule::any("x", Role::None),
+            algorithm: Algorithm::Cnf { weight: 64 },
+            metric: 0,
+            threshold: 0,
+            slot: 1,
+            cnf: Some(Box::new(("e".into(), cnf))),
+        });
+        let fields =
+            || WatchFields { ip_version: 4, src: 1, dst: 2, proto: 17, src_port: 1, dst_port: 2, dscp: 0, in_port: 0 };
+        let mut send = |lat: [u32; 2], q: [u32; 2]| {
+            let s = stack(BITMAP, &[(1, lat[0], q[0], None), (2, lat[1], q[1], None)]);
+            let k = key(1);
+            a.packet(&k, k.hash64(), 1, &s, (BITMAP, 4, 2), 0, (&EventSpec::default(), &d), fields, &mut c)
+        };
+        // No previous packet: no delta. Then hop 1's queue +15 with a 60 ns
+        // hop; then +25 at hop 0 but no hop over 50 ns.
+        let got = [send([60, 10], [5, 5]), send([60, 10], [5, 20]), send([40, 10], [30, 20])];
+        assert_eq!(got, [(false, FLAG_F), (true, FLAG_F | FLAG_Q), (false, FLAG_F)]);
+        assert_eq!(counters[1].get(), [3, 1, 2, 0]);
     }
 }
