@@ -336,6 +336,7 @@ fn analytics() -> AnalyticsSetup {
         events: Some(events),
         hist: Some(hist),
         rule_counters: rule_counters(),
+        per_hop_flow: false,
     }
 }
 

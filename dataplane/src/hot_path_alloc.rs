@@ -94,6 +94,7 @@ fn worker_pipeline(flows: usize, macs: usize, learn: bool) -> (WorkerPipeline, R
         events: Some(events),
         hist: Some(HistWriter::new(Arc::new(WorkerHist::new(HistSpec { bins: HistSpec::default_bins(), nodes: 2 })))),
         rule_counters: crate::int::analytics::rule_counters(),
+        per_hop_flow: false,
     };
     let clock = WallClock::new(0, 1_700_000_000 * SEC, SEC);
     let stages = StageSetup { analytics, reports, clock, gpint: crate::gpint::stage::GpintSetup::off() };

@@ -206,6 +206,7 @@ impl Switch {
                         ring: Some(p),
                         events: Some(ep),
                         hist,
+                        per_hop_flow: a.per_hop_flow,
                         rule_counters: {
                             let c = rule_counters();
                             detect_counters.push(c.clone());

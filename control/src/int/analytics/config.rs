@@ -50,6 +50,14 @@ pub struct AnalyticsConfig {
     /// Each histogram's bins.
     #[serde(default)]
     pub bins: BinsConfig,
+    /// per_hop detection's registers R: "switch" (per node ID, shared by
+    /// the worker's flows, the paper's) or "flow" (per flow and hop).
+    #[serde(default = "default_scope")]
+    pub per_hop_scope: String,
+}
+
+fn default_scope() -> String {
+    "switch".into()
 }
 
 /// `[int.analytics.bins.<metric>]`.
@@ -254,9 +262,11 @@ pub struct AnalyticsPlan {
     pub hist: Option<HistSpec>,
     pub hist_interval_s: u64,
     pub hist_bytes: usize,
-    /// Bytes per entry and per worker cache.
+    /// Bytes per entry and per worker cache (with per-flow registers).
     pub entry_bytes: usize,
     pub cache_bytes: usize,
+    /// per_hop's registers per flow and hop (`per_hop_scope = "flow"`).
+    pub per_hop_flow: bool,
 }
 
 impl AnalyticsPlan {
@@ -295,7 +305,15 @@ impl AnalyticsConfig {
         if !(1..=MAX_HOPS).contains(&self.cache_max_hops) {
             return Err(cerr("cache_max_hops", format!("{} must be 1..={MAX_HOPS}", self.cache_max_hops)));
         }
-        let bytes = FlowCache::memory_bytes(self.cache_rows, self.cache_ways, self.cache_max_hops);
+        let per_hop_flow = match self.per_hop_scope.as_str() {
+            "switch" => false,
+            "flow" => true,
+            s => return Err(cerr("per_hop_scope", format!("'{s}' is not switch or flow"))),
+        };
+        // Per-flow registers: a u32 per tracked hop beside each entry.
+        let regs = if per_hop_flow { self.cache_max_hops * 4 } else { 0 };
+        let bytes = FlowCache::memory_bytes(self.cache_rows, self.cache_ways, self.cache_max_hops)
+            + self.cache_rows * self.cache_ways * regs;
         if bytes as u64 > self.cache_memory_limit {
             return Err(cerr(
                 "cache_rows",
@@ -304,7 +322,7 @@ impl AnalyticsConfig {
                      per worker is over cache_memory_limit = {}",
                     self.cache_rows,
                     self.cache_ways,
-                    FlowCache::entry_bytes(self.cache_ways, self.cache_max_hops),
+                    FlowCache::entry_bytes(self.cache_ways, self.cache_max_hops) + regs,
                     self.cache_memory_limit
                 ),
             ));
@@ -348,8 +366,9 @@ impl AnalyticsConfig {
             ring_size: self.flow_ring_size,
             event_ring_size: self.event_ring_size,
             events: self.events.to_spec()?,
-            entry_bytes: FlowCache::entry_bytes(self.cache_ways, self.cache_max_hops),
+            entry_bytes: FlowCache::entry_bytes(self.cache_ways, self.cache_max_hops) + regs,
             cache_bytes: bytes,
+            per_hop_flow,
         })
     }
 }
@@ -375,6 +394,15 @@ mod tests {
     }
 
     #[test]
+    fn the_flow_scopes_registers_count_in_the_memory_limit() {
+        let limit = "cache_memory_limit = 360000000";
+        assert!(!plan(limit).unwrap().per_hop_flow);
+        assert!(plan(&format!("per_hop_scope = \"flow\"\n{limit}")).is_err());
+        let p = plan("per_hop_scope = \"flow\"").unwrap();
+        assert_eq!(p.cache_bytes - plan("").unwrap().cache_bytes, 65536 * 12 * 5 * 4);
+    }
+
+    #[test]
     fn bad_values_name_their_key() {
         for (text, key) in [
             ("cache_rows = 1000", "int.analytics.cache_rows"),
@@ -382,6 +410,8 @@ mod tests {
             ("cache_rows = 8388608", "int.analytics.cache_rows"),
             ("cache_ways = 0", "int.analytics.cache_ways"),
             ("cache_ways = 13", "int.analytics.cache_ways"),
+            ("per_hop_scope = \"path\"", "int.analytics.per_hop_scope"),
+            ("per_hop_scope = \"flow\"\ncache_memory_limit = 360000000", "int.analytics.cache_rows"),
             ("cache_max_hops = 0", "int.analytics.cache_max_hops"),
             ("cache_max_hops = 17", "int.analytics.cache_max_hops"),
             ("cache_memory_limit = 1000", "int.analytics.cache_rows"),

@@ -183,11 +183,19 @@ impl NodeRegs {
     }
 }
 
-/// per_hop over one packet's hops: each hop's value against its node's
-/// register; fires (and updates those registers) where the difference is
-/// above the threshold. `untracked`: hops whose node had no register.
+/// Where per_hop's registers are: per node ID (the worker's, shared by its
+/// flows), or the flow's own, one per tracked hop in path order.
+pub enum Regs<'a> {
+    Node(&'a mut NodeRegs),
+    Flow(&'a mut [u32]),
+}
+
+/// per_hop over one packet's hops: each hop's value against its register;
+/// fires (and updates those registers) where the difference is above the
+/// threshold. `untracked`: hops without a register (a node beyond the
+/// node table, a hop without a node ID, or beyond the flow's tracked hops).
 pub struct PerHopPass<'a> {
-    pub regs: &'a mut NodeRegs,
+    pub regs: Regs<'a>,
     pub metric: usize,
     pub threshold: u64,
     pub fired: bool,
@@ -195,13 +203,18 @@ pub struct PerHopPass<'a> {
 }
 
 impl PerHopPass<'_> {
+    /// Hop `p` (path order) of node `node_id` carries `v`.
     #[inline]
-    pub fn hop(&mut self, node_id: u32, v: u32) {
-        let Some(r) = self.regs.get(node_id) else {
+    pub fn hop(&mut self, p: usize, node_id: Option<u32>, v: u32) {
+        let r = match (&mut self.regs, node_id) {
+            (Regs::Node(n), Some(id)) => n.get(id).map(|r| &mut r[self.metric]),
+            (Regs::Node(_), None) => None,
+            (Regs::Flow(f), _) => f.get_mut(p),
+        };
+        let Some(r) = r else {
             self.untracked += 1;
             return;
         };
-        let r = &mut r[self.metric];
         if (v.abs_diff(*r) as u64) > self.threshold {
             *r = v;
             self.fired = true;
@@ -373,9 +386,10 @@ mod tests {
     fn per_hop_registers_move_only_when_they_fire_and_are_shared() {
         let mut regs = NodeRegs::new(2);
         let pass = |regs: &mut NodeRegs, hops: &[(u32, u32)]| {
-            let mut p = PerHopPass { regs, metric: HOP_LATENCY, threshold: 10, fired: false, untracked: 0 };
-            for &(n, v) in hops {
-                p.hop(n, v);
+            let mut p =
+                PerHopPass { regs: Regs::Node(regs), metric: HOP_LATENCY, threshold: 10, fired: false, untracked: 0 };
+            for (i, &(n, v)) in hops.iter().enumerate() {
+                p.hop(i, Some(n), v);
             }
             (p.fired, p.untracked)
         };
@@ -402,5 +416,27 @@ mod tests {
         assert_eq!(d.version, 2);
         assert!(d.remove("b").is_some() && d.remove("b").is_none());
         assert_eq!(d.free_slot(), Some(0));
+    }
+
+    #[test]
+    fn per_flow_scope_keeps_a_register_per_hop_of_the_flow() {
+        let mut regs = [0u32; 2];
+        let pass = |regs: &mut [u32], hops: &[(u32, u32)]| {
+            let mut p =
+                PerHopPass { regs: Regs::Flow(regs), metric: HOP_LATENCY, threshold: 10, fired: false, untracked: 0 };
+            for (i, &(n, v)) in hops.iter().enumerate() {
+                p.hop(i, Some(n), v);
+            }
+            (p.fired, p.untracked)
+        };
+        // The same node at two hops has two registers; a third hop has none.
+        assert_eq!(pass(&mut regs, &[(7, 11), (7, 5)]), (true, 0));
+        assert_eq!(regs, [11, 0], "R moves only where it fired");
+        assert_eq!(pass(&mut regs, &[(7, 15), (7, 16), (8, 99)]), (true, 1));
+        assert_eq!(regs, [11, 16]);
+        // Another flow's registers are its own.
+        let mut other = [0u32; 2];
+        assert_eq!(pass(&mut other, &[(7, 15)]), (true, 0));
+        assert_eq!(regs, [11, 16]);
     }
 }

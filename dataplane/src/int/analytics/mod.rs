@@ -24,7 +24,7 @@ use crate::wire::int_md::{hop_words, INSTR_BYTES};
 use crate::wire::telemetry_report::{FLAG_F, FLAG_Q};
 use cache::{FlowCache, FlowEntry, HopAgg, Reason, Touch, E2E_DISARMED, HOP_LATENCY, METRICS, QUEUE, TX_UTIL};
 use cnf::CnfPass;
-use detect::{decide, DetectSpec, FlowDetect, NodeRegs, PerHopPass, RuleCounters, Sums, MAX_RULES};
+use detect::{decide, DetectSpec, FlowDetect, NodeRegs, PerHopPass, Regs, RuleCounters, Sums, MAX_RULES};
 use events::{bit, check, EventProducer, EventRecord, EventSpec, HOP_E2E};
 use flow_ring::{FlowHead, FlowProducer};
 use histogram::{HistWriter, NodeSlot};
@@ -77,6 +77,8 @@ pub struct AnalyticsSetup {
     pub hist: Option<HistWriter>,
     /// Detection rules' counters by slot (MAX_RULES; shared with the control core).
     pub rule_counters: std::sync::Arc<[RuleCounters]>,
+    /// per_hop's registers per flow and tracked hop instead of per node ID.
+    pub per_hop_flow: bool,
 }
 
 /// Counts one into a counter the worker alone writes and the control core
@@ -113,6 +115,7 @@ impl AnalyticsSetup {
             events: None,
             hist: None,
             rule_counters: rule_counters(),
+            per_hop_flow: false,
         }
     }
 }
@@ -132,6 +135,9 @@ pub struct Analytics {
     /// Per entry, its detection state; the per_hop registers; rule counters.
     det: Box<[FlowDetect]>,
     regs: NodeRegs,
+    /// `per_hop_scope = "flow"`: entry i's registers at `i * max_hops`.
+    flow_regs: Box<[u32]>,
+    max_hops: usize,
     rule_counters: std::sync::Arc<[RuleCounters]>,
     clock: WallClock,
     idle_tsc: u64,
@@ -167,7 +173,9 @@ impl Analytics {
             events: s.events,
             hist: s.hist,
             det: vec![FlowDetect::default(); det_entries].into_boxed_slice(),
-            regs: NodeRegs::new(if s.max_hops > 0 { PER_HOP_NODES } else { 1 }),
+            regs: NodeRegs::new(if s.max_hops > 0 && !s.per_hop_flow { PER_HOP_NODES } else { 1 }),
+            flow_regs: vec![0; if s.per_hop_flow { det_entries * s.max_hops } else { 0 }].into_boxed_slice(),
+            max_hops: s.max_hops,
             rule_counters: s.rule_counters,
             clock,
             idle_tsc: s.idle_tsc,
@@ -227,6 +235,9 @@ impl Analytics {
                 // A new flow, or the rules changed: its rule anew, state at 0.
                 let rule = detect.lookup(&fields()).map_or(0, |r| r as u8 + 1);
                 *st = FlowDetect { version: detect.version + 1, rule, ..FlowDetect::default() };
+                if let Some(r) = self.flow_regs.get_mut(i * self.max_hops..(i + 1) * self.max_hops) {
+                    r.fill(0);
+                }
             }
             detect.rules.get((st.rule as usize).wrapping_sub(1))
         };
@@ -253,9 +264,15 @@ impl Analytics {
                     },
                     hist: self.hist.as_mut(),
                     per_hop: match rule {
-                        Some(r) if r.algorithm == detect::Algorithm::PerHop && layout.node_id.is_some() => {
-                            Some(PerHopPass {
-                                regs: &mut self.regs,
+                        Some(r) if r.algorithm == detect::Algorithm::PerHop => {
+                            let regs = if self.flow_regs.is_empty() {
+                                // Per node ID: the hops must name theirs.
+                                layout.node_id.map(|_| Regs::Node(&mut self.regs))
+                            } else {
+                                Some(Regs::Flow(&mut self.flow_regs[i * self.max_hops..(i + 1) * self.max_hops]))
+                            };
+                            regs.map(|regs| PerHopPass {
+                                regs,
                                 metric: r.metric,
                                 threshold: r.threshold,
                                 fired: false,
@@ -488,9 +505,9 @@ fn update(
             if let Some(x) = cnf.as_mut() {
                 x.hop(p, m, v, prev);
             }
-            if let (Some(ph), Some(id)) = (per_hop.as_mut(), node_id) {
+            if let Some(ph) = per_hop.as_mut() {
                 if ph.metric == m {
-                    ph.hop(id, v);
+                    ph.hop(p, node_id, v);
                 }
             }
         };
@@ -643,6 +660,7 @@ mod tests {
             events: None,
             hist: None,
             rule_counters: rule_counters(),
+            per_hop_flow: false,
         };
         (Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000), c)
     }
@@ -761,6 +779,7 @@ mod tests {
             events: None,
             hist: None,
             rule_counters: rule_counters(),
+            per_hop_flow: false,
         };
         let mut a = Analytics::new(s, WallClock::new(0, 0, 1000), 1000);
         let mut c = CounterValues::default();
@@ -821,6 +840,7 @@ mod tests {
             events: Some(ep),
             hist: None,
             rule_counters: rule_counters(),
+            per_hop_flow: false,
         };
         (Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000), c, ec)
     }
@@ -917,6 +937,7 @@ mod tests {
             events: None,
             hist: Some(HistWriter::new(t.clone())),
             rule_counters: rule_counters(),
+            per_hop_flow: false,
         };
         let mut a = Analytics::new(s, WallClock::new(0, 0, 1000), 1000);
         let mut c = CounterValues::default();
@@ -1035,5 +1056,55 @@ mod tests {
         let got = [send([60, 10], [5, 5]), send([60, 10], [5, 20]), send([40, 10], [30, 20])];
         assert_eq!(got, [(false, FLAG_F), (true, FLAG_F | FLAG_Q), (false, FLAG_F)]);
         assert_eq!(counters[1].get(), [3, 1, 2, 0]);
+    }
+
+    /// `per_hop_scope = "flow"`: each flow has its own register per hop, so
+    /// one flow's report does not move another's; a rule change zeroes them.
+    #[test]
+    fn per_hop_in_flow_scope_keeps_each_flows_registers() {
+        use crate::int::watch::{Role, WatchRule};
+        use detect::{Algorithm, DetectRule};
+        let (p, _c) = flow_ring(64, 2);
+        let s = AnalyticsSetup {
+            rows: 4,
+            ways: 2,
+            max_hops: 2,
+            idle_tsc: 0,
+            active_tsc: 0,
+            ring: Some(p),
+            events: None,
+            hist: None,
+            rule_counters: rule_counters(),
+            per_hop_flow: true,
+        };
+        let mut a = Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000);
+        let mut c = CounterValues::default();
+        let mut d = DetectSpec::default();
+        let rule = |t| DetectRule {
+            matcher: WatchRule::any("h", Role::None),
+            algorithm: Algorithm::PerHop,
+            metric: HOP_LATENCY,
+            threshold: t,
+            slot: 0,
+            cnf: None,
+        };
+        d.upsert(rule(10));
+        let fields =
+            || WatchFields { ip_version: 4, src: 1, dst: 2, proto: 17, src_port: 1, dst_port: 2, dscp: 0, in_port: 0 };
+        let mut send = |flow: u16, lat: u32, d: &DetectSpec, c: &mut CounterValues| {
+            let s = stack(BITMAP, &[(1, lat, 0, None), (2, 0, 0, None), (3, 0, 0, None)]);
+            let k = key(flow);
+            a.packet(&k, k.hash64(), 1, &s, (BITMAP, 4, 3), 0, (&EventSpec::default(), d), fields, c).0
+        };
+        // Flow 1 reports at 50 (R = 50); flow 2 at 50 too (its own R is 0;
+        // with the switch's registers it would not).
+        let got: Vec<bool> =
+            [(1, 50), (2, 50), (1, 55), (2, 61)].iter().map(|&(f, l)| send(f, l, &d, &mut c)).collect();
+        assert_eq!(got, [true, true, false, true]);
+        // The third hop has no register: counted each packet.
+        assert_eq!(c.events[Event::IntDetectNodeUntracked as usize], 4);
+        // A rule change starts the flows from 0 again.
+        d.upsert(rule(10));
+        assert!(send(1, 55, &d, &mut c));
     }
 }
