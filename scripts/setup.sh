@@ -2,7 +2,9 @@
 # Installs what intswitch needs to build, run and test on Debian 12:
 # DPDK 22.11 (headers, libraries, drivers, dpdk-testpmd), clang for bindgen,
 # the tools the tests drive (iproute2, ethtool, ping, tshark, python3, strace,
-# redis-server for intcollector's Redis export), and
+# redis-server for intcollector's Redis export; its Kafka export's librdkafka
+# is built by cargo from the rdkafka crate's bundled source with
+# build-essential), and
 # CA certificates for cargo's HTTPS to crates.io (a minimal Debian has none).
 # Idempotent: skips apt when everything is already there.
 set -euo pipefail

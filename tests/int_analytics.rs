@@ -693,3 +693,128 @@ fn redis_holds_what_intcollector_decoded_and_a_dead_store_costs_counted_records(
     assert_eq!(u(&rs, "errors"), 0, "{rs}");
     assert!(u(&rs, "connection_lost") >= 1, "{rs}");
 }
+
+/// Every message of the topics `prefix`* on `brokers` (partition 0 of
+/// each), read until `want` of each have come or 20 s pass: (topic, key,
+/// payload).
+fn kafka_messages(brokers: &str, prefix: &str, want: &[(&str, usize)]) -> BTreeMap<String, Vec<(String, Value)>> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "intswitch-test")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for (t, _) in want {
+        tpl.add_partition_offset(&format!("{prefix}{t}"), 0, Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut got: BTreeMap<String, Vec<(String, Value)>> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let done = |got: &BTreeMap<String, Vec<(String, Value)>>| {
+        want.iter().all(|(t, n)| got.get(&format!("{prefix}{t}")).map_or(0, |v| v.len()) >= *n)
+    };
+    while !done(&got) && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            let key = String::from_utf8_lossy(m.key().unwrap_or(b"")).to_string();
+            let v: Value = serde_json::from_slice(m.payload().unwrap_or(b"null")).unwrap_or(Value::Null);
+            got.entry(m.topic().to_string()).or_default().push((key, v));
+        }
+    }
+    got
+}
+
+/// The key intcollector gives a record: its flow, or a histogram's node.
+fn kafka_key(v: &Value) -> String {
+    let f = &v["flow"];
+    if f.is_object() {
+        return format!(
+            "{}:{}>{}:{}/{}",
+            f["src"].as_str().unwrap(),
+            f["src_port"],
+            f["dst"].as_str().unwrap(),
+            f["dst_port"],
+            f["proto"]
+        );
+    }
+    v["node_id"].as_u64().map_or("e2e".into(), |n| n.to_string())
+}
+
+/// intcollector sends what it decodes to Kafka (librdkafka's MockCluster
+/// here): every report, event, flow record and histogram line lands in its
+/// topic under its flow's (or node's) key, as many as it decoded and the
+/// switch exported; when the brokers fail every produce request, the
+/// failures are counted message by message while the decoding goes on.
+#[test]
+fn kafka_holds_what_intcollector_decoded_and_failed_deliveries_are_counted() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let (frames, _) = frames();
+    let id = std::process::id() % 100_000;
+    const TOPICS: [&str; 4] = ["reports", "events", "flows", "histograms"];
+    let run = |name: &str, port: u32, brokers: &str| {
+        // (start_sink's own collector listens at port's offset: ours next to it.)
+        let listen = format!("127.0.0.1:{}", 20_000 + (id + port + 1) % 30_000);
+        let ours =
+            start_collector_with(&listen, &["--quiet", "--kafka-brokers", brokers, "--kafka-topic-prefix", "t-"]);
+        let int = format!(
+            "node_id = 9\nedge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 64\nhistogram_interval = 0\n\
+             [int.analytics.events.queue]\nthreshold = 250\n[[int.collector]]\naddress = \"{listen}\""
+        );
+        let Sink { d: _d, s, sock, collector: other } = start_sink(name, port, &frames, &int);
+        let events = intctl(&sock, &["int", "event", "show"])["counters"]["int_event_exported"].as_u64().unwrap();
+        let _ = s.stop();
+        let _ = collected_lines(other);
+        let lines = collected_lines(ours);
+        let find = |k: &str| lines.iter().find_map(|v| v.get(k).cloned()).unwrap_or(Value::Null);
+        (events, find("int_flow_summary"), find("kafka_summary"), find("summary"))
+    };
+    let u = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+
+    let good = MockCluster::new(1).unwrap();
+    for t in TOPICS {
+        good.create_topic(&format!("t-{t}"), 1, 1).unwrap();
+    }
+    let (events, fl, ks, sm) = run("intkafka", 33, &good.bootstrap_servers());
+    assert!(events > 10, "{events}");
+    assert_eq!((u(&fl, "events"), u(&fl, "records")), (events, FLOWS as u64), "{fl}");
+    let hist = u(&fl, "hist_lines");
+    assert!(hist > 0, "{fl}");
+    assert_eq!(u(&sm, "reports"), SENT as u64, "{sm}");
+    let total = SENT as u64 + events + FLOWS as u64 + hist;
+    assert_eq!((u(&ks, "queued"), u(&ks, "delivered")), (total, total), "{ks}");
+    for k in ["delivery_failed", "queue_full", "send_errors", "undelivered_at_exit"] {
+        assert_eq!(u(&ks, k), 0, "{k}: {ks}");
+    }
+    let want = [("reports", SENT), ("events", events as usize), ("flows", FLOWS), ("histograms", hist as usize)];
+    let got = kafka_messages(&good.bootstrap_servers(), "t-", &want);
+    for (t, n) in want {
+        let msgs = got.get(&format!("t-{t}")).map_or(&[][..], |v| &v[..]);
+        assert_eq!(msgs.len(), n, "topic t-{t}");
+        for (key, v) in msgs {
+            assert_eq!(key, &kafka_key(v), "t-{t}: {v}");
+        }
+    }
+    // One flow's messages share one key: 24 flows, 24 keys.
+    let keys: std::collections::BTreeSet<_> = got["t-reports"].iter().map(|(k, _)| k).collect();
+    assert_eq!(keys.len(), FLOWS);
+
+    // Every produce request fails for good: each message's delivery report
+    // says so, and the collector decodes on.
+    let bad = MockCluster::new(1).unwrap();
+    for t in TOPICS {
+        bad.create_topic(&format!("t-{t}"), 1, 1).unwrap();
+    }
+    bad.request_errors(RDKafkaApiKey::Produce, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 4096]);
+    let (events, fl, ks, sm) = run("intkafkabad", 37, &bad.bootstrap_servers());
+    assert_eq!((u(&sm, "reports"), u(&fl, "records"), u(&fl, "events")), (SENT as u64, FLOWS as u64, events), "{fl}");
+    let total = SENT as u64 + events + FLOWS as u64 + u(&fl, "hist_lines");
+    // (Once a topic's produce failed for good, librdkafka refuses its next
+    // messages at once: send errors.)
+    assert_eq!(u(&ks, "queued") + u(&ks, "send_errors") + u(&ks, "queue_full"), total, "{ks}");
+    assert_eq!(u(&ks, "delivered"), 0, "{ks}");
+    assert_eq!(u(&ks, "delivery_failed") + u(&ks, "undelivered_at_exit"), u(&ks, "queued"), "{ks}");
+    assert!(u(&ks, "delivery_failed") > 0, "{ks}");
+}

@@ -9,6 +9,7 @@
 pub mod ampm;
 pub mod flows;
 pub mod gpint;
+pub mod kafka;
 pub mod redis;
 
 use std::collections::BTreeMap;

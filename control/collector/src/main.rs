@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use dataplane::int::Presence;
 use intcollector::ampm::Joiner;
+use intcollector::kafka::Topic;
 use intcollector::{decode_packet, Tracker};
 
 mod gpint_cli;
@@ -81,6 +82,19 @@ struct Cli {
     /// Entries each Redis stream keeps, about (XADD MAXLEN ~).
     #[arg(long, default_value_t = 100_000)]
     redis_maxlen: u64,
+    /// Also send what it decodes to Kafka (HOST:PORT,...): topics
+    /// <prefix>reports, <prefix>events, <prefix>flows, <prefix>histograms,
+    /// the JSON line as value, the flow (src:sport>dst:dport/proto) or the
+    /// histogram's node ID as key. A full producer queue drops and counts,
+    /// never waits; failed deliveries are counted.
+    #[arg(long, value_name = "LIST")]
+    kafka_brokers: Option<String>,
+    /// Prefix of the Kafka topics.
+    #[arg(long, default_value = "int-")]
+    kafka_topic_prefix: String,
+    /// Messages the Kafka producer holds at most while brokers catch up.
+    #[arg(long, default_value_t = 100_000)]
+    kafka_queue: usize,
 }
 
 #[derive(clap::Subcommand)]
@@ -233,6 +247,13 @@ fn run(cli: &Cli) -> Result<(), String> {
         )),
         None => None,
     };
+    let kafka = match &cli.kafka_brokers {
+        Some(b) => Some(
+            intcollector::kafka::KafkaSink::new(b, &cli.kafka_topic_prefix, cli.kafka_queue)
+                .map_err(|e| format!("--kafka-brokers: {e}"))?,
+        ),
+        None => None,
+    };
     // Redis batches go out at least this often.
     let mut last_flush = Instant::now();
     let mut buf = vec![0u8; 65536];
@@ -244,6 +265,9 @@ fn run(cli: &Cli) -> Result<(), String> {
         }
         if cli.count.is_some_and(|c| t.reports + am.joined + fl.records + fl.events >= c) {
             break;
+        }
+        if let Some(k) = &kafka {
+            k.poll();
         }
         let n = match sock.recv(&mut buf) {
             Ok(n) => n,
@@ -280,6 +304,14 @@ fn run(cli: &Cli) -> Result<(), String> {
                     if let (Some(r), true) = (&mut redis, ok) {
                         to_redis(r, kind, &v, line);
                     }
+                    if let (Some(k), true) = (&kafka, ok) {
+                        let topic = match kind {
+                            "int_flow" => Topic::Flows,
+                            "int_event" => Topic::Events,
+                            _ => Topic::Histograms,
+                        };
+                        k.send(topic, &intcollector::kafka::key_of(&v), line);
+                    }
                     if ok && !cli.quiet {
                         let l = match (cli.json, kind) {
                             (true, _) => v.to_string(),
@@ -307,10 +339,13 @@ fn run(cli: &Cli) -> Result<(), String> {
                 }
                 for r in &reports {
                     t.report(r);
-                    if !cli.quiet || redis.is_some() {
+                    if !cli.quiet || redis.is_some() || kafka.is_some() {
                         let v = r.json();
                         if let Some(rs) = &mut redis {
                             rs.xadd("int:reports", &v.to_string());
+                        }
+                        if let Some(k) = &kafka {
+                            k.send(Topic::Reports, &intcollector::kafka::key_of(&v), &v.to_string());
                         }
                         if !cli.quiet {
                             let line = if cli.json { v.to_string() } else { text_line(&v) };
@@ -343,6 +378,25 @@ fn run(cli: &Cli) -> Result<(), String> {
                 out,
                 "redis written {} errors {} dropped {} connects {} connection lost {}",
                 c.written, c.errors, c.dropped, c.connects, c.connection_lost
+            );
+        }
+    }
+    if let Some(k) = &kafka {
+        k.finish();
+        let s = k.summary();
+        if cli.json {
+            let _ = writeln!(out, "{s}");
+        } else {
+            let c = &s["kafka_summary"];
+            let _ = writeln!(
+                out,
+                "kafka queued {} delivered {} delivery failed {} queue full {} send errors {} undelivered at exit {}",
+                c["queued"],
+                c["delivered"],
+                c["delivery_failed"],
+                c["queue_full"],
+                c["send_errors"],
+                c["undelivered_at_exit"]
             );
         }
     }
