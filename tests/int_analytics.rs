@@ -783,6 +783,9 @@ fn kafka_holds_what_intcollector_decoded_and_failed_deliveries_are_counted() {
     let hist = u(&fl, "hist_lines");
     assert!(hist > 0, "{fl}");
     assert_eq!(u(&sm, "reports"), SENT as u64, "{sm}");
+    // Report packets and JSON datagrams, taken by batched receive calls.
+    assert!(u(&sm, "datagrams") > u(&sm, "packets") && u(&sm, "recv_batches") >= 1, "{sm}");
+    assert!(u(&sm, "recv_batches") <= u(&sm, "datagrams"), "{sm}");
     let total = SENT as u64 + events + FLOWS as u64 + hist;
     assert_eq!((u(&ks, "queued"), u(&ks, "delivered")), (total, total), "{ks}");
     for k in ["delivery_failed", "queue_full", "send_errors", "undelivered_at_exit"] {

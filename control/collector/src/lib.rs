@@ -10,6 +10,7 @@ pub mod ampm;
 pub mod flows;
 pub mod gpint;
 pub mod kafka;
+pub mod recv;
 pub mod redis;
 
 use std::collections::BTreeMap;

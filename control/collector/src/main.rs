@@ -27,7 +27,8 @@ mod gpint_cli;
     about = "Receive and decode INT telemetry reports (Telemetry Report v2.0 over UDP) and join AM-PM interval records",
     after_help = "Output: one line per report (--json: {node_id, hw_id, seq, flags, flow, hops[...], ...});\n\
 at exit (SIGINT/SIGTERM, --count or --duration) a summary: packets, reports, sequence gaps per\n\
-(node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy.\n\
+(node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy, datagrams and the\n\
+receive calls that took them (recvmmsg, up to 32 a call).\n\
 AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived (--json:\n\
 {flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
 mean_delay_ns, partial, mps[...], segments[...]}; partial: an MP started during the interval);\n\
@@ -118,6 +119,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Datagrams one receive call takes at most.
+const RECV_BATCH: usize = 32;
 
 /// How often, at least, a Redis batch goes out while records arrive.
 const REDIS_FLUSH: Duration = Duration::from_millis(20);
@@ -256,7 +260,7 @@ fn run(cli: &Cli) -> Result<(), String> {
     };
     // Redis batches go out at least this often.
     let mut last_flush = Instant::now();
-    let mut buf = vec![0u8; 65536];
+    let mut rx = intcollector::recv::BatchReceiver::new(RECV_BATCH);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
     while !stop.load(Ordering::Relaxed) {
@@ -269,7 +273,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         if let Some(k) = &kafka {
             k.poll();
         }
-        let n = match sock.recv(&mut buf) {
+        let batch = match rx.recv(&sock) {
             Ok(n) => n,
             // (Interrupted: a signal; the loop checks whether it was a stop.)
             Err(e)
@@ -291,78 +295,82 @@ fn run(cli: &Cli) -> Result<(), String> {
             r.flush();
             last_flush = Instant::now();
         }
-        if n > 0 && buf[0] == b'{' {
-            let text = String::from_utf8_lossy(&buf[..n]);
-            for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                // INT sink analytics records; anything else is AM-PM's.
-                let kind = ["int_flow", "int_event", "int_hist"]
-                    .into_iter()
-                    .find(|k| line.starts_with(&format!("{{\"type\":\"{k}\"")));
-                if let Some(kind) = kind {
-                    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
-                    let ok = fl.record(&v).is_ok();
-                    if let (Some(r), true) = (&mut redis, ok) {
-                        to_redis(r, kind, &v, line);
-                    }
-                    if let (Some(k), true) = (&kafka, ok) {
-                        let topic = match kind {
-                            "int_flow" => Topic::Flows,
-                            "int_event" => Topic::Events,
-                            _ => Topic::Histograms,
-                        };
-                        k.send(topic, &intcollector::kafka::key_of(&v), line);
-                    }
-                    if ok && !cli.quiet {
-                        let l = match (cli.json, kind) {
-                            (true, _) => v.to_string(),
-                            (false, "int_event") => intcollector::flows::event_line(&v),
-                            (false, "int_hist") => intcollector::flows::hist_line(&v),
-                            (false, _) => intcollector::flows::text_line(&v),
-                        };
-                        let _ = writeln!(out, "{l}");
-                    }
-                    continue;
-                }
-                for v in am.datagram(line) {
-                    if !cli.quiet {
-                        let l = if cli.json { v.to_string() } else { ampm_line(&v) };
-                        let _ = writeln!(out, "{l}");
-                    }
-                }
-            }
-            continue;
-        }
-        match decode_packet(&buf[..n], presence) {
-            Ok(reports) => {
-                if let Some(r) = reports.first() {
-                    t.packet(r.node_id, r.hw_id, r.seq);
-                }
-                for r in &reports {
-                    t.report(r);
-                    if !cli.quiet || redis.is_some() || kafka.is_some() {
-                        let v = r.json();
-                        if let Some(rs) = &mut redis {
-                            rs.xadd("int:reports", &v.to_string());
+        for i in 0..batch {
+            let dgram = rx.get(i);
+            let n = dgram.len();
+            if n > 0 && dgram[0] == b'{' {
+                let text = String::from_utf8_lossy(dgram);
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    // INT sink analytics records; anything else is AM-PM's.
+                    let kind = ["int_flow", "int_event", "int_hist"]
+                        .into_iter()
+                        .find(|k| line.starts_with(&format!("{{\"type\":\"{k}\"")));
+                    if let Some(kind) = kind {
+                        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+                        let ok = fl.record(&v).is_ok();
+                        if let (Some(r), true) = (&mut redis, ok) {
+                            to_redis(r, kind, &v, line);
                         }
-                        if let Some(k) = &kafka {
-                            k.send(Topic::Reports, &intcollector::kafka::key_of(&v), &v.to_string());
+                        if let (Some(k), true) = (&kafka, ok) {
+                            let topic = match kind {
+                                "int_flow" => Topic::Flows,
+                                "int_event" => Topic::Events,
+                                _ => Topic::Histograms,
+                            };
+                            k.send(topic, &intcollector::kafka::key_of(&v), line);
                         }
+                        if ok && !cli.quiet {
+                            let l = match (cli.json, kind) {
+                                (true, _) => v.to_string(),
+                                (false, "int_event") => intcollector::flows::event_line(&v),
+                                (false, "int_hist") => intcollector::flows::hist_line(&v),
+                                (false, _) => intcollector::flows::text_line(&v),
+                            };
+                            let _ = writeln!(out, "{l}");
+                        }
+                        continue;
+                    }
+                    for v in am.datagram(line) {
                         if !cli.quiet {
-                            let line = if cli.json { v.to_string() } else { text_line(&v) };
-                            let _ = writeln!(out, "{line}");
+                            let l = if cli.json { v.to_string() } else { ampm_line(&v) };
+                            let _ = writeln!(out, "{l}");
                         }
                     }
                 }
+                continue;
             }
-            Err(e) => {
-                t.bad_packets += 1;
-                if !cli.quiet {
-                    let line = if cli.json {
-                        serde_json::json!({ "error": e, "bytes": n }).to_string()
-                    } else {
-                        format!("bad report packet ({n} bytes): {e}")
-                    };
-                    let _ = writeln!(out, "{line}");
+            match decode_packet(dgram, presence) {
+                Ok(reports) => {
+                    if let Some(r) = reports.first() {
+                        t.packet(r.node_id, r.hw_id, r.seq);
+                    }
+                    for r in &reports {
+                        t.report(r);
+                        if !cli.quiet || redis.is_some() || kafka.is_some() {
+                            let v = r.json();
+                            if let Some(rs) = &mut redis {
+                                rs.xadd("int:reports", &v.to_string());
+                            }
+                            if let Some(k) = &kafka {
+                                k.send(Topic::Reports, &intcollector::kafka::key_of(&v), &v.to_string());
+                            }
+                            if !cli.quiet {
+                                let line = if cli.json { v.to_string() } else { text_line(&v) };
+                                let _ = writeln!(out, "{line}");
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    t.bad_packets += 1;
+                    if !cli.quiet {
+                        let line = if cli.json {
+                            serde_json::json!({ "error": e, "bytes": n }).to_string()
+                        } else {
+                            format!("bad report packet ({n} bytes): {e}")
+                        };
+                        let _ = writeln!(out, "{line}");
+                    }
                 }
             }
         }
@@ -434,12 +442,19 @@ fn run(cli: &Cli) -> Result<(), String> {
             );
         }
     }
-    let s = t.summary();
+    let mut s = t.summary();
+    // Every datagram, and the receive calls (recvmmsg) that took them.
+    s["summary"]["datagrams"] = rx.datagrams.into();
+    s["summary"]["recv_batches"] = rx.batches.into();
     if cli.json {
         let _ = writeln!(out, "{s}");
     } else {
         let sm = &s["summary"];
-        let _ = writeln!(out, "packets {} reports {} bad {}", sm["packets"], sm["reports"], sm["bad_packets"]);
+        let _ = writeln!(
+            out,
+            "packets {} reports {} bad {}; datagrams {} in {} receive calls",
+            sm["packets"], sm["reports"], sm["bad_packets"], sm["datagrams"], sm["recv_batches"]
+        );
         for g in sm["sequence"].as_array().into_iter().flatten() {
             let _ = writeln!(out, "node {} hw_id {}: {} sequence gaps", g["node_id"], g["hw_id"], g["gaps"]);
         }
