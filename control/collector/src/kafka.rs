@@ -147,6 +147,20 @@ pub fn key_of(v: &Value) -> String {
     v["node_id"].as_u64().map_or_else(|| "e2e".into(), |n| n.to_string())
 }
 
+/// A decoded report's key, as `key_of` gives it for its JSON, written
+/// into `out` (the reporting node's ID when the stack did not decode).
+pub fn report_key(r: &crate::Report, out: &mut String) {
+    use std::fmt::Write;
+    out.clear();
+    let _ = match &r.stack {
+        Ok(s) => {
+            let f = &s.flow;
+            write!(out, "{}:{}>{}:{}/{}", f.src, f.src_port, f.dst, f.dst_port, f.proto)
+        }
+        Err(_) => write!(out, "{}", r.node_id),
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

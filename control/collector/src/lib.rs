@@ -82,7 +82,60 @@ pub fn decode_hop(bitmap: u16, b: &[u8], report_bit15: bool) -> Option<HopValues
     Some(h)
 }
 
+/// Writes `s` as a JSON string.
+fn write_str(out: &mut String, s: &str) {
+    use std::fmt::Write;
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 impl HopValues {
+    /// `json()`'s text (keys in the same, sorted, order) written straight
+    /// into `out`; with `node_id` set to `node` when given.
+    pub fn write_json(&self, out: &mut String, node: Option<u32>) {
+        use std::fmt::Write;
+        out.push('{');
+        let mut first = true;
+        let mut put = |out: &mut String, k: &str, v: Option<u64>| {
+            if let Some(v) = v {
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                let _ = write!(out, "\"{k}\":{v}");
+            }
+        };
+        let n = |x: Option<u8>| x.map(u64::from);
+        put(out, "buffer_id", n(self.buffer_id));
+        put(out, "buffer_occupancy", self.buffer_occupancy.map(u64::from));
+        put(out, "drop_reason", n(self.drop_reason));
+        put(out, "egress_port", self.egress_port.map(u64::from));
+        put(out, "egress_ts_ns", self.egress_ts_ns);
+        put(out, "hop_latency_ns", self.hop_latency_ns.map(u64::from));
+        put(out, "ingress_port", self.ingress_port.map(u64::from));
+        put(out, "ingress_ts_ns", self.ingress_ts_ns);
+        put(out, "l2_egress", self.l2_egress.map(u64::from));
+        put(out, "l2_ingress", self.l2_ingress.map(u64::from));
+        put(out, "node_id", node.or(self.node_id).map(u64::from));
+        put(out, "queue_id", n(self.queue_id));
+        put(out, "queue_occupancy", self.queue_occupancy.map(u64::from));
+        put(out, "tx_util", self.tx_util.map(u64::from));
+        out.push('}');
+    }
+
     pub fn json(&self) -> Value {
         let mut m = serde_json::Map::new();
         let mut put = |k: &str, v: Option<Value>| {
@@ -267,6 +320,64 @@ impl Report {
             Err(e) => v["error"] = e.clone().into(),
         }
         v
+    }
+}
+
+impl Report {
+    /// `json().to_string()`, written straight into `out` (no `Value` tree:
+    /// what the exports to Redis and Kafka and `--json` print cost per
+    /// report).
+    pub fn write_json(&self, out: &mut String) {
+        use std::fmt::Write;
+        let flags: String = [(FLAG_D, 'D'), (FLAG_Q, 'Q'), (FLAG_F, 'F'), (FLAG_I, 'I')]
+            .iter()
+            .filter(|(f, _)| self.flags & f != 0)
+            .map(|(_, c)| *c)
+            .collect();
+        out.push('{');
+        match &self.stack {
+            Ok(s) => {
+                let _ = write!(
+                    out,
+                    "\"bitmap\":\"{:#06x}\",\"domain_id\":{},\"e\":{},\"flags\":\"{flags}\",\"flow\":{{\"dst\":",
+                    s.bitmap, self.domain_id, s.flags_e
+                );
+                write_str(out, &s.flow.dst);
+                let _ = write!(out, ",\"dst_port\":{},\"proto\":{},\"src\":", s.flow.dst_port, s.flow.proto);
+                write_str(out, &s.flow.src);
+                let _ = write!(out, ",\"src_port\":{}}},\"hops\":[", s.flow.src_port);
+                for (i, h) in s.hops.iter().rev().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    h.write_json(out, None);
+                }
+                if self.flags & FLAG_I == 0 {
+                    if !s.hops.is_empty() {
+                        out.push(',');
+                    }
+                    self.sink.write_json(out, Some(self.node_id));
+                }
+                let _ = write!(
+                    out,
+                    "],\"hw_id\":{},\"m\":{},\"node_id\":{},\"npt\":{},\"reporter\":",
+                    self.hw_id, s.flags_m, self.node_id, s.npt
+                );
+                self.sink.write_json(out, Some(self.node_id));
+                let _ = write!(out, ",\"rhc\":{},\"seq\":{}}}", s.rhc, self.seq);
+            }
+            Err(e) => {
+                let _ = write!(out, "\"domain_id\":{},\"error\":", self.domain_id);
+                write_str(out, e);
+                let _ = write!(
+                    out,
+                    ",\"flags\":\"{flags}\",\"hw_id\":{},\"node_id\":{},\"reporter\":",
+                    self.hw_id, self.node_id
+                );
+                self.sink.write_json(out, Some(self.node_id));
+                let _ = write!(out, ",\"seq\":{}}}", self.seq);
+            }
+        }
     }
 }
 
@@ -539,5 +650,33 @@ mod tests {
         t.packet(0, 0, 3);
         assert_eq!((t.gaps.len(), t.untracked, t.gaps[&(0, 0)]), (MAX_TRACKED, 5, 1));
         assert_eq!(t.summary()["summary"]["untracked"], 5);
+    }
+
+    #[test]
+    fn the_written_json_is_the_value_trees_text() {
+        let cases = [
+            (exported(Presence::UdpPort(17768)), Presence::UdpPort(17768)),
+            // The stack refused: the error case.
+            (exported(Presence::UdpPort(17768)), Presence::Dscp { value: 0x17, mask: 0x3f }),
+            (exported(Presence::Dscp { value: 0x17, mask: 0x3f }), Presence::Dscp { value: 0x17, mask: 0x3f }),
+        ];
+        let mut out = String::new();
+        for (pkt, presence) in cases {
+            for mut r in decode_packet(&pkt, presence).unwrap() {
+                for flags in [FLAG_F, FLAG_I | FLAG_D, FLAG_Q] {
+                    r.flags = flags;
+                    r.sink.drop_reason = (flags & FLAG_D != 0).then_some(7);
+                    out.clear();
+                    r.write_json(&mut out);
+                    assert_eq!(out, r.json().to_string());
+                    let mut k = String::new();
+                    kafka::report_key(&r, &mut k);
+                    assert_eq!(k, kafka::key_of(&r.json()));
+                }
+            }
+        }
+        let mut e = String::new();
+        write_str(&mut e, "a\"b\\c\n\u{1}");
+        assert_eq!(e, serde_json::to_string("a\"b\\c\n\u{1}").unwrap());
     }
 }

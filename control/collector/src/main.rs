@@ -261,6 +261,8 @@ fn run(cli: &Cli) -> Result<(), String> {
     // Redis batches go out at least this often.
     let mut last_flush = Instant::now();
     let mut rx = intcollector::recv::BatchReceiver::new(RECV_BATCH);
+    // A report's JSON and its Kafka key, written into reused buffers.
+    let (mut js, mut key) = (String::with_capacity(4096), String::with_capacity(128));
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
     while !stop.load(Ordering::Relaxed) {
@@ -346,17 +348,22 @@ fn run(cli: &Cli) -> Result<(), String> {
                     }
                     for r in &reports {
                         t.report(r);
-                        if !cli.quiet || redis.is_some() || kafka.is_some() {
-                            let v = r.json();
-                            if let Some(rs) = &mut redis {
-                                rs.xadd("int:reports", &v.to_string());
-                            }
-                            if let Some(k) = &kafka {
-                                k.send(Topic::Reports, &intcollector::kafka::key_of(&v), &v.to_string());
-                            }
-                            if !cli.quiet {
-                                let line = if cli.json { v.to_string() } else { text_line(&v) };
-                                let _ = writeln!(out, "{line}");
+                        if redis.is_some() || kafka.is_some() || (!cli.quiet && cli.json) {
+                            js.clear();
+                            r.write_json(&mut js);
+                        }
+                        if let Some(rs) = &mut redis {
+                            rs.xadd("int:reports", &js);
+                        }
+                        if let Some(k) = &kafka {
+                            intcollector::kafka::report_key(r, &mut key);
+                            k.send(Topic::Reports, &key, &js);
+                        }
+                        if !cli.quiet {
+                            if cli.json {
+                                let _ = writeln!(out, "{js}");
+                            } else {
+                                let _ = writeln!(out, "{}", text_line(&r.json()));
                             }
                         }
                     }
