@@ -821,3 +821,50 @@ fn kafka_holds_what_intcollector_decoded_and_failed_deliveries_are_counted() {
     assert_eq!(u(&ks, "delivery_failed") + u(&ks, "undelivered_at_exit"), u(&ks, "queued"), "{ks}");
     assert!(u(&ks, "delivery_failed") > 0, "{ks}");
 }
+
+/// `rate_budget`: with the trace replayed without end, the queue T events
+/// (values 0..299, T at 250) run far over a budget of 1000 a second, so
+/// the control core doubles the threshold to 500, where none fire, and
+/// halves it back to the configured 250; `int event show` follows it, and
+/// a budget of 0 stops it.
+#[test]
+fn a_rate_budget_moves_the_t_threshold_both_ways() {
+    let (frames, _) = frames();
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new("intbudget");
+    write_pcap(&d.path("in.pcap"), &frames);
+    let cfg = format!(
+        "name = \"intbudget\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"intbudget-{id}\"\n\
+[dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
+device = \"net_pcap0,rx_pcap={},infinite_rx=1\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_null0,no-rx=1\"\n\
+peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 1000\n[int.analytics]\ncache_rows = 64\n\
+[int.analytics.events.queue]\nthreshold = 250\nrate_budget = 1000\n[[int.collector]]\naddress = \"127.0.0.1:9\"\n",
+        control_section(&d),
+        d.path("in.pcap").display(),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let s = SwitchProcess::start(&d.path("c.toml"), None);
+    let sock = d.path("sw.sock");
+    let queue = || {
+        let v = intctl(&sock, &["int", "event", "show"]);
+        v["rules"].as_array().unwrap().iter().find(|r| r["metric"] == "queue").unwrap().clone()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    wait_for("the threshold up and back down", || {
+        let q = queue();
+        seen.insert(q["threshold"].as_u64().unwrap());
+        q["budget_changes"].as_u64().unwrap() >= 2
+    });
+    let q = queue();
+    assert!(seen.contains(&500), "doubled: {seen:?} {q}");
+    assert!(seen.iter().all(|t| [250, 500].contains(t)), "between the base and one doubling: {seen:?}");
+    assert_eq!((q["rate_budget"].as_u64(), q["base_threshold"].as_u64()), (Some(1000), Some(250)), "{q}");
+    // Off: the threshold stays where it is.
+    intctl(&sock, &["int", "event", "set", "queue", "--rate-budget", "0", "--threshold", "250"]);
+    let before = queue()["budget_changes"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let q = queue();
+    assert_eq!((q["threshold"].as_u64(), q["budget_changes"].as_u64()), (Some(250), Some(before)), "{q}");
+    assert!(q["rate_budget"].is_null(), "{q}");
+    let _ = s.stop();
+}

@@ -207,6 +207,11 @@ enum IntEventOp {
         /// Edge: T re-arms when the value falls below N (default: the threshold).
         #[arg(long)]
         reset: Option<u64>,
+        /// Keep T events near N a second: the control core doubles the
+        /// threshold while they exceed N and halves it, never below the one
+        /// set, while under N/2 (0: off).
+        #[arg(long)]
+        rate_budget: Option<u64>,
         /// path_change: raise it.
         #[arg(long, conflicts_with = "off")]
         on: bool,
@@ -706,7 +711,9 @@ fn run(cli: Cli) -> Result<(), String> {
             };
             call(c, j, &a, print_flow_entries)
         }
-        Cmd::Int { op: IntOp::Event { op: IntEventOp::Set { metric, threshold, change, mode, reset, on, off } } } => {
+        Cmd::Int {
+            op: IntOp::Event { op: IntEventOp::Set { metric, threshold, change, mode, reset, rate_budget, on, off } },
+        } => {
             let a = ia::IntEventSet {
                 metric: metric.clone(),
                 threshold: *threshold,
@@ -714,6 +721,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 mode: mode.clone(),
                 reset: *reset,
                 enabled: (*on || *off).then_some(*on),
+                rate_budget: *rate_budget,
             };
             call(c, j, &a, done)
         }
@@ -1221,17 +1229,22 @@ fn print_histograms(r: &ia::HistogramsView) {
 
 fn print_events(r: &ia::EventsView) {
     table(
-        &["METRIC", "THRESHOLD (T)", "CHANGE (C)", "MODE", "RESET"],
+        &["METRIC", "THRESHOLD (T)", "CHANGE (C)", "MODE", "RESET", "RATE BUDGET (BASE T, T/S, CHANGES)"],
         r.rules
             .iter()
             .map(|x| {
                 let off = |v: u32| if v == 0 { "off".to_string() } else { v.to_string() };
+                let budget = match (x.rate_budget, x.base_threshold, x.t_events_per_s) {
+                    (Some(b), Some(base), Some(rate)) => format!("{b}/s ({base}, {rate}, {})", x.budget_changes),
+                    _ => "-".into(),
+                };
                 vec![
                     x.metric.clone(),
                     off(x.threshold),
                     off(x.change),
                     x.mode.clone(),
                     x.reset.map_or("-".into(), |r| r.to_string()),
+                    budget,
                 ]
             })
             .collect(),

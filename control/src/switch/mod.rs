@@ -74,6 +74,8 @@ pub struct Switch {
     pub(crate) detect_baseline: Vec<[u64; 4]>,
     /// `[[int.expr]]` and `int_expr_add`: name -> expression (normalised).
     pub(crate) int_exprs: std::collections::BTreeMap<String, String>,
+    /// The T thresholds' rate budgets (`rate_budget`).
+    pub(crate) event_budget: crate::int::analytics::budget::RateBudget,
     /// Last per-port TX byte counts, for the utilisation INT reports.
     load_sample: Option<(Instant, Vec<u64>)>,
     /// AM-PM record export (when `[ampm]` is configured).
@@ -287,6 +289,14 @@ impl Switch {
             None => None,
         };
         let int_exprs = plan.int.as_ref().map(|i| i.exprs.clone()).unwrap_or_default();
+        let event_budget = match (&plan.int, analytics) {
+            (Some(ip), Some(a)) => {
+                let e = &ip.spec.events;
+                let base = [e.hop[0].threshold, e.hop[1].threshold, e.hop[2].threshold, e.e2e.threshold];
+                crate::int::analytics::budget::RateBudget::new(a.rate_budgets, base.map(u64::from))
+            }
+            _ => Default::default(),
+        };
         let ampm_configs = plan
             .raw
             .ampm
@@ -319,6 +329,7 @@ impl Switch {
             detect_counters,
             detect_baseline: vec![[0; 4]; MAX_RULES],
             int_exprs,
+            event_budget,
         })
     }
 
@@ -447,6 +458,7 @@ impl Switch {
         self.reap_retired();
         let reports = self.export();
         self.sample_load();
+        self.budget_step();
         Ok(Round { reports })
     }
 

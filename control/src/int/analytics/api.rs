@@ -127,6 +127,9 @@ pub struct IntEventSet {
     pub reset: Option<u64>,
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// T events a second to keep near by moving the threshold (0: off).
+    #[serde(default)]
+    pub rate_budget: Option<u64>,
 }
 
 /// One metric's settings (0: off).
@@ -138,6 +141,12 @@ pub struct EventRuleView {
     pub mode: String,
     /// Edge mode's re-arm level.
     pub reset: Option<u32>,
+    /// With a rate budget: the budget, the threshold it never goes below,
+    /// the T events a second of the last period; and its changes so far.
+    pub rate_budget: Option<u64>,
+    pub base_threshold: Option<u64>,
+    pub t_events_per_s: Option<u64>,
+    pub budget_changes: u64,
 }
 
 /// `int_event_show`: the settings the workers use, and the events raised.

@@ -149,14 +149,21 @@ pub struct MetricEvents {
     /// Edge: T re-arms when the value falls below this (default: threshold).
     #[serde(default)]
     pub reset: Option<u64>,
+    /// T events a second the control core keeps this metric near by moving
+    /// its threshold (0: off).
+    #[serde(default)]
+    pub rate_budget: u64,
 }
+
+/// Most T events a second a budget may name.
+pub const MAX_BUDGET: u64 = 100_000_000;
 
 /// The metrics events are set on, as `[int.analytics.events.<name>]` and
 /// `intctl int event set NAME` name them.
 pub const EVENT_METRICS: [&str; 4] = ["hop_latency", "queue", "tx_util", "e2e_latency"];
 
 /// The largest value a metric's field carries (queue occupancy is 24 bits).
-fn metric_max(metric: &str) -> u64 {
+pub fn metric_max(metric: &str) -> u64 {
     if metric == "queue" {
         0xff_ffff
     } else {
@@ -210,6 +217,30 @@ pub fn event_slot<'a>(spec: &'a mut EventSpec, metric: &str) -> Option<&'a mut E
 }
 
 impl EventsConfig {
+    /// Each metric's rate budget (by `EVENT_METRICS`), checked.
+    fn budgets(&self) -> Result<[u64; 4], ConfigError> {
+        let mut out = [0; 4];
+        for (i, (name, m)) in
+            EVENT_METRICS.iter().zip([&self.hop_latency, &self.queue, &self.tx_util, &self.e2e_latency]).enumerate()
+        {
+            let Some(m) = m else { continue };
+            if m.rate_budget > MAX_BUDGET {
+                return Err(cerr(
+                    &format!("events.{name}.rate_budget"),
+                    format!("{} is over {MAX_BUDGET}", m.rate_budget),
+                ));
+            }
+            if m.rate_budget > 0 && m.threshold == 0 {
+                return Err(cerr(
+                    &format!("events.{name}.rate_budget"),
+                    "needs a threshold: the budget moves T's threshold",
+                ));
+            }
+            out[i] = m.rate_budget;
+        }
+        Ok(out)
+    }
+
     fn to_spec(&self) -> Result<EventSpec, ConfigError> {
         let mut spec = EventSpec { path_change: self.path_change, ..EventSpec::default() };
         for (name, m) in EVENT_METRICS.iter().zip([&self.hop_latency, &self.queue, &self.tx_util, &self.e2e_latency]) {
@@ -267,6 +298,8 @@ pub struct AnalyticsPlan {
     pub cache_bytes: usize,
     /// per_hop's registers per flow and hop (`per_hop_scope = "flow"`).
     pub per_hop_flow: bool,
+    /// T events a second per metric (`EVENT_METRICS`; 0: no budget).
+    pub rate_budgets: [u64; 4],
 }
 
 impl AnalyticsPlan {
@@ -366,6 +399,7 @@ impl AnalyticsConfig {
             ring_size: self.flow_ring_size,
             event_ring_size: self.event_ring_size,
             events: self.events.to_spec()?,
+            rate_budgets: self.events.budgets()?,
             entry_bytes: FlowCache::entry_bytes(self.cache_ways, self.cache_max_hops) + regs,
             cache_bytes: bytes,
             per_hop_flow,
@@ -411,6 +445,8 @@ mod tests {
             ("cache_ways = 0", "int.analytics.cache_ways"),
             ("cache_ways = 13", "int.analytics.cache_ways"),
             ("per_hop_scope = \"path\"", "int.analytics.per_hop_scope"),
+            ("[events.queue]\nrate_budget = 100", "int.analytics.events.queue.rate_budget"),
+            ("[events.queue]\nthreshold = 5\nrate_budget = 100000001", "int.analytics.events.queue.rate_budget"),
             ("per_hop_scope = \"flow\"\ncache_memory_limit = 360000000", "int.analytics.cache_rows"),
             ("cache_max_hops = 0", "int.analytics.cache_max_hops"),
             ("cache_max_hops = 17", "int.analytics.cache_max_hops"),

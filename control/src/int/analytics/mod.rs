@@ -4,9 +4,11 @@
 //! (`export`, `histogram`), and their commands (`api`, `ops`: `show int
 //! analytics`, `int flows flush`, `int flow show`, `int event set|show`,
 //! `show int histograms`, `int detect add|del|show`), and the detection
-//! rules' section (`detect`).
+//! rules' section (`detect`), and the control core's T threshold
+//! feedback (`budget`).
 
 pub mod api;
+pub mod budget;
 pub mod config;
 pub mod detect;
 pub mod export;

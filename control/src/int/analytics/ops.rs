@@ -16,7 +16,7 @@ use crate::int::analytics::api::{
     HopView, IntEventSet, IntFlowShow, ShowIntHistograms,
 };
 use crate::int::analytics::api::{DetectRuleView, DetectView, ExprEntryView, ExprView};
-use crate::int::analytics::config::{event_rule, event_slot, EVENT_METRICS};
+use crate::int::analytics::config::{event_rule, event_slot, metric_max, EVENT_METRICS, MAX_BUDGET};
 use crate::int::analytics::detect::{DetectConfig, ExprConfig};
 use crate::int::analytics::histogram::{hist_name, quantile};
 use crate::int::config::MAX_EXPRS;
@@ -58,6 +58,7 @@ impl Switch {
                 ("change", a.change.is_some()),
                 ("mode", a.mode.is_some()),
                 ("reset", a.reset.is_some()),
+                ("rate_budget", a.rate_budget.is_some()),
             ] {
                 if given {
                     return Err(ApiError::bad_argument(arg, "path_change takes only enabled"));
@@ -80,8 +81,51 @@ impl Switch {
         let reset = a.reset.or((mode == "edge" && cur.edge).then_some(cur.reset as u64).filter(|r| *r <= threshold));
         let rule = event_rule(&a.metric, threshold, a.change.unwrap_or(cur.change as u64), Some(mode), reset)
             .map_err(|(field, why)| ApiError::bad_argument(field, why))?;
+        let m = EVENT_METRICS.iter().position(|x| *x == a.metric).expect("a metric of EVENT_METRICS");
+        let budget = a.rate_budget.unwrap_or(self.event_budget.budget[m]);
+        if budget > 0 && rule.threshold == 0 {
+            return Err(ApiError::bad_argument("rate_budget", "needs a threshold: the budget moves T's threshold"));
+        }
+        if budget > MAX_BUDGET {
+            return Err(ApiError::bad_argument("rate_budget", format!("{budget} is over {MAX_BUDGET}")));
+        }
         *event_slot(spec, &a.metric).expect("checked above") = rule;
+        // What is set here is the level the budget never goes below.
+        self.event_budget.budget[m] = budget;
+        self.event_budget.base[m] = rule.threshold as u64;
         self.commit()
+    }
+
+    /// Once a period, moves the T thresholds of the metrics with a rate
+    /// budget (`budget`); each change is logged and published as a table
+    /// generation.
+    pub(crate) fn budget_step(&mut self) {
+        let now = std::time::Instant::now();
+        if !self.event_budget.any() || !self.event_budget.due(now) {
+            return;
+        }
+        let c = sum(&self.worker_counters());
+        // T of metric i is bit 2i: its counter follows int_event_hop_latency_t.
+        let counts: [u64; 4] = std::array::from_fn(|i| c.events[Event::IntEventHopLatencyT as usize + 2 * i]);
+        let Some(int) = self.spec.int.as_mut() else { return };
+        let current: [u64; 4] =
+            std::array::from_fn(|i| event_slot(&mut int.events, EVENT_METRICS[i]).map_or(0, |r| r.threshold as u64));
+        let max: [u64; 4] = std::array::from_fn(|i| metric_max(EVENT_METRICS[i]));
+        let changes = self.event_budget.step(now, counts, current, max);
+        for &(m, from, to) in &changes {
+            let r = event_slot(&mut int.events, EVENT_METRICS[m]).expect("a metric of EVENT_METRICS");
+            r.threshold = to as u32;
+            r.reset = r.reset.min(r.threshold);
+            eprintln!(
+                "intswitch: int analytics: {} T threshold {from} -> {to} ({} T events/s, rate_budget {})",
+                EVENT_METRICS[m], self.event_budget.rate[m], self.event_budget.budget[m]
+            );
+        }
+        if !changes.is_empty() {
+            if let Err(e) = self.commit() {
+                eprintln!("intswitch: int analytics: the budget's thresholds not published: {}", e.message);
+            }
+        }
     }
 
     /// The events' settings and counters.
@@ -95,12 +139,18 @@ impl Switch {
             .iter()
             .map(|m| {
                 let r = *event_slot(&mut spec, m).expect("a metric of EVENT_METRICS");
+                let i = EVENT_METRICS.iter().position(|x| x == m).expect("a metric of EVENT_METRICS");
+                let b = &self.event_budget;
                 EventRuleView {
                     metric: m.to_string(),
                     threshold: r.threshold,
                     change: r.change,
                     mode: if r.edge { "edge" } else { "level" }.into(),
                     reset: r.edge.then_some(r.reset),
+                    rate_budget: (b.budget[i] > 0).then_some(b.budget[i]),
+                    base_threshold: (b.budget[i] > 0).then_some(b.base[i]),
+                    t_events_per_s: (b.budget[i] > 0).then_some(b.rate[i]),
+                    budget_changes: b.changes[i],
                 }
             })
             .collect();
