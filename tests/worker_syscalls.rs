@@ -125,19 +125,15 @@ fn workers_make_no_system_call_while_forwarding() {
     // INT sink, a report for every packet to a UDP socket nobody reads.
     let collector = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     gen_traffic(&pcap("int.pcap"), &["--int-hops", "3", "--int-rhc", "2"]);
-    let sink = replay_config(
-        &d,
-        "nosys-sink",
-        "xconnect",
-        &d.path("int.pcap"),
-        P0_MAC,
-        "peer = \"p1\"",
-        "peer = \"p0\"",
-        &format!(
-            "[int]\nnode_id = 8\nedge_ports = [\"p1\"]\n[[int.collector]]\naddress = \"{}\"\n",
+    // An INT sink at p1's edge replaying int.pcap, with `more` after [int].
+    let sink_cfg = |name: &str, more: &str| {
+        let int = format!(
+            "[int]\nnode_id = 8\nedge_ports = [\"p1\"]\n[[int.collector]]\naddress = \"{}\"\n{more}",
             collector.local_addr().unwrap()
-        ),
-    );
+        );
+        replay_config(&d, name, "xconnect", &d.path("int.pcap"), P0_MAC, "peer = \"p1\"", "peer = \"p0\"", &int)
+    };
+    let sink = sink_cfg("nosys-sink", "");
     watch_worker(&d, "INT sink reporting every packet", sink, |c| {
         assert!(event(c, "int_sunk") > 200_000 && event(c, "int_report_queued") > 100_000, "{c}")
     });
@@ -145,22 +141,12 @@ fn workers_make_no_system_call_while_forwarding() {
     // The same sink with its analytics: flow cache with aging, T events
     // on every packet (the ring fills: counted), histograms, a per_flow
     // and a cnf detection rule, and GPINT's claim check.
-    let analytics = replay_config(
-        &d,
+    let analytics = sink_cfg(
         "nosys-analytics",
-        "xconnect",
-        &d.path("int.pcap"),
-        P0_MAC,
-        "peer = \"p1\"",
-        "peer = \"p0\"",
-        &format!(
-            "[int]\nnode_id = 8\nedge_ports = [\"p1\"]\n[[int.collector]]\naddress = \"{}\"\n\
-[int.analytics]\ncache_rows = 256\nidle_timeout = 1\n[int.analytics.events.hop_latency]\nthreshold = 1\nchange = 1\n\
+        "[int.analytics]\ncache_rows = 256\nidle_timeout = 1\n[int.analytics.events.hop_latency]\nthreshold = 1\nchange = 1\n\
 [[int.expr]]\nname = \"e\"\nexpr = \"hop_latency.max > 0 AND (queue.any.delta > 5 OR e2e_latency.ewma > 1)\"\n\
 [[int.detect]]\nname = \"odd\"\npriority = 1\nsrc_port = \"1/1\"\nalgorithm = \"cnf\"\nexpr = \"e\"\n\
 [[int.detect]]\nname = \"rest\"\nalgorithm = \"per_flow\"\nthreshold = 10\n[gpint]\n",
-            collector.local_addr().unwrap()
-        ),
     );
     watch_worker(&d, "INT sink with analytics, detection and GPINT", analytics, |c| {
         assert!(event(c, "int_sunk") > 200_000 && event(c, "int_flow_hit") > 200_000, "{c}");

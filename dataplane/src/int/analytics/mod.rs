@@ -648,20 +648,31 @@ mod tests {
         s
     }
 
-    fn analytics(rows: usize, ways: usize, hops: usize) -> (Analytics, FlowConsumer) {
-        let (p, c) = flow_ring(64, hops);
-        let s = AnalyticsSetup {
+    /// A cache of `rows` x `ways` tracking `hops` hops into `ring`, no
+    /// timeouts, events or histograms.
+    fn setup(rows: usize, ways: usize, hops: usize, ring: FlowProducer) -> AnalyticsSetup {
+        AnalyticsSetup {
             rows,
             ways,
             max_hops: hops,
-            idle_tsc: 1000,
+            idle_tsc: 0,
             active_tsc: 0,
-            ring: Some(p),
+            ring: Some(ring),
             events: None,
             hist: None,
             rule_counters: rule_counters(),
             per_hop_flow: false,
-        };
+        }
+    }
+
+    /// The flow fields detection rules match: UDP 10.0.0.1:1 -> :2 style.
+    fn fields() -> WatchFields {
+        WatchFields { ip_version: 4, src: 1, dst: 2, proto: 17, src_port: 1, dst_port: 2, dscp: 0, in_port: 0 }
+    }
+
+    fn analytics(rows: usize, ways: usize, hops: usize) -> (Analytics, FlowConsumer) {
+        let (p, c) = flow_ring(64, hops);
+        let s = AnalyticsSetup { idle_tsc: 1000, ..setup(rows, ways, hops, p) };
         (Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000), c)
     }
 
@@ -769,18 +780,7 @@ mod tests {
     #[test]
     fn a_stopping_worker_waits_for_room_and_a_flush_does_not() {
         let (p, mut ring) = flow_ring(4, 1);
-        let s = AnalyticsSetup {
-            rows: 16,
-            ways: 1,
-            max_hops: 1,
-            idle_tsc: 0,
-            active_tsc: 0,
-            ring: Some(p),
-            events: None,
-            hist: None,
-            rule_counters: rule_counters(),
-            per_hop_flow: false,
-        };
+        let s = setup(16, 1, 1, p);
         let mut a = Analytics::new(s, WallClock::new(0, 0, 1000), 1000);
         let mut c = CounterValues::default();
         let st = stack(BITMAP, &[(1, 1, 1, None)]);
@@ -1044,8 +1044,7 @@ mod tests {
             slot: 1,
             cnf: Some(Box::new(("e".into(), cnf))),
         });
-        let fields =
-            || WatchFields { ip_version: 4, src: 1, dst: 2, proto: 17, src_port: 1, dst_port: 2, dscp: 0, in_port: 0 };
+
         let mut send = |lat: [u32; 2], q: [u32; 2]| {
             let s = stack(BITMAP, &[(1, lat[0], q[0], None), (2, lat[1], q[1], None)]);
             let k = key(1);
@@ -1065,18 +1064,7 @@ mod tests {
         use crate::int::watch::{Role, WatchRule};
         use detect::{Algorithm, DetectRule};
         let (p, _c) = flow_ring(64, 2);
-        let s = AnalyticsSetup {
-            rows: 4,
-            ways: 2,
-            max_hops: 2,
-            idle_tsc: 0,
-            active_tsc: 0,
-            ring: Some(p),
-            events: None,
-            hist: None,
-            rule_counters: rule_counters(),
-            per_hop_flow: true,
-        };
+        let s = AnalyticsSetup { per_hop_flow: true, ..setup(4, 2, 2, p) };
         let mut a = Analytics::new(s, WallClock::new(0, 5_000, 1_000_000_000), 4000);
         let mut c = CounterValues::default();
         let mut d = DetectSpec::default();
@@ -1089,8 +1077,7 @@ mod tests {
             cnf: None,
         };
         d.upsert(rule(10));
-        let fields =
-            || WatchFields { ip_version: 4, src: 1, dst: 2, proto: 17, src_port: 1, dst_port: 2, dscp: 0, in_port: 0 };
+
         let mut send = |flow: u16, lat: u32, d: &DetectSpec, c: &mut CounterValues| {
             let s = stack(BITMAP, &[(1, lat, 0, None), (2, 0, 0, None), (3, 0, 0, None)]);
             let k = key(flow);
