@@ -868,3 +868,67 @@ peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_m
     assert!(q["rate_budget"].is_null(), "{q}");
     let _ = s.stop();
 }
+
+/// Link latency events: frames of 2 hops carrying both timestamps, hop 1
+/// stamped 2 us after hop 0 sent until frame 240, then 9 us (a delay step
+/// on the link). With T at 5 us and C at 1 us, every frame after the step
+/// raises T on hop 1's record and each flow's first frame after it C, with
+/// the link latency and the previous packet's in the int_event line.
+#[test]
+fn a_link_delay_step_raises_link_latency_events_between_the_two_hops() {
+    let spec = TrafficSpec {
+        flows: FLOWS,
+        frame_len: 100,
+        ..TrafficSpec::udp("10.80.0.1".parse().unwrap(), "10.80.1.1".parse().unwrap(), SENT)
+    };
+    let bitmap = 0x8000 | 0x0800 | 0x0400; // node ID, ingress and egress timestamps
+    let t = IntTraffic { udp_port: 17768, bitmap, hops: 2, rhc: 2 };
+    const HOP: usize = 20;
+    const STEP: usize = 240;
+    let frames: Vec<Vec<u8>> = (0..SENT)
+        .map(|i| {
+            let mut f = int_frame(&spec, i, &t).unwrap();
+            f[40..42].fill(0);
+            let sent = 1_000_000 + i as u64 * 10_000;
+            let link = if i < STEP { 2_000 } else { 9_000 };
+            // Newest first: hop 1, then hop 0 (node ID, ingress, egress).
+            let (h1, h0) = (STACK, STACK + HOP);
+            f[h0..h0 + 4].copy_from_slice(&1u32.to_be_bytes());
+            f[h0 + 4..h0 + 12].copy_from_slice(&(sent - 500).to_be_bytes());
+            f[h0 + 12..h0 + 20].copy_from_slice(&sent.to_be_bytes());
+            f[h1..h1 + 4].copy_from_slice(&2u32.to_be_bytes());
+            f[h1 + 4..h1 + 12].copy_from_slice(&(sent + link).to_be_bytes());
+            f[h1 + 12..h1 + 20].copy_from_slice(&(sent + link + 300).to_be_bytes());
+            f
+        })
+        .collect();
+    let Sink { d: _d, s, sock, collector } = start_sink(
+        "intlink",
+        41,
+        &frames,
+        "node_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 600000\n[int.analytics]\ncache_rows = 64\n\
+[int.analytics.events.link_latency]\nthreshold = 5000\nchange = 1000",
+    );
+    let shown = intctl(&sock, &["int", "event", "show"]);
+    let _ = s.stop();
+    let c = &shown["counters"];
+    let after = (SENT - STEP) as u64;
+    assert_eq!(
+        (c["int_event_link_latency_t"].as_u64(), c["int_event_link_latency_c"].as_u64()),
+        (Some(after), Some(FLOWS as u64)),
+        "{shown}"
+    );
+    let events: Vec<Value> = collected_lines(collector).into_iter().filter(|v| v["type"] == "int_event").collect();
+    assert_eq!(events.len() as u64, after);
+    for e in &events {
+        assert_eq!(
+            (e["hop"].as_u64(), e["node_id"].as_u64(), e["link_latency"].as_u64()),
+            (Some(1), Some(2), Some(9_000)),
+            "{e}"
+        );
+    }
+    let steps: Vec<&Value> =
+        events.iter().filter(|e| e["events"].as_array().unwrap().iter().any(|n| n == "link_latency_c")).collect();
+    assert_eq!(steps.len(), FLOWS);
+    assert!(steps.iter().all(|e| e["prev"]["link_latency"] == 2_000), "{steps:?}");
+}

@@ -115,7 +115,7 @@ pub fn event_line(v: &Value) -> String {
     } else {
         let p = &v["prev"];
         format!(
-            "hop {} node {}: latency {} (previous {}) ns, queue {} ({}), tx_util {} ({})",
+            "hop {} node {}: latency {} (previous {}) ns, queue {} ({}), tx_util {} ({}), link in {} ({}) ns",
             v["hop"],
             v["node_id"],
             val(&v["hop_latency"]),
@@ -123,7 +123,9 @@ pub fn event_line(v: &Value) -> String {
             val(&v["queue"]),
             val(&p["queue"]),
             val(&v["tx_util"]),
-            val(&p["tx_util"])
+            val(&p["tx_util"]),
+            val(&v["link_latency"]),
+            val(&p["link_latency"])
         )
     };
     format!(

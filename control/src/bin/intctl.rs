@@ -188,11 +188,12 @@ enum ExprOp {
 #[derive(Subcommand)]
 enum IntEventOp {
     /// One metric's T and C events (0 turns a class off; what is not
-    /// given stays): hop_latency, queue, tx_util (per hop), e2e_latency;
+    /// given stays): hop_latency, queue, tx_util (per hop), e2e_latency,
+    /// link_latency (between consecutive hops, with both timestamps);
     /// or path_change with --on / --off. Reaches the workers as a new
     /// table generation.
     Set {
-        #[arg(value_parser = ["hop_latency", "queue", "tx_util", "e2e_latency", "path_change"])]
+        #[arg(value_parser = ["hop_latency", "queue", "tx_util", "e2e_latency", "link_latency", "path_change"])]
         metric: String,
         /// T: an event on a value strictly above N.
         #[arg(long)]

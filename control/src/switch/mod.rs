@@ -292,7 +292,8 @@ impl Switch {
         let event_budget = match (&plan.int, analytics) {
             (Some(ip), Some(a)) => {
                 let e = &ip.spec.events;
-                let base = [e.hop[0].threshold, e.hop[1].threshold, e.hop[2].threshold, e.e2e.threshold];
+                let base =
+                    [e.hop[0].threshold, e.hop[1].threshold, e.hop[2].threshold, e.e2e.threshold, e.link.threshold];
                 crate::int::analytics::budget::RateBudget::new(a.rate_budgets, base.map(u64::from))
             }
             _ => Default::default(),

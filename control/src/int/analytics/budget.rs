@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 /// How often the rates are taken.
 pub const PERIOD: Duration = Duration::from_secs(1);
 
-/// The metrics by `EVENT_METRICS` index.
-pub const METRICS: usize = 4;
+/// The metrics by `EVENT_RULES` index.
+pub const METRICS: usize = 5;
 
 /// The next T threshold, if it changes: `current` with `rate` T events a
 /// second against `budget`; never below `base` (the configured one) nor
@@ -99,20 +99,20 @@ mod tests {
 
     #[test]
     fn steps_take_rates_over_the_period() {
-        let mut b = RateBudget::new([0, 1000, 0, 0], [0, 100, 0, 0]);
+        let mut b = RateBudget::new([0, 1000, 0, 0, 0], [0, 100, 0, 0, 0]);
         let t0 = Instant::now();
         let max = [u64::MAX; METRICS];
-        assert!(b.step(t0, [0; 4], [0, 100, 0, 0], max).is_empty(), "the first step only takes counts");
+        assert!(b.step(t0, [0; 5], [0, 100, 0, 0, 0], max).is_empty(), "the first step only takes counts");
         // 3000 queue T events in 1 s: over; 500 hop latency T: no budget.
         let t1 = t0 + Duration::from_secs(1);
-        assert_eq!(b.step(t1, [500, 3000, 0, 0], [10, 100, 0, 0], max), [(1, 100, 200)]);
-        assert_eq!(b.rate, [500, 3000, 0, 0]);
+        assert_eq!(b.step(t1, [500, 3000, 0, 0, 0], [10, 100, 0, 0, 0], max), [(1, 100, 200)]);
+        assert_eq!(b.rate, [500, 3000, 0, 0, 0]);
         // 200 in the next 2 s: 100/s, under half: back to the base.
         let t2 = t1 + Duration::from_secs(2);
-        assert_eq!(b.step(t2, [500, 3200, 0, 0], [10, 200, 0, 0], max), [(1, 200, 100)]);
-        assert_eq!(b.changes, [0, 2, 0, 0]);
+        assert_eq!(b.step(t2, [500, 3200, 0, 0, 0], [10, 200, 0, 0, 0], max), [(1, 200, 100)]);
+        assert_eq!(b.changes, [0, 2, 0, 0, 0]);
         assert!(!b.due(t2 + Duration::from_millis(500)) && b.due(t2 + PERIOD));
         // T off (threshold 0): left alone.
-        assert!(b.step(t2 + PERIOD, [500, 9999, 0, 0], [10, 0, 0, 0], max).is_empty());
+        assert!(b.step(t2 + PERIOD, [500, 9999, 0, 0, 0], [10, 0, 0, 0, 0], max).is_empty());
     }
 }

@@ -131,6 +131,9 @@ pub struct EventsConfig {
     pub queue: Option<MetricEvents>,
     pub tx_util: Option<MetricEvents>,
     pub e2e_latency: Option<MetricEvents>,
+    /// Between consecutive tracked hops: the next hop's ingress timestamp
+    /// less this hop's egress timestamp (needs both timestamp instructions).
+    pub link_latency: Option<MetricEvents>,
 }
 
 /// One metric's T and C settings (0 = off).
@@ -162,6 +165,13 @@ pub const MAX_BUDGET: u64 = 100_000_000;
 /// `intctl int event set NAME` name them.
 pub const EVENT_METRICS: [&str; 4] = ["hop_latency", "queue", "tx_util", "e2e_latency"];
 
+/// What events can be set on: the metrics, then the link latency between
+/// consecutive hops (events only, no histogram).
+pub const EVENT_RULES: [&str; 5] = ["hop_latency", "queue", "tx_util", "e2e_latency", "link_latency"];
+
+/// The bit index (`events::bit::NAMES`) of each of EVENT_RULES' T events.
+pub const T_BITS: [usize; 5] = [0, 2, 4, 6, 9];
+
 /// The largest value a metric's field carries (queue occupancy is 24 bits).
 pub fn metric_max(metric: &str) -> u64 {
     if metric == "queue" {
@@ -179,8 +189,8 @@ pub fn event_rule(
     mode: Option<&str>,
     reset: Option<u64>,
 ) -> Result<EventRule, (&'static str, String)> {
-    if !EVENT_METRICS.contains(&metric) {
-        return Err(("metric", format!("'{metric}' is not one of {}", EVENT_METRICS.join(", "))));
+    if !EVENT_RULES.contains(&metric) {
+        return Err(("metric", format!("'{metric}' is not one of {}", EVENT_RULES.join(", "))));
     }
     let max = metric_max(metric);
     for (field, v) in [("threshold", threshold), ("change", change), ("reset", reset.unwrap_or(0))] {
@@ -212,17 +222,21 @@ pub fn event_slot<'a>(spec: &'a mut EventSpec, metric: &str) -> Option<&'a mut E
         "queue" => Some(&mut spec.hop[QUEUE]),
         "tx_util" => Some(&mut spec.hop[TX_UTIL]),
         "e2e_latency" => Some(&mut spec.e2e),
+        "link_latency" => Some(&mut spec.link),
         _ => None,
     }
 }
 
 impl EventsConfig {
+    /// The sections, in EVENT_RULES' order.
+    fn rules(&self) -> [&Option<MetricEvents>; 5] {
+        [&self.hop_latency, &self.queue, &self.tx_util, &self.e2e_latency, &self.link_latency]
+    }
+
     /// Each metric's rate budget (by `EVENT_METRICS`), checked.
-    fn budgets(&self) -> Result<[u64; 4], ConfigError> {
-        let mut out = [0; 4];
-        for (i, (name, m)) in
-            EVENT_METRICS.iter().zip([&self.hop_latency, &self.queue, &self.tx_util, &self.e2e_latency]).enumerate()
-        {
+    fn budgets(&self) -> Result<[u64; 5], ConfigError> {
+        let mut out = [0; 5];
+        for (i, (name, m)) in EVENT_RULES.iter().zip(self.rules()).enumerate() {
             let Some(m) = m else { continue };
             if m.rate_budget > MAX_BUDGET {
                 return Err(cerr(
@@ -243,11 +257,11 @@ impl EventsConfig {
 
     fn to_spec(&self) -> Result<EventSpec, ConfigError> {
         let mut spec = EventSpec { path_change: self.path_change, ..EventSpec::default() };
-        for (name, m) in EVENT_METRICS.iter().zip([&self.hop_latency, &self.queue, &self.tx_util, &self.e2e_latency]) {
+        for (name, m) in EVENT_RULES.iter().zip(self.rules()) {
             let Some(m) = m else { continue };
             let r = event_rule(name, m.threshold, m.change, m.mode.as_deref(), m.reset)
                 .map_err(|(field, why)| cerr(&format!("events.{name}.{field}"), why))?;
-            *event_slot(&mut spec, name).expect("a metric of EVENT_METRICS") = r;
+            *event_slot(&mut spec, name).expect("one of EVENT_RULES") = r;
         }
         Ok(spec)
     }
@@ -298,8 +312,8 @@ pub struct AnalyticsPlan {
     pub cache_bytes: usize,
     /// per_hop's registers per flow and hop (`per_hop_scope = "flow"`).
     pub per_hop_flow: bool,
-    /// T events a second per metric (`EVENT_METRICS`; 0: no budget).
-    pub rate_budgets: [u64; 4],
+    /// T events a second per metric (`EVENT_RULES`; 0: no budget).
+    pub rate_budgets: [u64; 5],
 }
 
 impl AnalyticsPlan {
@@ -343,8 +357,9 @@ impl AnalyticsConfig {
             "flow" => true,
             s => return Err(cerr("per_hop_scope", format!("'{s}' is not switch or flow"))),
         };
-        // Per-flow registers: a u32 per tracked hop beside each entry.
-        let regs = if per_hop_flow { self.cache_max_hops * 4 } else { 0 };
+        // Beside each entry, a u32 per tracked hop: its last link latency,
+        // and with the flow scope per_hop's register.
+        let regs = self.cache_max_hops * 4 * if per_hop_flow { 2 } else { 1 };
         let bytes = FlowCache::memory_bytes(self.cache_rows, self.cache_ways, self.cache_max_hops)
             + self.cache_rows * self.cache_ways * regs;
         if bytes as u64 > self.cache_memory_limit {
@@ -423,13 +438,14 @@ mod tests {
         assert!(p.cache_bytes < 1 << 30);
         assert!(plan("cache_rows = 524288").is_err(), "2^19 x 12 needs the limit raised");
         let big = plan("cache_rows = 524288\ncache_memory_limit = 4294967296").unwrap();
-        assert_eq!(big.cache_bytes, FlowCache::memory_bytes(1 << 19, 12, 5));
+        // (With each entry's link latencies, 4 bytes a tracked hop.)
+        assert_eq!(big.cache_bytes, FlowCache::memory_bytes(1 << 19, 12, 5) + (1 << 19) * 12 * 5 * 4);
         assert!(p.describe().contains("65536 rows x 12 ways"));
     }
 
     #[test]
     fn the_flow_scopes_registers_count_in_the_memory_limit() {
-        let limit = "cache_memory_limit = 360000000";
+        let limit = "cache_memory_limit = 380000000";
         assert!(!plan(limit).unwrap().per_hop_flow);
         assert!(plan(&format!("per_hop_scope = \"flow\"\n{limit}")).is_err());
         let p = plan("per_hop_scope = \"flow\"").unwrap();
@@ -447,7 +463,7 @@ mod tests {
             ("per_hop_scope = \"path\"", "int.analytics.per_hop_scope"),
             ("[events.queue]\nrate_budget = 100", "int.analytics.events.queue.rate_budget"),
             ("[events.queue]\nthreshold = 5\nrate_budget = 100000001", "int.analytics.events.queue.rate_budget"),
-            ("per_hop_scope = \"flow\"\ncache_memory_limit = 360000000", "int.analytics.cache_rows"),
+            ("per_hop_scope = \"flow\"\ncache_memory_limit = 380000000", "int.analytics.cache_rows"),
             ("cache_max_hops = 0", "int.analytics.cache_max_hops"),
             ("cache_max_hops = 17", "int.analytics.cache_max_hops"),
             ("cache_memory_limit = 1000", "int.analytics.cache_rows"),

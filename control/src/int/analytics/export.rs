@@ -11,7 +11,8 @@
 //!
 //! `{"type":"int_event","version":1,"node":N,"seq":S,"worker":W,"flow":{..},
 //!   "sink_ns":T,"rx_tsc":X,"hop":H|null,"node_id":ID,"bits":B,"events":["queue_t",..],
-//!   "hop_latency":V|null,"queue":..,"tx_util":..,"prev":{"hop_latency":V|null,..}}`;
+//!   "hop_latency":V|null,"queue":..,"tx_util":..,"link_latency":..,
+//!   "prev":{"hop_latency":V|null,..,"link_latency":..}}`;
 //! the end-to-end record has `"hop":null`, `"e2e_latency"` and
 //! `"e2e_latency_prev"` instead of the three metrics.
 //!
@@ -24,7 +25,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dataplane::int::analytics::cache::{Agg, METRICS, METRIC_NAMES};
+use dataplane::int::analytics::cache::{Agg, METRIC_NAMES};
 use dataplane::int::analytics::events::{bit, EventConsumer, EventRecord, HOP_E2E};
 use dataplane::int::analytics::flow_ring::{FlowConsumer, FlowRecord};
 use dataplane::int::analytics::histogram::WorkerHist;
@@ -142,13 +143,14 @@ pub fn encode_event(out: &mut Vec<u8>, node: u32, seq: u64, worker: usize, r: &E
             opt(out, name, value(m));
             out.push(b',');
         }
-        out.extend_from_slice(b"\"prev\":{");
+        // Into this hop from the previous one.
+        opt(out, "link_latency", r.has_link().then_some(r.link));
+        out.extend_from_slice(b",\"prev\":{");
         for (m, name) in METRIC_NAMES.iter().enumerate() {
             opt(out, name, prev(m));
-            if m + 1 < METRICS {
-                out.push(b',');
-            }
+            out.push(b',');
         }
+        opt(out, "link_latency", r.has_link_prev().then_some(r.link_prev));
         out.push(b'}');
     }
     out.extend_from_slice(b"}\n");
@@ -443,6 +445,8 @@ mod tests {
             value: [500, 120, 0],
             prev: [400, 90, 0],
             node_id: 12,
+            link: 0,
+            link_prev: 0,
             bits: bit::t(1) | bit::c(1),
             present: 0b011_0011,
             hop: 1,
@@ -454,10 +458,18 @@ mod tests {
         assert_eq!(v["events"], serde_json::json!(["queue_t", "queue_c"]));
         assert_eq!((v["queue"].as_u64(), v["prev"]["queue"].as_u64()), (Some(120), Some(90)));
         assert!(v["tx_util"].is_null() && v["prev"]["tx_util"].is_null());
+        assert!(v["link_latency"].is_null() && v["prev"]["link_latency"].is_null());
         assert_eq!(
             (v["sink_ns"].as_u64(), v["node_id"].as_u64(), v["flow"]["dst_port"].as_u64()),
             (Some(77), Some(12), Some(80))
         );
+        // A link latency into this hop, with the previous packet's.
+        out.clear();
+        let link = EventRecord { bits: bit::LINK_C, link: 5000, link_prev: 900, present: 0b1000_1000, ..r };
+        encode_event(&mut out, 9, 5, 0, &link);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((v["link_latency"].as_u64(), v["prev"]["link_latency"].as_u64()), (Some(5000), Some(900)));
+        assert_eq!(v["events"], serde_json::json!(["link_latency_c"]));
         out.clear();
         let e2e = EventRecord { hop: HOP_E2E, bits: bit::E2E_T | bit::PATH, value: [900, 0, 0], present: 1, ..r };
         encode_event(&mut out, 9, 4, 0, &e2e);

@@ -16,7 +16,9 @@ use crate::int::analytics::api::{
     HopView, IntEventSet, IntFlowShow, ShowIntHistograms,
 };
 use crate::int::analytics::api::{DetectRuleView, DetectView, ExprEntryView, ExprView};
-use crate::int::analytics::config::{event_rule, event_slot, metric_max, EVENT_METRICS, MAX_BUDGET};
+use crate::int::analytics::config::{
+    event_rule, event_slot, metric_max, EVENT_METRICS, EVENT_RULES, MAX_BUDGET, T_BITS,
+};
 use crate::int::analytics::detect::{DetectConfig, ExprConfig};
 use crate::int::analytics::histogram::{hist_name, quantile};
 use crate::int::config::MAX_EXPRS;
@@ -72,7 +74,7 @@ impl Switch {
             return Err(ApiError::bad_argument("enabled", "applies to path_change only"));
         }
         let Some(cur) = event_slot(spec, &a.metric).copied() else {
-            let all = format!("{}, path_change", EVENT_METRICS.join(", "));
+            let all = format!("{}, path_change", EVENT_RULES.join(", "));
             return Err(ApiError::bad_argument("metric", format!("'{}' is not one of {all}", a.metric)));
         };
         let threshold = a.threshold.unwrap_or(cur.threshold as u64);
@@ -81,7 +83,7 @@ impl Switch {
         let reset = a.reset.or((mode == "edge" && cur.edge).then_some(cur.reset as u64).filter(|r| *r <= threshold));
         let rule = event_rule(&a.metric, threshold, a.change.unwrap_or(cur.change as u64), Some(mode), reset)
             .map_err(|(field, why)| ApiError::bad_argument(field, why))?;
-        let m = EVENT_METRICS.iter().position(|x| *x == a.metric).expect("a metric of EVENT_METRICS");
+        let m = EVENT_RULES.iter().position(|x| *x == a.metric).expect("one of EVENT_RULES");
         let budget = a.rate_budget.unwrap_or(self.event_budget.budget[m]);
         if budget > 0 && rule.threshold == 0 {
             return Err(ApiError::bad_argument("rate_budget", "needs a threshold: the budget moves T's threshold"));
@@ -105,20 +107,20 @@ impl Switch {
             return;
         }
         let c = sum(&self.worker_counters());
-        // T of metric i is bit 2i: its counter follows int_event_hop_latency_t.
-        let counts: [u64; 4] = std::array::from_fn(|i| c.events[Event::IntEventHopLatencyT as usize + 2 * i]);
+        // The T counters follow int_event_hop_latency_t in bit order.
+        let counts: [u64; 5] = std::array::from_fn(|i| c.events[Event::IntEventHopLatencyT as usize + T_BITS[i]]);
         let Some(int) = self.spec.int.as_mut() else { return };
-        let current: [u64; 4] =
-            std::array::from_fn(|i| event_slot(&mut int.events, EVENT_METRICS[i]).map_or(0, |r| r.threshold as u64));
-        let max: [u64; 4] = std::array::from_fn(|i| metric_max(EVENT_METRICS[i]));
+        let current: [u64; 5] =
+            std::array::from_fn(|i| event_slot(&mut int.events, EVENT_RULES[i]).map_or(0, |r| r.threshold as u64));
+        let max: [u64; 5] = std::array::from_fn(|i| metric_max(EVENT_RULES[i]));
         let changes = self.event_budget.step(now, counts, current, max);
         for &(m, from, to) in &changes {
-            let r = event_slot(&mut int.events, EVENT_METRICS[m]).expect("a metric of EVENT_METRICS");
+            let r = event_slot(&mut int.events, EVENT_RULES[m]).expect("one of EVENT_RULES");
             r.threshold = to as u32;
             r.reset = r.reset.min(r.threshold);
             eprintln!(
                 "intswitch: int analytics: {} T threshold {from} -> {to} ({} T events/s, rate_budget {})",
-                EVENT_METRICS[m], self.event_budget.rate[m], self.event_budget.budget[m]
+                EVENT_RULES[m], self.event_budget.rate[m], self.event_budget.budget[m]
             );
         }
         if !changes.is_empty() {
@@ -135,11 +137,11 @@ impl Switch {
         }
         let mut spec = self.spec.int.as_ref().ok_or_else(not_configured)?.events;
         let c = sum(&self.worker_counters());
-        let rules = EVENT_METRICS
+        let rules = EVENT_RULES
             .iter()
-            .map(|m| {
-                let r = *event_slot(&mut spec, m).expect("a metric of EVENT_METRICS");
-                let i = EVENT_METRICS.iter().position(|x| x == m).expect("a metric of EVENT_METRICS");
+            .enumerate()
+            .map(|(i, m)| {
+                let r = *event_slot(&mut spec, m).expect("one of EVENT_RULES");
                 let b = &self.event_budget;
                 EventRuleView {
                     metric: m.to_string(),

@@ -131,6 +131,11 @@ pub struct FlowEntry {
 /// `FlowEntry::disarmed`'s bit for the end-to-end latency.
 pub const E2E_DISARMED: u64 = 1 << (3 * MAX_HOPS);
 
+/// `FlowEntry::disarmed`'s bit for the link into hop `p` (1..MAX_HOPS).
+pub const fn link_disarmed(p: usize) -> u64 {
+    E2E_DISARMED << p
+}
+
 /// Why an entry left the cache (or was copied out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

@@ -39,18 +39,21 @@ pub struct EventSpec {
     pub hop: [EventRule; METRICS],
     pub e2e: EventRule,
     pub path_change: bool,
+    /// Link latency into each tracked hop after the first: its ingress
+    /// timestamp less the previous hop's egress timestamp.
+    pub link: EventRule,
 }
 
 impl EventSpec {
     /// Whether any event is on (packets skip the checks otherwise).
     pub fn any(&self) -> bool {
-        self.hop.iter().any(|r| !r.is_off()) || !self.e2e.is_off() || self.path_change
+        self.hop.iter().any(|r| !r.is_off()) || !self.e2e.is_off() || self.path_change || !self.link.is_off()
     }
 }
 
 /// The event bitmap of a record: T and C of each per-hop metric (T of
 /// metric m at bit 2m, C at 2m + 1), then end to end, path change, and the
-/// link-latency pair (reserved: not raised yet).
+/// link-latency pair.
 pub mod bit {
     pub const E2E_T: u16 = 1 << 6;
     pub const E2E_C: u16 = 1 << 7;
@@ -85,6 +88,10 @@ pub mod bit {
     ];
 }
 
+/// `EventRecord::present`'s bits for the link latency and its previous.
+pub const LINK_PRESENT: u8 = 1 << 3;
+pub const LINK_PREV_PRESENT: u8 = 1 << 7;
+
 /// `hop` of the end-to-end record.
 pub const HOP_E2E: u8 = 0xff;
 
@@ -100,8 +107,13 @@ pub struct EventRecord {
     pub value: [u32; METRICS],
     pub prev: [u32; METRICS],
     pub node_id: u32,
+    /// The link latency into this hop (from the previous hop), and the
+    /// flow's previous packet's.
+    pub link: u32,
+    pub link_prev: u32,
     pub bits: u16,
-    /// Bit m: `value[m]` is present; bit 4 + m: `prev[m]` is.
+    /// Bit m: `value[m]` is present; bit 4 + m: `prev[m]` is; bits 3 and 7:
+    /// `link` and `link_prev`.
     pub present: u8,
     /// Hop index in path order (source side first), or HOP_E2E.
     pub hop: u8,
@@ -114,6 +126,14 @@ impl EventRecord {
 
     pub fn has_prev(&self, m: usize) -> bool {
         self.present & (1 << (4 + m)) != 0
+    }
+
+    pub fn has_link(&self) -> bool {
+        self.present & LINK_PRESENT != 0
+    }
+
+    pub fn has_link_prev(&self) -> bool {
+        self.present & LINK_PREV_PRESENT != 0
     }
 }
 

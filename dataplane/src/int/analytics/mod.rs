@@ -35,6 +35,8 @@ pub struct HopLayout {
     /// Byte offsets in a hop of the node ID and of each metric.
     pub node_id: Option<u8>,
     pub metric: [Option<u8>; METRICS],
+    /// Both timestamps' offsets (8 bytes each), when the bitmap has both.
+    pub ts: Option<(u8, u8)>,
     /// Bytes a hop takes by the bitmap.
     pub hop_len: usize,
 }
@@ -47,7 +49,16 @@ impl HopLayout {
         };
         let mut m = [None; METRICS];
         (m[HOP_LATENCY], m[QUEUE], m[TX_UTIL]) = (at(2), at(3), at(7));
-        HopLayout { node_id: at(0), metric: m, hop_len: hop_words(bitmap) * 4 }
+        let ts = at(4).zip(at(5));
+        HopLayout { node_id: at(0), metric: m, ts, hop_len: hop_words(bitmap) * 4 }
+    }
+
+    /// A hop's (ingress, egress) timestamps, when the bitmap has both.
+    #[inline(always)]
+    pub fn timestamps(&self, hop: &[u8]) -> Option<(u64, u64)> {
+        let (i, e) = self.ts?;
+        let w = |o: u8| u64::from_be_bytes(hop[o as usize..o as usize + 8].try_into().expect("8 bytes"));
+        Some((w(i), w(e)))
     }
 
     /// Metric `m` of a hop: None when the bitmap lacks it or it is all ones
@@ -137,6 +148,9 @@ pub struct Analytics {
     regs: NodeRegs,
     /// `per_hop_scope = "flow"`: entry i's registers at `i * max_hops`.
     flow_regs: Box<[u32]>,
+    /// Entry i's link latencies into its tracked hops in its last packet
+    /// (`LINK_NONE`: none), at `i * max_hops`.
+    link_prev: Box<[u32]>,
     max_hops: usize,
     rule_counters: std::sync::Arc<[RuleCounters]>,
     clock: WallClock,
@@ -148,6 +162,9 @@ pub struct Analytics {
     /// The layout of the last bitmap seen (a domain has one or a few).
     layout: (u16, HopLayout),
 }
+
+/// `link_prev`'s "no link latency yet".
+const LINK_NONE: u32 = u32::MAX;
 
 /// How long a stopping worker waits, in all, for room in R_G.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -175,6 +192,7 @@ impl Analytics {
             det: vec![FlowDetect::default(); det_entries].into_boxed_slice(),
             regs: NodeRegs::new(if s.max_hops > 0 && !s.per_hop_flow { PER_HOP_NODES } else { 1 }),
             flow_regs: vec![0; if s.per_hop_flow { det_entries * s.max_hops } else { 0 }].into_boxed_slice(),
+            link_prev: vec![LINK_NONE; det_entries * s.max_hops].into_boxed_slice(),
             max_hops: s.max_hops,
             rule_counters: s.rule_counters,
             clock,
@@ -227,6 +245,12 @@ impl Analytics {
             Touch::Hit => Event::IntFlowHit,
             Touch::Inserted | Touch::Replaced => Event::IntFlowInserted,
         });
+        let links = i * self.max_hops..(i + 1) * self.max_hops;
+        if how != Touch::Hit {
+            if let Some(l) = self.link_prev.get_mut(links.clone()) {
+                l.fill(LINK_NONE);
+            }
+        }
         let rule = if detect.rules.is_empty() || self.det.is_empty() {
             None
         } else {
@@ -283,6 +307,7 @@ impl Analytics {
                     },
                     sums: &mut sums,
                     cnf: cnf.as_mut(),
+                    link_prev: self.link_prev.get_mut(links).unwrap_or(&mut []),
                 };
                 update(e, aggs, &layout, stack, hops, now, &mut side, c);
                 if let Some(p) = side.per_hop {
@@ -396,9 +421,9 @@ struct Raise<'a> {
     clock: &'a WallClock,
 }
 
-/// Event bits raised (the link-latency pair is not yet); their counters
-/// follow `Event::IntEventHopLatencyT` in bit order.
-const BITS_RAISED: usize = 9;
+/// Event bits raised; their counters follow `Event::IntEventHopLatencyT`
+/// in bit order.
+const BITS_RAISED: usize = bit::COUNT;
 
 impl Raise<'_> {
     /// Queues a record on R_I and counts its bits.
@@ -443,6 +468,8 @@ struct Side<'a, 'b> {
     per_hop: Option<PerHopPass<'a>>,
     sums: &'b mut Sums,
     cnf: Option<&'b mut CnfPass<'a>>,
+    /// The flow's link latencies in its previous packet, by hop.
+    link_prev: &'b mut [u32],
 }
 
 /// Adds one packet's stack to its flow's entry: the first `aggs.len()` hops
@@ -462,7 +489,7 @@ fn update(
     side: &mut Side,
     c: &mut CounterValues,
 ) {
-    let Side { ev, hist, per_hop, sums, cnf } = side;
+    let Side { ev, hist, per_hop, sums, cnf, link_prev } = side;
     // (The block was checked: `n` hops of `hop_len` bytes fill the stack.)
     let n = if n * l.hop_len <= stack.len() { n } else { 0 };
     let tracked = n.min(aggs.len());
@@ -472,8 +499,18 @@ fn update(
     for m in 0..METRICS {
         sums.carried[m] = l.metric[m].is_some();
     }
+    // The previous hop's egress timestamp (link latency into this one).
+    let mut egress: Option<u64> = None;
     for p in 0..n {
         let hop = &stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len];
+        let ts = l.timestamps(hop);
+        // Into hop p from hop p - 1; negative (clocks apart) or past 32
+        // bits is absent.
+        let link = match (egress, ts) {
+            (Some(e), Some((i, _))) => Some(u32::try_from(i.wrapping_sub(e) as i64).ok()),
+            _ => None,
+        };
+        egress = ts.map(|t| t.1);
         let node_id = l.node_id.map(|o| {
             let o = o as usize;
             u32::from_be_bytes(hop[o..o + 4].try_into().expect("4 bytes"))
@@ -542,6 +579,26 @@ fn update(
                 if let (Some(pv), Some(_)) = (prev, &ev) {
                     r.prev[m] = pv;
                     r.present |= 1 << (4 + m);
+                }
+            }
+            if let Some(v) = link {
+                let slot = link_prev.get_mut(p);
+                match v {
+                    Some(v) => {
+                        let prev = slot.as_deref().copied().filter(|&x| x != LINK_NONE);
+                        if let Some(x) = &ev {
+                            let (t, ch) = raise(&x.spec.link, v, prev, &mut e.disarmed, cache::link_disarmed(p));
+                            r.bits |= if t { bit::LINK_T } else { 0 } | if ch { bit::LINK_C } else { 0 };
+                            (r.link, r.present) = (v, r.present | events::LINK_PRESENT);
+                            if let Some(pv) = prev {
+                                (r.link_prev, r.present) = (pv, r.present | events::LINK_PREV_PRESENT);
+                            }
+                        }
+                        if let Some(s) = slot {
+                            *s = v;
+                        }
+                    }
+                    None => absent += 1,
                 }
             }
             if let Some(x) = ev {
@@ -1093,5 +1150,51 @@ mod tests {
         // A rule change starts the flows from 0 again.
         d.upsert(rule(10));
         assert!(send(1, 55, &d, &mut c));
+    }
+
+    /// Link latency: the next hop's ingress timestamp less this hop's
+    /// egress one, raised on the record of the hop it leads into; T over
+    /// the threshold, C against the flow's previous packet's; a negative
+    /// difference (clocks apart) is absent.
+    #[test]
+    fn link_latency_events_come_from_consecutive_hops_timestamps() {
+        let (mut a, _f, mut ring) = with_events(2);
+        let mut c = CounterValues::default();
+        let spec = EventSpec {
+            link: events::EventRule { threshold: 500, change: 100, ..Default::default() },
+            ..Default::default()
+        };
+        let bitmap = instr::NODE_ID | instr::INGRESS_TS | instr::EGRESS_TS;
+        let k = key(3);
+        let mut send = |link: i64, now: u64, c: &mut CounterValues| {
+            let hop = |n: u32, ing: u64, eg: u64| {
+                let md = HopMetadata { node_id: n, ingress_ts_ns: ing, egress_ts_ns: eg, ..Default::default() };
+                let mut b = vec![0u8; hop_words(bitmap) * 4];
+                emit_hop(bitmap, &md, &mut b);
+                b
+            };
+            // Newest first: hop 1 (ingress = hop 0's egress + link), hop 0.
+            let mut s = hop(2, (10_000 + link) as u64, 20_000);
+            s.extend(hop(1, 9_000, 10_000));
+            a.packet(&k, k.hash64(), now, &s, (bitmap, 5, 2), 0, (&spec, &DetectSpec::default()), no_fields, c);
+        };
+        send(300, 10, &mut c); // under T, no previous: nothing
+        assert!(drain(&mut ring).is_empty());
+        send(700, 20, &mut c); // T, and C: |700 - 300| > 100
+        let got = drain(&mut ring);
+        assert_eq!(got.len(), 1);
+        let r = got[0];
+        assert_eq!((r.hop, r.node_id, r.bits), (1, 2, bit::LINK_T | bit::LINK_C));
+        assert_eq!((r.link, r.link_prev, r.has_link(), r.has_link_prev()), (700, 300, true, true));
+        let absent = c.events[Event::IntValueAbsent as usize];
+        send(-50, 30, &mut c); // hop 1 stamped before hop 0 sent: absent
+        assert!(drain(&mut ring).is_empty());
+        assert_eq!(c.events[Event::IntValueAbsent as usize], absent + 1);
+        send(720, 40, &mut c); // T again; C against 700 (the absent one kept no value)
+        assert_eq!(drain(&mut ring).iter().map(|r| r.bits).collect::<Vec<_>>(), [bit::LINK_T]);
+        assert_eq!(
+            (c.events[Event::IntEventLinkLatencyT as usize], c.events[Event::IntEventLinkLatencyC as usize]),
+            (2, 1)
+        );
     }
 }
