@@ -162,17 +162,17 @@ impl HopValues {
 }
 
 /// The flow of the inner packet (as it was before its INT source).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InnerFlow {
-    pub src: String,
-    pub dst: String,
+    pub src: std::net::IpAddr,
+    pub dst: std::net::IpAddr,
     pub proto: u8,
     pub src_port: u16,
     pub dst_port: u16,
 }
 
 /// What the inner packet's INT block says.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stack {
     pub flow: InnerFlow,
     pub npt: u8,
@@ -199,12 +199,12 @@ pub fn decode_inner(f: &[u8], presence: Presence) -> Result<Stack, String> {
         0x0800 => {
             let h = f.get(l3..l3 + 20).ok_or("IPv4 header cut short")?;
             let ihl = (h[0] & 0xf) as usize * 4;
-            let a = |o: usize| std::net::Ipv4Addr::new(h[o], h[o + 1], h[o + 2], h[o + 3]).to_string();
+            let a = |o: usize| std::net::IpAddr::from([h[o], h[o + 1], h[o + 2], h[o + 3]]);
             (a(12), a(16), h[9], l3 + ihl, h[1] >> 2)
         }
         0x86dd => {
             let h = f.get(l3..l3 + 40).ok_or("IPv6 header cut short")?;
-            let a = |o: usize| std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&h[o..o + 16]).expect("16")).to_string();
+            let a = |o: usize| std::net::IpAddr::from(<[u8; 16]>::try_from(&h[o..o + 16]).expect("16"));
             (a(8), a(24), h[6], l3 + 40, ((h[0] & 0x0f) << 2) | (h[1] >> 6))
         }
         e => return Err(format!("inner ethertype {e:#06x} is not IP")),
@@ -302,7 +302,7 @@ impl Report {
         });
         match &self.stack {
             Ok(s) => {
-                v["flow"] = json!({"src": s.flow.src, "dst": s.flow.dst, "proto": s.flow.proto,
+                v["flow"] = json!({"src": s.flow.src.to_string(), "dst": s.flow.dst.to_string(), "proto": s.flow.proto,
                                    "src_port": s.flow.src_port, "dst_port": s.flow.dst_port});
                 v["npt"] = s.npt.into();
                 v["e"] = s.flags_e.into();
@@ -342,9 +342,10 @@ impl Report {
                     "\"bitmap\":\"{:#06x}\",\"domain_id\":{},\"e\":{},\"flags\":\"{flags}\",\"flow\":{{\"dst\":",
                     s.bitmap, self.domain_id, s.flags_e
                 );
-                write_str(out, &s.flow.dst);
+                // (An address's text needs no escaping.)
+                let _ = write!(out, "\"{}\"", s.flow.dst);
                 let _ = write!(out, ",\"dst_port\":{},\"proto\":{},\"src\":", s.flow.dst_port, s.flow.proto);
-                write_str(out, &s.flow.src);
+                let _ = write!(out, "\"{}\"", s.flow.src);
                 let _ = write!(out, ",\"src_port\":{}}},\"hops\":[", s.flow.src_port);
                 for (i, h) in s.hops.iter().rev().enumerate() {
                     if i > 0 {
