@@ -148,8 +148,9 @@ pub struct Analytics {
     regs: NodeRegs,
     /// `per_hop_scope = "flow"`: entry i's registers at `i * max_hops`.
     flow_regs: Box<[u32]>,
-    /// Entry i's link latencies into its tracked hops in its last packet
-    /// (`LINK_NONE`: none), at `i * max_hops`.
+    /// Entry i's link latencies into its tracked hops in its last packet,
+    /// plus one (0: none; zeroed pages cost nothing until written), at
+    /// `i * max_hops`.
     link_prev: Box<[u32]>,
     max_hops: usize,
     rule_counters: std::sync::Arc<[RuleCounters]>,
@@ -162,9 +163,6 @@ pub struct Analytics {
     /// The layout of the last bitmap seen (a domain has one or a few).
     layout: (u16, HopLayout),
 }
-
-/// `link_prev`'s "no link latency yet".
-const LINK_NONE: u32 = u32::MAX;
 
 /// How long a stopping worker waits, in all, for room in R_G.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -192,7 +190,7 @@ impl Analytics {
             det: vec![FlowDetect::default(); det_entries].into_boxed_slice(),
             regs: NodeRegs::new(if s.max_hops > 0 && !s.per_hop_flow { PER_HOP_NODES } else { 1 }),
             flow_regs: vec![0; if s.per_hop_flow { det_entries * s.max_hops } else { 0 }].into_boxed_slice(),
-            link_prev: vec![LINK_NONE; det_entries * s.max_hops].into_boxed_slice(),
+            link_prev: vec![0; det_entries * s.max_hops].into_boxed_slice(),
             max_hops: s.max_hops,
             rule_counters: s.rule_counters,
             clock,
@@ -245,10 +243,11 @@ impl Analytics {
             Touch::Hit => Event::IntFlowHit,
             Touch::Inserted | Touch::Replaced => Event::IntFlowInserted,
         });
-        let links = i * self.max_hops..(i + 1) * self.max_hops;
+        // Entry i's slots in the per-hop arrays beside the cache.
+        let slots = i * self.max_hops..(i + 1) * self.max_hops;
         if how != Touch::Hit {
-            if let Some(l) = self.link_prev.get_mut(links.clone()) {
-                l.fill(LINK_NONE);
+            if let Some(l) = self.link_prev.get_mut(slots.clone()) {
+                l.fill(0);
             }
         }
         let rule = if detect.rules.is_empty() || self.det.is_empty() {
@@ -259,7 +258,7 @@ impl Analytics {
                 // A new flow, or the rules changed: its rule anew, state at 0.
                 let rule = detect.lookup(&fields()).map_or(0, |r| r as u8 + 1);
                 *st = FlowDetect { version: detect.version + 1, rule, ..FlowDetect::default() };
-                if let Some(r) = self.flow_regs.get_mut(i * self.max_hops..(i + 1) * self.max_hops) {
+                if let Some(r) = self.flow_regs.get_mut(slots.clone()) {
                     r.fill(0);
                 }
             }
@@ -293,7 +292,7 @@ impl Analytics {
                                 // Per node ID: the hops must name theirs.
                                 layout.node_id.map(|_| Regs::Node(&mut self.regs))
                             } else {
-                                Some(Regs::Flow(&mut self.flow_regs[i * self.max_hops..(i + 1) * self.max_hops]))
+                                Some(Regs::Flow(&mut self.flow_regs[slots.clone()]))
                             };
                             regs.map(|regs| PerHopPass {
                                 regs,
@@ -307,7 +306,7 @@ impl Analytics {
                     },
                     sums: &mut sums,
                     cnf: cnf.as_mut(),
-                    link_prev: self.link_prev.get_mut(links).unwrap_or(&mut []),
+                    link_prev: self.link_prev.get_mut(slots).unwrap_or(&mut []),
                 };
                 update(e, aggs, &layout, stack, hops, now, &mut side, c);
                 if let Some(p) = side.per_hop {
@@ -468,7 +467,7 @@ struct Side<'a, 'b> {
     per_hop: Option<PerHopPass<'a>>,
     sums: &'b mut Sums,
     cnf: Option<&'b mut CnfPass<'a>>,
-    /// The flow's link latencies in its previous packet, by hop.
+    /// The flow's link latencies in its previous packet plus one, by hop.
     link_prev: &'b mut [u32],
 }
 
@@ -499,15 +498,18 @@ fn update(
     for m in 0..METRICS {
         sums.carried[m] = l.metric[m].is_some();
     }
-    // The previous hop's egress timestamp (link latency into this one).
+    // Link latencies only while their events are on (their previous values
+    // then start over, as for a new flow); the previous hop's egress
+    // timestamp gives the link into this one.
+    let links = ev.as_ref().is_some_and(|x| !x.spec.link.is_off());
     let mut egress: Option<u64> = None;
     for p in 0..n {
         let hop = &stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len];
-        let ts = l.timestamps(hop);
-        // Into hop p from hop p - 1; negative (clocks apart) or past 32
-        // bits is absent.
+        let ts = if links { l.timestamps(hop) } else { None };
+        // Into hop p from hop p - 1; negative (clocks apart) or from 2^32 - 1
+        // up is absent.
         let link = match (egress, ts) {
-            (Some(e), Some((i, _))) => Some(u32::try_from(i.wrapping_sub(e) as i64).ok()),
+            (Some(e), Some((i, _))) => Some(u32::try_from(i.wrapping_sub(e) as i64).ok().filter(|&v| v != u32::MAX)),
             _ => None,
         };
         egress = ts.map(|t| t.1);
@@ -585,7 +587,7 @@ fn update(
                 let slot = link_prev.get_mut(p);
                 match v {
                     Some(v) => {
-                        let prev = slot.as_deref().copied().filter(|&x| x != LINK_NONE);
+                        let prev = slot.as_deref().and_then(|x| x.checked_sub(1));
                         if let Some(x) = &ev {
                             let (t, ch) = raise(&x.spec.link, v, prev, &mut e.disarmed, cache::link_disarmed(p));
                             r.bits |= if t { bit::LINK_T } else { 0 } | if ch { bit::LINK_C } else { 0 };
@@ -595,7 +597,7 @@ fn update(
                             }
                         }
                         if let Some(s) = slot {
-                            *s = v;
+                            *s = v + 1;
                         }
                     }
                     None => absent += 1,
