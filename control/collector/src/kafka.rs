@@ -136,15 +136,25 @@ impl KafkaSink {
     }
 }
 
+/// The key of a flow's messages.
+fn flow_key(out: &mut String, f: [&dyn std::fmt::Display; 5]) {
+    use std::fmt::Write;
+    let [src, sport, dst, dport, proto] = f;
+    let _ = write!(out, "{src}:{sport}>{dst}:{dport}/{proto}");
+}
+
 /// A record's message key: its flow as `src:sport>dst:dport/proto`, or a
 /// histogram's node ID (`e2e` for the end-to-end one).
 pub fn key_of(v: &Value) -> String {
     let f = &v["flow"];
+    let mut out = String::new();
     if f.is_object() {
         let s = |k: &str| f[k].as_str().map_or_else(|| f[k].to_string(), str::to_string);
-        return format!("{}:{}>{}:{}/{}", s("src"), f["src_port"], s("dst"), f["dst_port"], f["proto"]);
+        flow_key(&mut out, [&s("src"), &f["src_port"], &s("dst"), &f["dst_port"], &f["proto"]]);
+    } else {
+        out = v["node_id"].as_u64().map_or_else(|| "e2e".into(), |n| n.to_string());
     }
-    v["node_id"].as_u64().map_or_else(|| "e2e".into(), |n| n.to_string())
+    out
 }
 
 /// A decoded report's key, as `key_of` gives it for its JSON, written
@@ -152,13 +162,15 @@ pub fn key_of(v: &Value) -> String {
 pub fn report_key(r: &crate::Report, out: &mut String) {
     use std::fmt::Write;
     out.clear();
-    let _ = match &r.stack {
+    match &r.stack {
         Ok(s) => {
             let f = &s.flow;
-            write!(out, "{}:{}>{}:{}/{}", f.src, f.src_port, f.dst, f.dst_port, f.proto)
+            flow_key(out, [&f.src, &f.src_port, &f.dst, &f.dst_port, &f.proto]);
         }
-        Err(_) => write!(out, "{}", r.node_id),
-    };
+        Err(_) => {
+            let _ = write!(out, "{}", r.node_id);
+        }
+    }
 }
 
 #[cfg(test)]

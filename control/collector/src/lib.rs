@@ -135,30 +135,6 @@ impl HopValues {
         put(out, "tx_util", self.tx_util.map(u64::from));
         out.push('}');
     }
-
-    pub fn json(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        let mut put = |k: &str, v: Option<Value>| {
-            if let Some(v) = v {
-                m.insert(k.into(), v);
-            }
-        };
-        put("node_id", self.node_id.map(Value::from));
-        put("ingress_port", self.ingress_port.map(Value::from));
-        put("egress_port", self.egress_port.map(Value::from));
-        put("hop_latency_ns", self.hop_latency_ns.map(Value::from));
-        put("queue_id", self.queue_id.map(Value::from));
-        put("queue_occupancy", self.queue_occupancy.map(Value::from));
-        put("ingress_ts_ns", self.ingress_ts_ns.map(Value::from));
-        put("egress_ts_ns", self.egress_ts_ns.map(Value::from));
-        put("l2_ingress", self.l2_ingress.map(Value::from));
-        put("l2_egress", self.l2_egress.map(Value::from));
-        put("tx_util", self.tx_util.map(Value::from));
-        put("buffer_id", self.buffer_id.map(Value::from));
-        put("buffer_occupancy", self.buffer_occupancy.map(Value::from));
-        put("drop_reason", self.drop_reason.map(Value::from));
-        Value::Object(m)
-    }
 }
 
 /// The flow of the inner packet (as it was before its INT source).
@@ -284,49 +260,18 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report as JSON (keys sorted), for the text lines and the tests;
+    /// the exports and `--json` take `write_json`'s text.
     pub fn json(&self) -> Value {
-        let flags: Vec<&str> = [(FLAG_D, "D"), (FLAG_Q, "Q"), (FLAG_F, "F"), (FLAG_I, "I")]
-            .iter()
-            .filter(|(f, _)| self.flags & f != 0)
-            .map(|(_, n)| *n)
-            .collect();
-        let mut sink = self.sink.json();
-        sink["node_id"] = self.node_id.into();
-        let mut v = json!({
-            "node_id": self.node_id,
-            "hw_id": self.hw_id,
-            "seq": self.seq,
-            "flags": flags.join(""),
-            "domain_id": self.domain_id,
-            "reporter": sink,
-        });
-        match &self.stack {
-            Ok(s) => {
-                v["flow"] = json!({"src": s.flow.src.to_string(), "dst": s.flow.dst.to_string(), "proto": s.flow.proto,
-                                   "src_port": s.flow.src_port, "dst_port": s.flow.dst_port});
-                v["npt"] = s.npt.into();
-                v["e"] = s.flags_e.into();
-                v["m"] = s.flags_m.into();
-                v["rhc"] = s.rhc.into();
-                v["bitmap"] = format!("{:#06x}", s.bitmap).into();
-                // Path order: source first; the reporting node last unless this
-                // is an intermediate report (it then pushes its own hop on).
-                let mut hops: Vec<Value> = s.hops.iter().rev().map(HopValues::json).collect();
-                if self.flags & FLAG_I == 0 {
-                    hops.push(sink);
-                }
-                v["hops"] = hops.into();
-            }
-            Err(e) => v["error"] = e.clone().into(),
-        }
-        v
+        let mut out = String::new();
+        self.write_json(&mut out);
+        serde_json::from_str(&out).expect("write_json writes JSON")
     }
-}
 
-impl Report {
-    /// `json().to_string()`, written straight into `out` (no `Value` tree:
-    /// what the exports to Redis and Kafka and `--json` print cost per
-    /// report).
+    /// The report's JSON written straight into `out` (no `Value` tree: what
+    /// the exports to Redis and Kafka and `--json` print cost per report).
+    /// Hops in path order: source first; the reporting node last unless
+    /// this is an intermediate report (it then pushes its own hop on).
     pub fn write_json(&self, out: &mut String) {
         use std::fmt::Write;
         let flags: String = [(FLAG_D, 'D'), (FLAG_Q, 'Q'), (FLAG_F, 'F'), (FLAG_I, 'I')]
