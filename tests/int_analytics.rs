@@ -932,3 +932,206 @@ fn a_link_delay_step_raises_link_latency_events_between_the_two_hops() {
     assert_eq!(steps.len(), FLOWS);
     assert!(steps.iter().all(|e| e["prev"]["link_latency"] == 2_000), "{steps:?}");
 }
+
+/// `tests/telemetry_ref.py`, the independent reference (README "Telemetry
+/// traces").
+fn telemetry_ref() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("telemetry_ref.py")
+}
+
+/// The §9 value models against the independent reference: `gen-traffic
+/// --int-values web` and the Python generator write the same bytes and
+/// the same ground truth; a sink with analytics reads the trace once and
+/// its flow records (after a flush), histograms, events and the reports of
+/// four detection algorithms (one per destination port) equal what the
+/// truth and the Python detector say, exactly.
+#[test]
+fn a_modelled_trace_matches_the_independent_reference_exactly() {
+    let d = Scratch::new("telref");
+    let (ours, theirs) = (d.path("ours.pcap"), d.path("ref.pcap"));
+    let gen = Command::new(intswitch_tests::workspace_bin("intswitch"))
+        .args(["gen-traffic", "--int-values", "web", "--count", "4000", "--flows", "48", "--zipf", "1.1"])
+        .args(["--int-instructions", "node_id,hop_latency,queue,tx_util", "--int-rhc", "3", "--shuffle", "5"])
+        .arg("--out")
+        .arg(&ours)
+        .arg("--truth")
+        .arg(d.path("ours.json"))
+        .output()
+        .unwrap();
+    assert!(gen.status.success(), "{gen:?}");
+    let py = Command::new("python3")
+        .arg(telemetry_ref())
+        .args(["gen", "--model", "web", "--packets", "4000", "--flows", "48", "--zipf", "1.1", "--bitmap", "0xb100"])
+        .args(["--rhc", "3", "--seed", "5", "--out"])
+        .arg(&theirs)
+        .arg("--truth")
+        .arg(d.path("ref.json"))
+        .output()
+        .unwrap();
+    assert!(py.status.success(), "{py:?}");
+    assert!(std::fs::read(&ours).unwrap() == std::fs::read(&theirs).unwrap(), "the two generators' pcaps differ");
+    let truth: Value = serde_json::from_slice(&std::fs::read(d.path("ours.json")).unwrap()).unwrap();
+    let ref_truth: Value = serde_json::from_slice(&std::fs::read(d.path("ref.json")).unwrap()).unwrap();
+    assert_eq!(truth, ref_truth, "the two generators' ground truths differ");
+    assert!(truth["bursts"].as_array().unwrap().len() >= 3, "{}", truth["bursts"]);
+
+    let rules =
+        ["per_hop:hop_latency:20000@80", "per_flow:e2e_latency:20000@81", "ewma:queue:100:64@5000", "noop:queue:0"];
+    let mut det = Command::new("python3");
+    det.arg(telemetry_ref()).arg("detect").arg("--pcap").arg(&ours);
+    for r in rules {
+        det.args(["--rule", r]);
+    }
+    det.args(["--event", "queue:250:100", "--event", "hop_latency:0:40000", "--event", "e2e_latency:60000:0"]);
+    let out = det.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let want: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let frames = read_pcap(&ours);
+    assert_eq!(want["packets"].as_u64(), Some(frames.len() as u64));
+
+    let Sink { d: _sd, s, sock, collector } = start_sink(
+        "inttelref",
+        43,
+        &frames,
+        "node_id = 9\nedge_ports = [\"p1\"]\n[int.analytics]\ncache_rows = 1024\ncache_max_hops = 5\n\
+[int.analytics.events.queue]\nthreshold = 250\nchange = 100\n\
+[int.analytics.events.hop_latency]\nchange = 40000\n[int.analytics.events.e2e_latency]\nthreshold = 60000\n\
+[[int.detect]]\nname = \"a\"\npriority = 4\ndst_port = \"80\"\nalgorithm = \"per_hop\"\nmetric = \"hop_latency\"\nthreshold = 20000\n\
+[[int.detect]]\nname = \"b\"\npriority = 3\ndst_port = \"81\"\nalgorithm = \"per_flow\"\nmetric = \"e2e_latency\"\nthreshold = 20000\n\
+[[int.detect]]\nname = \"c\"\npriority = 2\ndst_port = \"5000\"\nalgorithm = \"ewma\"\nmetric = \"queue\"\nthreshold = 100\nweight = 64\n\
+[[int.detect]]\nname = \"d\"\npriority = 1\nalgorithm = \"noop\"\nmetric = \"queue\"",
+    );
+    let shown = intctl(&sock, &["int", "detect", "show"]);
+    for (r, name) in shown["rules"].as_array().unwrap().iter().zip(rules) {
+        assert_eq!(r["reported"].as_u64(), want["rules"][name].as_array().map(|v| v.len() as u64), "{name}: {r}");
+    }
+    intctl(&sock, &["int", "flows", "flush"]);
+    let flows = truth["flow"].as_array().unwrap().len() as u64;
+    wait_for("every flow flushed", || {
+        intctl(&sock, &["show", "int", "analytics"])["counters"]["int_flow_flushed"].as_u64() == Some(flows)
+    });
+    let _ = s.stop();
+    let lines = collected_lines(collector);
+    let summary = lines.iter().find_map(|v| v.get("int_flow_summary").cloned()).unwrap_or(Value::Null);
+    assert_eq!(summary["records_lost"].as_u64(), Some(0), "{summary}");
+    let records: Vec<&Value> =
+        lines.iter().filter(|v| v["type"].as_str().is_some_and(|t| t.starts_with("int_"))).collect();
+
+    // Flow records: one each (nothing left by LRU), equal to the truth.
+    let metrics = ["hop_latency", "queue", "tx_util"];
+    let mut got_flows: Vec<Value> = records
+        .iter()
+        .filter(|v| v["type"] == "int_flow")
+        .map(|v| {
+            let hop: Vec<Value> = v["hop"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| {
+                    let mut o = serde_json::json!({"node_id": h["node_id"]});
+                    for m in metrics {
+                        o[m] = serde_json::json!({"last": h[m]["last"], "sum": h[m]["sum"]});
+                    }
+                    o
+                })
+                .collect();
+            let f = &v["flow"];
+            serde_json::json!({
+                "flow": {"src": f["src"], "dst": f["dst"], "proto": f["proto"], "src_port": f["src_port"], "dst_port": f["dst_port"]},
+                "packets": v["packets"], "hop": hop,
+                "e2e_latency": {"last": v["e2e_latency"]["last"], "sum": v["e2e_latency"]["sum"]},
+            })
+        })
+        .collect();
+    let mut want_flows: Vec<Value> = truth["flow"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            let o = f.as_object_mut().unwrap();
+            o.remove("first");
+            o.remove("last");
+            f
+        })
+        .collect();
+    let key = |v: &Value| v["flow"].to_string();
+    got_flows.sort_by_key(key);
+    want_flows.sort_by_key(key);
+    assert_eq!(got_flows.len(), want_flows.len());
+    for (g, w) in got_flows.iter().zip(&want_flows) {
+        assert_eq!(g, w);
+    }
+
+    // Histograms: the stop snapshot's cumulative counts, as [edge, count].
+    let mut hist: BTreeMap<(Option<u64>, String), BTreeMap<u64, u64>> = BTreeMap::new();
+    for v in records.iter().filter(|v| v["type"] == "int_hist") {
+        let bins = control::traffic::telemetry::default_bins(v["metric"].as_str().unwrap()).unwrap();
+        let h = hist.entry((v["node_id"].as_u64(), v["metric"].as_str().unwrap().to_string())).or_default();
+        let first = v["first"].as_u64().unwrap() as usize;
+        for (i, c) in v["counts"].as_array().unwrap().iter().enumerate() {
+            let c = c.as_u64().unwrap();
+            if c > 0 {
+                h.insert(bins.lower_edge(first + i), c);
+            } else {
+                h.remove(&bins.lower_edge(first + i));
+            }
+        }
+    }
+    let want_hist: BTreeMap<(Option<u64>, String), BTreeMap<u64, u64>> = truth["histograms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let counts =
+                h["counts"].as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap()));
+            ((h["node_id"].as_u64(), h["metric"].as_str().unwrap().to_string()), counts.collect())
+        })
+        .collect();
+    assert_eq!(hist, want_hist);
+
+    // Events: the same multiset of records.
+    let mut got_events: Vec<Value> = records
+        .iter()
+        .filter(|v| v["type"] == "int_event")
+        .map(|v| {
+            let f = &v["flow"];
+            let (vals, prev) = if v["hop"].is_null() {
+                (serde_json::json!([v["e2e_latency"]]), serde_json::json!([v["e2e_latency_prev"]]))
+            } else {
+                (
+                    Value::Array(metrics.iter().map(|m| v[m].clone()).collect()),
+                    Value::Array(metrics.iter().map(|m| v["prev"][m].clone()).collect()),
+                )
+            };
+            serde_json::json!([
+                f["src"],
+                f["dst"],
+                f["proto"],
+                f["src_port"],
+                f["dst_port"],
+                v["hop"],
+                v["node_id"],
+                v["bits"],
+                vals,
+                prev
+            ])
+        })
+        .collect();
+    let mut want_events = want["events"].as_array().unwrap().clone();
+    got_events.sort_by_key(Value::to_string);
+    want_events.sort_by_key(Value::to_string);
+    assert!(want_events.len() > 50, "{}", want_events.len());
+    assert_eq!(got_events, want_events);
+
+    // Reports: on exactly the packets the reference marks (by the inner
+    // IPv4 ID, the packet's index).
+    let mut got_reports: Vec<u64> =
+        lines.iter().filter(|v| v.get("flags").is_some()).map(|v| v["ip_id"].as_u64().unwrap()).collect();
+    let mut want_reports: Vec<u64> =
+        rules.iter().flat_map(|r| want["rules"][r].as_array().unwrap().iter().map(|i| i.as_u64().unwrap())).collect();
+    got_reports.sort_unstable();
+    want_reports.sort_unstable();
+    assert!(want_reports.len() > 50, "{}", want_reports.len());
+    assert_eq!(got_reports, want_reports);
+}

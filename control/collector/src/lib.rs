@@ -159,6 +159,9 @@ pub struct Stack {
     pub domain_id: u16,
     /// Newest first, as on the wire.
     pub hops: Vec<HopValues>,
+    /// The inner IPv4 header's identification (None for IPv6): ties a
+    /// report to a packet of a capture or a trace.
+    pub ip_id: Option<u16>,
 }
 
 /// Finds and decodes the INT block of a (truncated) Ethernet frame, located
@@ -171,17 +174,17 @@ pub fn decode_inner(f: &[u8], presence: Presence) -> Result<Stack, String> {
         et = rd16(l3 + 2)?;
         l3 += 4;
     }
-    let (src, dst, proto, l4, dscp) = match et {
+    let (src, dst, proto, l4, dscp, ip_id) = match et {
         0x0800 => {
             let h = f.get(l3..l3 + 20).ok_or("IPv4 header cut short")?;
             let ihl = (h[0] & 0xf) as usize * 4;
             let a = |o: usize| std::net::IpAddr::from([h[o], h[o + 1], h[o + 2], h[o + 3]]);
-            (a(12), a(16), h[9], l3 + ihl, h[1] >> 2)
+            (a(12), a(16), h[9], l3 + ihl, h[1] >> 2, Some(u16::from_be_bytes([h[4], h[5]])))
         }
         0x86dd => {
             let h = f.get(l3..l3 + 40).ok_or("IPv6 header cut short")?;
             let a = |o: usize| std::net::IpAddr::from(<[u8; 16]>::try_from(&h[o..o + 16]).expect("16"));
-            (a(8), a(24), h[6], l3 + 40, ((h[0] & 0x0f) << 2) | (h[1] >> 6))
+            (a(8), a(24), h[6], l3 + 40, ((h[0] & 0x0f) << 2) | (h[1] >> 6), None)
         }
         e => return Err(format!("inner ethertype {e:#06x} is not IP")),
     };
@@ -240,6 +243,7 @@ pub fn decode_inner(f: &[u8], presence: Presence) -> Result<Stack, String> {
         bitmap,
         domain_id: u16::from_be_bytes([b[10], b[11]]),
         hops,
+        ip_id,
     })
 }
 
@@ -304,11 +308,12 @@ impl Report {
                     }
                     self.sink.write_json(out, Some(self.node_id));
                 }
-                let _ = write!(
-                    out,
-                    "],\"hw_id\":{},\"m\":{},\"node_id\":{},\"npt\":{},\"reporter\":",
-                    self.hw_id, s.flags_m, self.node_id, s.npt
-                );
+                let _ = write!(out, "],\"hw_id\":{}", self.hw_id);
+                if let Some(id) = s.ip_id {
+                    let _ = write!(out, ",\"ip_id\":{id}");
+                }
+                let _ =
+                    write!(out, ",\"m\":{},\"node_id\":{},\"npt\":{},\"reporter\":", s.flags_m, self.node_id, s.npt);
                 self.sink.write_json(out, Some(self.node_id));
                 let _ = write!(out, ",\"rhc\":{},\"seq\":{}}}", s.rhc, self.seq);
             }

@@ -137,6 +137,21 @@ enum Cmd {
         /// `gpint.domain_id` of the domain.
         #[arg(long, default_value_t = 0x6701)]
         gpint_domain_id: u16,
+        /// INT frames whose hop values follow a model (README "Telemetry
+        /// traces"): exp, or the microburst models web, cache, hadoop.
+        /// --count packets over --flows flows (split evenly, or by --zipf),
+        /// --int-hops hops (default 5) on --int-paths paths,
+        /// --int-instructions, --int-rhc, --int-port; --shuffle is the seed.
+        #[arg(long)]
+        int_values: Option<String>,
+        /// Paths the --int-values flows take (one flow in eight changes
+        /// path halfway).
+        #[arg(long, default_value_t = 4)]
+        int_paths: usize,
+        /// With --int-values: write the ground truth (per-flow aggregates,
+        /// default histograms, bursts) as JSON to FILE.
+        #[arg(long)]
+        truth: Option<String>,
     },
 }
 
@@ -198,8 +213,47 @@ fn run(cli: Cli) -> Result<(), String> {
         gpint_monitors,
         gpint_udp_port,
         gpint_domain_id,
+        int_values,
+        int_paths,
+        truth,
     }) = cli.cmd
     {
+        if let Some(model) = int_values {
+            let t = control::traffic::TelemetryTrace {
+                model: control::traffic::Model::parse(&model).map_err(|e| format!("--int-values: {e}"))?,
+                flows,
+                packets: count,
+                zipf,
+                hops: match int_hops.as_deref().map(parse_hops).transpose()? {
+                    Some((min, max)) if min == max => max,
+                    Some(_) => return Err("--int-values: one --int-hops count, not a range".into()),
+                    None => 5,
+                },
+                paths: int_paths,
+                bitmap: control::int::config::instruction_bits(&int_instructions)
+                    .map_err(|e| format!("--int-instructions: {e}"))?,
+                rhc: int_rhc,
+                int_port,
+                seed: shuffle.unwrap_or(1),
+            };
+            t.check().map_err(|e| format!("--int-values: {e}"))?;
+            let f = std::fs::File::create(&out).map_err(|e| format!("--out {out}: {e}"))?;
+            let got = t.write(f).map_err(|e| format!("--out {out}: {e}"))?;
+            if let Some(path) = truth {
+                let text = serde_json::to_string(&got.json(&t)).map_err(|e| format!("--truth: {e}"))?;
+                std::fs::write(&path, text + "\n").map_err(|e| format!("--truth {path}: {e}"))?;
+            }
+            eprintln!(
+                "intswitch gen-traffic: {} packets ({} lost at the bottleneck's buffer), {} bursts",
+                got.packets,
+                got.dropped,
+                got.bursts.len()
+            );
+            return Ok(());
+        }
+        if truth.is_some() {
+            return Err("--truth: only with --int-values".into());
+        }
         if gpint_probes {
             let t = control::traffic::GpintTraffic {
                 probes: count,

@@ -4,6 +4,7 @@
 
 pub mod gpint;
 pub mod mix;
+pub mod telemetry;
 
 use std::io::Write;
 use std::net::IpAddr;
@@ -15,6 +16,7 @@ use dataplane::wire::ipv6::Ipv6Repr;
 use dataplane::wire::udp::UdpRepr;
 pub use gpint::{write_gpint_pcap, GpintTraffic};
 pub use mix::{Flow, Mix, Prefixes, Sizes};
+pub use telemetry::{Model, TelemetryTrace};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrafficSpec {
