@@ -1135,3 +1135,105 @@ fn a_modelled_trace_matches_the_independent_reference_exactly() {
     assert!(want_reports.len() > 50, "{}", want_reports.len());
     assert_eq!(got_reports, want_reports);
 }
+
+/// Export paused before the first frame (the switch reads its trace from a
+/// FIFO the test feeds after `int export pause`): R_I and R_G fill to
+/// their capacity and refuse the rest, counted; after resume exactly what
+/// they held arrives, so delivered + ring full = the records the packets
+/// raised (events: a reference count of T events; flow records: the
+/// entries the cache let go), per ring, exactly.
+#[test]
+fn with_export_paused_every_record_is_delivered_or_counted_ring_full() {
+    let (frames, _) = frames();
+    // T events on the queue of the two tracked hops (level mode: one per
+    // packet and hop above it, whatever the cache holds).
+    let want_events =
+        (0..SENT).flat_map(|i| (0..2).map(move |p| values(i, p).1)).filter(|q| q.is_some_and(|q| q > 150)).count()
+            as u64;
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new("intpause");
+    let p = |f: &str| d.path(f).display().to_string();
+    let fifo = d.path("in.pcap");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let writer = {
+        let (fifo, frames) = (fifo.clone(), frames.clone());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            // Blocks until the switch opens the FIFO to read.
+            let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            let mut hdr = Vec::new();
+            for v in
+                [0xa1b2_c3d4u32.to_le_bytes().to_vec(), vec![2, 0, 4, 0], vec![0; 8], 65535u32.to_le_bytes().to_vec()]
+            {
+                hdr.extend(v);
+            }
+            hdr.extend(1u32.to_le_bytes());
+            w.write_all(&hdr).unwrap();
+            w.flush().unwrap();
+            // The frames only once export is paused (or the test gave up).
+            let _ = go_rx.recv_timeout(Duration::from_secs(60));
+            for (i, f) in frames.iter().enumerate() {
+                let mut rec = Vec::with_capacity(16 + f.len());
+                for v in [0u32, i as u32, f.len() as u32, f.len() as u32] {
+                    rec.extend(v.to_le_bytes());
+                }
+                rec.extend(f);
+                if w.write_all(&rec).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let listen = format!("127.0.0.1:{}", 20_000 + (id + 45) % 30_000);
+    let collector = start_collector(&listen);
+    let cfg = format!(
+        "name = \"intpause\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"intpause-{id}\"\n\
+[dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
+device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
+peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 600000\n\
+[int.analytics]\ncache_rows = 4\ncache_ways = 4\ncache_max_hops = 2\nflow_ring_size = 32\nevent_ring_size = 64\n\
+histogram_nodes = 0\n[int.analytics.events.queue]\nthreshold = 150\n[[int.collector]]\naddress = \"{listen}\"\n",
+        control_section(&d),
+        p("in.pcap"),
+        p("out.pcap"),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let s = SwitchProcess::start(&d.path("c.toml"), None);
+    let sock = d.path("sw.sock");
+    assert_eq!(intctl(&sock, &["int", "export", "pause"])["paused"], true);
+    go_tx.send(()).unwrap();
+    wait_for("every frame sunk", || {
+        intctl(&sock, &["show", "int"])["counters"]["int_sunk"].as_u64() == Some(SENT as u64)
+    });
+    writer.join().unwrap();
+    let mut a = Value::Null;
+    wait_for("the counters published", || {
+        a = intctl(&sock, &["show", "int", "analytics"]);
+        a["counters"]["int_flow_hit"].as_u64().unwrap_or(0) + a["counters"]["int_flow_inserted"].as_u64().unwrap_or(0)
+            == SENT as u64
+    });
+    let ring = |k: &str, f: &str| a["export"][k][0][f].as_u64().unwrap();
+    let (ecap, fcap) = (ring("event_rings", "capacity"), ring("rings", "capacity"));
+    let lru = a["counters"]["int_flow_lru"].as_u64().unwrap();
+    assert!(want_events > 2 * ecap && lru > 2 * fcap, "the rings overflow: {want_events} {lru} {a}");
+    assert_eq!((ring("event_rings", "pending"), ring("event_rings", "ring_full")), (ecap, want_events - ecap), "{a}");
+    assert_eq!((ring("rings", "pending"), ring("rings", "ring_full")), (fcap, lru - fcap), "{a}");
+    assert_eq!(a["counters"]["int_event_ring_full"].as_u64(), Some(want_events - ecap), "{a}");
+    assert_eq!(a["counters"]["int_flow_ring_full"].as_u64(), Some(lru - fcap), "{a}");
+
+    intctl(&sock, &["int", "export", "resume"]);
+    wait_for("the rings drained", || {
+        let v = intctl(&sock, &["show", "int", "analytics"]);
+        v["export"]["rings"][0]["pending"] == 0 && v["export"]["event_rings"][0]["pending"] == 0
+    });
+    let _ = s.stop();
+    let lines = collected_lines(collector);
+    let count = |t: &str| lines.iter().filter(|v| v["type"] == t).count() as u64;
+    // What the cache still held leaves at stop (reason stop) with room in
+    // the ring: 16 entries, 32 slots.
+    let stopped = lines.iter().filter(|v| v["type"] == "int_flow" && v["reason"] == "stop").count() as u64;
+    assert_eq!(count("int_event"), ecap, "delivered + ring full = {want_events}");
+    assert_eq!(count("int_flow") - stopped, fcap, "delivered + ring full = {lru} LRU exports");
+    assert_eq!(stopped, 16);
+}
