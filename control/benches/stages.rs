@@ -36,12 +36,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use control::config::Config;
+use control::int::analytics::config::AnalyticsPlan;
 use control::traffic::{frame, int_frame, IntTraffic, TrafficSpec};
 use dataplane::counters::{CounterValues, Event};
 use dataplane::forward::Verdict;
 use dataplane::int::analytics::events::event_ring;
 use dataplane::int::analytics::flow_ring::flow_ring;
-use dataplane::int::analytics::histogram::{HistSpec, HistWriter, WorkerHist};
+use dataplane::int::analytics::histogram::{HistWriter, WorkerHist};
 use dataplane::int::analytics::{rule_counters, AnalyticsSetup};
 use dataplane::int::report_ring::{report_ring, ReportConsumer};
 use dataplane::int::stage::{ReportRecord, WallClock};
@@ -67,9 +68,9 @@ struct Case {
     /// What shows that the case's stage handled a packet: a case whose
     /// frames miss the stage fails.
     acts: Acts,
-    /// The INT sink runs its analytics (flow cache, events, histograms,
-    /// detection) at their default sizes.
-    analytics: bool,
+    /// The INT sink's analytics (flow cache, events, histograms,
+    /// detection) as the config's `[int.analytics]` sizes them.
+    analytics: Option<AnalyticsPlan>,
 }
 
 #[derive(Clone, Copy)]
@@ -88,10 +89,10 @@ fn config(mode: &str, learn: bool, p0: &str, p1: &str, tail: &str) -> String {
     )
 }
 
-fn tables(toml: &str) -> Tables {
+fn tables(toml: &str) -> (Tables, Option<AnalyticsPlan>) {
     let plan = Config::from_toml(toml).and_then(|c| c.validate()).unwrap_or_else(|e| panic!("bench config: {e:?}"));
     let macs: Vec<[u8; 6]> = plan.ports.iter().map(|p| p.mac.unwrap_or([2, 0, 0, 0, 0, 1])).collect();
-    Tables::build(&plan.table_spec(&macs, HZ), 1).expect("bench tables")
+    (Tables::build(&plan.table_spec(&macs, HZ), 1).expect("bench tables"), plan.int.as_ref().and_then(|i| i.analytics))
 }
 
 /// A `STAGES_RUN` case: a switch config and the trace its p0 receives.
@@ -105,7 +106,8 @@ fn from_files(config: &str, trace: &str) -> Case {
         .map(|(_, f)| f)
         .collect();
     assert!(!frames.is_empty(), "{trace}: no frames");
-    Case { tables: tables(&toml), frames, learn, parse_only: false, acts: Acts::Forwarded, analytics: false }
+    let (tables, analytics) = tables(&toml);
+    Case { tables, frames, learn, parse_only: false, acts: Acts::Forwarded, analytics }
 }
 
 fn traffic(count: usize, flows: usize, src: &str, dst: &str, dst_mac: [u8; 6], vary_dst: bool) -> TrafficSpec {
@@ -151,13 +153,9 @@ const CASES: [&str; 13] = [
 
 fn build(name: &'static str) -> Case {
     let l2 = || frames(&traffic(4096, 64, "10.0.0.1", "10.1.0.1", [2, 0, 0, 0, 0, 2], false));
-    let case = |learn, toml: String, frames| Case {
-        tables: tables(&toml),
-        frames,
-        learn,
-        parse_only: false,
-        acts: Acts::Forwarded,
-        analytics: false,
+    let case = |learn, toml: String, frames| {
+        let (tables, analytics) = tables(&toml);
+        Case { tables, frames, learn, parse_only: false, acts: Acts::Forwarded, analytics }
     };
     let xc = |learn, tail: &str| config("xconnect", learn, XC[0], XC[1], tail);
     let int = |edge: &str, more: &str| format!("[int]\nnode_id = 7\nedge_ports = {edge}\n{more}\n");
@@ -232,11 +230,7 @@ fn build(name: &'static str) -> Case {
                      [[int.detect]]\nname = \"all\"\nalgorithm = \"per_flow\"\nthreshold = 1000"
                 ),
             );
-            Case {
-                acts: Acts::Counted(Event::IntFlowHit),
-                analytics: true,
-                ..case(false, xc(false, &sink), five_hops())
-            }
+            Case { acts: Acts::Counted(Event::IntFlowHit), ..case(false, xc(false, &sink), five_hops()) }
         }
         "ampm-initiator" => ampm("initiator"),
         "ampm-terminator" => ampm("terminator"),
@@ -319,24 +313,23 @@ fn wheel_scan(case: &Case) -> f64 {
     best
 }
 
-/// The analytics at `[int.analytics]`'s defaults: a 65536 x 12 flow cache
-/// tracking 5 hops, R_G and R_I of 65536 records (their far ends dropped:
-/// a full ring is counted, as the worker does), histograms for 256 nodes.
-fn analytics() -> AnalyticsSetup {
-    let (ring, _) = flow_ring(65_536, 5);
-    let (events, _) = event_ring(65_536);
-    let hist = HistWriter::new(Arc::new(WorkerHist::new(HistSpec { bins: HistSpec::default_bins(), nodes: 256 })));
+/// The analytics as the config sizes them (flow cache, R_G and R_I with
+/// their far ends dropped: a full ring is counted, as the worker does;
+/// histograms), without aging (the trace is replayed faster than time).
+fn analytics(a: &AnalyticsPlan) -> AnalyticsSetup {
+    let (ring, _) = flow_ring(a.ring_size, a.max_hops);
+    let (events, _) = event_ring(a.event_ring_size);
     AnalyticsSetup {
-        rows: 65_536,
-        ways: 12,
-        max_hops: 5,
+        rows: a.rows,
+        ways: a.ways,
+        max_hops: a.max_hops,
         idle_tsc: 0,
         active_tsc: 0,
         ring: Some(ring),
         events: Some(events),
-        hist: Some(hist),
+        hist: a.hist.map(|h| HistWriter::new(Arc::new(WorkerHist::new(h)))),
         rule_counters: rule_counters(),
-        per_hop_flow: false,
+        per_hop_flow: a.per_hop_flow,
     }
 }
 
@@ -360,7 +353,7 @@ impl<'a> Worker<'a> {
         let me = Arc::new(WorkerShared::new(slots));
         let (reports, drain) = report_ring(1024);
         let stages = StageSetup {
-            analytics: if case.analytics { analytics() } else { AnalyticsSetup::interval_only(65_536) },
+            analytics: case.analytics.as_ref().map_or_else(|| AnalyticsSetup::interval_only(65_536), analytics),
             reports,
             clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
             gpint: match case.tables.gpint {
