@@ -1010,7 +1010,14 @@ fn a_modelled_trace_matches_the_independent_reference_exactly() {
     wait_for("every flow flushed", || {
         intctl(&sock, &["show", "int", "analytics"])["counters"]["int_flow_flushed"].as_u64() == Some(flows)
     });
-    let _ = s.stop();
+    let fin = s.stop();
+    // Every event's delivery delay was measured; the control core's export
+    // work was timed.
+    let (ex, n_events) = (&fin["int_analytics"], want["events"].as_array().unwrap().len() as u64);
+    let delay = |k: &str| ex["event_delay"][k].as_u64().unwrap();
+    assert_eq!((delay("count"), ex["events"].as_u64()), (n_events, Some(n_events)), "{fin}");
+    assert!(delay("p50_ns") <= delay("p99_ns") && delay("p99_ns") <= delay("max_ns") && delay("max_ns") > 0, "{ex}");
+    assert!(ex["busy_s"].as_f64().unwrap() > 0.0 && ex["records_per_busy_s"].as_u64().unwrap() > 0, "{ex}");
     let lines = collected_lines(collector);
     let summary = lines.iter().find_map(|v| v.get("int_flow_summary").cloned()).unwrap_or(Value::Null);
     assert_eq!(summary["records_lost"].as_u64(), Some(0), "{summary}");

@@ -385,6 +385,9 @@ pub struct FinalCounters {
     pub mempool_in_use: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub int_reports: Option<crate::int::api::ReportsView>,
+    /// The analytics export (flow records, events, their delivery delay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub int_analytics: Option<crate::int::analytics::api::FlowExportView>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ampm_export: Option<crate::ampm::api::AmpmExportView>,
 }

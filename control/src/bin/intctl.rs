@@ -1122,6 +1122,11 @@ fn print_analytics(r: &ia::AnalyticsView) {
         r.export.hist_snapshots,
         r.export.hist_lines
     );
+    let d = &r.export.event_delay;
+    println!(
+        "export work {:.3} s ({} records/s of it); event delivery delay (worker RX to export) p50 {} ns, p99 {} ns, max {} ns over {} events",
+        r.export.busy_s, r.export.records_per_busy_s, d.p50_ns, d.p99_ns, d.max_ns, d.count
+    );
     for (k, n) in &r.counters {
         println!("{k:<28} {n}");
     }

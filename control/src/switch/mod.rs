@@ -513,6 +513,7 @@ impl Switch {
             table_generation: self.generation,
             mempool_in_use: self.pool.in_use().into(),
             int_reports: self.reports_view().ok(),
+            int_analytics: self.analytics_view().ok().map(|a| a.export),
             ampm_export: self.ampm_exporter.as_ref().map(|e| e.view()),
         };
         // Mbufs still queued for the control core go back to the pool, and

@@ -22,11 +22,17 @@ pub struct FlowCollectorView {
     pub send_errors: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlowExportView {
     /// Flow records (R_G) and event records (R_I) taken from the rings.
     pub records: u64,
     pub events: u64,
+    /// Seconds the control core spent exporting them, and what one
+    /// control core sustains: records and events a second of that work.
+    pub busy_s: f64,
+    pub records_per_busy_s: u64,
+    /// Events from the worker's RX to their export by the control core.
+    pub event_delay: DelayView,
     /// Histogram snapshots sent, and their lines.
     pub hist_snapshots: u64,
     pub hist_lines: u64,
@@ -36,7 +42,17 @@ pub struct FlowExportView {
     pub collectors: Vec<FlowCollectorView>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A delay distribution: percentiles as the lower edges of log2 bins with
+/// 8 sub-bins (12.5 % apart), and the largest, in ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelayView {
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AnalyticsView {
     pub cache_rows: usize,
     pub cache_ways: usize,

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use dataplane::int::analytics::cache::{Agg, METRIC_NAMES};
 use dataplane::int::analytics::events::{bit, EventConsumer, EventRecord, HOP_E2E};
 use dataplane::int::analytics::flow_ring::{FlowConsumer, FlowRecord};
-use dataplane::int::analytics::histogram::WorkerHist;
+use dataplane::int::analytics::histogram::{Bins, WorkerHist};
 use dataplane::parse::FlowKey;
 
 use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
-use crate::int::analytics::api::{FlowCollectorView, FlowExportView};
+use crate::int::analytics::api::{DelayView, FlowCollectorView, FlowExportView};
 use crate::int::api::RingView;
 
 struct Collector {
@@ -62,7 +62,17 @@ pub struct AnalyticsExporter {
     next_hist: Instant,
     pub hist_snapshots: u64,
     pub hist_lines: u64,
+    /// Time spent in polls that took records.
+    busy: Duration,
+    /// Event delivery delay (worker RX to export, ns) in log2 bins, and
+    /// the largest; TSC ticks per second.
+    delay_bins: Vec<u64>,
+    delay_max_ns: u64,
+    tsc_hz: u64,
 }
+
+/// Bins of the delivery delay: log2 with 8 sub-bins (12.5 %).
+const DELAY_BINS: Bins = Bins::Log2 { sub: 8 };
 
 /// Queues one line (written by `enc` with each collector's next `seq`) on
 /// every collector, sending a datagram first when the line would not fit.
@@ -227,6 +237,10 @@ impl AnalyticsExporter {
             next_hist: Instant::now(),
             hist_snapshots: 0,
             hist_lines: 0,
+            busy: Duration::ZERO,
+            delay_bins: vec![0; DELAY_BINS.len()],
+            delay_max_ns: 0,
+            tsc_hz: dataplane::dpdk::tsc_hz().max(1),
         })
     }
 
@@ -267,6 +281,7 @@ impl AnalyticsExporter {
             self.next_hist = Instant::now() + self.hist_every.unwrap_or_default();
             self.export_histograms(out);
         }
+        let started = Instant::now();
         let mut taken = 0;
         let AnalyticsExporter { node_id, max_packet, collectors, line, .. } = self;
         let node = *node_id;
@@ -276,6 +291,12 @@ impl AnalyticsExporter {
                 self.events_received[w] += 1;
                 taken += 1;
                 emit(collectors, line, *max_packet, out, &|l, seq| encode_event(l, node, seq, w, &r));
+                // Exported once its datagram is handed over or queued: the
+                // delay up to here is the worker's ring and this core's turn.
+                let ns = (dataplane::dpdk::tsc().saturating_sub(r.rx_tsc) as u128 * 1_000_000_000 / self.tsc_hz as u128)
+                    as u64;
+                self.delay_bins[DELAY_BINS.index(ns.min(u32::MAX as u64) as u32)] += 1;
+                self.delay_max_ns = self.delay_max_ns.max(ns);
             }
         }
         let events = taken;
@@ -294,7 +315,27 @@ impl AnalyticsExporter {
         }
         self.events += events as u64;
         self.records += (taken - events) as u64;
+        if taken > 0 {
+            self.busy += started.elapsed();
+        }
         taken
+    }
+
+    /// The events' delivery delay so far.
+    fn delay(&self) -> DelayView {
+        let count: u64 = self.delay_bins.iter().sum();
+        let pct = |q: u64| {
+            let mut acc = 0;
+            let at = (count * q).div_ceil(100).max(1);
+            self.delay_bins
+                .iter()
+                .position(|c| {
+                    acc += c;
+                    acc >= at
+                })
+                .map_or(0, |i| DELAY_BINS.lower_edge(i))
+        };
+        DelayView { count, p50_ns: pct(50), p99_ns: pct(99), max_ns: self.delay_max_ns }
     }
 
     /// `ring_full` and `event_ring_full`: per worker, records its R_G and
@@ -307,9 +348,13 @@ impl AnalyticsExporter {
             received,
             ring_full: full.get(i).copied().unwrap_or(0),
         };
+        let busy_s = self.busy.as_secs_f64();
         FlowExportView {
             records: self.records,
             events: self.events,
+            busy_s,
+            records_per_busy_s: if busy_s > 0.0 { ((self.records + self.events) as f64 / busy_s) as u64 } else { 0 },
+            event_delay: self.delay(),
             hist_snapshots: self.hist_snapshots,
             hist_lines: self.hist_lines,
             rings: self
