@@ -138,9 +138,11 @@ fi
 
 mem_args='memory_mb = 2048'
 tp_mem=(--no-huge -m 2048)
+tp_mbufs=200000
 if [[ "${BENCH_HUGEPAGES:-1}" != 0 && -w "$hp_file" ]]; then
   hp_before=$(cat "$hp_file")
-  echo 1200 > "$hp_file" || true
+  # The 1M-flow analytics case holds a 1M-frame trace in mbufs: 3.5 GiB.
+  if [[ -z "${BENCH_CASES:-}" || ",$BENCH_CASES," == *",int-sink-analytics-5x4-1m-flows,"* ]]; then echo 1900 > "$hp_file" || true; else echo 1200 > "$hp_file" || true; fi
   if (( $(cat "$hp_file") >= 1100 )); then
     mem_args=$'memory_mb = 2048\nhuge = true'
     tp_mem=(-m 2048)
@@ -159,7 +161,7 @@ testpmd_mode() { # case: io for a cross-connect (it moves frames untouched), mac
 testpmd_mpps() { # pcap [forward-mode]
   timeout $((secs + 20)) dpdk-testpmd -l "0-$workers" "${tp_mem[@]}" --no-pci --file-prefix "bench-tp-$$" \
     --vdev "net_pcap0,$(rx_pcaps "$1")infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
-    --forward-mode="${2:-macswap}" --stats-period 1 --total-num-mbufs=200000 --no-lsc-interrupt \
+    --forward-mode="${2:-macswap}" --stats-period 1 --total-num-mbufs=$tp_mbufs --no-lsc-interrupt \
     --nb-cores="$workers" --rxq="$workers" --txq="$workers" \
     >"$work/tp.log" 2>&1 </dev/null &
   local pid=$! i
@@ -677,6 +679,93 @@ run_case int-sink-analytics-100k-flows-imix "$work/sink-real-large-imix.pcap" "$
 sed 's|^\[int.analytics\]$|[int.analytics]\n[int.analytics.events.queue]\nthreshold = 4087|' \
   "$work/sink-analytics.toml" >"$work/sink-analytics-events.toml"
 run_case int-sink-analytics-events-100k-flows "$work/sink-real-large.pcap" "$work/sink-analytics-events.toml"
+
+# INT sink analytics, issue 34's cases: 5 hops x 4 instructions (node ID,
+# hop latency, queue, TX utilisation, as smartnic-int-sink), every value
+# drawn per packet and hop (gen-traffic --int-values exp, README
+# "Telemetry traces"): flow cache, histograms, queue T events (threshold
+# 186: about 1 % of the packets raise one) and a per_flow rule on the
+# latency sum (T 20 us: about 1 % of the packets reported). 1k flows with
+# Zipf(1.1) packet counts in trains (65536 frames), and 1,048,576 flows one
+# packet each on the paper's 2^19 x 12 cache (mbufs and hugepages for the
+# whole trace). After each: evictions, events, reports a second, ring full
+# and the control core's export figures.
+an_gen() { # out flows count extra-gen-args...
+  local out=$1 flows=$2 count=$3
+  shift 3
+  $gen gen-traffic --out "$out" --int-values exp --flows "$flows" --count "$count" \
+    --int-instructions node_id,hop_latency,queue,tx_util --int-rhc 3 --shuffle $seed "$@" 2>/dev/null
+}
+an_cfg() { # pcap queue-threshold extra-analytics-lines
+  config xconnect "$1" 'peer = "p1"' 'peer = "p0"' "$(int_cfg '["p1"]' "$collector
+[int.analytics]
+$3
+[int.analytics.events.queue]
+threshold = $2
+[[int.detect]]
+name = \"all\"
+algorithm = \"per_flow\"
+metric = \"e2e_latency\"
+threshold = 20000")"
+}
+analytics_line() { # name suffix: the analytics figures of the case just run, medians over its rounds
+  for ((r = 0; r < rounds; r++)); do tail -n 1 "$work/is-$r.log"; done | python3 -c "
+import json, statistics, sys
+rows = []
+for line in sys.stdin:
+    d = json.loads(line)
+    e, a = d['events'], d.get('int_analytics') or {}
+    dl = a.get('event_delay', {})
+    rows.append({'evictions_per_s': e['int_flow_lru'] / $secs, 'events_per_s': e['int_event_exported'] / $secs,
+                 'event_ring_full_per_s': e['int_event_ring_full'] / $secs,
+                 'flow_ring_full_per_s': e['int_flow_ring_full'] / $secs,
+                 'reports_per_s': d['int_reports']['reports'] / $secs,
+                 'events_per_busy_s': a.get('records_per_busy_s', 0),
+                 'delay_p50_us': dl.get('p50_ns', 0) / 1e3, 'delay_p99_us': dl.get('p99_ns', 0) / 1e3,
+                 'delay_max_us': dl.get('max_ns', 0) / 1e3})
+print('case=%s %s%s' % (sys.argv[1], ' '.join('%s=%.0f' % (k, statistics.median(r[k] for r in rows)) for k in rows[0]), sys.argv[2]))
+" "$@"
+}
+if want int-sink-analytics-5x4-1k-flows; then
+  an_gen "$work/an-1k.pcap" 1000 65536 --zipf 1.1
+  an_cfg "$work/an-1k.pcap" 186 "" >"$work/an-1k.toml"
+  run_case int-sink-analytics-5x4-1k-flows "$work/an-1k.pcap" "$work/an-1k.toml"
+  analytics_line int-sink-analytics-5x4-1k-flows-figures " flows=1000"
+fi
+if want int-sink-analytics-5x4-1m-flows; then
+  an_gen "$work/an-1m.pcap" 1048576 1048576
+  an_cfg "$work/an-1m.pcap" 186 $'cache_rows = 524288\ncache_ways = 12\ncache_memory_limit = 4294967296' |
+    sed 's/^memory_mb = 2048$/memory_mb = 3584/; s/^mbufs = 200000$/mbufs = 1100000/' >"$work/an-1m.toml"
+  saved_tp_mem=("${tp_mem[@]}")
+  tp_mem=("${tp_mem[@]/2048/3584}") tp_mbufs=1100000
+  run_case int-sink-analytics-5x4-1m-flows "$work/an-1m.pcap" "$work/an-1m.toml"
+  tp_mem=("${saved_tp_mem[@]}") tp_mbufs=200000
+  analytics_line int-sink-analytics-5x4-1m-flows-figures " flows=1048576"
+  rm -f "$work/an-1m.pcap"
+fi
+# The events' export: the queue T threshold swept on the 1k-flow trace
+# (about 0.2, 1, 5, 22, 71 and 100 % of the packets raise events; a hop
+# record each hop above it): worker Mpps, events exported and refused by a
+# full R_I a second, what one control core exports a second of its work,
+# and the delivery delay from the worker's RX to the export.
+if want int-analytics-events; then
+  [[ -f "$work/an-1k.pcap" ]] || an_gen "$work/an-1k.pcap" 1000 65536 --zipf 1.1
+  for t in 234 186 138 90 45 1; do
+    an_cfg "$work/an-1k.pcap" $t "" >"$work/an-ev-$t.toml"
+    BENCH_CASES= run_case "int-analytics-events-t$t" "$work/an-1k.pcap" "$work/an-ev-$t.toml"
+    analytics_line "int-analytics-events-t$t-figures" " queue_threshold=$t"
+  done
+fi
+
+# Report reduction by per-flow detection on microburst traces (web, cache,
+# hadoop; 1 and 1000 flows) x per_hop, per_flow, ewma, noop x thresholds
+# 1-200 us, with the recall of the bursts above each threshold: see
+# scripts/detect_reduction.py (one replay of each trace a run, not timed).
+if want int-detect-reduction; then
+  cargo build --release -q --bin intctl
+  mkdir -p "$work/detred"
+  python3 scripts/detect_reduction.py --bin "$bin" --intctl target/release/intctl --work "$work/detred" --seed $seed
+fi
 
 # AM-PM: the 10k monitored flows of the synthetic case, shuffled, among as
 # many unmonitored ones, mixed sizes.
