@@ -135,7 +135,7 @@ const XC: [&str; 2] = ["peer = \"p1\"", "peer = \"p0\""];
 const FIVE: u16 = instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE | instr::INGRESS_TS;
 
 /// The cases, in the order they run.
-const CASES: [&str; 13] = [
+const CASES: [&str; 15] = [
     "parse",
     "xconnect-flow-table",
     "l3-10k-routes-100k-flows",
@@ -144,6 +144,8 @@ const CASES: [&str; 13] = [
     "int-sink-5x4",
     "int-sink-5x4-report-every-packet",
     "int-sink-analytics-5x4",
+    "int-sink-analytics-5x4-1k-flows",
+    "int-sink-analytics-5x4-1m-flows",
     "ampm-initiator",
     "ampm-terminator",
     "gpint-transit",
@@ -231,6 +233,38 @@ fn build(name: &'static str) -> Case {
                 ),
             );
             Case { acts: Acts::Counted(Event::IntFlowHit), ..case(false, xc(false, &sink), five_hops()) }
+        }
+        // scripts/bench.sh's analytics cases: the exp value model (README
+        // "Telemetry traces"), 5 hops x node ID, hop latency, queue and TX
+        // utilisation; queue T events on about 1 % of the packets, a
+        // per_flow rule reporting about 1 %. 1k flows (Zipf) in 65536
+        // frames; 1,048,576 flows a frame each on the 2^19 x 12 cache.
+        "int-sink-analytics-5x4-1k-flows" | "int-sink-analytics-5x4-1m-flows" => {
+            let big = name.ends_with("1m-flows");
+            let trace = control::traffic::TelemetryTrace {
+                model: control::traffic::Model::Exp,
+                flows: if big { 1 << 20 } else { 1000 },
+                packets: if big { 1 << 20 } else { 65_536 },
+                zipf: (!big).then_some(1.1),
+                hops: 5,
+                paths: 4,
+                bitmap: 0xb100,
+                rhc: 3,
+                int_port: 17768,
+                seed: 1,
+            };
+            let mut pcap = Vec::new();
+            trace.write(&mut pcap).expect("analytics trace");
+            let frames = dataplane::pcap::read_all(&pcap[..]).expect("pcap").into_iter().map(|(_, f)| f).collect();
+            let geometry = if big { "cache_rows = 524288\ncache_memory_limit = 4294967296\n" } else { "" };
+            let sink = int(
+                "[\"p1\"]",
+                &format!(
+                    "{collector}\n[int.analytics]\n{geometry}[int.analytics.events.queue]\nthreshold = 186\n\
+                     [[int.detect]]\nname = \"all\"\nalgorithm = \"per_flow\"\nmetric = \"e2e_latency\"\nthreshold = 20000"
+                ),
+            );
+            Case { acts: Acts::Counted(Event::IntSunk), ..case(false, xc(false, &sink), frames) }
         }
         "ampm-initiator" => ampm("initiator"),
         "ampm-terminator" => ampm("terminator"),

@@ -53,6 +53,29 @@ impl Bins {
         }
     }
 
+    /// What `index_by` multiplies by for this kind: ceil(2^64 / width) for
+    /// linear bins wider than 1, else 0. Exact for every u32: the product's
+    /// error stays below 2^-32 < 1/width, so the floor never moves.
+    pub fn reciprocal(&self) -> u64 {
+        match *self {
+            Bins::Linear { width, .. } if width > 1 => u64::MAX / width as u64 + 1,
+            _ => 0,
+        }
+    }
+
+    /// `index` with the division by a linear width done as a multiply by
+    /// `reciprocal()` (a division takes tens of cycles, per value binned).
+    #[inline(always)]
+    pub fn index_by(&self, recip: u64, v: u32) -> usize {
+        match *self {
+            Bins::Linear { count, .. } => {
+                let q = if recip == 0 { v as u64 } else { ((v as u128 * recip as u128) >> 64) as u64 };
+                (q as usize).min(count as usize - 1)
+            }
+            Bins::Log2 { .. } => self.index(v),
+        }
+    }
+
     /// The smallest value of bin `i`.
     pub fn lower_edge(&self, i: usize) -> u64 {
         match *self {
@@ -103,6 +126,8 @@ pub struct WorkerHist {
     /// block's length.
     offset: [usize; METRICS],
     per_node: usize,
+    /// Each metric's `Bins::reciprocal`.
+    recip: [u64; METRICS + 1],
     /// Node IDs by slot, `nodes_used` of them published.
     node_ids: Box<[AtomicU32]>,
     nodes_used: AtomicUsize,
@@ -123,6 +148,7 @@ impl WorkerHist {
             spec,
             offset,
             per_node,
+            recip: spec.bins.map(|b| b.reciprocal()),
             node_ids: (0..spec.nodes).map(|_| AtomicU32::new(0)).collect(),
             nodes_used: AtomicUsize::new(0),
             counts: zeros(spec.nodes * per_node),
@@ -197,7 +223,7 @@ impl HistWriter {
     #[inline(always)]
     pub fn add(&self, slot: usize, metric: usize, v: u32) {
         let t = &*self.table;
-        let i = slot * t.per_node + t.offset[metric] + t.spec.bins[metric].index(v);
+        let i = slot * t.per_node + t.offset[metric] + t.spec.bins[metric].index_by(t.recip[metric], v);
         super::bump(&t.counts[i]);
     }
 
@@ -205,7 +231,7 @@ impl HistWriter {
     #[inline(always)]
     pub fn add_e2e(&self, v: u32) {
         let t = &*self.table;
-        super::bump(&t.e2e[t.spec.bins[E2E].index(v)]);
+        super::bump(&t.e2e[t.spec.bins[E2E].index_by(t.recip[E2E], v)]);
     }
 }
 
@@ -242,6 +268,18 @@ mod tests {
             assert_eq!(b.index(0), 0);
         }
         assert_eq!(Bins::Log2 { sub: 8 }.len(), 240);
+        // The multiply stands for the division exactly, at every edge and
+        // at the ends of u32.
+        for width in [1u32, 2, 3, 7, 100, 1000, 65_537, 1 << 31, u32::MAX] {
+            let b = Bins::Linear { width, count: u32::MAX };
+            let r = b.reciprocal();
+            for k in [0u64, 1, 2, 3, 99, 1000, (u32::MAX / width) as u64] {
+                for v in [k * width as u64, (k * width as u64).wrapping_sub(1), k * width as u64 + 1, u32::MAX as u64] {
+                    let Ok(v) = u32::try_from(v) else { continue };
+                    assert_eq!(b.index_by(r, v), b.index(v), "width {width} v {v}");
+                }
+            }
+        }
         assert_eq!(Bins::Log2 { sub: 8 }.lower_edge(239), 15 << 28);
         assert_eq!(Bins::Linear { width: 100, count: 101 }.index(10_000), 100);
     }

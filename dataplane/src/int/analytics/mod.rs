@@ -459,6 +459,36 @@ fn raise(rule: &events::EventRule, v: u32, prev: Option<u32>, disarmed: &mut u64
     tc
 }
 
+/// A present value `v` of metric `m` at hop `at` (path index, node ID),
+/// with the flow's previous one there where tracked: histograms (`binned`:
+/// the writer and the node's slot), detection's sums, the per_hop and cnf
+/// passes. (A function, not a closure, so that it is always inlined.)
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn seen_value(
+    binned: Option<(&HistWriter, usize)>,
+    sums: &mut Sums,
+    cnf: Option<&mut CnfPass>,
+    per_hop: Option<&mut PerHopPass>,
+    at: (usize, Option<u32>),
+    m: usize,
+    v: u32,
+    prev: Option<u32>,
+) {
+    if let Some((h, s)) = binned {
+        h.add(s, m, v);
+    }
+    sums.sum[m] += v as u64;
+    if let Some(x) = cnf {
+        x.hop(at.0, m, v, prev);
+    }
+    if let Some(ph) = per_hop {
+        if ph.metric == m {
+            ph.hop(at.0, at.1, v);
+        }
+    }
+}
+
 /// What a packet's update does besides the entry: events, histograms, the
 /// per_hop and cnf detection passes, and the sums detection decides on.
 struct Side<'a, 'b> {
@@ -502,6 +532,9 @@ fn update(
     // then start over, as for a new flow); the previous hop's egress
     // timestamp gives the link into this one.
     let links = ev.as_ref().is_some_and(|x| !x.spec.link.is_off());
+    // Which per-hop rules can raise (an off rule neither raises nor moves
+    // its edge state).
+    let hop_on = ev.as_ref().map_or([false; METRICS], |x| x.spec.hop.map(|r| !r.is_off()));
     let mut egress: Option<u64> = None;
     for p in 0..n {
         let hop = &stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len];
@@ -534,55 +567,50 @@ fn update(
                 None
             }
         };
-        // A present value (and the flow's previous one at this hop, where
-        // tracked): histograms, detection's sums, per_hop and cnf passes.
+        let binned = hist.as_deref().zip(slot);
         let mut seen = |m: usize, v: u32, prev: Option<u32>| {
-            if let (Some(h), Some(s)) = (&hist, slot) {
-                h.add(s, m, v);
-            }
-            sums.sum[m] += v as u64;
-            if let Some(x) = cnf.as_mut() {
-                x.hop(p, m, v, prev);
-            }
-            if let Some(ph) = per_hop.as_mut() {
-                if ph.metric == m {
-                    ph.hop(p, node_id, v);
-                }
-            }
+            seen_value(binned, sums, cnf.as_deref_mut(), per_hop.as_mut(), (p, node_id), m, v, prev)
         };
         if p < tracked {
             let a = &mut aggs[p];
-            let mut r = EventRecord { hop: p as u8, ..EventRecord::default() };
             if let Some(id) = node_id {
                 a.node_id = id;
             }
-            for m in 0..METRICS {
-                let prev = (a.count[m] > 0).then_some(a.last[m]);
-                match l.value(hop, m) {
-                    Some(Some(v)) => {
-                        if let Some(x) = &ev {
-                            let rule = &x.spec.hop[m];
-                            let (t, ch) = raise(rule, v, prev, &mut e.disarmed, 1 << (3 * p + m));
-                            r.bits |= if t { bit::t(m) } else { 0 } | if ch { bit::c(m) } else { 0 };
-                            r.value[m] = v;
-                            r.present |= 1 << m;
+            // The hop's event record is built only when a bit is raised:
+            // from the entry's values before and after this packet.
+            let (old_last, old_count) = (a.last, a.count);
+            let (mut bits, mut present) = (0u16, 0u8);
+            let (mut link_v, mut link_pv) = (0u32, 0u32);
+            // Each metric stamped out with its index constant (the compiler
+            // then drops the branches on it).
+            macro_rules! metric {
+                ($m:expr) => {{
+                    const M: usize = $m;
+                    let prev = (old_count[M] > 0).then_some(old_last[M]);
+                    match l.value(hop, M) {
+                        Some(Some(v)) => {
+                            if let Some(x) = ev.as_ref().filter(|_| hop_on[M]) {
+                                let (t, ch) = raise(&x.spec.hop[M], v, prev, &mut e.disarmed, 1 << (3 * p + M));
+                                bits |= if t { bit::t(M) } else { 0 } | if ch { bit::c(M) } else { 0 };
+                            }
+                            present |= 1 << M;
+                            seen(M, v, prev);
+                            a.last[M] = v;
+                            a.sum[M] += v as u64;
+                            a.count[M] += 1;
+                            if M == HOP_LATENCY {
+                                (e2e, any) = (e2e + v as u64, true);
+                            }
                         }
-                        seen(m, v, prev);
-                        a.last[m] = v;
-                        a.sum[m] += v as u64;
-                        a.count[m] += 1;
-                        if m == HOP_LATENCY {
-                            (e2e, any) = (e2e + v as u64, true);
-                        }
+                        Some(None) => absent += 1,
+                        None => {}
                     }
-                    Some(None) => absent += 1,
-                    None => {}
-                }
-                if let (Some(pv), Some(_)) = (prev, &ev) {
-                    r.prev[m] = pv;
-                    r.present |= 1 << (4 + m);
-                }
+                }};
             }
+            const _: () = assert!(METRICS == 3 && HOP_LATENCY == 0 && QUEUE == 1 && TX_UTIL == 2);
+            metric!(HOP_LATENCY);
+            metric!(QUEUE);
+            metric!(TX_UTIL);
             if let Some(v) = link {
                 let slot = link_prev.get_mut(p);
                 match v {
@@ -590,10 +618,10 @@ fn update(
                         let prev = slot.as_deref().and_then(|x| x.checked_sub(1));
                         if let Some(x) = &ev {
                             let (t, ch) = raise(&x.spec.link, v, prev, &mut e.disarmed, cache::link_disarmed(p));
-                            r.bits |= if t { bit::LINK_T } else { 0 } | if ch { bit::LINK_C } else { 0 };
-                            (r.link, r.present) = (v, r.present | events::LINK_PRESENT);
+                            bits |= if t { bit::LINK_T } else { 0 } | if ch { bit::LINK_C } else { 0 };
+                            (link_v, present) = (v, present | events::LINK_PRESENT);
                             if let Some(pv) = prev {
-                                (r.link_prev, r.present) = (pv, r.present | events::LINK_PREV_PRESENT);
+                                (link_pv, present) = (pv, present | events::LINK_PREV_PRESENT);
                             }
                         }
                         if let Some(s) = slot {
@@ -604,10 +632,29 @@ fn update(
                 }
             }
             if let Some(x) = ev {
-                if r.bits != 0 {
-                    r.key = e.key;
-                    r.node_id = a.node_id;
-                    (r.rx_tsc, r.sink_ns) = (now, x.clock.ns(now));
+                if bits != 0 {
+                    let (mut value, mut prev) = ([0u32; METRICS], [0u32; METRICS]);
+                    for m in 0..METRICS {
+                        if present & (1 << m) != 0 {
+                            value[m] = a.last[m];
+                        }
+                        if old_count[m] > 0 {
+                            (prev[m], present) = (old_last[m], present | 1 << (4 + m));
+                        }
+                    }
+                    let r = EventRecord {
+                        key: e.key,
+                        sink_ns: x.clock.ns(now),
+                        rx_tsc: now,
+                        value,
+                        prev,
+                        node_id: a.node_id,
+                        link: link_v,
+                        link_prev: link_pv,
+                        bits,
+                        present,
+                        hop: p as u8,
+                    };
                     x.emit(r, c);
                 }
             }
