@@ -1244,3 +1244,170 @@ histogram_nodes = 0\n[int.analytics.events.queue]\nthreshold = 150\n[[int.collec
     assert_eq!(count("int_flow") - stopped, fcap, "delivered + ring full = {lru} LRU exports");
     assert_eq!(stopped, 16);
 }
+
+/// A child process killed (by PID) and reaped when dropped, also when a
+/// test fails half way.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends `n` 200-byte UDP datagrams from `host` to h2's port 5555 in the
+/// ana3 testbed, `gap` seconds apart (0: back to back), from source port
+/// 40000: every call is the same flow.
+fn send_udp(host: &str, n: usize, gap: f64) {
+    let py = format!(
+        "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('0.0.0.0',40000))\n\
+         for i in range({n}):\n    s.sendto(b'x'*200,('10.31.2.2',5555))\n    time.sleep({gap})\n"
+    );
+    let (ok, out) = intswitch_tests::ns_try(host, &["timeout", "60", "python3", "-c", &py]);
+    assert!(ok, "{out}");
+}
+
+/// The analytics on the chain3 testbed (h1 - s1 - s2 - s3 - h2; s3 the sink
+/// with events and a per_flow rule on h1's flow): a rate limit on s1's
+/// egress (`impair rate`) builds a queue, which raises queue T and C
+/// events naming s1 (node 1) at hop 0, and the per_flow rule reports while
+/// the queue moves but not while traffic is steady; a 10 ms delay step on
+/// the s1 -> s2 link raises a link-latency C event between s1 and s2 (hop
+/// 1, node 2). The events intcollector decodes are all in Redis and in
+/// Kafka (a MockCluster run inside s3's namespace).
+#[test]
+fn chain3_queue_and_link_delay_events_reach_redis_and_kafka() {
+    use intswitch_tests::Testbed;
+    use rdkafka::mocking::MockCluster;
+    let s3_end = "[[int.collector]]\naddress = \"127.0.0.1:32767\"\n\"\"\"";
+    let topo = std::fs::read_to_string(Testbed::shipped("chain3"))
+        .unwrap()
+        .replace("name = \"chain3\"", "name = \"ana3\"")
+        .replace(
+            "node_id = 3\nedge_ports = [\"p1\"]\n",
+            "node_id = 3\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 600000\n",
+        )
+        .replace(
+            "instructions = [\"node_id\", \"l1_ports\", \"hop_latency\", \"queue\", \"ingress_ts\"]",
+            "instructions = [\"node_id\", \"hop_latency\", \"queue\", \"ingress_ts\", \"egress_ts\"]",
+        )
+        .replace(
+            s3_end,
+            "[[int.collector]]\naddress = \"127.0.0.1:32767\"\n\
+             [int.analytics]\n[int.analytics.events.queue]\nthreshold = 20\nchange = 10\n\
+             [int.analytics.events.link_latency]\nchange = 5000000\n\
+             [[int.detect]]\nname = \"h1\"\nsrc = \"10.31.1.2/32\"\ndst_port = \"5555\"\nalgorithm = \"per_flow\"\n\
+             metric = \"queue\"\nthreshold = 5\n\"\"\"",
+        );
+    assert!(
+        topo.contains("[int.analytics]") && topo.contains("egress_ts") && topo.contains("600000"),
+        "the chain3 file changed"
+    );
+    let d = Scratch::new("ana3");
+    std::fs::write(d.path("ana3.toml"), &topo).unwrap();
+    let tb = Testbed::up(&d.path("ana3.toml"));
+    let (h1, s3) = (tb.ns("h1"), tb.ns("s3"));
+    intswitch_tests::ns(&h1, &["ping", "-c", "2", "-W", "2", "10.31.2.2"]);
+
+    // Kafka inside s3's namespace, where intcollector runs.
+    let (boot_tx, boot_rx) = std::sync::mpsc::channel();
+    let (want_tx, want_rx) = std::sync::mpsc::channel::<usize>();
+    let ns_path = format!("/var/run/netns/{s3}");
+    let kafka = std::thread::spawn(move || {
+        let f = std::fs::File::open(&ns_path).unwrap();
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let cluster = MockCluster::new(1).unwrap();
+        // One partition each: the read-back takes partition 0.
+        for t in ["reports", "events", "flows", "histograms"] {
+            cluster.create_topic(&format!("int-{t}"), 1, 1).unwrap();
+        }
+        boot_tx.send(cluster.bootstrap_servers()).unwrap();
+        let want = want_rx.recv_timeout(Duration::from_secs(300)).unwrap_or(0);
+        kafka_messages(&cluster.bootstrap_servers(), "int-", &[("events", want)])
+    });
+    let brokers = boot_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let rsock = d.path("redis.sock");
+    let redis = Command::new("redis-server")
+        .args(["--port", "0", "--unixsocket"])
+        .arg(&rsock)
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(d.path(""))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/setup.sh installs it)");
+    // Killed by PID however the test ends.
+    let _redis = KillOnDrop(redis);
+    wait_for("redis up", || rsock.exists() && std::os::unix::net::UnixStream::connect(&rsock).is_ok());
+    let collector = Command::new("ip")
+        .args(["netns", "exec", &s3])
+        .arg(intswitch_tests::workspace_bin("intcollector"))
+        .args(["--listen", "127.0.0.1:32767", "--json", "--duration", "120"])
+        .args(["--redis", &format!("redis+unix://{}", rsock.display()), "--kafka-brokers", &brokers])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut collector = KillOnDrop(collector);
+    let mut stdout = collector.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let reported = || tb.intctl("s3", &["int", "detect", "show"])["rules"][0]["reported"].as_u64().unwrap();
+
+    // Steady traffic: no queue, nothing reported.
+    send_udp(&h1, 30, 0.02);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(reported(), 0, "steady traffic reports nothing");
+    // A 1 Mbit/s bottleneck at s1's egress: two bursts build a queue (and
+    // the pause between them drains part of it: a step down).
+    assert!(tb.run(&["impair", "s1-s2", "rate", "1mbit"]).0);
+    send_udp(&h1, 100, 0.0);
+    std::thread::sleep(Duration::from_millis(100));
+    send_udp(&h1, 100, 0.0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let during_queue = reported();
+    assert!(during_queue > 3, "the rule reports while the queue moves: {during_queue}");
+    assert!(tb.run(&["impair", "s1-s2", "none"]).0);
+    // Steady again, then a 10 ms delay step on the s1 -> s2 link.
+    send_udp(&h1, 20, 0.02);
+    let steady = reported();
+    send_udp(&h1, 20, 0.02);
+    assert_eq!(reported(), steady, "steady traffic reports nothing");
+    assert!(tb.run(&["impair", "s1-s2", "delay", "10ms"]).0);
+    send_udp(&h1, 20, 0.02);
+    std::thread::sleep(Duration::from_millis(500));
+
+    Command::new("kill").args(["-TERM", &collector.0.id().to_string()]).status().unwrap();
+    collector.0.wait().unwrap();
+    let lines: Vec<Value> = reader.join().unwrap().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let events: Vec<&Value> = lines.iter().filter(|v| v["type"] == "int_event").collect();
+    let named = |name: &str, hop: u64, node: u64| {
+        events.iter().any(|e| {
+            e["hop"] == hop && e["node_id"] == node && e["events"].as_array().unwrap().iter().any(|n| n == name)
+        })
+    };
+    assert!(named("queue_t", 0, 1) && named("queue_c", 0, 1), "queue T and C at s1: {events:?}");
+    let step: Vec<&&Value> = events
+        .iter()
+        .filter(|e| e["events"].as_array().unwrap().iter().any(|n| n == "link_latency_c"))
+        .filter(|e| e["link_latency"].as_u64().unwrap() >= e["prev"]["link_latency"].as_u64().unwrap() + 9_000_000)
+        .collect();
+    assert!(
+        step.iter().any(|e| e["hop"] == 1 && e["node_id"] == 2),
+        "a link-latency C event into s2 at the step: {events:?}"
+    );
+    let summary = lines.iter().find_map(|v| v.get("redis_summary").cloned()).unwrap_or(Value::Null);
+    let n = events.len();
+    assert_eq!(redis_int(&rsock, &["XLEN", "int:events"]), n as i64, "{summary}");
+    want_tx.send(n).unwrap();
+    let got = kafka.join().unwrap();
+    let ks = lines.iter().find_map(|v| v.get("kafka_summary").cloned()).unwrap_or(Value::Null);
+    assert_eq!(got.get("int-events").map_or(0, Vec::len), n, "every event in Kafka: {ks}");
+    let (ok, out) = tb.down();
+    assert!(ok, "{out}");
+}
