@@ -95,19 +95,36 @@ fn emit(
     }
 }
 
+/// "00" to "99": two digits a division.
+const PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
 /// Appends `v` in decimal: what `write!` gives, without the formatting
 /// machinery, which cost more than the rest of an event's export.
 #[inline]
 fn num(out: &mut Vec<u8>, mut v: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
-    loop {
+    while v >= 100 {
+        let r = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+    }
+    if v >= 10 {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[v as usize * 2..v as usize * 2 + 2]);
+    } else {
         i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+        buf[i] = b'0' + v as u8;
     }
     out.extend_from_slice(&buf[i..]);
 }
@@ -552,7 +569,7 @@ mod tests {
 
     #[test]
     fn numbers_are_written_as_write_writes_them() {
-        for v in [0u64, 9, 10, 99, 100, 4_294_967_295, 1_700_000_000_000_000_000, u64::MAX] {
+        for v in [0u64, 5, 9, 10, 11, 99, 100, 101, 999, 1000, 4_294_967_295, 1_700_000_000_000_000_000, u64::MAX] {
             let mut out = Vec::new();
             num(&mut out, v);
             assert_eq!(String::from_utf8(out).unwrap(), v.to_string());
