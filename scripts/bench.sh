@@ -29,6 +29,9 @@
 # BENCH_KEEP=1 keeps the traces, configs and last logs (the directory is
 # printed at exit).
 # BENCH_TESTPMD=0 skips testpmd (ratio 0.00; pgo.sh's training runs).
+# BENCH_SWEEP=1 adds the INT sink analytics sweep (1-5 hops x 1-4
+# instructions, each with the 10G line rate of its mean frame), case name
+# int-sink-analytics-sweep.
 # BENCH_TRAIN=1 (pgo.sh's training) replays traces disjoint from the
 # measured ones: 124-byte frames, 48 flows where the cases have 64, other
 # routes for L3, half the AM-PM flows, so that the optimised build is not
@@ -696,7 +699,7 @@ an_gen() { # out flows count extra-gen-args...
   local out=$1 flows=$2 count=$3
   shift 3
   $gen gen-traffic --out "$out" --int-values exp --flows "$flows" --count "$count" \
-    --int-instructions node_id,hop_latency,queue,tx_util --int-rhc 3 --shuffle $seed "$@" 2>/dev/null
+    --int-instructions "${an_instr:-node_id,hop_latency,queue,tx_util}" --int-rhc 3 --shuffle $seed "$@" 2>/dev/null
 }
 an_cfg() { # pcap queue-threshold extra-analytics-lines
   config xconnect "$1" 'peer = "p1"' 'peer = "p0"' "$(int_cfg '["p1"]' "$collector
@@ -748,6 +751,33 @@ if want int-sink-analytics-5x4-1m-flows; then
   tp_mem=("${saved_tp_mem[@]}") tp_mbufs=200000 secs=$((secs - 8))
   rm -f "$work/an-1m.pcap"
 fi
+# BENCH_SWEEP=1: the 1k-flow analytics case over 1-5 hops x 1-4
+# instructions (node ID, then hop latency, queue, TX utilisation), each
+# with a `-linerate` line: the 10G line rate in Mpps of the trace's mean
+# frame (smartnic-int-sink Fig. 3a).
+if [[ "${BENCH_SWEEP:-0}" != 0 ]] && want int-sink-analytics-sweep; then
+  instr=(node_id hop_latency queue tx_util)
+  for h in 1 2 3 4 5; do
+    for k in 1 2 3 4; do
+      list=$(IFS=,; echo "${instr[*]:0:k}")
+      an_instr=$list an_gen "$work/an-sw.pcap" 1000 65536 --zipf 1.1 --int-hops $h
+      an_cfg "$work/an-sw.pcap" 186 "" >"$work/an-sw.toml"
+      BENCH_CASES= run_case "int-sink-analytics-sweep-${h}x$k" "$work/an-sw.pcap" "$work/an-sw.toml"
+      python3 - "$work/an-sw.pcap" "int-sink-analytics-sweep-${h}x$k" <<'EOF2'
+import os, struct, sys
+data = open(sys.argv[1], "rb").read()
+o, n, total = 24, 0, 0
+while o + 16 <= len(data):
+    incl = struct.unpack_from("<I", data, o + 8)[0]
+    o, n, total = o + 16 + incl, n + 1, total + incl
+mean = total / n
+# On the wire: the frame, its FCS, preamble and gap.
+print("case=%s-linerate mean_frame=%.1f linerate_10g_mpps=%.2f" % (sys.argv[2], mean, 10e9 / ((mean + 24) * 8) / 1e6))
+EOF2
+    done
+  done
+fi
+
 # The events' export: the queue T threshold swept on the 1k-flow trace
 # (about 0.2, 1, 5, 22, 71 and 100 % of the packets raise events; a hop
 # record each hop above it): worker Mpps, events exported and refused by a

@@ -148,23 +148,30 @@ struct Sink {
     collector: (std::process::Child, std::thread::JoinHandle<String>),
 }
 
-fn start_sink(name: &str, port: u32, frames: &[Vec<u8>], int: &str) -> Sink {
+/// A sink's config: p0 replays `in.pcap` of `d`, p1 writes `out.pcap`
+/// and is the INT edge, `int` the `[int]` body, reports and records to
+/// `listen`.
+fn sink_config(name: &str, d: &Scratch, listen: &str, int: &str) -> String {
     let id = std::process::id() % 100_000;
-    let d = Scratch::new(name);
     let p = |f: &str| d.path(f).display().to_string();
-    write_pcap(&d.path("in.pcap"), frames);
-    let listen = format!("127.0.0.1:{}", 20_000 + (id + port) % 30_000);
-    let collector = start_collector(&listen);
-    let cfg = format!(
+    format!(
         "name = \"{name}\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"{name}-{id}\"\n\
 [dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
 device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
 peer = \"p0\"\n[int]\n{int}\n[[int.collector]]\naddress = \"{listen}\"\n",
-        control_section(&d),
+        control_section(d),
         p("in.pcap"),
         p("out.pcap"),
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    )
+}
+
+fn start_sink(name: &str, port: u32, frames: &[Vec<u8>], int: &str) -> Sink {
+    let id = std::process::id() % 100_000;
+    let d = Scratch::new(name);
+    write_pcap(&d.path("in.pcap"), frames);
+    let listen = format!("127.0.0.1:{}", 20_000 + (id + port) % 30_000);
+    let collector = start_collector(&listen);
+    std::fs::write(d.path("c.toml"), sink_config(name, &d, &listen, int)).unwrap();
     let s = SwitchProcess::start(&d.path("c.toml"), None);
     let sock = d.path("sw.sock");
     wait_for("every frame sunk", || {
@@ -1159,7 +1166,6 @@ fn with_export_paused_every_record_is_delivered_or_counted_ring_full() {
             as u64;
     let id = std::process::id() % 100_000;
     let d = Scratch::new("intpause");
-    let p = |f: &str| d.path(f).display().to_string();
     let fifo = d.path("in.pcap");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
@@ -1194,18 +1200,10 @@ fn with_export_paused_every_record_is_delivered_or_counted_ring_full() {
     };
     let listen = format!("127.0.0.1:{}", 20_000 + (id + 45) % 30_000);
     let collector = start_collector(&listen);
-    let cfg = format!(
-        "name = \"intpause\"\nmode = \"xconnect\"\n[eal]\nlcores = \"0-1\"\nfile_prefix = \"intpause-{id}\"\n\
-[dataplane]\nidle = true\nmbufs = 4095\n[flow_table]\nlearn = false\n{}\n[[port]]\nname = \"p0\"\n\
-device = \"net_pcap0,rx_pcap={}\"\npeer = \"p1\"\n[[port]]\nname = \"p1\"\ndevice = \"net_pcap1,tx_pcap={}\"\n\
-peer = \"p0\"\n[int]\nnode_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 600000\n\
+    let int = "node_id = 9\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 600000\n\
 [int.analytics]\ncache_rows = 4\ncache_ways = 4\ncache_max_hops = 2\nflow_ring_size = 32\nevent_ring_size = 64\n\
-histogram_nodes = 0\n[int.analytics.events.queue]\nthreshold = 150\n[[int.collector]]\naddress = \"{listen}\"\n",
-        control_section(&d),
-        p("in.pcap"),
-        p("out.pcap"),
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
+histogram_nodes = 0\n[int.analytics.events.queue]\nthreshold = 150";
+    std::fs::write(d.path("c.toml"), sink_config("intpause", &d, &listen, int)).unwrap();
     let s = SwitchProcess::start(&d.path("c.toml"), None);
     let sock = d.path("sw.sock");
     assert_eq!(intctl(&sock, &["int", "export", "pause"])["paused"], true);

@@ -14,6 +14,7 @@ use std::net::Ipv4Addr;
 
 use dataplane::int::analytics::histogram::{Bins, HistSpec};
 use dataplane::pcap::PcapWriter;
+use dataplane::rand::SplitMix;
 use dataplane::wire::checksum;
 use serde_json::{json, Value};
 
@@ -104,25 +105,21 @@ const Z90: f64 = 1.2815515655446004;
 /// The instruction bits a trace can carry (0-8: node ID to buffer).
 const KNOWN_BITS: u16 = 0xff80;
 
-/// splitmix64: small, and written the same way in the Python reference.
-struct SplitMix(u64);
+/// The trace's draws: splitmix64 (written the same way in the Python
+/// reference), stream `n` of a seed starting at seed + n x 2^44.
+struct Draws(SplitMix);
 
-impl SplitMix {
-    fn stream(seed: u64, n: u64) -> SplitMix {
-        SplitMix(seed.wrapping_add(n << 44))
+impl Draws {
+    fn stream(seed: u64, n: u64) -> Draws {
+        Draws(SplitMix(seed.wrapping_add(n << 44)))
     }
 
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
-    /// In [0, 1).
     fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        self.0.unit()
     }
 
     /// An exponential of `scale` truncated to [0, max], floored.
@@ -187,7 +184,7 @@ struct HopValues {
 /// The bottleneck's state between arrivals.
 struct Bottleneck {
     b: Burst,
-    r: SplitMix,
+    r: Draws,
     t: f64,
     last: f64,
     on: bool,
@@ -208,7 +205,7 @@ struct Arrival {
 
 impl Bottleneck {
     fn new(b: Burst, seed: u64) -> Bottleneck {
-        let mut r = SplitMix::stream(seed, 3);
+        let mut r = Draws::stream(seed, 3);
         let end = r.lognormal(b.off_us) * 1_000.0;
         Bottleneck { b, r, t: 0.0, last: 0.0, on: false, end, period: 0, q: 0.0 }
     }
@@ -324,8 +321,8 @@ impl TelemetryTrace {
         let mut w = PcapWriter::new(std::io::BufWriter::new(out), 65535)?;
         let hops = self.hops as usize;
         let counts = self.counts();
-        let mut setup = SplitMix::stream(self.seed, 1);
-        let mut values = SplitMix::stream(self.seed, 2);
+        let mut setup = Draws::stream(self.seed, 1);
+        let mut values = Draws::stream(self.seed, 2);
         let mut bottleneck = match self.model {
             Model::Burst(b) => Some(Bottleneck::new(b, self.seed)),
             Model::Exp => None,

@@ -4,6 +4,7 @@
 //! Hosts (and the monitor) are not part of the graph: the monitor reaches
 //! every switch over a link of its own.
 
+use dataplane::rand::SplitMix;
 use std::collections::HashMap;
 
 use serde::Deserialize;
@@ -328,26 +329,14 @@ pub fn watts_strogatz(n: usize, k: usize, p: f64, seed: u64) -> Result<Graph, St
     Err(format!("WS({n}, {k}, {p}): no connected graph in 100 seeds from {seed}"))
 }
 
-/// SplitMix64: a small, seeded, portable generator (fixtures must come out
-/// the same on every machine).
-struct SplitMix(u64);
+/// `below` for the graph's draws.
+trait Below {
+    fn below(&mut self, n: u64) -> u64;
+}
 
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
+impl Below for SplitMix {
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }
 
