@@ -633,6 +633,22 @@ fn cnf_reports_fall_on_the_reference_packets() {
 }
 
 /// One command to the Redis at `sock`; its integer reply.
+/// A real redis-server on a unix socket in `d` (no TCP port, no
+/// persistence), up and answering, and its socket.
+fn start_redis(d: &Scratch) -> (std::process::Child, std::path::PathBuf) {
+    let rsock = d.path("redis.sock");
+    let redis = Command::new("redis-server")
+        .args(["--port", "0", "--unixsocket"])
+        .arg(&rsock)
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(d.path(""))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/setup.sh installs it)");
+    wait_for("redis up", || rsock.exists() && std::os::unix::net::UnixStream::connect(&rsock).is_ok());
+    (redis, rsock)
+}
+
 fn redis_int(sock: &std::path::Path, args: &[&str]) -> i64 {
     use std::io::{BufRead, Write};
     let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
@@ -656,16 +672,7 @@ fn redis_holds_what_intcollector_decoded_and_a_dead_store_costs_counted_records(
     let (frames, _) = frames();
     let id = std::process::id() % 100_000;
     let rd = Scratch::new("redis");
-    let rsock = rd.path("redis.sock");
-    let mut redis = Command::new("redis-server")
-        .args(["--port", "0", "--unixsocket"])
-        .arg(&rsock)
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(rd.path(""))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server (scripts/setup.sh installs it)");
-    wait_for("redis up", || rsock.exists() && std::os::unix::net::UnixStream::connect(&rsock).is_ok());
+    let (mut redis, rsock) = start_redis(&rd);
     let listen = format!("127.0.0.1:{}", 20_000 + (id + 29) % 30_000);
     let url = format!("redis+unix://{}", rsock.display());
     let ours = start_collector_with(&listen, &["--quiet", "--redis", &url]);
@@ -1326,18 +1333,9 @@ fn chain3_queue_and_link_delay_events_reach_redis_and_kafka() {
         kafka_messages(&cluster.bootstrap_servers(), "int-", &[("events", want)])
     });
     let brokers = boot_rx.recv_timeout(Duration::from_secs(30)).unwrap();
-    let rsock = d.path("redis.sock");
-    let redis = Command::new("redis-server")
-        .args(["--port", "0", "--unixsocket"])
-        .arg(&rsock)
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(d.path(""))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server (scripts/setup.sh installs it)");
+    let (redis, rsock) = start_redis(&d);
     // Killed by PID however the test ends.
     let _redis = KillOnDrop(redis);
-    wait_for("redis up", || rsock.exists() && std::os::unix::net::UnixStream::connect(&rsock).is_ok());
     let collector = Command::new("ip")
         .args(["netns", "exec", &s3])
         .arg(intswitch_tests::workspace_bin("intcollector"))
