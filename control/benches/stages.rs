@@ -374,6 +374,7 @@ struct Worker<'a> {
     me: Arc<WorkerShared>,
     c: CounterValues,
     drain: ReportConsumer,
+    label_drain: ReportConsumer,
     out: VecOut<VecBuf>,
     load: PortLoad,
     slots: Vec<Option<VecBuf>>,
@@ -386,6 +387,7 @@ impl<'a> Worker<'a> {
         let slots = case.tables.ampm.as_ref().map_or(0, |a| a.capacity);
         let me = Arc::new(WorkerShared::new(slots));
         let (reports, drain) = report_ring(1024);
+        let (label_reports, label_drain) = report_ring(1024);
         let stages = StageSetup {
             analytics: case.analytics.as_ref().map_or_else(|| AnalyticsSetup::interval_only(65_536), analytics),
             reports,
@@ -397,6 +399,7 @@ impl<'a> Worker<'a> {
                 }
                 None => dataplane::gpint::stage::GpintSetup::off(),
             },
+            label: dataplane::worker::LabelSetup { reports: label_reports, ports: Default::default(), seed: 1 },
         };
         let flows = FlowSetup { capacity: 131_072, idle_timeout_s: 0, learn: case.learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 4096, aging_s: 0, share: false };
@@ -408,6 +411,7 @@ impl<'a> Worker<'a> {
             me,
             c: CounterValues::default(),
             drain,
+            label_drain,
             out,
             load: PortLoad::default(),
             slots: (0..BURST).map(|_| Some(VecBuf::new(&[0; 256], 128))).collect(),
@@ -441,6 +445,7 @@ impl<'a> Worker<'a> {
     fn drain_reports(&mut self, rec: &mut ReportRecord) -> Duration {
         let t0 = Instant::now();
         while self.drain.pop_into(rec) {}
+        while self.label_drain.pop_into(rec) {}
         while self.me.events.pop().is_some() {}
         t0.elapsed()
     }

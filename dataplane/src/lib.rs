@@ -15,6 +15,7 @@ pub mod forward;
 pub mod gpint;
 pub mod impair;
 pub mod int;
+pub mod label;
 pub mod lpm;
 pub mod mac_table;
 pub mod parse;

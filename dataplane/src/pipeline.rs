@@ -601,6 +601,7 @@ mod tests {
             reports,
             clock: WallClock::new(0, 0, 1_000),
             gpint: crate::gpint::stage::GpintSetup::off(),
+            label: crate::worker::LabelSetup::off(),
         };
         let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 64, aging_s: 0, share: false };

@@ -84,6 +84,8 @@ pub struct TableSpec {
     pub ampm: Option<crate::ampm::AmpmSetup>,
     /// GPINT probes and SQR (None: off).
     pub gpint: Option<crate::gpint::GpintSpec>,
+    /// INT-label domain (None: off).
+    pub label: Option<crate::label::LabelSpec>,
 }
 
 impl TableSpec {
@@ -146,6 +148,7 @@ pub struct Tables {
     pub int: Option<crate::int::watch::IntSpec>,
     pub ampm: Option<crate::ampm::AmpmSpec>,
     pub gpint: Option<crate::gpint::GpintSpec>,
+    pub label: Option<crate::label::LabelSpec>,
 }
 
 /// The index of `nh` in `nexthops`, added if new.
@@ -272,6 +275,7 @@ impl Tables {
             int: spec.int.clone(),
             ampm: spec.ampm.as_ref().map(|a| a.compile()),
             gpint: spec.gpint,
+            label: spec.label.clone(),
         })
     }
 
@@ -367,6 +371,7 @@ pub(crate) mod tests {
             int: None,
             ampm: None,
             gpint: None,
+            label: None,
         }
     }
 

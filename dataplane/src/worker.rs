@@ -29,6 +29,8 @@ use crate::int::analytics::cache::Reason;
 use crate::int::analytics::{Analytics, AnalyticsSetup, FlowSnapshot};
 use crate::int::report_ring::ReportProducer;
 use crate::int::stage::{IntStage, WallClock};
+use crate::label::stage::LabelStage;
+use crate::label::LabelPorts;
 use crate::mac_table::{MacTable, Sighting};
 use crate::parse::FlowKey;
 use crate::pipeline::{Burst, CaptureTx, Output, Pipeline, PortLoad, RxTime, Shortcut, Stage};
@@ -308,7 +310,8 @@ impl ControlSink for EventQueue {
 /// The stages after forwarding, in the order they run. A new stage is one
 /// more element here and in [`stages`]. SQR comes first: it claims GPINT
 /// probes before forwarding, and no other stage sees them.
-pub type Stages = (SqrStage<GpintProducer>, AmpmStage, IntStage<ReportProducer>, CaptureTx);
+pub type Stages =
+    (SqrStage<GpintProducer>, AmpmStage, IntStage<ReportProducer>, LabelStage<ReportProducer>, CaptureTx);
 
 /// A worker's ring of GPINT deliveries and notices to the control core.
 pub type GpintProducer = Option<rtrb::Producer<GpintRecord>>;
@@ -326,6 +329,23 @@ pub struct StageSetup {
     pub clock: WallClock,
     /// The SQR stage's clone buffer and export ring.
     pub gpint: GpintSetup<GpintProducer>,
+    /// The label stage's report ring, the ports' shared label state, and
+    /// the seed of its random draws.
+    pub label: LabelSetup,
+}
+
+/// What a worker's label stage is built from.
+pub struct LabelSetup {
+    pub reports: ReportProducer,
+    pub ports: Arc<LabelPorts>,
+    pub seed: u64,
+}
+
+impl LabelSetup {
+    /// For a pipeline whose tables never hold a label domain.
+    pub fn off() -> LabelSetup {
+        LabelSetup { reports: crate::int::report_ring::report_ring(1).0, ports: Arc::default(), seed: 1 }
+    }
 }
 
 /// Builds a worker's stages, each with its own state.
@@ -334,6 +354,7 @@ fn stages(s: StageSetup, me: &WorkerShared, hz: u64) -> Stages {
         SqrStage::new(s.gpint, s.clock, hz, 0),
         AmpmStage::new(me.ampm.clone()),
         IntStage::new(s.reports, Analytics::new(s.analytics, s.clock, hz), s.clock),
+        LabelStage::new(s.label.reports, s.label.ports, s.clock, s.label.seed),
         CaptureTx,
     )
 }

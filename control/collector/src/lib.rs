@@ -486,7 +486,7 @@ mod tests {
         let orig = control::traffic::frame(&spec, 0); // UDP 1024 -> 5001
         let mut b = VecBuf::new(&orig, 256);
         let m = parse(&orig, 0).unwrap();
-        let p = IntParams { presence, bitmap: 0xf000, max_hops: 8, domain_id: 3, source_pushes: true };
+        let p = IntParams { presence, bitmap: 0xf000, max_hops: 8, domain_id: 3, source_pushes: true, ds_flags: 0 };
         let md = |n: u32| HopMetadata {
             node_id: n,
             ingress_port: 1,

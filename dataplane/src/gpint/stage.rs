@@ -604,6 +604,7 @@ mod tests {
                 reports,
                 clock: WallClock::new(0, 1_700_000_000_000_000_000, HZ),
                 gpint: GpintSetup { slots, exports: Some(p), worker: 0, workers: Vec::new() },
+                label: crate::worker::LabelSetup::off(),
             };
             let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn: false, hash_seed: 1 };
             let macs = MacSetup { capacity: 64, aging_s: 0, share: false };

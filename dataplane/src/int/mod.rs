@@ -48,6 +48,8 @@ pub struct IntParams {
     pub domain_id: u16,
     /// The source pushes its own metadata too.
     pub source_pushes: bool,
+    /// The header's DS Flags (INT-label's A bit; 0 for classic INT).
+    pub ds_flags: u16,
 }
 
 /// Why a stage left a packet alone (not an error: counted as an event).
@@ -97,6 +99,8 @@ pub struct Block {
     pub rhc: u8,
     pub bitmap: u16,
     pub domain_id: u16,
+    /// DS Flags (INT-label: bit A).
+    pub ds_flags: u16,
     /// D: drop after the sink extracted it.
     pub discard: bool,
     /// One's-complement sum of shim + header as read (what a transit
@@ -125,6 +129,7 @@ impl Block {
             rhc: h[SHIM_LEN + 3],
             bitmap: be16(h, SHIM_LEN + 4),
             domain_id: be16(h, SHIM_LEN + 6),
+            ds_flags: be16(h, SHIM_LEN + 10),
             discard: h[SHIM_LEN] & 0x08 != 0,
             hdr_sum: header_sum(h),
         })
@@ -315,7 +320,7 @@ fn set_ip_proto(b: &mut [u8], meta: &PacketMeta, proto: u8) {
 /// later fragments have no L4 header, a first one has IPv4 MF set or an
 /// IPv6 Fragment header, which is an extension header).
 #[inline]
-fn applicable(b: &[u8], meta: &PacketMeta) -> bool {
+pub(crate) fn applicable(b: &[u8], meta: &PacketMeta) -> bool {
     let v = meta.key.ip_version();
     meta.l4_offset != 0
         && match v {
@@ -449,7 +454,7 @@ pub fn source_unmarked(
         bitmap: p.bitmap,
         domain_id: p.domain_id,
         ds_instruction: 0,
-        ds_flags: 0,
+        ds_flags: p.ds_flags,
         stack_words: (md_len / 4) as u8,
     }
     .words();
@@ -716,7 +721,7 @@ pub fn sink_block(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::parse::{parse, tests::udp4, tests::udp6};
     use crate::pktbuf::VecBuf;
@@ -731,7 +736,7 @@ mod tests {
             bitmap: instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE | instr::INGRESS_TS,
             max_hops: 8,
             domain_id: 0,
-            source_pushes: true,
+            source_pushes: true, ds_flags: 0,
         }
     }
 
@@ -760,7 +765,7 @@ mod tests {
     }
 
     /// Full recomputation, written independently of the incremental code.
-    fn checksums_valid(f: &[u8]) -> bool {
+    pub(crate) fn checksums_valid(f: &[u8]) -> bool {
         let m = parse(f, 0).expect("parses");
         let (l3, l4) = (m.l3_offset, m.l4_offset);
         let mut ok = m.key.ip_version() == 6 || fold(sum(&f[l3..l3 + 20])) == 0xffff;
@@ -774,7 +779,7 @@ mod tests {
 
     /// A TCP segment with `opts` bytes of options, the given DSCP and ECN 1,
     /// checksums computed from scratch.
-    fn tcp(v6: bool, dscp: u8, opts: usize, payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn tcp(v6: bool, dscp: u8, opts: usize, payload: &[u8]) -> Vec<u8> {
         let filler = vec![0u8; 12 + opts + payload.len()];
         let mut f = if v6 {
             udp6([0x20; 16], [0x30; 16], 1, 2, &filler)

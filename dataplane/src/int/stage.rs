@@ -195,7 +195,7 @@ pub struct IntCtx<'a, R: ReportSink> {
 
 /// The watch-rule fields of a packet; for one carrying INT at `blk`, the
 /// protocol and ports from before its source (what NPT saved).
-fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<&Block>) -> WatchFields {
+pub(crate) fn watch_fields(b: &[u8], meta: &PacketMeta, in_port: u16, blk: Option<&Block>) -> WatchFields {
     let k = &meta.key;
     let (src, dst) =
         if k.ip_version() == 4 { (mapped_v4(k.src as u32), mapped_v4(k.dst as u32)) } else { (k.src, k.dst) };
@@ -356,6 +356,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             max_hops: sp.max_hops,
             domain_id: sp.domain_id,
             source_pushes: spec.source_pushes,
+            ds_flags: 0,
         };
         let md = hop.measure().metadata(spec.node_id, ctx.clock);
         match int::source_unmarked(pkt, meta, &p, &md, spec.mtu[out_port as usize] as usize) {
@@ -368,6 +369,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     };
     let sink_here = spec.is_edge(out_port as usize);
     let block = match int::Block::read(pkt.bytes(), meta, blk) {
+        // INT-label's packets are the label stage's.
+        Ok(b) if spec.label_ds_id != 0 && b.domain_id == spec.label_ds_id => return Ok(()),
         Ok(b) => b,
         // Malformed: a sink cannot restore it, so it drops it with the named
         // reason; a transit node passes it on untouched and counts it.
@@ -462,6 +465,7 @@ pub fn dropped<R: ReportSink>(
     let blk = int::find(pkt, meta, spec.presence);
     let (domain, int_end) = match blk {
         Some(b) => match Block::read(pkt, meta, b) {
+            Ok(k) if spec.label_ds_id != 0 && k.domain_id == spec.label_ds_id => return,
             Ok(k) => (k.domain_id, b + k.total),
             Err(_) => return,
         },
@@ -497,13 +501,13 @@ impl<R: ReportSink> IntStage<R> {
 }
 
 /// A packet's hop through this worker, measured only if INT acts on it.
-struct StageHop<'a, B, O> {
-    times: &'a BurstClock,
-    out: &'a O,
-    load: &'a PortLoad,
-    in_port: u16,
-    out_port: u16,
-    buf: std::marker::PhantomData<fn() -> B>,
+pub(crate) struct StageHop<'a, B, O> {
+    pub(crate) times: &'a BurstClock,
+    pub(crate) out: &'a O,
+    pub(crate) load: &'a PortLoad,
+    pub(crate) in_port: u16,
+    pub(crate) out_port: u16,
+    pub(crate) buf: std::marker::PhantomData<fn() -> B>,
 }
 
 impl<B, O: Output<B>> HopSource for StageHop<'_, B, O> {
@@ -640,6 +644,7 @@ pub(crate) mod tests {
             edge_ports: edge,
             mtu: [1500; MAX_PORTS],
             source_pushes: true,
+            label_ds_id: 0,
             mtu_report: false,
             report: ReportParams { md_bits: 0x7c00, truncate: 64, flow_interval_tsc: 0 },
             watch: Vec::new(),

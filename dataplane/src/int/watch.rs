@@ -177,6 +177,9 @@ pub struct IntSpec {
     pub events: crate::int::analytics::events::EventSpec,
     /// The sink's per-flow detection rules.
     pub detect: crate::int::analytics::detect::DetectSpec,
+    /// The INT-label domain's DS ID (0: none): packets carrying it are
+    /// labels, left to the label stage.
+    pub label_ds_id: u16,
 }
 
 impl IntSpec {
@@ -217,6 +220,7 @@ mod tests {
             edge_ports: 0b01,
             mtu: [1500; MAX_PORTS],
             source_pushes: true,
+            label_ds_id: 0,
             mtu_report: false,
             report: ReportParams { md_bits: 0x7c00, truncate: 256, flow_interval_tsc: 0 },
             watch: Vec::new(),

@@ -1,0 +1,554 @@
+//! The INT-label stage of a worker, after forwarding chose the egress port:
+//! the port's label decision and the push (or the first label's insert),
+//! then at a last hop (an edge port) the export of the labels in one
+//! Telemetry Report and the packet's restoration, as the INT sink does.
+
+use std::sync::Arc;
+
+use crate::counters::{CounterValues, Event};
+use crate::forward::Verdict;
+use crate::int::stage::{watch_fields, BurstClock, HopSource, ReportRecord, ReportSink, StageHop, WallClock, REPORT_MAX};
+use crate::int::{self, Block, IntParams, Skip, Transit};
+use crate::label::{Claim, LabelPorts, LabelSpec, DS_FLAG_A};
+use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
+use crate::pipeline::{Burst, Cx, Depth, Output, Packet, Stage, Step};
+use crate::pktbuf::PacketBuf;
+use crate::rand::XorShift;
+use crate::tables::Tables;
+use crate::wire::int_md::{hop_words, INT_HDR_LEN};
+use crate::DropReason;
+
+/// Specific flows' last label times a worker keeps (by flow hash).
+pub const FLOW_SLOTS: usize = 4096;
+
+/// Everything `apply` reads or updates besides the packet.
+pub struct LabelCtx<'a, R: ReportSink> {
+    pub spec: &'a LabelSpec,
+    pub ports: &'a LabelPorts,
+    pub clock: &'a WallClock,
+    pub counters: &'a mut CounterValues,
+    pub reports: &'a mut R,
+    pub rng: &'a mut XorShift,
+    /// (flow hash | 1, last label TSC) per slot.
+    pub slots: &'a mut [(u64, u64)],
+}
+
+/// Whether a specific flow's packet is due for its labels at `ct` (one per
+/// rule interval; two flows sharing a slot may each be labeled sooner).
+fn specific_due(slots: &mut [(u64, u64)], hash: u64, interval: u64, ct: u64) -> bool {
+    let h = hash | 1;
+    let s = &mut slots[(hash as usize) & (slots.len() - 1)];
+    if s.0 == h && ct.saturating_sub(s.1) < interval {
+        return false;
+    }
+    *s = (h, ct);
+    true
+}
+
+/// Why a label was not written.
+fn skipped<R: ReportSink>(ctx: &mut LabelCtx<R>, c: &Claim, e: Event) {
+    ctx.ports.undo(c);
+    ctx.counters.event(e);
+}
+
+/// The label stage on one packet leaving by the hop's output port at `ct`
+/// (TSC, the label decision's time). `meta` is its parse. An error is a
+/// drop with that reason (malformed labels at a last hop).
+pub fn apply<B: PacketBuf, R: ReportSink>(
+    ctx: &mut LabelCtx<R>,
+    pkt: &mut B,
+    meta: &PacketMeta,
+    hop: &impl HopSource,
+    ct: u64,
+) -> Result<(), DropReason> {
+    let spec = ctx.spec;
+    let (in_port, out_port) = hop.ports();
+    if !matches!(meta.key.proto(), PROTO_TCP | PROTO_UDP) || !int::applicable(pkt.bytes(), meta) {
+        return Ok(());
+    }
+    let last_hop = spec.is_edge(out_port as usize);
+    let block = match int::find(pkt.bytes(), meta, spec.presence) {
+        None => None,
+        Some(at) => match Block::read(pkt.bytes(), meta, at) {
+            // Another INT domain's packet: classic INT, not ours.
+            Ok(b) if b.domain_id != spec.ds_id => return Ok(()),
+            Ok(b) => Some(b),
+            Err(r) if last_hop => return Err(r),
+            Err(_) => {
+                ctx.counters.event(Event::LabelPassedMalformed);
+                return Ok(());
+            }
+        },
+    };
+    let fields = (!spec.watch.is_empty() || !spec.flows.is_empty())
+        .then(|| watch_fields(pkt.bytes(), meta, in_port, block.as_ref()));
+    let mut changed = false;
+    if fields.as_ref().is_none_or(|f| spec.watched(|| *f)) {
+        let out = out_port as usize;
+        let claim = match &block {
+            Some(b) if b.ds_flags & DS_FLAG_A != 0 => ctx.ports.force(out, ct),
+            Some(b) => ctx.ports.decide(out, ct, b.hops(), spec.times, &spec.f, || ctx.rng.next_u64() as u32),
+            None => {
+                let specific = spec.is_edge(in_port as usize)
+                    && fields.as_ref().and_then(|f| spec.specific(f)).is_some_and(|iv| {
+                        specific_due(ctx.slots, meta.key.hash64(), iv, ct)
+                    });
+                if specific {
+                    ctx.ports.force(out, ct)
+                } else {
+                    ctx.ports.decide(out, ct, 0, spec.times, &spec.f, || ctx.rng.next_u64() as u32)
+                }
+            }
+        };
+        if let Some(c) = claim {
+            let md = hop.measure().metadata(spec.node_id, ctx.clock);
+            let mtu = spec.mtu[out] as usize;
+            match &block {
+                None => {
+                    // A label that does not fit whole is not started (a
+                    // block without the item would say nothing).
+                    let udp_hdr = if matches!(spec.presence, int::Presence::UdpPort(_)) && meta.key.proto() != PROTO_UDP {
+                        8
+                    } else {
+                        0
+                    };
+                    let ip_len = meta.l3_end - meta.l3_offset;
+                    if ip_len + udp_hdr + INT_HDR_LEN + hop_words(spec.bitmap) * 4 > mtu {
+                        skipped(ctx, &c, Event::LabelSkippedMtu);
+                    } else {
+                        let p = IntParams {
+                            presence: spec.presence,
+                            bitmap: spec.bitmap,
+                            max_hops: spec.max_labels,
+                            domain_id: spec.ds_id,
+                            source_pushes: true,
+                            ds_flags: if c.kind == crate::label::Kind::Specific { DS_FLAG_A } else { 0 },
+                        };
+                        match int::source_unmarked(pkt, meta, &p, &md, mtu) {
+                            Ok(_) => changed = true,
+                            Err(Skip::Mtu) => skipped(ctx, &c, Event::LabelSkippedMtu),
+                            Err(Skip::NoRoom) => skipped(ctx, &c, Event::LabelNoHeadroom),
+                            Err(Skip::NotApplicable | Skip::Presence) => ctx.ports.undo(&c),
+                        }
+                    }
+                }
+                Some(b) => match int::transit_block(pkt, meta, b, &md, mtu) {
+                    Ok(Transit::Pushed) => changed = true,
+                    Ok(Transit::Exhausted) => skipped(ctx, &c, Event::LabelSkippedRhc),
+                    Ok(Transit::MtuExceeded) => skipped(ctx, &c, Event::LabelSkippedMtu),
+                    Err(r) => {
+                        ctx.ports.undo(&c);
+                        if last_hop {
+                            return Err(r);
+                        }
+                        ctx.counters.event(Event::LabelPassedMalformed);
+                        return Ok(());
+                    }
+                },
+            }
+            if changed {
+                ctx.ports.commit(&c);
+                ctx.counters.event(c.kind.event());
+            }
+        }
+    }
+    if !last_hop {
+        return Ok(());
+    }
+    // The last hop: export the labels (its own included) and restore.
+    let reparsed;
+    let meta = if changed {
+        reparsed = crate::parse::parse(pkt.bytes(), in_port)?;
+        &reparsed
+    } else {
+        meta
+    };
+    let Some(at) = int::find(pkt.bytes(), meta, spec.presence) else { return Ok(()) };
+    let b = Block::read(pkt.bytes(), meta, at)?;
+    if b.domain_id != spec.ds_id {
+        return Ok(());
+    }
+    let mut rec = ReportRecord {
+        flags: 0,
+        drop_reason: 0,
+        domain_id: spec.ds_id,
+        md: hop.measure().metadata(spec.node_id, ctx.clock),
+        len: 0,
+        data: [0; REPORT_MAX],
+    };
+    let int_end = at + b.total;
+    if int_end.min(meta.l3_end) > REPORT_MAX {
+        ctx.counters.event(Event::LabelReportStackCut);
+    }
+    let want = spec.truncate.max(int_end).min(meta.l3_end).min(REPORT_MAX);
+    let (sunk, n) = int::sink_block(pkt, meta, &b, &mut rec.data[..want])?;
+    rec.len = n as u16;
+    ctx.counters.event(Event::LabelSunk);
+    if ctx.reports.push(rec) {
+        ctx.counters.event(Event::LabelExported);
+    } else {
+        ctx.counters.event(Event::LabelReportRingFull);
+    }
+    if sunk.discard {
+        return Err(DropReason::IntDiscard);
+    }
+    Ok(())
+}
+
+/// A worker's label stage: its report ring, the shared port state, its
+/// random draws and its specific flows' slots.
+pub struct LabelStage<R: ReportSink> {
+    pub reports: R,
+    pub ports: Arc<LabelPorts>,
+    rng: XorShift,
+    clock: WallClock,
+    times: BurstClock,
+    slots: Box<[(u64, u64)]>,
+}
+
+impl<R: ReportSink> LabelStage<R> {
+    pub fn new(reports: R, ports: Arc<LabelPorts>, clock: WallClock, seed: u64) -> LabelStage<R> {
+        LabelStage {
+            reports,
+            ports,
+            rng: XorShift::new(seed),
+            clock,
+            times: BurstClock::new(0),
+            slots: vec![(0, 0); FLOW_SLOTS].into_boxed_slice(),
+        }
+    }
+}
+
+/// Whether an earlier stage changed the packet's IP length since it was
+/// parsed (an INT source or sink): the parse's offsets past L4 are stale.
+#[inline]
+fn resized(b: &[u8], meta: &PacketMeta) -> bool {
+    let l3 = meta.l3_offset;
+    let len = match (meta.key.ip_version(), b.get(l3 + 2..l3 + 6)) {
+        (4, Some(h)) => u16::from_be_bytes([h[0], h[1]]) as usize,
+        (6, Some(h)) => 40 + u16::from_be_bytes([h[2], h[3]]) as usize,
+        _ => return false,
+    };
+    l3 + len != meta.l3_end
+}
+
+impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
+    #[inline(always)]
+    fn depth<O: Output<B>>(&self, t: &Tables, _out: &O) -> Option<Depth> {
+        t.label.as_ref().map(|_| Depth::Full)
+    }
+
+    #[inline(always)]
+    fn begin(&mut self, _t: &Tables, burst: &Burst) {
+        self.times = BurstClock::new(burst.rx_tsc);
+    }
+
+    /// Labels a forwarded packet by its egress port (dropped and flooded
+    /// packets have none); at a last hop, exports and restores.
+    #[inline(always)]
+    fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
+        let (Some(spec), Ok(meta)) = (cx.tables.label.as_ref(), &p.meta) else { return Step::Next };
+        let Verdict::Tx(out_port) = p.verdict else { return Step::Next };
+        let in_port = cx.burst.in_port;
+        let reparsed;
+        let meta = if cx.tables.int.is_some() && resized(m.bytes(), meta) {
+            match crate::parse::parse(m.bytes(), in_port) {
+                Ok(r) => {
+                    reparsed = r;
+                    &reparsed
+                }
+                Err(_) => return Step::Next,
+            }
+        } else {
+            meta
+        };
+        let hop = StageHop {
+            times: &self.times,
+            out: &*cx.out,
+            load: cx.load,
+            in_port,
+            out_port,
+            buf: std::marker::PhantomData::<fn() -> B>,
+        };
+        let mut lctx = LabelCtx {
+            spec,
+            ports: &self.ports,
+            clock: &self.clock,
+            counters: cx.c,
+            reports: &mut self.reports,
+            rng: &mut self.rng,
+            slots: &mut self.slots,
+        };
+        if let Err(r) = apply(&mut lctx, m, meta, &hop, cx.burst.now) {
+            p.verdict = Verdict::Drop(r);
+        }
+        Step::Next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::MAX_PORTS;
+    use crate::int::stage::Hop;
+    use crate::int::tests::{checksums_valid, tcp};
+    use crate::int::watch::{Presence, Role, Ternary, WatchRule};
+    use crate::label::{LabelFn, Thresholds, Times};
+    use crate::parse::parse;
+    use crate::parse::tests::{udp4, udp6};
+    use crate::pktbuf::VecBuf;
+
+    const DS: u16 = 0x1b1;
+    const T: u64 = 50_000;
+
+    fn spec(node: u32, edge: u32) -> LabelSpec {
+        LabelSpec {
+            node_id: node,
+            ds_id: DS,
+            presence: Presence::Dscp { value: 0x17, mask: 0x3f },
+            bitmap: 0xfc00,
+            max_labels: 8,
+            times: Times { interval: T, rest: 0 },
+            f: Thresholds::new(&LabelFn::F1, 5),
+            edge_ports: edge,
+            mtu: [1500; MAX_PORTS],
+            truncate: 64,
+            watch: Vec::new(),
+            flows: Vec::new(),
+        }
+    }
+
+    struct Node {
+        spec: LabelSpec,
+        ports: LabelPorts,
+        c: CounterValues,
+        reports: Vec<ReportRecord>,
+        rng: XorShift,
+        slots: Vec<(u64, u64)>,
+    }
+
+    impl Node {
+        fn new(spec: LabelSpec) -> Node {
+            let (ports, c, rng) = (LabelPorts::default(), CounterValues::default(), XorShift::new(3));
+            Node { spec, ports, c, reports: Vec::new(), rng, slots: vec![(0, 0); 64] }
+        }
+
+        /// Runs the stage on `b` from port 0 to port 1 at `ct`.
+        fn run(&mut self, b: &mut VecBuf, ct: u64) -> Result<(), DropReason> {
+            let meta = parse(b.bytes(), 0).unwrap();
+            let hop = Hop { in_port: 0, out_port: 1, rx_tsc: ct, tx_tsc: ct + 100, ..Default::default() };
+            let clock = WallClock::new(0, 1_000_000_000, 1_000_000_000);
+            let mut ctx = LabelCtx {
+                spec: &self.spec,
+                ports: &self.ports,
+                clock: &clock,
+                counters: &mut self.c,
+                reports: &mut self.reports,
+                rng: &mut self.rng,
+                slots: &mut self.slots,
+            };
+            apply(&mut ctx, b, &meta, &hop, ct)
+        }
+
+        fn ev(&self, e: Event) -> u64 {
+            self.c.events[e as usize]
+        }
+    }
+
+    /// The INT-MD block of a DSCP-mode packet, decoded field by field from
+    /// the v2.1 layout: (DS ID, DS flags, RHC, hops, node IDs newest first).
+    fn decode(f: &[u8]) -> Option<(u16, u16, u8, usize, Vec<u32>)> {
+        decode_at(f, block_at(f))
+    }
+
+    /// Where a DSCP-mode block starts: after the UDP header or TCP options
+    /// (read from the headers: a report's packet is cut short).
+    fn block_at(f: &[u8]) -> usize {
+        let (l4, proto) = if f[12..14] == [0x86, 0xdd] { (54, f[20]) } else { (14 + (f[14] & 0xf) as usize * 4, f[23]) };
+        l4 + if proto == PROTO_UDP { 8 } else { (f[l4 + 12] >> 4) as usize * 4 }
+    }
+
+    fn decode_at(f: &[u8], at: usize) -> Option<(u16, u16, u8, usize, Vec<u32>)> {
+        let shim = &f[at..at + 4];
+        let hdr = &f[at + 4..at + 16];
+        if shim[0] >> 4 != 1 || hdr[0] >> 4 != 2 {
+            return None;
+        }
+        let words = shim[1] as usize;
+        let hop_ml = (hdr[2] & 0x1f) as usize;
+        let hops = (words - 3) / hop_ml;
+        let nodes = (0..hops)
+            .map(|i| {
+                let o = at + 16 + i * hop_ml * 4;
+                u32::from_be_bytes(f[o..o + 4].try_into().unwrap())
+            })
+            .collect();
+        Some((u16::from_be_bytes([hdr[6], hdr[7]]), u16::from_be_bytes([hdr[10], hdr[11]]), hdr[3], hops, nodes))
+    }
+
+    /// The paper's Fig. 3: the first hop labels (insert), the second pushes
+    /// (F1 after its own interval label), the last labels its own port,
+    /// exports the three labels in one report and restores the packet.
+    #[test]
+    fn three_hops_label_export_and_restore_byte_identical() {
+        let frames = [
+            udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!"),
+            udp6([0x20; 16], [0x30; 16], 4000, 5001, b"payload six"),
+            tcp(false, 10, 8, b"tcp payload"),
+            tcp(true, 0, 0, b"tcp six"),
+        ];
+        for orig in frames {
+            let (mut s1, mut s2, mut s3) = (Node::new(spec(1, 0b01)), Node::new(spec(2, 0)), Node::new(spec(3, 0b10)));
+            let mut b = VecBuf::new(&orig, 512);
+            s1.run(&mut b, 10 * T).unwrap();
+            assert!(checksums_valid(b.bytes()));
+            let (ds, flags, rhc, hops, nodes) = decode(b.bytes()).expect("labeled");
+            assert_eq!((ds, flags, rhc, hops, nodes), (DS, 0, 7, 1, vec![1]));
+            assert_eq!(b.bytes().len(), orig.len() + 16 + 32, "the paper's 32-byte item");
+            s2.run(&mut b, 10 * T).unwrap();
+            assert!(checksums_valid(b.bytes()));
+            assert_eq!(decode(b.bytes()).unwrap().4, vec![2, 1]);
+            s3.run(&mut b, 10 * T).unwrap();
+            assert_eq!(b.bytes(), &orig[..], "restored");
+            assert_eq!(s3.reports.len(), 1);
+            let r = &s3.reports[0];
+            assert_eq!((r.flags, r.domain_id, r.md.node_id), (0, DS, 3));
+            assert_eq!(decode(r.packet()).unwrap().4, vec![3, 2, 1], "the last hop's own label first");
+            let ev = |n: &Node, e| n.ev(e);
+            assert_eq!((ev(&s1, Event::LabelInterval), ev(&s2, Event::LabelInterval)), (1, 1));
+            assert_eq!((ev(&s3, Event::LabelSunk), ev(&s3, Event::LabelExported)), (1, 1));
+            // The item's egress timestamp is the label time.
+            let at = block_at(r.packet()) + 16;
+            let egress_ts = u64::from_be_bytes(r.packet()[at + 24..at + 32].try_into().unwrap());
+            assert_eq!(egress_ts, 1_000_000_000 + 10 * T + 100);
+            // Within T nothing more is labeled: the packet passes untouched.
+            let mut again = VecBuf::new(&orig, 512);
+            s1.run(&mut again, 10 * T + T).unwrap();
+            assert_eq!(again.bytes(), &orig[..]);
+        }
+    }
+
+    #[test]
+    fn base_b_pushes_on_labeled_packets_and_a_unlabeled_one_waits_for_t() {
+        let (mut s1, mut s2) = (Node::new(spec(1, 0b01)), Node::new(spec(2, 0)));
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x");
+        // s2's port labels a plain packet first (its interval label).
+        let mut plain = VecBuf::new(&orig, 512);
+        s2.run(&mut plain, 10 * T).unwrap();
+        assert_eq!(decode(plain.bytes()).unwrap().4, vec![2]);
+        // Within T: a labeled packet gets F1's label, a plain one none.
+        let mut b = VecBuf::new(&orig, 512);
+        s1.run(&mut b, 10 * T).unwrap();
+        s2.run(&mut b, 10 * T + 10).unwrap();
+        assert_eq!(decode(b.bytes()).unwrap().4, vec![2, 1]);
+        let mut plain = VecBuf::new(&orig, 512);
+        s2.run(&mut plain, 10 * T + 20).unwrap();
+        assert_eq!(plain.bytes(), &orig[..]);
+        assert_eq!((s2.ev(Event::LabelInterval), s2.ev(Event::LabelProbabilistic)), (1, 1));
+    }
+
+    #[test]
+    fn specific_flows_are_labeled_at_every_hop_with_flag_a() {
+        let mut sp1 = spec(1, 0b01);
+        let mut rule = WatchRule::any("vip", Role::Transit);
+        rule.dst_port = Ternary::exact(5001);
+        sp1.flows.push(crate::label::FlowRule { rule, interval_tsc: 1_000 });
+        let (mut s1, mut s2, mut s3) = (Node::new(sp1), Node::new(spec(2, 0)), Node::new(spec(3, 0b10)));
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x");
+        let other = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5002, b"x");
+        // Use up every port's interval label first.
+        for n in [&mut s1, &mut s2, &mut s3] {
+            n.run(&mut VecBuf::new(&other, 512), 10 * T).unwrap();
+        }
+        s3.reports.clear();
+        let mut b = VecBuf::new(&orig, 512);
+        s1.run(&mut b, 10 * T + 1).unwrap();
+        let (_, flags, _, _, _) = decode(b.bytes()).unwrap();
+        assert_eq!(flags, DS_FLAG_A);
+        s2.run(&mut b, 10 * T + 1).unwrap();
+        s3.run(&mut b, 10 * T + 1).unwrap();
+        assert_eq!(b.bytes(), &orig[..]);
+        assert_eq!(decode(s3.reports[0].packet()).unwrap().4, vec![3, 2, 1]);
+        assert_eq!([&s1, &s2, &s3].map(|n| n.ev(Event::LabelSpecific)), [1, 1, 1]);
+        // Once per flow interval at the ingress switch.
+        let mut b = VecBuf::new(&orig, 512);
+        s1.run(&mut b, 10 * T + 500).unwrap();
+        assert_eq!(b.bytes(), &orig[..]);
+        s1.run(&mut b, 10 * T + 1_001).unwrap();
+        assert_eq!(decode(b.bytes()).unwrap().1, DS_FLAG_A);
+    }
+
+    #[test]
+    fn foreign_ds_ids_are_classic_int_and_left_alone() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x");
+        let mut b = VecBuf::new(&orig, 512);
+        let mut s1 = Node::new(spec(1, 0b01));
+        s1.spec.ds_id = 0x99;
+        s1.run(&mut b, 10 * T).unwrap();
+        let labeled = b.bytes().to_vec();
+        for edge in [0, 0b10] {
+            let mut n = Node::new(spec(2, edge));
+            let mut c = VecBuf::new(&labeled, 512);
+            n.run(&mut c, 10 * T).unwrap();
+            assert_eq!(c.bytes(), &labeled[..], "edge {edge:#b}: untouched");
+            assert!(n.reports.is_empty());
+        }
+    }
+
+    #[test]
+    fn malformed_labels_pass_a_transit_and_drop_at_the_last_hop() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x");
+        let mut b = VecBuf::new(&orig, 512);
+        Node::new(spec(1, 0b01)).run(&mut b, 10 * T).unwrap();
+        let mut bad = b.bytes().to_vec();
+        bad[42 + 6] = 0; // HopML 0
+        let mut t = Node::new(spec(2, 0));
+        let mut c = VecBuf::new(&bad, 512);
+        t.run(&mut c, 10 * T).unwrap();
+        assert_eq!((c.bytes(), t.ev(Event::LabelPassedMalformed)), (&bad[..], 1));
+        assert_eq!(Node::new(spec(3, 0b10)).run(&mut VecBuf::new(&bad, 512), 10 * T), Err(DropReason::IntBadHopMl));
+    }
+
+    #[test]
+    fn labels_that_do_not_fit_are_skipped_counted_and_keep_the_interval() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, &[0; 100]);
+        let ip_len = orig.len() - 14;
+        let mut s1 = Node::new(spec(1, 0b01));
+        s1.spec.mtu[1] = (ip_len + 16 + 31) as u16;
+        let mut b = VecBuf::new(&orig, 512);
+        s1.run(&mut b, 10 * T).unwrap();
+        assert_eq!((b.bytes(), s1.ev(Event::LabelSkippedMtu)), (&orig[..], 1));
+        s1.spec.mtu[1] = 1500;
+        s1.run(&mut b, 10 * T + 1).unwrap();
+        assert_eq!(s1.ev(Event::LabelInterval), 1, "the next packet takes the interval's label");
+        // RHC 0: E set, nothing pushed, counted.
+        let mut s0 = Node::new(spec(1, 0b01));
+        s0.spec.max_labels = 1;
+        let mut b = VecBuf::new(&orig, 512);
+        s0.run(&mut b, 10 * T).unwrap();
+        let mut s2 = Node::new(spec(2, 0));
+        s2.run(&mut b, 10 * T).unwrap();
+        assert_eq!(s2.ev(Event::LabelSkippedRhc), 1);
+        assert_eq!(decode(b.bytes()).unwrap().3, 1);
+        assert!(checksums_valid(b.bytes()));
+        assert_ne!(b.bytes()[42 + 4] & 0x04, 0, "E");
+    }
+
+    #[test]
+    fn a_none_watch_rule_exempts_packets_from_labels() {
+        let mut sp = spec(1, 0b01);
+        let mut none = WatchRule::any("no-dns", Role::None);
+        none.dst_port = Ternary::exact(53);
+        sp.watch.push(none);
+        let mut s1 = Node::new(sp);
+        let dns = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 53, b"x");
+        let mut b = VecBuf::new(&dns, 512);
+        s1.run(&mut b, 10 * T).unwrap();
+        assert_eq!(b.bytes(), &dns[..]);
+        // No rule matches the other flow: the watchlist has only `none`, so not labeled either.
+        let web = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 80, b"x");
+        let mut b = VecBuf::new(&web, 512);
+        s1.run(&mut b, 10 * T).unwrap();
+        assert_eq!(b.bytes(), &web[..]);
+    }
+}
