@@ -51,6 +51,8 @@ pub struct Config {
     /// GPINT probes and SQR clone buffers (absent: off).
     #[serde(default)]
     pub gpint: Option<crate::gpint::config::GpintConfig>,
+    /// INT-label domain (absent: off).
+    pub label: Option<crate::label::config::LabelConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -314,6 +316,7 @@ pub struct Plan {
     pub int: Option<crate::int::config::IntPlan>,
     pub ampm: Option<crate::ampm::config::AmpmPlan>,
     pub gpint: Option<crate::gpint::config::GpintPlan>,
+    pub label: Option<crate::label::config::LabelPlan>,
 }
 
 impl Plan {
@@ -339,6 +342,7 @@ impl Plan {
                 (Some(g), Some(i)) => Some(g.spec(i, tsc_hz)),
                 _ => None,
             },
+            label: self.label.as_ref().map(|l| l.spec(tsc_hz)),
         };
         for r in &self.routes {
             spec.upsert_route(*r);
@@ -559,10 +563,17 @@ impl Config {
             .map(|(i, f)| f.to_rule(&names).map_err(at("flow", i)))
             .collect::<Result<_, _>>()?;
         let mtu: Vec<u16> = ports.iter().map(|p| p.mtu.unwrap_or(1500)).collect();
-        let int = match &self.int {
+        let mut int = match &self.int {
             Some(i) => Some(i.to_plan(&names, &mtu)?),
             None => None,
         };
+        let label = match &self.label {
+            Some(l) => l.to_plan(&names, &mtu, int.as_ref())?,
+            None => None,
+        };
+        if let (Some(i), Some(l)) = (int.as_mut(), &label) {
+            i.spec.label_ds_id = l.spec.ds_id;
+        }
         let ampm = match &self.ampm {
             Some(a) => Some(a.to_plan(&names, &mtu)?),
             None => None,
@@ -571,7 +582,25 @@ impl Config {
             Some(g) => g.to_plan(int.as_ref(), self.ampm.as_ref())?,
             None => None,
         };
-        Ok(Plan { raw: self.clone(), mode, ports, workers, routes, neighbours, static_macs, flows, int, ampm, gpint })
+        if let (Some(g), Some(l)) = (&gpint, &label) {
+            if g.domain_id == l.spec.ds_id {
+                return Err(cerr("label.label_domain_id", format!("{:#06x} is GPINT's probe domain", g.domain_id)));
+            }
+        }
+        Ok(Plan {
+            raw: self.clone(),
+            mode,
+            ports,
+            workers,
+            routes,
+            neighbours,
+            static_macs,
+            flows,
+            int,
+            ampm,
+            gpint,
+            label,
+        })
     }
 }
 

@@ -13,6 +13,7 @@ use crate::api::{response, ApiError, Command, Envelope};
 use crate::capture;
 use crate::config::parse_prefix;
 use crate::gpint::api as gpint;
+use crate::label::api as label;
 use crate::int::analytics::api as ia;
 use crate::int::api as int;
 use crate::server::{HttpCounters, Reply, Request};
@@ -112,6 +113,10 @@ const ROUTES: &[(&str, Handler)] = &[
     (int::ShowInt::NAME, |cx, env| serve(env, |_: int::ShowInt| cx.sw.int_view())),
     (int::ShowReports::NAME, |cx, env| serve(env, |_: int::ShowReports| cx.sw.reports_view())),
     (gpint::ShowGpint::NAME, |cx, env| serve(env, |_: gpint::ShowGpint| cx.sw.gpint_view())),
+    (label::ShowLabel::NAME, |cx, env| serve(env, |_: label::ShowLabel| cx.sw.label_view())),
+    (label::LabelSetShift::NAME, |cx, env| {
+        serve(env, |a: label::LabelSetShift| cx.sw.label_set_shift(&a.port, a.shift))
+    }),
     (int::IntWatchAdd::NAME, |cx, env| {
         serve(env, |a: int::IntWatchAdd| cx.sw.int_watch_add(a.0.to_rule(&cx.sw.port_names())?))
     }),

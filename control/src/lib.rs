@@ -18,6 +18,7 @@ pub mod dispatch;
 pub mod fields;
 pub mod gpint;
 pub mod int;
+pub mod label;
 pub mod metrics;
 pub mod server;
 pub mod switch;

@@ -52,7 +52,7 @@ impl ProducerContext for Counting {
 
 pub struct KafkaSink {
     producer: BaseProducer<Counting>,
-    topics: [String; 4],
+    topics: [String; 6],
 }
 
 /// The four kinds of message, by topic.
@@ -62,10 +62,14 @@ pub enum Topic {
     Events,
     Flows,
     Histograms,
+    /// INT-label database updates.
+    LabelDb,
+    /// INT-label coverage per window.
+    LabelCoverage,
 }
 
 /// Topic names below the prefix.
-const NAMES: [&str; 4] = ["reports", "events", "flows", "histograms"];
+const NAMES: [&str; 6] = ["reports", "events", "flows", "histograms", "label-db", "label-coverage"];
 
 /// How long the last flush waits for the brokers at exit.
 const EXIT_FLUSH: Duration = Duration::from_secs(5);

@@ -10,6 +10,7 @@ pub mod ampm;
 pub mod flows;
 pub mod gpint;
 pub mod kafka;
+pub mod label;
 pub mod recv;
 pub mod redis;
 
@@ -157,6 +158,8 @@ pub struct Stack {
     pub rhc: u8,
     pub bitmap: u16,
     pub domain_id: u16,
+    /// DS Flags (INT-label: bit A, a specific flow).
+    pub ds_flags: u16,
     /// Newest first, as on the wire.
     pub hops: Vec<HopValues>,
     /// The inner IPv4 header's identification (None for IPv6): ties a
@@ -242,6 +245,7 @@ pub fn decode_inner(f: &[u8], presence: Presence) -> Result<Stack, String> {
         rhc: b[7],
         bitmap,
         domain_id: u16::from_be_bytes([b[10], b[11]]),
+        ds_flags: u16::from_be_bytes([b[14], b[15]]),
         hops,
         ip_id,
     })
@@ -261,6 +265,9 @@ pub struct Report {
     pub stack: Result<Stack, String>,
     /// Where the inner packet lies in the report packet (word-padded).
     pub inner: std::ops::Range<usize>,
+    /// An INT-label report: its stack is all labels, the reporter's own
+    /// label first; RepMdBits 0, so the reporter adds no hop.
+    pub label: bool,
 }
 
 impl Report {
@@ -302,7 +309,7 @@ impl Report {
                     }
                     h.write_json(out, None);
                 }
-                if self.flags & FLAG_I == 0 {
+                if self.flags & FLAG_I == 0 && !self.label {
                     if !s.hops.is_empty() {
                         out.push(',');
                     }
@@ -315,6 +322,9 @@ impl Report {
                 let _ =
                     write!(out, ",\"m\":{},\"node_id\":{},\"npt\":{},\"reporter\":", s.flags_m, self.node_id, s.npt);
                 self.sink.write_json(out, Some(self.node_id));
+                if self.label {
+                    let _ = write!(out, ",\"label\":true,\"specific\":{}", s.ds_flags & 0x8000 != 0);
+                }
                 let _ = write!(out, ",\"rhc\":{},\"seq\":{}}}", s.rhc, self.seq);
             }
             Err(e) => {
@@ -368,6 +378,7 @@ pub fn decode_packet(p: &[u8], presence: Presence) -> Result<Vec<Report>, String
             sink,
             stack,
             inner: o + 4 + md_end..end,
+            label: false,
         });
         o = end;
     }

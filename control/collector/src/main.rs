@@ -19,6 +19,7 @@ use intcollector::kafka::Topic;
 use intcollector::{decode_packet, Tracker};
 
 mod gpint_cli;
+mod label_cli;
 
 #[derive(Parser)]
 #[command(
@@ -37,7 +38,17 @@ loss (partial intervals left out), mean delay.\n\
 INT sink analytics: one line per int_flow, int_event and int_hist record (--json: the record as\n\
 the switch sent it); summary (int_flow_summary): records (int_flow), events (int_event),\n\
 hist_lines (int_hist), records_lost (gaps in the per-node sequence all three share), bad\n\
-records, records by reason, events by name."
+records, records by reason, events by name.\n\
+INT-label: reports of --label-domain are labels (their inner packets decoded by --label-dscp or\n\
+--label-udp-port) and fill the INT database, the newest record per (node ID, egress port) by\n\
+label time (older items discarded, counted stale). With --label-switch sockets (or\n\
+--active-ports) one int_label_coverage line per --label-window-ms: {start_ns, end_ns, active,\n\
+covered_arrival, covered_label, coverage_arrival, coverage_label, missed[[node, port]], items,\n\
+occupation_paper (items x 32 B / bytes sent), occupation_wire (label block bytes on the links /\n\
+bytes sent), active_per_node, pro[changes]}; --label-db-lines: an int_label_db line per update;\n\
+summary int_label_summary (reports, items, updated, stale, labels_per_report, coverage means and\n\
+minimum, occupation, Pro's changes). Kafka topics <prefix>label-db, <prefix>label-coverage;\n\
+Redis streams int:label:db, int:label:coverage."
 )]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -96,6 +107,8 @@ struct Cli {
     /// Messages the Kafka producer holds at most while brokers catch up.
     #[arg(long, default_value_t = 100_000)]
     kafka_queue: usize,
+    #[command(flatten)]
+    label: label_cli::LabelArgs,
 }
 
 #[derive(clap::Subcommand)]
@@ -118,6 +131,11 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Nanoseconds since the Unix epoch (the switches' label times are too).
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Datagrams one receive call takes at most.
@@ -241,6 +259,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         sock.local_addr().map_err(|e| e.to_string())?
     );
     let started = Instant::now();
+    let mut lab = label_cli::LabelRun::new(&cli.label, realtime_ns())?;
     let mut t = Tracker::default();
     let mut am = Joiner::new(cli.ampm_mps as usize);
     let mut fl = intcollector::flows::FlowRecords::default();
@@ -274,6 +293,18 @@ fn run(cli: &Cli) -> Result<(), String> {
         }
         if let Some(k) = &kafka {
             k.poll();
+        }
+        if let Some(v) = lab.tick(realtime_ns()) {
+            let line = v.to_string();
+            if let Some(r) = &mut redis {
+                r.xadd("int:label:coverage", &line);
+            }
+            if let Some(k) = &kafka {
+                k.send(Topic::LabelCoverage, "coverage", &line);
+            }
+            if !cli.quiet {
+                let _ = writeln!(out, "{line}");
+            }
         }
         let batch = match rx.recv(&sock) {
             Ok(n) => n,
@@ -342,9 +373,34 @@ fn run(cli: &Cli) -> Result<(), String> {
                 continue;
             }
             match decode_packet(dgram, presence) {
-                Ok(reports) => {
+                Ok(mut reports) => {
                     if let Some(r) = reports.first() {
                         t.packet(r.node_id, r.hw_id, r.seq);
+                    }
+                    let arrival = realtime_ns();
+                    for r in &mut reports {
+                        if r.domain_id != lab.domain {
+                            continue;
+                        }
+                        // A label report: its inner packet by the label domain's presence.
+                        r.label = true;
+                        if lab.presence != presence {
+                            r.stack = intcollector::decode_inner(&dgram[r.inner.clone()], lab.presence);
+                        }
+                        if let Ok(s) = &r.stack {
+                            for v in lab.report(s, arrival, s.ds_flags & 0x8000 != 0) {
+                                let line = v.to_string();
+                                if let Some(rs) = &mut redis {
+                                    rs.xadd("int:label:db", &line);
+                                }
+                                if let Some(k) = &kafka {
+                                    k.send(Topic::LabelDb, &format!("{}:{}", v["node_id"], v["port"]), &line);
+                                }
+                                if !cli.quiet {
+                                    let _ = writeln!(out, "{line}");
+                                }
+                            }
+                        }
                     }
                     for r in &reports {
                         t.report(r);
@@ -427,6 +483,21 @@ fn run(cli: &Cli) -> Result<(), String> {
                 a["records"], a["records_lost"], a["bad_records"], a["intervals_joined"], a["intervals_incomplete"],
                 a["intervals_partial"],
                 a["loss_packets"], a["loss_bytes"], a["delay_mean_ns"]
+            );
+        }
+    }
+    if lab.db.reports > 0 || !cli.label.label_switches.is_empty() || cli.label.active_ports.is_some() {
+        let s = lab.summary();
+        if cli.json {
+            let _ = writeln!(out, "{s}");
+        } else {
+            let l = &s["int_label_summary"];
+            let _ = writeln!(
+                out,
+                "int_label reports {} items {} updated {} stale {} ports {}; windows {} coverage arrival mean {} min {} label mean {}; occupation paper {} wire {}",
+                l["reports"], l["items"], l["updated"], l["stale"], l["ports"], l["windows"],
+                l["coverage_arrival_mean"], l["coverage_arrival_min"], l["coverage_label_mean"],
+                l["occupation_paper"], l["occupation_wire"]
             );
         }
     }

@@ -11,6 +11,7 @@ use control::api::Command;
 use control::client::{CallError, Client};
 use control::config::{FlowConfig, NeighbourConfig, RouteConfig};
 use control::gpint::api as gpint;
+use control::label::api as label;
 use control::int::analytics::api as ia;
 use control::int::analytics::detect::DetectConfig;
 use control::int::api as int;
@@ -39,7 +40,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Show state: ports, workers, counters, drops, flows, macs, routes, neighbours, config, version, metrics, int, reports, gpint (AM-PM: `ampm show`, `rule show`).
+    /// Show state: ports, workers, counters, drops, flows, macs, routes, neighbours, config, version, metrics, int, reports, gpint, label (AM-PM: `ampm show`, `rule show`).
     Show {
         #[command(subcommand)]
         what: Show,
@@ -68,6 +69,11 @@ enum Cmd {
     Int {
         #[command(subcommand)]
         op: IntOp,
+    },
+    /// INT-label: set a port's shift S (its labeling interval becomes T >> S).
+    Label {
+        #[command(subcommand)]
+        op: LabelOp,
     },
     /// AM-PM: monitored flows (show with counters, current color and interval; add; del).
     Ampm {
@@ -149,6 +155,15 @@ enum Show {
     /// GPINT and SQR: the section, counters, each worker's clone buffer
     /// with the copies waiting (and their ages), deliveries and notices.
     Gpint,
+    /// INT-label: the domain, each port's last-label age, shift S and
+    /// labels per second, the label_* counters and report rings.
+    Label,
+}
+
+#[derive(Subcommand)]
+enum LabelOp {
+    /// Set PORT's S: 0..=label.max_shift (interval T >> S), or 255 (label every packet).
+    SetShift { port: String, shift: u8 },
 }
 
 #[derive(Subcommand)]
@@ -681,6 +696,7 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Show::Reports => call(c, j, &int::ShowReports {}, print_reports),
             Show::Gpint => call(c, j, &gpint::ShowGpint {}, print_gpint),
+            Show::Label => call(c, j, &label::ShowLabel {}, print_label),
         },
         Cmd::Flow { op: FlowOp::Add { key, action } } => call(c, j, &v::FlowAdd(key.flow(action)), done),
         Cmd::Flow { op: FlowOp::Del { key } } => call(c, j, &v::FlowDel::from(key.flow("normal")), done),
@@ -785,6 +801,11 @@ fn run(cli: Cli) -> Result<(), String> {
                 domain_id: *domain_id,
             };
             call(c, j, &int::IntWatchAdd(w), done)
+        }
+        Cmd::Label { op: LabelOp::SetShift { port, shift } } => {
+            call(c, j, &label::LabelSetShift { port: port.clone(), shift: *shift }, |r: &label::ShiftSet| {
+                println!("{}: shift {} (was {})", r.port, r.shift, r.previous)
+            })
         }
         Cmd::Ampm { op: AmpmOp::Show } => call(c, j, &ampm::ShowAmpm {}, print_ampm),
         Cmd::Ampm { op: AmpmOp::Del { name } } => call(c, j, &ampm::AmpmDel { name: name.clone() }, done),
@@ -1346,6 +1367,40 @@ fn print_gpint(r: &gpint::GpintView) {
         table(&["WORKER", "REQUEST", "ATTEMPT", "AWAITS HOP", "AGE MS"], waiting);
     }
     ring_table("EXPORT RING", &r.rings);
+    table(&["COUNTER", "VALUE"], r.counters.iter().map(|(k, v)| vec![k.clone(), v.to_string()]).collect());
+}
+
+fn print_label(r: &label::LabelView) {
+    let f: Vec<String> = r.f.iter().map(|p| format!("{p:.3}")).collect();
+    println!(
+        "INT-label node {}  domain {:#06x}  T {} ms  T1 {} ms  f {} [{}]  max labels {}  max shift {}",
+        r.node_id,
+        r.label_domain_id,
+        r.interval_ms,
+        r.rest_ms,
+        r.probability,
+        f.join(" "),
+        r.max_labels,
+        r.max_shift
+    );
+    println!("instructions {}", r.instructions.join(","));
+    table(
+        &["PORT", "EDGE", "LT AGE MS", "SHIFT", "LABELS", "LABELS/S"],
+        r.ports
+            .iter()
+            .map(|p| {
+                vec![
+                    p.port.clone(),
+                    if p.edge { "yes" } else { "" }.into(),
+                    p.lt_age_ms.map_or("-".into(), |a| format!("{a:.1}")),
+                    p.shift.to_string(),
+                    p.labels.to_string(),
+                    format!("{:.1}", p.labels_per_s),
+                ]
+            })
+            .collect(),
+    );
+    ring_table("LABEL REPORT RING", &r.rings);
     table(&["COUNTER", "VALUE"], r.counters.iter().map(|(k, v)| vec![k.clone(), v.to_string()]).collect());
 }
 

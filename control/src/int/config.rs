@@ -446,6 +446,7 @@ impl IntConfig {
             watch: Vec::new(),
             events: Default::default(),
             detect: Default::default(),
+            label_ds_id: 0,
         };
         for (i, m) in mtu.iter().enumerate().take(MAX_PORTS) {
             spec.mtu[i] = *m;

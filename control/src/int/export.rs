@@ -177,6 +177,9 @@ pub struct Exporter {
     gpint_received: Vec<u64>,
     gpint_delivered: u64,
     gpint_notices: u64,
+    /// INT-label reports, one ring a worker (label stage): RepMdBits 0.
+    label: Vec<ReportConsumer>,
+    label_received: Vec<u64>,
     collectors: Vec<Collector>,
     buf: Vec<u8>,
     batch: Batch,
@@ -216,6 +219,8 @@ impl Exporter {
             gpint_received: Vec::new(),
             gpint_delivered: 0,
             gpint_notices: 0,
+            label: Vec::new(),
+            label_received: Vec::new(),
             collectors: cs,
             buf: vec![0; 65536],
             batch: Batch::new(),
@@ -231,6 +236,28 @@ impl Exporter {
         self.gpint_received = vec![0; rings.len()];
         self.gpint = rings;
         self
+    }
+
+    /// Also exports the label stages' reports from these rings.
+    pub fn with_label(mut self, rings: Vec<ReportConsumer>) -> Exporter {
+        self.label_received = vec![0; rings.len()];
+        self.label = rings;
+        self
+    }
+
+    /// Each worker's label report ring (`ring_full` left to the caller).
+    pub fn label_rings(&self) -> Vec<RingView> {
+        self.label
+            .iter()
+            .enumerate()
+            .map(|(i, r)| RingView {
+                worker: i,
+                capacity: r.capacity(),
+                pending: r.len(),
+                received: self.label_received[i],
+                ring_full: 0,
+            })
+            .collect()
     }
 
     /// GPINT records taken from each worker's ring, and how many of them
@@ -279,18 +306,29 @@ impl Exporter {
         for (ri, ring) in rings.iter_mut().enumerate() {
             let mut n = 0;
             while taken < budget && ring.pop_into(&mut rec) {
-                self.add(&ReportParts::of(&rec), &mut off, &mut in_packet, out);
+                self.add(&ReportParts::of(&rec), self.md_bits, &mut off, &mut in_packet, out);
                 n += 1;
                 taken += 1;
             }
             self.received[ri] += n;
         }
         self.rings = rings;
+        let mut label = std::mem::take(&mut self.label);
+        for (ri, ring) in label.iter_mut().enumerate() {
+            while taken < budget && ring.pop_into(&mut rec) {
+                // A label report carries no metadata of the last hop's own
+                // beside its labels (RepMdBits 0).
+                self.add(&ReportParts::of(&rec), 0, &mut off, &mut in_packet, out);
+                self.label_received[ri] += 1;
+                taken += 1;
+            }
+        }
+        self.label = label;
         let mut gpint = std::mem::take(&mut self.gpint);
         for (ri, ring) in gpint.iter_mut().enumerate() {
             while taken < budget {
                 let Ok(g) = ring.pop() else { break };
-                self.add(&ReportParts::of_gpint(&g), &mut off, &mut in_packet, out);
+                self.add(&ReportParts::of_gpint(&g), self.md_bits, &mut off, &mut in_packet, out);
                 self.gpint_received[ri] += 1;
                 if g.flags & FLAG_D != 0 {
                     self.gpint_notices += 1;
@@ -312,13 +350,13 @@ impl Exporter {
     /// Encodes one report into the packet being filled (sending that first
     /// when the report would not fit; a report longer than a packet goes
     /// alone).
-    fn add(&mut self, r: &ReportParts, off: &mut usize, in_packet: &mut usize, out: &mut dyn PortOut) {
-        let len = encoded_len(r, self.md_bits);
+    fn add(&mut self, r: &ReportParts, md_bits: u16, off: &mut usize, in_packet: &mut usize, out: &mut dyn PortOut) {
+        let len = encoded_len(r, md_bits);
         if *off + len > self.max_packet && *in_packet > 0 {
             self.send(*off, *in_packet, out);
             (*off, *in_packet) = (GROUP_HDR_LEN, 0);
         }
-        encode(r, self.md_bits, &mut self.buf[*off..*off + len]);
+        encode(r, md_bits, &mut self.buf[*off..*off + len]);
         *off += len;
         *in_packet += 1;
     }

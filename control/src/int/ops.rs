@@ -57,6 +57,16 @@ pub fn watch_view(r: &WatchRule, ports: &[String]) -> WatchView {
     }
 }
 
+/// A domain's presence method, in the config's terms.
+pub(crate) fn presence_view(p: Presence) -> PresenceView {
+    match p {
+        Presence::UdpPort(udp_port) => PresenceView::UdpPort { udp_port },
+        Presence::Dscp { value, mask } => {
+            PresenceView::Dscp { dscp_value: format!("{value:#04x}"), dscp_mask: format!("{mask:#04x}") }
+        }
+    }
+}
+
 impl Switch {
     fn int_spec_mut(&mut self) -> Result<&mut IntSpec, ApiError> {
         self.spec.int.as_mut().ok_or_else(not_configured)
@@ -67,15 +77,9 @@ impl Switch {
         let s = self.spec.int.as_ref().ok_or_else(not_configured)?;
         let names = self.port_names();
         let (edge, core): (Vec<_>, Vec<_>) = names.iter().enumerate().partition(|(i, _)| s.is_edge(*i));
-        let presence = match s.presence {
-            Presence::UdpPort(udp_port) => PresenceView::UdpPort { udp_port },
-            Presence::Dscp { value, mask } => {
-                PresenceView::Dscp { dscp_value: format!("{value:#04x}"), dscp_mask: format!("{mask:#04x}") }
-            }
-        };
         Ok(IntView {
             node_id: s.node_id,
-            presence,
+            presence: presence_view(s.presence),
             edge_ports: edge.into_iter().map(|(_, n)| n.clone()).collect(),
             core_ports: core.into_iter().map(|(_, n)| n.clone()).collect(),
             mtu: names.iter().enumerate().map(|(i, n)| (n.clone(), s.mtu[i])).collect(),

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use dataplane::counters::CounterValues;
 use dataplane::dpdk::{self, Eal, EalArgs, MbufStash, Mempool, Port, PortSetup};
 use dataplane::gpint::stage::GpintSetup;
+use dataplane::worker::LabelSetup;
 use dataplane::int::analytics::detect::{RuleCounters, MAX_RULES};
 use dataplane::int::analytics::events::event_ring;
 use dataplane::int::analytics::flow_ring::flow_ring;
@@ -82,6 +83,11 @@ pub struct Switch {
     pub(crate) ampm_exporter: Option<crate::ampm::export::AmpmExporter>,
     /// Each AM-PM flow as configured (for `show ampm`), by name.
     pub(crate) ampm_configs: HashMap<String, crate::ampm::config::AmpmFlowConfig>,
+    /// INT-label: every port's label state, shared with the workers.
+    pub(crate) label_ports: Arc<dataplane::label::LabelPorts>,
+    /// Per-port label counts a second ago, and the labels per second since.
+    pub(crate) label_sample: Option<(Instant, Vec<u64>)>,
+    pub(crate) label_rates: Vec<f64>,
 }
 
 /// What one control round did.
@@ -181,6 +187,12 @@ impl Switch {
         let mut hists = Vec::new();
         let mut detect_counters = Vec::new();
         let mut gpint_consumers = Vec::new();
+        let mut label_consumers = Vec::new();
+        let label_ports = Arc::new(dataplane::label::LabelPorts::default());
+        let label_seed = match plan.label.as_ref().map(|l| l.seed) {
+            Some(0) | None => random_seed(),
+            Some(s) => s,
+        };
         let analytics = plan.int.as_ref().and_then(|i| i.analytics);
         if let Some(a) = &analytics {
             println!("{}", a.describe());
@@ -226,6 +238,15 @@ impl Switch {
                 }
                 None => GpintSetup::off(),
             };
+            let label = {
+                let (p, c) = dataplane::int::report_ring::report_ring(plan.label.as_ref().map_or(1, |l| l.ring_size));
+                if plan.label.is_some() {
+                    label_consumers.push(c);
+                }
+                // Each worker draws its own sequence.
+                let seed = label_seed ^ (wi as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                LabelSetup { reports: p, ports: label_ports.clone(), seed }
+            };
             let setup = WorkerSetup {
                 id: wi,
                 rx: w.rx.iter().map(|(p, q)| (*p, ports[*p as usize].rx_queue(*q))).collect(),
@@ -245,7 +266,7 @@ impl Switch {
                 tx_drain_us: d.tx_drain_us,
                 idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
                 pool: pool.clone(),
-                stages: StageSetup { analytics, reports: producer, clock, gpint },
+                stages: StageSetup { analytics, reports: producer, clock, gpint, label },
             };
             let sh = shared.clone();
             eal.launch(w.lcore, move || worker::run(setup, sh)).map_err(|e| e.to_string())?;
@@ -262,7 +283,8 @@ impl Switch {
                     &ip.collectors,
                     &port_info,
                 )?
-                .with_gpint(gpint_consumers),
+                .with_gpint(gpint_consumers)
+                .with_label(label_consumers),
             ),
             None => None,
         };
@@ -331,6 +353,9 @@ impl Switch {
             detect_baseline: vec![[0; 4]; MAX_RULES],
             int_exprs,
             event_budget,
+            label_ports,
+            label_sample: None,
+            label_rates: Vec::new(),
         })
     }
 
@@ -459,6 +484,7 @@ impl Switch {
         self.reap_retired();
         let reports = self.export();
         self.sample_load();
+        self.sample_label_rates();
         self.budget_step();
         Ok(Round { reports })
     }

@@ -153,6 +153,16 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         }
     }
     if !last_hop {
+        // The label bytes this packet carries on to the next hop (the
+        // occupation of the link by labels).
+        let carried = match (&block, changed) {
+            (Some(b), _) => b.total + if changed { hop_words(b.bitmap) * 4 } else { 0 },
+            (None, true) => INT_HDR_LEN + hop_words(spec.bitmap) * 4,
+            (None, false) => 0,
+        };
+        if carried > 0 {
+            ctx.counters.event_n(Event::LabelBlockBytes, carried as u64);
+        }
         return Ok(());
     }
     // The last hop: export the labels (its own included) and restore.
@@ -416,6 +426,7 @@ mod tests {
             assert_eq!(decode(r.packet()).unwrap().4, vec![3, 2, 1], "the last hop's own label first");
             let ev = |n: &Node, e| n.ev(e);
             assert_eq!((ev(&s1, Event::LabelInterval), ev(&s2, Event::LabelInterval)), (1, 1));
+            assert_eq!((ev(&s1, Event::LabelBlockBytes), ev(&s2, Event::LabelBlockBytes)), (48, 80));
             assert_eq!((ev(&s3, Event::LabelSunk), ev(&s3, Event::LabelExported)), (1, 1));
             // The item's egress timestamp is the label time.
             let at = block_at(r.packet()) + 16;

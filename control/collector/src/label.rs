@@ -1,0 +1,341 @@
+//! The INT-label controller (int-label.txt §3.2-3.4): the INT database
+//! (Algorithm 4: the newest record per (node ID, port) by label time),
+//! network-wide coverage per telemetry window T_i, the label occupation of
+//! the traffic, and the Pro controller (Algorithm 3) that sets each port's
+//! shift S.
+//!
+//! Coverage of a window, evaluated at its end over the ports active in it:
+//! `coverage_arrival`, the share whose newer record arrived in the window;
+//! `coverage_label`, the share whose newest label time lies in it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Value};
+
+use crate::{HopValues, Stack};
+
+/// A switch port: (node ID, port index).
+pub type PortKey = (u32, u16);
+
+/// The newest record of a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// The label time (the item's egress timestamp), ns.
+    pub label_ns: u64,
+    /// When the collector received it, ns (its clock).
+    pub arrival_ns: u64,
+    pub hop_latency_ns: Option<u32>,
+    pub queue_occupancy: Option<u32>,
+    pub ingress_port: Option<u16>,
+}
+
+/// The INT database and its counters.
+#[derive(Debug, Default)]
+pub struct LabelDb {
+    pub records: BTreeMap<PortKey, Record>,
+    /// Label reports taken.
+    pub reports: u64,
+    /// Of them, specific flows' (DS flag A).
+    pub specific_reports: u64,
+    /// Items (labels) in them.
+    pub items: u64,
+    /// Items that replaced an older record (or were the port's first).
+    pub updated: u64,
+    /// Items no newer than the port's record: discarded (out of order).
+    pub stale: u64,
+    /// Items without a node ID, egress port or egress timestamp.
+    pub incomplete: u64,
+    /// Histogram of labels per report (index: labels, the last bin: more).
+    pub labels_per_report: [u64; 17],
+    /// Bytes of label blocks the reports carried (shim + header + items),
+    /// and items x 32 (the paper's accounting).
+    pub int_bytes: u64,
+}
+
+impl LabelDb {
+    /// One label report's stack, received at `arrival_ns`.
+    pub fn report(&mut self, s: &Stack, arrival_ns: u64, specific: bool) {
+        self.reports += 1;
+        self.specific_reports += specific as u64;
+        self.labels_per_report[s.hops.len().min(16)] += 1;
+        self.int_bytes += 16 + s.hops.len() as u64 * 4 * dataplane::wire::int_md::hop_words(s.bitmap) as u64;
+        for h in &s.hops {
+            self.item(h, arrival_ns);
+        }
+    }
+
+    /// Algorithm 4: keep the item if it is newer than the port's record.
+    pub fn item(&mut self, h: &HopValues, arrival_ns: u64) {
+        self.items += 1;
+        let (Some(node), Some(port), Some(label_ns)) = (h.node_id, h.egress_port, h.egress_ts_ns) else {
+            self.incomplete += 1;
+            return;
+        };
+        let rec = Record {
+            label_ns,
+            arrival_ns,
+            hop_latency_ns: h.hop_latency_ns,
+            queue_occupancy: h.queue_occupancy,
+            ingress_port: h.ingress_port,
+        };
+        match self.records.get_mut(&(node, port)) {
+            Some(r) if r.label_ns >= label_ns => self.stale += 1,
+            Some(r) => {
+                *r = rec;
+                self.updated += 1;
+            }
+            None => {
+                self.records.insert((node, port), rec);
+                self.updated += 1;
+            }
+        }
+    }
+
+    /// Coverage of the window [start, end) over `active` ports.
+    pub fn coverage(&self, active: &BTreeSet<PortKey>, start: u64, end: u64) -> Coverage {
+        let inside = |t: u64| (start..end).contains(&t);
+        let mut c = Coverage { active: active.len(), ..Default::default() };
+        for p in active {
+            match self.records.get(p) {
+                Some(r) => {
+                    c.by_arrival += inside(r.arrival_ns) as usize;
+                    c.by_label += inside(r.label_ns) as usize;
+                    if !inside(r.arrival_ns) {
+                        c.missed.push(*p);
+                    }
+                }
+                None => c.missed.push(*p),
+            }
+        }
+        c
+    }
+
+    pub fn summary(&self) -> Value {
+        json!({ "int_label_summary": {
+            "reports": self.reports,
+            "specific_reports": self.specific_reports,
+            "items": self.items,
+            "updated": self.updated,
+            "stale": self.stale,
+            "incomplete": self.incomplete,
+            "ports": self.records.len(),
+            "labels_per_report": self.labels_per_report.iter().enumerate()
+                .filter(|(_, n)| **n > 0).map(|(i, n)| (i.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+            "int_bytes": self.int_bytes,
+            "paper_bytes": self.items * 32,
+        }})
+    }
+
+    /// One database entry as a JSON line (`int_label_db`).
+    pub fn record_json(key: PortKey, r: &Record) -> Value {
+        json!({"type": "int_label_db", "node_id": key.0, "port": key.1, "label_ns": r.label_ns,
+               "arrival_ns": r.arrival_ns, "hop_latency_ns": r.hop_latency_ns,
+               "queue_occupancy": r.queue_occupancy, "ingress_port": r.ingress_port})
+    }
+}
+
+/// A window's coverage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage {
+    pub active: usize,
+    pub by_arrival: usize,
+    pub by_label: usize,
+    /// Active ports with no newer record arriving in the window.
+    pub missed: Vec<PortKey>,
+}
+
+impl Coverage {
+    fn ratio(n: usize, d: usize) -> f64 {
+        if d == 0 {
+            1.0
+        } else {
+            n as f64 / d as f64
+        }
+    }
+
+    pub fn arrival(&self) -> f64 {
+        Coverage::ratio(self.by_arrival, self.active)
+    }
+
+    pub fn label(&self) -> f64 {
+        Coverage::ratio(self.by_label, self.active)
+    }
+}
+
+/// How the Pro controller drives S.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProMode {
+    /// Algorithm 3: every k x T a stale port gets S+1, a fresh one S-1.
+    Shift,
+    /// The paper's prototype: stale for T_i sets S = 255, held 10 x T_i.
+    Flag,
+}
+
+/// The Pro controller's per-port state and its decisions (no I/O: the
+/// caller sends each change to the port's switch).
+#[derive(Debug)]
+pub struct Pro {
+    pub mode: ProMode,
+    /// k (Shift) in units of T.
+    pub k: u64,
+    /// T in ns.
+    pub interval_ns: u64,
+    /// T_i in ns (Flag).
+    pub window_ns: u64,
+    pub max_shift: u8,
+    /// Each port's S as last set, and when (ns).
+    pub shift: BTreeMap<PortKey, (u8, u64)>,
+    /// Changes made: (raised, lowered).
+    pub raised: u64,
+    pub lowered: u64,
+}
+
+impl Pro {
+    pub fn new(mode: ProMode, k: u64, interval_ns: u64, window_ns: u64, max_shift: u8) -> Pro {
+        Pro { mode, k: k.max(1), interval_ns, window_ns, max_shift, shift: BTreeMap::new(), raised: 0, lowered: 0 }
+    }
+
+    /// The changes due at `now_ns` for the active ports: (port, new S).
+    /// A port is stale when its newest record's label time is older than
+    /// k x T (Shift) or T_i (Flag), or it has none.
+    pub fn step(&mut self, db: &LabelDb, active: &BTreeSet<PortKey>, now_ns: u64) -> Vec<(PortKey, u8)> {
+        let mut out = Vec::new();
+        for p in active {
+            let (s, since) = self.shift.get(p).copied().unwrap_or((0, 0));
+            let age = db.records.get(p).map_or(u64::MAX, |r| now_ns.saturating_sub(r.label_ns));
+            let next = match self.mode {
+                ProMode::Shift => {
+                    let period = self.k * self.interval_ns;
+                    if now_ns.saturating_sub(since) < period {
+                        continue;
+                    }
+                    if age > period {
+                        s.saturating_add(1).min(self.max_shift)
+                    } else {
+                        s.saturating_sub(1)
+                    }
+                }
+                ProMode::Flag => {
+                    if age > self.window_ns {
+                        dataplane::label::SHIFT_EVERY_PACKET
+                    } else if s != 0 && now_ns.saturating_sub(since) >= 10 * self.window_ns {
+                        0
+                    } else {
+                        continue;
+                    }
+                }
+            };
+            if next != s || !self.shift.contains_key(p) {
+                // Held (Flag) or unchanged: the period restarts.
+                self.shift.insert(*p, (next, now_ns));
+            }
+            if next > s {
+                self.raised += 1;
+                out.push((*p, next));
+            } else if next < s {
+                self.lowered += 1;
+                out.push((*p, next));
+            } else {
+                self.shift.insert(*p, (s, now_ns));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(node: u32, port: u16, label_ns: u64) -> HopValues {
+        HopValues { node_id: Some(node), egress_port: Some(port), egress_ts_ns: Some(label_ns), ..Default::default() }
+    }
+
+    #[test]
+    fn the_database_keeps_the_newest_label_and_discards_older_items() {
+        let mut db = LabelDb::default();
+        db.item(&hop(1, 2, 100), 1_000);
+        db.item(&hop(1, 2, 300), 1_010);
+        db.item(&hop(1, 2, 200), 1_020); // arrived late: older than the record
+        db.item(&hop(1, 2, 300), 1_030); // the same label again
+        db.item(&HopValues { node_id: Some(1), ..Default::default() }, 1_040);
+        assert_eq!((db.items, db.updated, db.stale, db.incomplete), (5, 2, 2, 1));
+        let r = db.records[&(1, 2)];
+        assert_eq!((r.label_ns, r.arrival_ns), (300, 1_010), "the label time and the arrival both kept");
+    }
+
+    #[test]
+    fn coverage_windows_on_a_scripted_arrival_trace() {
+        let mut db = LabelDb::default();
+        let active: BTreeSet<PortKey> = [(1, 0), (1, 1), (2, 0), (3, 1)].into();
+        // Window [1000, 2000): three ports report; (2,0)'s label is from
+        // before the window (delayed), (3,1) never reports.
+        db.item(&hop(1, 0, 1_100), 1_150);
+        db.item(&hop(1, 1, 1_500), 1_900);
+        db.item(&hop(2, 0, 950), 1_200);
+        let c = db.coverage(&active, 1_000, 2_000);
+        assert_eq!((c.active, c.by_arrival, c.by_label), (4, 3, 2));
+        assert_eq!((c.arrival(), c.label()), (0.75, 0.5));
+        assert_eq!(c.missed, vec![(3, 1)]);
+        // Next window: only (1,0) is newer; an out-of-order older (1,1) item
+        // does not count.
+        db.item(&hop(1, 0, 2_100), 2_200);
+        db.item(&hop(1, 1, 1_400), 2_300);
+        let c = db.coverage(&active, 2_000, 3_000);
+        assert_eq!((c.by_arrival, c.by_label), (1, 1));
+        // No active port: full coverage, nothing to miss.
+        assert_eq!(db.coverage(&BTreeSet::new(), 0, 1).arrival(), 1.0);
+    }
+
+    #[test]
+    fn pro_shift_steps_s_up_while_stale_and_down_once_fresh() {
+        let t = 50;
+        let mut pro = Pro::new(ProMode::Shift, 2, t, 100, 6);
+        let mut db = LabelDb::default();
+        let active: BTreeSet<PortKey> = [(1, 0)].into();
+        db.item(&hop(1, 0, 0), 0);
+        // Stale from t = 100 on: S rises once per k x T = 100 (the first
+        // period, fresh at its end, passes with S unchanged).
+        let mut got = Vec::new();
+        for now in (10..=1_000).step_by(10) {
+            for (_, s) in pro.step(&db, &active, now) {
+                got.push((now, s));
+            }
+        }
+        assert_eq!(got[..3], [(200, 1), (300, 2), (400, 3)]);
+        assert_eq!(got.last().unwrap().1, 6, "capped at max_shift");
+        // Fresh again: S falls one step per period to 0.
+        let mut s = 6;
+        for now in (1_010..=2_000).step_by(10) {
+            db.item(&hop(1, 0, now), now);
+            for (_, v) in pro.step(&db, &active, now) {
+                assert_eq!(v, s - 1);
+                s = v;
+            }
+        }
+        assert_eq!(s, 0);
+        assert_eq!((pro.raised, pro.lowered), (6, 6));
+    }
+
+    #[test]
+    fn pro_flag_labels_every_packet_and_holds_ten_windows() {
+        let mut pro = Pro::new(ProMode::Flag, 2, 50, 100, 6);
+        let mut db = LabelDb::default();
+        let active: BTreeSet<PortKey> = [(1, 0)].into();
+        db.item(&hop(1, 0, 0), 0);
+        assert!(pro.step(&db, &active, 50).is_empty(), "fresh");
+        assert_eq!(pro.step(&db, &active, 150), vec![((1, 0), 255)]);
+        // Fresh again: held for 10 x T_i from the last stale step.
+        for now in (160..1_150).step_by(10) {
+            db.item(&hop(1, 0, now), now);
+            assert!(pro.step(&db, &active, now).is_empty(), "held at {now}");
+        }
+        assert_eq!(pro.step(&db, &active, 1_150), vec![((1, 0), 0)]);
+        // No record for more than T_i: flagged again; stale while flagged,
+        // the hold restarts.
+        assert!(pro.step(&db, &active, 1_200).is_empty());
+        assert_eq!(pro.step(&db, &active, 1_300), vec![((1, 0), 255)]);
+        assert!(pro.step(&db, &active, 2_000).is_empty());
+        assert_eq!(pro.shift[&(1, 0)], (255, 2_000));
+    }
+}

@@ -1,0 +1,344 @@
+//! `intcollector`'s INT-label controller: label reports into the INT
+//! database, one coverage line per telemetry window T_i, the switches'
+//! active ports and label bytes read over their control sockets, and the
+//! Pro controller setting each port's S there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use control::client::Client;
+use dataplane::int::Presence;
+use intcollector::label::{LabelDb, PortKey, Pro, ProMode};
+use serde_json::{json, Value};
+
+/// The command-line options of the label controller.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LabelArgs {
+    /// Reports with this Domain Specific ID are INT-label reports (the
+    /// switches' label.label_domain_id).
+    #[arg(long, default_value_t = 0x4c42, value_parser = parse_u16)]
+    pub label_domain: u16,
+    /// The label domain's presence: DSCP VALUE[/MASK] (label.presence "dscp").
+    #[arg(long, value_name = "VALUE[/MASK]", default_value = "0x17")]
+    pub label_dscp: String,
+    /// The label domain marks by UDP port instead (label.presence "udp_port").
+    #[arg(long)]
+    pub label_udp_port: Option<u16>,
+    /// Telemetry window T_i in ms: one int_label_coverage line each.
+    #[arg(long, default_value_t = 100.0)]
+    pub label_window_ms: f64,
+    /// A switch's control socket (repeat for each): its ports that sent in
+    /// a window are the active ports, its label_block_bytes and TX bytes the
+    /// occupation; with --label-pro, S is set there.
+    #[arg(long = "label-switch", value_name = "SOCKET")]
+    pub label_switches: Vec<PathBuf>,
+    /// Active ports from a file instead: lines "NODE_ID PORT_INDEX".
+    #[arg(long, value_name = "FILE")]
+    pub active_ports: Option<PathBuf>,
+    /// Pro: drive each port's S through the switches' sockets: "shift"
+    /// (Algorithm 3: every k x T a stale port gets S+1, a fresh one S-1) or
+    /// "flag" (stale for T_i: S = 255, held 10 x T_i).
+    #[arg(long, value_name = "shift|flag")]
+    pub label_pro: Option<String>,
+    /// Pro's k.
+    #[arg(long, default_value_t = 2)]
+    pub label_pro_k: u64,
+    /// Print every database update as an int_label_db line.
+    #[arg(long)]
+    pub label_db_lines: bool,
+}
+
+fn parse_u16(s: &str) -> Result<u16, String> {
+    let r = match s.strip_prefix("0x") {
+        Some(h) => u16::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("'{s}' is not a number 0-65535"))
+}
+
+/// A switch the controller reads and steers.
+struct Switch {
+    path: PathBuf,
+    client: Client,
+    node_id: u32,
+    /// Port names by index (what label_set_shift takes).
+    names: Vec<String>,
+    /// Per port: TX packets and bytes at the last window's end.
+    tx: Vec<(u64, u64)>,
+    block_bytes: u64,
+}
+
+impl Switch {
+    fn connect(path: &PathBuf) -> Result<(Switch, Value), String> {
+        let p = path.to_string_lossy().to_string();
+        let mut client = Client::connect(&p).map_err(|e| format!("--label-switch {p}: {e}"))?;
+        let v = client.call("show_label", json!({})).map_err(|e| format!("--label-switch {p}: show_label: {e}"))?;
+        let node_id = v["node_id"].as_u64().ok_or_else(|| format!("--label-switch {p}: no node_id in show_label"))?;
+        let names = v["ports"].as_array().into_iter().flatten().map(|p| p["port"].as_str().unwrap_or("").to_string()).collect();
+        Ok((Switch { path: path.clone(), client, node_id: node_id as u32, names, tx: Vec::new(), block_bytes: 0 }, v))
+    }
+
+    /// (active ports, TX bytes, label block bytes) since the last call.
+    fn sample(&mut self) -> Result<(Vec<u16>, u64, u64), String> {
+        let err = |e: control::client::CallError| format!("{}: {e}", self.path.display());
+        let ports = self.client.call("show_ports", json!({})).map_err(err)?;
+        let label = self.client.call("show_label", json!({})).map_err(err)?;
+        let now: Vec<(u64, u64)> = ports
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| (p["tx_packets"].as_u64().unwrap_or(0), p["tx_bytes"].as_u64().unwrap_or(0)))
+            .collect();
+        let block = label["counters"]["label_block_bytes"].as_u64().unwrap_or(0);
+        let mut active = Vec::new();
+        let mut bytes = 0;
+        if self.tx.len() == now.len() {
+            for (i, (n, p)) in now.iter().zip(&self.tx).enumerate() {
+                if n.0 > p.0 {
+                    active.push(i as u16);
+                }
+                bytes += n.1.saturating_sub(p.1);
+            }
+        }
+        let block_delta = block.saturating_sub(self.block_bytes);
+        let first = self.tx.is_empty();
+        self.tx = now;
+        self.block_bytes = block;
+        Ok((active, bytes, if first { 0 } else { block_delta }))
+    }
+}
+
+/// The controller's state over a run.
+pub struct LabelRun {
+    pub domain: u16,
+    pub presence: Presence,
+    pub db: LabelDb,
+    window_ns: u64,
+    window_end: u64,
+    switches: Vec<Switch>,
+    static_active: Option<BTreeSet<PortKey>>,
+    pro: Option<Pro>,
+    db_lines: bool,
+    /// Coverage lines written, and their sums (for the summary's means).
+    windows: u64,
+    sum_arrival: f64,
+    sum_label: f64,
+    min_arrival: f64,
+    /// Occupation: label block bytes and all bytes the switches sent.
+    block_bytes: u64,
+    traffic_bytes: u64,
+    items_at_last_window: u64,
+    paper_bytes: u64,
+    pub errors: u64,
+}
+
+fn label_presence(a: &LabelArgs) -> Result<Presence, String> {
+    if let Some(p) = a.label_udp_port {
+        return Ok(Presence::UdpPort(p));
+    }
+    let num = |t: &str| {
+        let t = t.trim();
+        match t.strip_prefix("0x") {
+            Some(h) => u8::from_str_radix(h, 16),
+            None => t.parse(),
+        }
+        .map_err(|_| format!("--label-dscp: '{t}' is not a number 0-63"))
+    };
+    let (value, mask) = match a.label_dscp.split_once('/') {
+        Some((v, m)) => (num(v)?, num(m)?),
+        None => (num(&a.label_dscp)?, 0x3f),
+    };
+    control::int::config::dscp_presence(("--label-dscp value", "--label-dscp mask"), value, mask)
+        .map_err(|e| format!("{}: {}", e.key, e.reason))
+}
+
+fn read_active(path: &PathBuf) -> Result<BTreeSet<PortKey>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--active-ports {}: {e}", path.display()))?;
+    let mut out = BTreeSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut it = line.split_whitespace().map(|w| w.parse::<u32>());
+        match (it.next(), it.next(), it.next()) {
+            (Some(Ok(n)), Some(Ok(p)), None) if p <= u16::MAX as u32 => {
+                out.insert((n, p as u16));
+            }
+            _ => return Err(format!("--active-ports {} line {}: expected \"NODE_ID PORT\"", path.display(), i + 1)),
+        }
+    }
+    Ok(out)
+}
+
+impl LabelRun {
+    /// None when no label option asks for the controller (reports of the
+    /// label domain are still decoded and counted).
+    pub fn new(a: &LabelArgs, now_ns: u64) -> Result<LabelRun, String> {
+        if !(a.label_window_ms > 0.0 && a.label_window_ms <= 3_600_000.0) {
+            return Err("--label-window-ms: must be more than 0 and at most an hour".into());
+        }
+        let window_ns = (a.label_window_ms * 1e6) as u64;
+        let mut switches = Vec::new();
+        let mut shown = Vec::new();
+        for p in &a.label_switches {
+            let (s, v) = Switch::connect(p)?;
+            switches.push(s);
+            shown.push(v);
+        }
+        let pro = match a.label_pro.as_deref() {
+            None => None,
+            Some(m) => {
+                let mode = match m {
+                    "shift" => ProMode::Shift,
+                    "flag" => ProMode::Flag,
+                    _ => return Err(format!("--label-pro: '{m}' is not one of shift, flag")),
+                };
+                let first = shown.first().ok_or("--label-pro needs the switches' sockets (--label-switch)")?;
+                let interval_ns = (first["interval_ms"].as_f64().unwrap_or(50.0) * 1e6) as u64;
+                let max_shift = first["max_shift"].as_u64().unwrap_or(6) as u8;
+                Some(Pro::new(mode, a.label_pro_k, interval_ns, window_ns, max_shift))
+            }
+        };
+        Ok(LabelRun {
+            domain: a.label_domain,
+            presence: label_presence(a)?,
+            db: LabelDb::default(),
+            window_ns,
+            window_end: now_ns + window_ns,
+            switches,
+            static_active: a.active_ports.as_ref().map(read_active).transpose()?,
+            pro,
+            db_lines: a.label_db_lines,
+            windows: 0,
+            sum_arrival: 0.0,
+            sum_label: 0.0,
+            min_arrival: 1.0,
+            block_bytes: 0,
+            traffic_bytes: 0,
+            items_at_last_window: 0,
+            paper_bytes: 0,
+            errors: 0,
+        })
+    }
+
+    /// Whether windows are closed (switches or a static active set).
+    fn windowed(&self) -> bool {
+        !self.switches.is_empty() || self.static_active.is_some()
+    }
+
+    /// A label report's stack; returns the database lines to print.
+    pub fn report(&mut self, s: &intcollector::Stack, arrival_ns: u64, specific: bool) -> Vec<Value> {
+        let before = self.db.updated;
+        self.db.report(s, arrival_ns, specific);
+        if !self.db_lines || self.db.updated == before {
+            return Vec::new();
+        }
+        s.hops
+            .iter()
+            .filter_map(|h| Some((h.node_id?, h.egress_port?)))
+            .filter_map(|k| self.db.records.get(&k).filter(|r| r.arrival_ns == arrival_ns).map(|r| LabelDb::record_json(k, r)))
+            .collect()
+    }
+
+    /// Closes the window if it ended by `now_ns`: the coverage line, and
+    /// Pro's changes sent to the switches.
+    pub fn tick(&mut self, now_ns: u64) -> Option<Value> {
+        if !self.windowed() || now_ns < self.window_end {
+            return None;
+        }
+        let (start, end) = (self.window_end - self.window_ns, self.window_end);
+        // A late tick closes the window it is in; those it slept through are skipped.
+        self.window_end = end + self.window_ns * ((now_ns - end) / self.window_ns + 1);
+        let mut active = self.static_active.clone().unwrap_or_default();
+        let (mut tx_bytes, mut block_bytes) = (0, 0);
+        let mut per_switch = BTreeMap::new();
+        for s in &mut self.switches {
+            match s.sample() {
+                Ok((ports, bytes, block)) => {
+                    per_switch.insert(s.node_id, ports.len());
+                    active.extend(ports.into_iter().map(|p| (s.node_id, p)));
+                    tx_bytes += bytes;
+                    block_bytes += block;
+                }
+                Err(e) => {
+                    self.errors += 1;
+                    eprintln!("intcollector: {e}");
+                }
+            }
+        }
+        let c = self.db.coverage(&active, start, end);
+        let items = self.db.items - self.items_at_last_window;
+        self.items_at_last_window = self.db.items;
+        if c.active > 0 {
+            self.windows += 1;
+            self.sum_arrival += c.arrival();
+            self.sum_label += c.label();
+            self.min_arrival = self.min_arrival.min(c.arrival());
+        }
+        self.block_bytes += block_bytes;
+        self.traffic_bytes += tx_bytes;
+        self.paper_bytes += items * 32;
+        let mut pro_changes = Vec::new();
+        if let Some(pro) = &mut self.pro {
+            for ((node, port), s) in pro.step(&self.db, &active, end) {
+                pro_changes.push(json!({"node_id": node, "port": port, "shift": s}));
+                match self.switches.iter_mut().find(|w| w.node_id == node) {
+                    Some(w) => {
+                        let name = w.names.get(port as usize).cloned().unwrap_or_default();
+                        if let Err(e) = w.client.call("label_set_shift", json!({"port": name, "shift": s})) {
+                            self.errors += 1;
+                            eprintln!("intcollector: {}: label_set_shift {name} {s}: {e}", w.path.display());
+                        }
+                    }
+                    None => self.errors += 1,
+                }
+            }
+        }
+        Some(json!({
+            "type": "int_label_coverage",
+            "start_ns": start,
+            "end_ns": end,
+            "active": c.active,
+            "covered_arrival": c.by_arrival,
+            "covered_label": c.by_label,
+            "coverage_arrival": c.arrival(),
+            "coverage_label": c.label(),
+            "missed": c.missed.iter().take(16).map(|(n, p)| json!([n, p])).collect::<Vec<_>>(),
+            "items": items,
+            "occupation_paper": if tx_bytes > 0 { (items * 32) as f64 / tx_bytes as f64 } else { 0.0 },
+            "occupation_wire": if tx_bytes > 0 { block_bytes as f64 / tx_bytes as f64 } else { 0.0 },
+            "active_per_node": per_switch,
+            "pro": pro_changes,
+        }))
+    }
+
+    pub fn summary(&self) -> Value {
+        let mut s = self.db.summary();
+        let m = &mut s["int_label_summary"];
+        let w = self.windows.max(1) as f64;
+        m["windows"] = self.windows.into();
+        m["coverage_arrival_mean"] = (if self.windows > 0 { self.sum_arrival / w } else { 0.0 }).into();
+        m["coverage_label_mean"] = (if self.windows > 0 { self.sum_label / w } else { 0.0 }).into();
+        m["coverage_arrival_min"] = (if self.windows > 0 { self.min_arrival } else { 0.0 }).into();
+        m["occupation_paper"] =
+            (if self.traffic_bytes > 0 { self.paper_bytes as f64 / self.traffic_bytes as f64 } else { 0.0 }).into();
+        m["occupation_wire"] =
+            (if self.traffic_bytes > 0 { self.block_bytes as f64 / self.traffic_bytes as f64 } else { 0.0 }).into();
+        m["traffic_bytes"] = self.traffic_bytes.into();
+        m["label_block_bytes"] = self.block_bytes.into();
+        m["switch_errors"] = self.errors.into();
+        if let Some(p) = &self.pro {
+            m["pro_raised"] = p.raised.into();
+            m["pro_lowered"] = p.lowered.into();
+            m["pro_shift"] = p
+                .shift
+                .iter()
+                .filter(|(_, (s, _))| *s > 0)
+                .map(|((n, port), (s, _))| json!([n, port, s]))
+                .collect::<Vec<_>>()
+                .into();
+        }
+        s
+    }
+}
