@@ -319,7 +319,9 @@ def up(topo):
         elif host not in [n["name"] for n in topo.hosts + topo.switches]:
             raise TestbedError(f"collector {c.get('name')}: host '{host}' is not a [[host]] or [[switch]]")
         log = open(os.path.join(topo.state_dir, f"{c['name']}.log"), "w")
-        p = subprocess.Popen(["ip", "netns", "exec", topo.ns(host), intcollector, *shlex.split(c.get("args", ""))],
+        # {state}: the state directory (the switches' sockets are there).
+        args = shlex.split(c.get("args", "").replace("{state}", topo.state_dir))
+        p = subprocess.Popen(["ip", "netns", "exec", topo.ns(host), intcollector, *args],
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
         st["pids"][c["name"]] = p.pid

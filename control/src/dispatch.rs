@@ -13,9 +13,9 @@ use crate::api::{response, ApiError, Command, Envelope};
 use crate::capture;
 use crate::config::parse_prefix;
 use crate::gpint::api as gpint;
-use crate::label::api as label;
 use crate::int::analytics::api as ia;
 use crate::int::api as int;
+use crate::label::api as label;
 use crate::server::{HttpCounters, Reply, Request};
 use crate::switch::Switch;
 

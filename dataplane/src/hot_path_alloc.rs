@@ -97,7 +97,13 @@ fn worker_pipeline(flows: usize, macs: usize, learn: bool) -> (WorkerPipeline, R
         per_hop_flow: false,
     };
     let clock = WallClock::new(0, 1_700_000_000 * SEC, SEC);
-    let stages = StageSetup { analytics, reports, clock, gpint: crate::gpint::stage::GpintSetup::off(), label: worker::LabelSetup::off() };
+    let stages = StageSetup {
+        analytics,
+        reports,
+        clock,
+        gpint: crate::gpint::stage::GpintSetup::off(),
+        label: worker::LabelSetup::off(),
+    };
     let flows = FlowSetup { capacity: flows, idle_timeout_s: 1, learn, hash_seed: 1 };
     let macs = MacSetup { capacity: macs, aging_s: 1, share: false };
     // A "TSC" of 1000 ticks a second: the tables age as in the old test.

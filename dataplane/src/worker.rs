@@ -310,8 +310,7 @@ impl ControlSink for EventQueue {
 /// The stages after forwarding, in the order they run. A new stage is one
 /// more element here and in [`stages`]. SQR comes first: it claims GPINT
 /// probes before forwarding, and no other stage sees them.
-pub type Stages =
-    (SqrStage<GpintProducer>, AmpmStage, IntStage<ReportProducer>, LabelStage<ReportProducer>, CaptureTx);
+pub type Stages = (SqrStage<GpintProducer>, AmpmStage, IntStage<ReportProducer>, LabelStage<ReportProducer>, CaptureTx);
 
 /// A worker's ring of GPINT deliveries and notices to the control core.
 pub type GpintProducer = Option<rtrb::Producer<GpintRecord>>;

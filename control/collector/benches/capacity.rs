@@ -60,7 +60,14 @@ fn report(f: usize, hops: usize, words: usize) -> ReportRecord {
         queue_occupancy: f as u32,
         ..Default::default()
     };
-    let p = IntParams { presence: PRESENCE, bitmap: bitmap(words), max_hops: 8, domain_id: 3, source_pushes: true, ds_flags: 0 };
+    let p = IntParams {
+        presence: PRESENCE,
+        bitmap: bitmap(words),
+        max_hops: 8,
+        domain_id: 3,
+        source_pushes: true,
+        ds_flags: 0,
+    };
     let m = parse(&orig, 0).unwrap();
     int::source(&mut b, &m, &p, &md(1), 1500).unwrap();
     for n in 2..=hops as u32 {

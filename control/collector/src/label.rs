@@ -4,9 +4,11 @@
 //! the traffic, and the Pro controller (Algorithm 3) that sets each port's
 //! shift S.
 //!
-//! Coverage of a window, evaluated at its end over the ports active in it:
-//! `coverage_arrival`, the share whose newer record arrived in the window;
-//! `coverage_label`, the share whose newest label time lies in it.
+//! Coverage of a window over the ports active in it: `coverage_arrival`,
+//! the share whose newer record arrived in the window; `coverage_label`,
+//! the share whose newest label time, as the window ends, lies in it. Each
+//! port keeps what its last two windows with arrivals saw, so a window is
+//! judged the same when it is evaluated a little after its end.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,10 +31,29 @@ pub struct Record {
     pub ingress_port: Option<u16>,
 }
 
+/// What a port's newer records did in one window: the window's index and
+/// the newest label time by its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Seen {
+    window: u64,
+    label_ns: u64,
+}
+
+/// A port's record and its last two windows with arrivals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub rec: Record,
+    last: Seen,
+    before: Option<Seen>,
+}
+
 /// The INT database and its counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LabelDb {
-    pub records: BTreeMap<PortKey, Record>,
+    /// Window 0 starts here (ns); windows are `window_ns` long.
+    pub t0: u64,
+    pub window_ns: u64,
+    pub records: BTreeMap<PortKey, Entry>,
     /// Label reports taken.
     pub reports: u64,
     /// Of them, specific flows' (DS flag A).
@@ -53,6 +74,27 @@ pub struct LabelDb {
 }
 
 impl LabelDb {
+    pub fn new(t0: u64, window_ns: u64) -> LabelDb {
+        LabelDb {
+            t0,
+            window_ns: window_ns.max(1),
+            records: BTreeMap::new(),
+            reports: 0,
+            specific_reports: 0,
+            items: 0,
+            updated: 0,
+            stale: 0,
+            incomplete: 0,
+            labels_per_report: [0; 17],
+            int_bytes: 0,
+        }
+    }
+
+    /// The window `t` falls in.
+    pub fn window_of(&self, t: u64) -> u64 {
+        t.saturating_sub(self.t0) / self.window_ns
+    }
+
     /// One label report's stack, received at `arrival_ns`.
     pub fn report(&mut self, s: &Stack, arrival_ns: u64, specific: bool) {
         self.reports += 1;
@@ -78,33 +120,41 @@ impl LabelDb {
             queue_occupancy: h.queue_occupancy,
             ingress_port: h.ingress_port,
         };
+        let seen = Seen { window: self.window_of(arrival_ns), label_ns };
         match self.records.get_mut(&(node, port)) {
-            Some(r) if r.label_ns >= label_ns => self.stale += 1,
-            Some(r) => {
-                *r = rec;
+            Some(e) if e.rec.label_ns >= label_ns => self.stale += 1,
+            Some(e) => {
+                e.rec = rec;
+                if e.last.window != seen.window {
+                    e.before = Some(e.last);
+                }
+                e.last = seen;
                 self.updated += 1;
             }
             None => {
-                self.records.insert((node, port), rec);
+                self.records.insert((node, port), Entry { rec, last: seen, before: None });
                 self.updated += 1;
             }
         }
     }
 
-    /// Coverage of the window [start, end) over `active` ports.
-    pub fn coverage(&self, active: &BTreeSet<PortKey>, start: u64, end: u64) -> Coverage {
-        let inside = |t: u64| (start..end).contains(&t);
+    /// Coverage of window `w` over `active` ports (asked at most one
+    /// window after it ended).
+    pub fn coverage(&self, active: &BTreeSet<PortKey>, w: u64) -> Coverage {
+        let (start, end) = (self.t0 + w * self.window_ns, self.t0 + (w + 1) * self.window_ns);
         let mut c = Coverage { active: active.len(), ..Default::default() };
         for p in active {
-            match self.records.get(p) {
-                Some(r) => {
-                    c.by_arrival += inside(r.arrival_ns) as usize;
-                    c.by_label += inside(r.label_ns) as usize;
-                    if !inside(r.arrival_ns) {
-                        c.missed.push(*p);
-                    }
-                }
-                None => c.missed.push(*p),
+            let Some(e) = self.records.get(p) else {
+                c.missed.push(*p);
+                continue;
+            };
+            let arrived = e.last.window == w || e.before.is_some_and(|b| b.window == w);
+            // The newest label time as window w ended.
+            let newest = if e.last.window <= w { Some(e.last) } else { e.before.filter(|b| b.window <= w) };
+            c.by_arrival += arrived as usize;
+            c.by_label += newest.is_some_and(|n| (start..end).contains(&n.label_ns)) as usize;
+            if !arrived {
+                c.missed.push(*p);
             }
         }
         c
@@ -202,7 +252,7 @@ impl Pro {
         let mut out = Vec::new();
         for p in active {
             let (s, since) = self.shift.get(p).copied().unwrap_or((0, 0));
-            let age = db.records.get(p).map_or(u64::MAX, |r| now_ns.saturating_sub(r.label_ns));
+            let age = db.records.get(p).map_or(u64::MAX, |e| now_ns.saturating_sub(e.rec.label_ns));
             let next = match self.mode {
                 ProMode::Shift => {
                     let period = self.k * self.interval_ns;
@@ -253,27 +303,27 @@ mod tests {
 
     #[test]
     fn the_database_keeps_the_newest_label_and_discards_older_items() {
-        let mut db = LabelDb::default();
+        let mut db = LabelDb::new(0, 1_000);
         db.item(&hop(1, 2, 100), 1_000);
         db.item(&hop(1, 2, 300), 1_010);
         db.item(&hop(1, 2, 200), 1_020); // arrived late: older than the record
         db.item(&hop(1, 2, 300), 1_030); // the same label again
         db.item(&HopValues { node_id: Some(1), ..Default::default() }, 1_040);
         assert_eq!((db.items, db.updated, db.stale, db.incomplete), (5, 2, 2, 1));
-        let r = db.records[&(1, 2)];
+        let r = db.records[&(1, 2)].rec;
         assert_eq!((r.label_ns, r.arrival_ns), (300, 1_010), "the label time and the arrival both kept");
     }
 
     #[test]
     fn coverage_windows_on_a_scripted_arrival_trace() {
-        let mut db = LabelDb::default();
+        let mut db = LabelDb::new(0, 1_000);
         let active: BTreeSet<PortKey> = [(1, 0), (1, 1), (2, 0), (3, 1)].into();
         // Window [1000, 2000): three ports report; (2,0)'s label is from
         // before the window (delayed), (3,1) never reports.
         db.item(&hop(1, 0, 1_100), 1_150);
         db.item(&hop(1, 1, 1_500), 1_900);
         db.item(&hop(2, 0, 950), 1_200);
-        let c = db.coverage(&active, 1_000, 2_000);
+        let c = db.coverage(&active, 1);
         assert_eq!((c.active, c.by_arrival, c.by_label), (4, 3, 2));
         assert_eq!((c.arrival(), c.label()), (0.75, 0.5));
         assert_eq!(c.missed, vec![(3, 1)]);
@@ -281,17 +331,19 @@ mod tests {
         // does not count.
         db.item(&hop(1, 0, 2_100), 2_200);
         db.item(&hop(1, 1, 1_400), 2_300);
-        let c = db.coverage(&active, 2_000, 3_000);
+        // Asked late, window 1 reads as it did at its end.
+        assert_eq!(db.coverage(&active, 1), c);
+        let c = db.coverage(&active, 2);
         assert_eq!((c.by_arrival, c.by_label), (1, 1));
         // No active port: full coverage, nothing to miss.
-        assert_eq!(db.coverage(&BTreeSet::new(), 0, 1).arrival(), 1.0);
+        assert_eq!(db.coverage(&BTreeSet::new(), 0).arrival(), 1.0);
     }
 
     #[test]
     fn pro_shift_steps_s_up_while_stale_and_down_once_fresh() {
         let t = 50;
         let mut pro = Pro::new(ProMode::Shift, 2, t, 100, 6);
-        let mut db = LabelDb::default();
+        let mut db = LabelDb::new(0, 1_000);
         let active: BTreeSet<PortKey> = [(1, 0)].into();
         db.item(&hop(1, 0, 0), 0);
         // Stale from t = 100 on: S rises once per k x T = 100 (the first
@@ -320,7 +372,7 @@ mod tests {
     #[test]
     fn pro_flag_labels_every_packet_and_holds_ten_windows() {
         let mut pro = Pro::new(ProMode::Flag, 2, 50, 100, 6);
-        let mut db = LabelDb::default();
+        let mut db = LabelDb::new(0, 1_000);
         let active: BTreeSet<PortKey> = [(1, 0)].into();
         db.item(&hop(1, 0, 0), 0);
         assert!(pro.step(&db, &active, 50).is_empty(), "fresh");

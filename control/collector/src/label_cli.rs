@@ -61,6 +61,9 @@ struct Switch {
     path: PathBuf,
     client: Client,
     node_id: u32,
+    /// T and the largest S (for Pro).
+    interval_ns: u64,
+    max_shift: u8,
     /// Port names by index (what label_set_shift takes).
     names: Vec<String>,
     /// Per port: TX packets and bytes at the last window's end.
@@ -69,13 +72,23 @@ struct Switch {
 }
 
 impl Switch {
-    fn connect(path: &PathBuf) -> Result<(Switch, Value), String> {
+    fn connect(path: &std::path::Path) -> Result<Switch, String> {
         let p = path.to_string_lossy().to_string();
         let mut client = Client::connect(&p).map_err(|e| format!("--label-switch {p}: {e}"))?;
         let v = client.call("show_label", json!({})).map_err(|e| format!("--label-switch {p}: show_label: {e}"))?;
         let node_id = v["node_id"].as_u64().ok_or_else(|| format!("--label-switch {p}: no node_id in show_label"))?;
-        let names = v["ports"].as_array().into_iter().flatten().map(|p| p["port"].as_str().unwrap_or("").to_string()).collect();
-        Ok((Switch { path: path.clone(), client, node_id: node_id as u32, names, tx: Vec::new(), block_bytes: 0 }, v))
+        let names =
+            v["ports"].as_array().into_iter().flatten().map(|p| p["port"].as_str().unwrap_or("").to_string()).collect();
+        Ok(Switch {
+            path: path.to_path_buf(),
+            client,
+            node_id: node_id as u32,
+            interval_ns: (v["interval_ms"].as_f64().unwrap_or(50.0) * 1e6) as u64,
+            max_shift: v["max_shift"].as_u64().unwrap_or(6) as u8,
+            names,
+            tx: Vec::new(),
+            block_bytes: 0,
+        })
     }
 
     /// (active ports, TX bytes, label block bytes) since the last call.
@@ -108,15 +121,109 @@ impl Switch {
     }
 }
 
+/// What the poller read of the switches for one window.
+struct Sample {
+    window: u64,
+    active: BTreeSet<PortKey>,
+    per_node: BTreeMap<u32, usize>,
+    tx_bytes: u64,
+    block_bytes: u64,
+    errors: u64,
+    /// T and the largest S of the first switch that answered (for Pro).
+    pro_params: Option<(u64, u8)>,
+}
+
+/// A change of S for the poller to send.
+struct SetShift {
+    node: u32,
+    port: u16,
+    shift: u8,
+}
+
+/// Reads every switch at each window's end, on its own thread: the
+/// receive loop never waits on a control socket, so arrival times stay
+/// true. Sends S changes as they come.
+fn poller(
+    paths: Vec<PathBuf>,
+    t0: u64,
+    window_ns: u64,
+    samples: std::sync::mpsc::Sender<Sample>,
+    shifts: std::sync::mpsc::Receiver<SetShift>,
+) {
+    let mut switches: Vec<Option<Switch>> = paths.iter().map(|_| None).collect();
+    let mut w = 0u64;
+    loop {
+        let end = t0 + (w + 1) * window_ns;
+        // Until the window ends, send S changes as they arrive.
+        loop {
+            let now = crate::realtime_ns();
+            if now >= end {
+                break;
+            }
+            match shifts.recv_timeout(std::time::Duration::from_nanos(end - now)) {
+                Ok(c) => {
+                    if let Some(sw) = switches.iter_mut().flatten().find(|s| s.node_id == c.node) {
+                        let name = sw.names.get(c.port as usize).cloned().unwrap_or_default();
+                        if let Err(e) = sw.client.call("label_set_shift", json!({"port": name, "shift": c.shift})) {
+                            eprintln!("intcollector: {}: label_set_shift {name} {}: {e}", sw.path.display(), c.shift);
+                        }
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        let mut sample = Sample {
+            window: w,
+            active: BTreeSet::new(),
+            per_node: BTreeMap::new(),
+            tx_bytes: 0,
+            block_bytes: 0,
+            errors: 0,
+            pro_params: None,
+        };
+        for (slot, path) in switches.iter_mut().zip(&paths) {
+            if slot.is_none() {
+                // Not up yet (or gone): its ports count from when it answers.
+                *slot = Switch::connect(path).ok();
+            }
+            let Some(s) = slot else { continue };
+            sample.pro_params.get_or_insert((s.interval_ns, s.max_shift));
+            match s.sample() {
+                Ok((ports, bytes, block)) => {
+                    sample.per_node.insert(s.node_id, ports.len());
+                    sample.active.extend(ports.into_iter().map(|p| (s.node_id, p)));
+                    sample.tx_bytes += bytes;
+                    sample.block_bytes += block;
+                }
+                Err(e) => {
+                    sample.errors += 1;
+                    eprintln!("intcollector: {e}");
+                    *slot = None;
+                }
+            }
+        }
+        if samples.send(sample).is_err() {
+            return;
+        }
+        // A window slept through (a slow switch) is skipped.
+        w = (crate::realtime_ns().saturating_sub(t0) / window_ns).max(w + 1);
+    }
+}
+
 /// The controller's state over a run.
 pub struct LabelRun {
     pub domain: u16,
     pub presence: Presence,
     pub db: LabelDb,
     window_ns: u64,
-    window_end: u64,
-    switches: Vec<Switch>,
+    /// The next window a static active set (no switches) closes.
+    next_static: u64,
     static_active: Option<BTreeSet<PortKey>>,
+    samples: Option<std::sync::mpsc::Receiver<Sample>>,
+    shifts: Option<std::sync::mpsc::Sender<SetShift>>,
+    pro_mode: Option<ProMode>,
+    pro_k: u64,
     pro: Option<Pro>,
     db_lines: bool,
     /// Coverage lines written, and their sums (for the summary's means).
@@ -172,43 +279,44 @@ fn read_active(path: &PathBuf) -> Result<BTreeSet<PortKey>, String> {
 }
 
 impl LabelRun {
-    /// None when no label option asks for the controller (reports of the
-    /// label domain are still decoded and counted).
     pub fn new(a: &LabelArgs, now_ns: u64) -> Result<LabelRun, String> {
         if !(a.label_window_ms > 0.0 && a.label_window_ms <= 3_600_000.0) {
             return Err("--label-window-ms: must be more than 0 and at most an hour".into());
         }
         let window_ns = (a.label_window_ms * 1e6) as u64;
-        let mut switches = Vec::new();
-        let mut shown = Vec::new();
-        for p in &a.label_switches {
-            let (s, v) = Switch::connect(p)?;
-            switches.push(s);
-            shown.push(v);
-        }
-        let pro = match a.label_pro.as_deref() {
+        let pro_mode = match a.label_pro.as_deref() {
             None => None,
-            Some(m) => {
-                let mode = match m {
-                    "shift" => ProMode::Shift,
-                    "flag" => ProMode::Flag,
-                    _ => return Err(format!("--label-pro: '{m}' is not one of shift, flag")),
-                };
-                let first = shown.first().ok_or("--label-pro needs the switches' sockets (--label-switch)")?;
-                let interval_ns = (first["interval_ms"].as_f64().unwrap_or(50.0) * 1e6) as u64;
-                let max_shift = first["max_shift"].as_u64().unwrap_or(6) as u8;
-                Some(Pro::new(mode, a.label_pro_k, interval_ns, window_ns, max_shift))
-            }
+            Some("shift") => Some(ProMode::Shift),
+            Some("flag") => Some(ProMode::Flag),
+            Some(m) => return Err(format!("--label-pro: '{m}' is not one of shift, flag")),
+        };
+        if pro_mode.is_some() && a.label_switches.is_empty() {
+            return Err("--label-pro needs the switches' sockets (--label-switch)".into());
+        }
+        let (samples, shifts) = if a.label_switches.is_empty() {
+            (None, None)
+        } else {
+            let (stx, srx) = std::sync::mpsc::channel();
+            let (ctx, crx) = std::sync::mpsc::channel();
+            let paths = a.label_switches.clone();
+            std::thread::Builder::new()
+                .name("label-poller".into())
+                .spawn(move || poller(paths, now_ns, window_ns, stx, crx))
+                .map_err(|e| format!("label poller thread: {e}"))?;
+            (Some(srx), Some(ctx))
         };
         Ok(LabelRun {
             domain: a.label_domain,
             presence: label_presence(a)?,
-            db: LabelDb::default(),
+            db: LabelDb::new(now_ns, window_ns),
             window_ns,
-            window_end: now_ns + window_ns,
-            switches,
+            next_static: 0,
             static_active: a.active_ports.as_ref().map(read_active).transpose()?,
-            pro,
+            samples,
+            shifts,
+            pro_mode,
+            pro_k: a.label_pro_k,
+            pro: None,
             db_lines: a.label_db_lines,
             windows: 0,
             sum_arrival: 0.0,
@@ -222,11 +330,6 @@ impl LabelRun {
         })
     }
 
-    /// Whether windows are closed (switches or a static active set).
-    fn windowed(&self) -> bool {
-        !self.switches.is_empty() || self.static_active.is_some()
-    }
-
     /// A label report's stack; returns the database lines to print.
     pub fn report(&mut self, s: &intcollector::Stack, arrival_ns: u64, specific: bool) -> Vec<Value> {
         let before = self.db.updated;
@@ -237,37 +340,54 @@ impl LabelRun {
         s.hops
             .iter()
             .filter_map(|h| Some((h.node_id?, h.egress_port?)))
-            .filter_map(|k| self.db.records.get(&k).filter(|r| r.arrival_ns == arrival_ns).map(|r| LabelDb::record_json(k, r)))
+            .filter_map(|k| {
+                self.db
+                    .records
+                    .get(&k)
+                    .filter(|e| e.rec.arrival_ns == arrival_ns)
+                    .map(|e| LabelDb::record_json(k, &e.rec))
+            })
             .collect()
     }
 
-    /// Closes the window if it ended by `now_ns`: the coverage line, and
-    /// Pro's changes sent to the switches.
-    pub fn tick(&mut self, now_ns: u64) -> Option<Value> {
-        if !self.windowed() || now_ns < self.window_end {
-            return None;
+    /// The coverage lines of the windows closed since the last call.
+    pub fn tick(&mut self, now_ns: u64) -> Vec<Value> {
+        let mut out = Vec::new();
+        let got: Vec<Sample> = self.samples.as_ref().map(|r| r.try_iter().collect()).unwrap_or_default();
+        for mut sm in got {
+            if let Some(st) = &self.static_active {
+                sm.active.extend(st.iter().copied());
+            }
+            out.push(self.close(sm));
         }
-        let (start, end) = (self.window_end - self.window_ns, self.window_end);
-        // A late tick closes the window it is in; those it slept through are skipped.
-        self.window_end = end + self.window_ns * ((now_ns - end) / self.window_ns + 1);
-        let mut active = self.static_active.clone().unwrap_or_default();
-        let (mut tx_bytes, mut block_bytes) = (0, 0);
-        let mut per_switch = BTreeMap::new();
-        for s in &mut self.switches {
-            match s.sample() {
-                Ok((ports, bytes, block)) => {
-                    per_switch.insert(s.node_id, ports.len());
-                    active.extend(ports.into_iter().map(|p| (s.node_id, p)));
-                    tx_bytes += bytes;
-                    block_bytes += block;
-                }
-                Err(e) => {
-                    self.errors += 1;
-                    eprintln!("intcollector: {e}");
+        if self.samples.is_none() {
+            if let Some(st) = self.static_active.clone() {
+                // Closed a little after its end, as the poller would.
+                while self.db.t0 + (self.next_static + 1) * self.window_ns + self.window_ns / 10 <= now_ns {
+                    let w = self.next_static;
+                    self.next_static += 1;
+                    let sm = Sample {
+                        window: w,
+                        active: st.clone(),
+                        per_node: BTreeMap::new(),
+                        tx_bytes: 0,
+                        block_bytes: 0,
+                        errors: 0,
+                        pro_params: None,
+                    };
+                    out.push(self.close(sm));
                 }
             }
         }
-        let c = self.db.coverage(&active, start, end);
+        out
+    }
+
+    /// One window's coverage line; Pro's changes go to the poller.
+    fn close(&mut self, sm: Sample) -> Value {
+        let w = sm.window;
+        let (start, end) = (self.db.t0 + w * self.window_ns, self.db.t0 + (w + 1) * self.window_ns);
+        self.errors += sm.errors;
+        let c = self.db.coverage(&sm.active, w);
         let items = self.db.items - self.items_at_last_window;
         self.items_at_last_window = self.db.items;
         if c.active > 0 {
@@ -276,27 +396,25 @@ impl LabelRun {
             self.sum_label += c.label();
             self.min_arrival = self.min_arrival.min(c.arrival());
         }
-        self.block_bytes += block_bytes;
-        self.traffic_bytes += tx_bytes;
+        self.block_bytes += sm.block_bytes;
+        self.traffic_bytes += sm.tx_bytes;
         self.paper_bytes += items * 32;
+        if let (Some(mode), None, Some((t, max))) = (self.pro_mode, &self.pro, sm.pro_params) {
+            self.pro = Some(Pro::new(mode, self.pro_k, t, self.window_ns, max));
+        }
         let mut pro_changes = Vec::new();
         if let Some(pro) = &mut self.pro {
-            for ((node, port), s) in pro.step(&self.db, &active, end) {
-                pro_changes.push(json!({"node_id": node, "port": port, "shift": s}));
-                match self.switches.iter_mut().find(|w| w.node_id == node) {
-                    Some(w) => {
-                        let name = w.names.get(port as usize).cloned().unwrap_or_default();
-                        if let Err(e) = w.client.call("label_set_shift", json!({"port": name, "shift": s})) {
-                            self.errors += 1;
-                            eprintln!("intcollector: {}: label_set_shift {name} {s}: {e}", w.path.display());
-                        }
-                    }
-                    None => self.errors += 1,
+            for ((node, port), shift) in pro.step(&self.db, &sm.active, end) {
+                pro_changes.push(json!({"node_id": node, "port": port, "shift": shift}));
+                if let Some(tx) = &self.shifts {
+                    let _ = tx.send(SetShift { node, port, shift });
                 }
             }
         }
-        Some(json!({
+        let tx = sm.tx_bytes;
+        json!({
             "type": "int_label_coverage",
+            "window": w,
             "start_ns": start,
             "end_ns": end,
             "active": c.active,
@@ -306,11 +424,11 @@ impl LabelRun {
             "coverage_label": c.label(),
             "missed": c.missed.iter().take(16).map(|(n, p)| json!([n, p])).collect::<Vec<_>>(),
             "items": items,
-            "occupation_paper": if tx_bytes > 0 { (items * 32) as f64 / tx_bytes as f64 } else { 0.0 },
-            "occupation_wire": if tx_bytes > 0 { block_bytes as f64 / tx_bytes as f64 } else { 0.0 },
-            "active_per_node": per_switch,
+            "occupation_paper": if tx > 0 { (items * 32) as f64 / tx as f64 } else { 0.0 },
+            "occupation_wire": if tx > 0 { sm.block_bytes as f64 / tx as f64 } else { 0.0 },
+            "active_per_node": sm.per_node,
             "pro": pro_changes,
-        }))
+        })
     }
 
     pub fn summary(&self) -> Value {

@@ -67,7 +67,8 @@ struct Cli {
     /// JSON lines instead of text.
     #[arg(long)]
     json: bool,
-    /// Only the summary at exit, no line per report.
+    /// Only the summary at exit, no line per report or record
+    /// (int_label_coverage lines, one a window, still print).
     #[arg(long)]
     quiet: bool,
     /// Stop after this many reports, joined AM-PM intervals and int_flow / int_event records.
@@ -134,7 +135,7 @@ fn main() -> ExitCode {
 }
 
 /// Nanoseconds since the Unix epoch (the switches' label times are too).
-fn realtime_ns() -> u64 {
+pub(crate) fn realtime_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
@@ -294,7 +295,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         if let Some(k) = &kafka {
             k.poll();
         }
-        if let Some(v) = lab.tick(realtime_ns()) {
+        for v in lab.tick(realtime_ns()) {
             let line = v.to_string();
             if let Some(r) = &mut redis {
                 r.xadd("int:label:coverage", &line);
@@ -302,9 +303,8 @@ fn run(cli: &Cli) -> Result<(), String> {
             if let Some(k) = &kafka {
                 k.send(Topic::LabelCoverage, "coverage", &line);
             }
-            if !cli.quiet {
-                let _ = writeln!(out, "{line}");
-            }
+            // (Printed with --quiet too: one line a window, not a report.)
+            let _ = writeln!(out, "{line}");
         }
         let batch = match rx.recv(&sock) {
             Ok(n) => n,

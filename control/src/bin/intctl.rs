@@ -11,11 +11,11 @@ use control::api::Command;
 use control::client::{CallError, Client};
 use control::config::{FlowConfig, NeighbourConfig, RouteConfig};
 use control::gpint::api as gpint;
-use control::label::api as label;
 use control::int::analytics::api as ia;
 use control::int::analytics::detect::DetectConfig;
 use control::int::api as int;
 use control::int::config::WatchConfig;
+use control::label::api as label;
 use serde::Serialize;
 
 #[derive(Parser)]

@@ -5,9 +5,7 @@
 use dataplane::counters::MAX_PORTS;
 use dataplane::int::stage::REPORT_MAX;
 use dataplane::int::watch::{Presence, Role, WatchRule};
-use dataplane::label::{
-    FlowRule, LabelFn, LabelSpec, Thresholds, Times, MAX_HOP_LIMIT, MAX_SHIFT, MAX_TABLE,
-};
+use dataplane::label::{FlowRule, LabelFn, LabelSpec, Thresholds, Times, MAX_HOP_LIMIT, MAX_SHIFT, MAX_TABLE};
 use serde::{Deserialize, Serialize};
 
 use crate::fields::{cerr, port_by_name, ConfigError};
@@ -175,23 +173,23 @@ impl LabelConfig {
         }
         let k = |f: &str| format!("label.{f}");
         let Some(int) = int else {
-            return Err(cerr("label", "needs [int]: labels are INT-MD hops exported as Telemetry Reports to its collectors"));
+            return Err(cerr(
+                "label",
+                "needs [int]: labels are INT-MD hops exported as Telemetry Reports to its collectors",
+            ));
         };
-        if int.collectors.is_empty() {
-            return Err(cerr("label", "needs at least one [[int.collector]]: the last hop exports labels as Telemetry Reports"));
-        }
         if self.label_domain_id == 0 {
             return Err(cerr(k("label_domain_id"), "must be nonzero (0 is classic INT)"));
         }
-        if let Some(r) = int
-            .spec
-            .watch
-            .iter()
-            .find(|r| matches!(r.role, Role::Source(s) if s.domain_id == self.label_domain_id))
+        if let Some(r) =
+            int.spec.watch.iter().find(|r| matches!(r.role, Role::Source(s) if s.domain_id == self.label_domain_id))
         {
             return Err(cerr(
                 k("label_domain_id"),
-                format!("{:#06x} is the domain of INT watch rule '{}': labels need a domain of their own", self.label_domain_id, r.name),
+                format!(
+                    "{:#06x} is the domain of INT watch rule '{}': labels need a domain of their own",
+                    self.label_domain_id, r.name
+                ),
             ));
         }
         let presence = match self.presence.as_str() {
@@ -209,7 +207,10 @@ impl LabelConfig {
         }
         let interval_ns = ms_to_ns(&k("interval_ms"), self.interval_ms)?;
         if !self.rest_ms.is_finite() || self.rest_ms < 0.0 || self.rest_ms > self.interval_ms {
-            return Err(cerr(k("rest_ms"), format!("{}: must be 0..=interval_ms ({})", self.rest_ms, self.interval_ms)));
+            return Err(cerr(
+                k("rest_ms"),
+                format!("{}: must be 0..=interval_ms ({})", self.rest_ms, self.interval_ms),
+            ));
         }
         let rest_ns = (self.rest_ms * 1e6).round() as u64;
         if !(2..=MAX_HOP_LIMIT).contains(&self.max_hop) {
@@ -246,6 +247,12 @@ impl LabelConfig {
                 e
             }
         };
+        if edge_ports != 0 && int.collectors.is_empty() {
+            return Err(cerr(
+                "label",
+                "edge ports export labels as Telemetry Reports: needs at least one [[int.collector]]",
+            ));
+        }
         if !(64..=REPORT_MAX).contains(&self.report_truncate) {
             return Err(cerr(k("report_truncate"), format!("must be 64..={REPORT_MAX}")));
         }
@@ -276,7 +283,8 @@ impl LabelConfig {
             if m.role.is_some() {
                 return Err(cerr(key("role"), "specific flows are always labeled at every hop; exempt packets with [[label.watch]] role = \"none\""));
             }
-            let ns = ms_to_ns(&key("interval_ms"), m.interval_ms.ok_or_else(|| cerr(key("interval_ms"), "is required"))?)?;
+            let ns =
+                ms_to_ns(&key("interval_ms"), m.interval_ms.ok_or_else(|| cerr(key("interval_ms"), "is required"))?)?;
             let r = m.rule(ports, "transit").map_err(|e| cerr(key(&e.key), e.reason))?;
             if flows.iter().any(|(w, _)| w.rule.name == r.name) {
                 return Err(cerr(key("name"), format!("'{}' is used twice", r.name)));
@@ -321,10 +329,9 @@ mod tests {
     use super::*;
 
     fn int_plan() -> IntPlan {
-        let c: crate::int::config::IntConfig = toml::from_str(
-            "node_id = 7\nedge_ports = [\"p0\"]\n[[collector]]\naddress = \"127.0.0.1:9000\"\n",
-        )
-        .unwrap();
+        let c: crate::int::config::IntConfig =
+            toml::from_str("node_id = 7\nedge_ports = [\"p0\"]\n[[collector]]\naddress = \"127.0.0.1:9000\"\n")
+                .unwrap();
         c.to_plan(&["p0".into(), "p1".into()], &[1500, 1500]).unwrap()
     }
 
@@ -379,10 +386,10 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!(p.spec.watch.iter().map(|r| (r.name.as_str(), r.role)).collect::<Vec<_>>(), [
-            ("no-dns", Role::None),
-            ("rest", Role::Transit)
-        ]);
+        assert_eq!(
+            p.spec.watch.iter().map(|r| (r.name.as_str(), r.role)).collect::<Vec<_>>(),
+            [("no-dns", Role::None), ("rest", Role::Transit)]
+        );
         assert_eq!(p.spec(1_000_000_000).flows[0].interval_tsc, 10_000_000);
     }
 }

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use dataplane::counters::CounterValues;
 use dataplane::dpdk::{self, Eal, EalArgs, MbufStash, Mempool, Port, PortSetup};
 use dataplane::gpint::stage::GpintSetup;
-use dataplane::worker::LabelSetup;
 use dataplane::int::analytics::detect::{RuleCounters, MAX_RULES};
 use dataplane::int::analytics::events::event_ring;
 use dataplane::int::analytics::flow_ring::flow_ring;
@@ -28,6 +27,7 @@ use dataplane::int::analytics::histogram::{HistWriter, WorkerHist};
 use dataplane::int::analytics::{rule_counters, AnalyticsSetup};
 use dataplane::int::stage::WallClock;
 use dataplane::tables::{TableSpec, Tables};
+use dataplane::worker::LabelSetup;
 use dataplane::worker::{
     self, FlowCommand, FlowSetup, IdleConfig, MacSetup, Shared, StageSetup, WorkerSetup, WorkerShared,
 };

@@ -188,7 +188,8 @@ fn push_int(
         bitmap: t.bitmap,
         max_hops: hops.max(1).saturating_add(t.rhc),
         domain_id: 0,
-        source_pushes: true, ds_flags: 0,
+        source_pushes: true,
+        ds_flags: 0,
     };
     let meta = dataplane::parse::parse(f, 0).map_err(|r| r.name().to_string())?;
     dataplane::int::source(&mut b, &meta, &p, &md(1), 9000).map_err(|e| format!("INT source: {e:?}"))?;

@@ -87,7 +87,8 @@ pub fn probe_frame(a: &ProbeAddr, repr: &ProbeRepr) -> Result<Vec<u8>, String> {
         bitmap: a.bitmap,
         max_hops: repr.header.sr_count,
         domain_id: a.domain_id,
-        source_pushes: false, ds_flags: 0,
+        source_pushes: false,
+        ds_flags: 0,
     };
     int::source(&mut b, &meta, &p, &HopMetadata::default(), usize::MAX)
         .map_err(|s| format!("probe frame: INT source skipped ({s:?})"))?;

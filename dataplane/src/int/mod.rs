@@ -736,7 +736,8 @@ pub(crate) mod tests {
             bitmap: instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE | instr::INGRESS_TS,
             max_hops: 8,
             domain_id: 0,
-            source_pushes: true, ds_flags: 0,
+            source_pushes: true,
+            ds_flags: 0,
         }
     }
 

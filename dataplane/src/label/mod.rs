@@ -170,7 +170,15 @@ impl LabelPorts {
     /// port's S). `draw` gives a uniform 32-bit number, asked only for a
     /// probabilistic decision.
     #[inline]
-    pub fn decide(&self, port: usize, ct: u64, n: usize, times: Times, f: &Thresholds, draw: impl FnOnce() -> u32) -> Option<Claim> {
+    pub fn decide(
+        &self,
+        port: usize,
+        ct: u64,
+        n: usize,
+        times: Times,
+        f: &Thresholds,
+        draw: impl FnOnce() -> u32,
+    ) -> Option<Claim> {
         let p = self.ports.get(port)?;
         let lt = p.lt.load(Relaxed);
         let s = p.shift.load(Relaxed);

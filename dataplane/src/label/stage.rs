@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use crate::counters::{CounterValues, Event};
 use crate::forward::Verdict;
-use crate::int::stage::{watch_fields, BurstClock, HopSource, ReportRecord, ReportSink, StageHop, WallClock, REPORT_MAX};
+use crate::int::stage::{
+    watch_fields, BurstClock, HopSource, ReportRecord, ReportSink, StageHop, WallClock, REPORT_MAX,
+};
 use crate::int::{self, Block, IntParams, Skip, Transit};
 use crate::label::{Claim, LabelPorts, LabelSpec, DS_FLAG_A};
 use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
@@ -90,9 +92,10 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             Some(b) => ctx.ports.decide(out, ct, b.hops(), spec.times, &spec.f, || ctx.rng.next_u64() as u32),
             None => {
                 let specific = spec.is_edge(in_port as usize)
-                    && fields.as_ref().and_then(|f| spec.specific(f)).is_some_and(|iv| {
-                        specific_due(ctx.slots, meta.key.hash64(), iv, ct)
-                    });
+                    && fields
+                        .as_ref()
+                        .and_then(|f| spec.specific(f))
+                        .is_some_and(|iv| specific_due(ctx.slots, meta.key.hash64(), iv, ct));
                 if specific {
                     ctx.ports.force(out, ct)
                 } else {
@@ -107,7 +110,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
                 None => {
                     // A label that does not fit whole is not started (a
                     // block without the item would say nothing).
-                    let udp_hdr = if matches!(spec.presence, int::Presence::UdpPort(_)) && meta.key.proto() != PROTO_UDP {
+                    let udp_hdr = if matches!(spec.presence, int::Presence::UdpPort(_)) && meta.key.proto() != PROTO_UDP
+                    {
                         8
                     } else {
                         0
@@ -374,7 +378,8 @@ mod tests {
     /// Where a DSCP-mode block starts: after the UDP header or TCP options
     /// (read from the headers: a report's packet is cut short).
     fn block_at(f: &[u8]) -> usize {
-        let (l4, proto) = if f[12..14] == [0x86, 0xdd] { (54, f[20]) } else { (14 + (f[14] & 0xf) as usize * 4, f[23]) };
+        let (l4, proto) =
+            if f[12..14] == [0x86, 0xdd] { (54, f[20]) } else { (14 + (f[14] & 0xf) as usize * 4, f[23]) };
         l4 + if proto == PROTO_UDP { 8 } else { (f[l4 + 12] >> 4) as usize * 4 }
     }
 

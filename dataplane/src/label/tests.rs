@@ -10,11 +10,17 @@ fn times(interval: u64, rest: u64) -> Times {
 }
 
 /// Label times of `port` for packets carrying `n(i)` labels at `i * dt`.
-fn run(ports: &LabelPorts, packets: u64, dt: u64, t: Times, f: &Thresholds, seed: u64, n: impl Fn(u64) -> usize) -> Vec<u64> {
+fn run(
+    ports: &LabelPorts,
+    packets: u64,
+    dt: u64,
+    t: Times,
+    f: &Thresholds,
+    seed: u64,
+    n: impl Fn(u64) -> usize,
+) -> Vec<u64> {
     let mut rng = XorShift::new(seed);
-    (1..=packets)
-        .filter_map(|i| ports.decide(0, i * dt, n(i), t, f, || rng.next_u64() as u32).map(|c| c.ct))
-        .collect()
+    (1..=packets).filter_map(|i| ports.decide(0, i * dt, n(i), t, f, || rng.next_u64() as u32).map(|c| c.ct)).collect()
 }
 
 #[test]
