@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use control::traffic::{int_frame, IntTraffic, TrafficSpec};
-use intswitch_tests::{control_section, intctl_bin, read_pcap, write_pcap, Scratch, SwitchProcess};
+use intswitch_tests::{control_section, intctl_bin, read_pcap, write_pcap, KillOnDrop, Scratch, SwitchProcess};
 use serde_json::Value;
 
 const FLOWS: usize = 24;
@@ -1248,17 +1248,6 @@ histogram_nodes = 0\n[int.analytics.events.queue]\nthreshold = 150";
     assert_eq!(count("int_event"), ecap, "delivered + ring full = {want_events}");
     assert_eq!(count("int_flow") - stopped, fcap, "delivered + ring full = {lru} LRU exports");
     assert_eq!(stopped, 16);
-}
-
-/// A child process killed (by PID) and reaped when dropped, also when a
-/// test fails half way.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Sends `n` 200-byte UDP datagrams from `host` to h2's port 5555 in the

@@ -133,6 +133,7 @@ def int_packet(f, int_port, check_sums=True, dscp=None):
     hop_ml = h[2] & 0x1F
     r["hop_ml"], r["rhc"] = hop_ml, h[3]
     r["bitmap"], r["domain_id"] = struct.unpack("!HH", h[4:8])
+    r["ds_instruction"], r["ds_flags"] = struct.unpack("!HH", h[8:12])
     stack = f[b + 16:b + 4 + 4 * length_words]
     if hop_ml == 0 or len(stack) % (4 * hop_ml):
         raise ValueError("bad stack (HopML %d, %d bytes)" % (hop_ml, len(stack)))

@@ -528,3 +528,14 @@ impl Drop for Testbed {
         let _ = std::fs::remove_dir_all(&self.state);
     }
 }
+
+/// A child process killed (by PID) and reaped when dropped, also when a
+/// test fails half way.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -237,6 +237,8 @@ pub struct LabelRun {
     items_at_last_window: u64,
     paper_bytes: u64,
     pub errors: u64,
+    /// The active ports of the last window closed.
+    last_active: BTreeSet<PortKey>,
 }
 
 fn label_presence(a: &LabelArgs) -> Result<Presence, String> {
@@ -327,6 +329,7 @@ impl LabelRun {
             items_at_last_window: 0,
             paper_bytes: 0,
             errors: 0,
+            last_active: BTreeSet::new(),
         })
     }
 
@@ -412,6 +415,8 @@ impl LabelRun {
             }
         }
         let tx = sm.tx_bytes;
+        let newly: Vec<Value> = sm.active.difference(&self.last_active).map(|(n, p)| json!([n, p])).collect();
+        self.last_active = sm.active.clone();
         json!({
             "type": "int_label_coverage",
             "window": w,
@@ -422,7 +427,8 @@ impl LabelRun {
             "covered_label": c.by_label,
             "coverage_arrival": c.arrival(),
             "coverage_label": c.label(),
-            "missed": c.missed.iter().take(16).map(|(n, p)| json!([n, p])).collect::<Vec<_>>(),
+            "missed": c.missed.iter().take(64).map(|(n, p)| json!([n, p])).collect::<Vec<_>>(),
+            "newly_active": newly,
             "items": items,
             "occupation_paper": if tx > 0 { (items * 32) as f64 / tx as f64 } else { 0.0 },
             "occupation_wire": if tx > 0 { sm.block_bytes as f64 / tx as f64 } else { 0.0 },

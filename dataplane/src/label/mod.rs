@@ -195,7 +195,10 @@ impl LabelPorts {
             let kind = if elapsed > times.interval { Kind::Interval } else { Kind::Pro };
             return Some(Claim { port, kind, prev: lt, ct });
         }
-        if f.any && elapsed > times.rest >> s && (draw() as u64) < f.threshold(n, elapsed, times.interval) {
+        // T1 = 0 is no rest at all, also for a packet of the burst whose
+        // label set LT (CT is the burst's receive time).
+        let rest = times.rest >> s;
+        if f.any && (rest == 0 || elapsed > rest) && (draw() as u64) < f.threshold(n, elapsed, times.interval) {
             p.lt.store(ct, Relaxed);
             return Some(Claim { port, kind: Kind::Probabilistic, prev: lt, ct });
         }

@@ -57,6 +57,11 @@ fn f1_labels_every_packet_already_labeled_after_the_rest_time() {
         let c = ports.decide(0, 10 * T + i * 10, 1 + (i % 7) as usize, times(T, 0), &f, || u32::MAX);
         assert_eq!(c.map(|c| c.kind), Some(Kind::Probabilistic), "packet {i}");
     }
+    // Also at the same CT as the port's last label (a packet of the same
+    // burst): T1 = 0 is no rest at all.
+    let ct = 10 * T + 1_500;
+    assert!(ports.decide(0, ct, 1, times(T, 0), &f, || 0).is_some());
+    assert!(ports.decide(0, ct, 1, times(T, 0), &f, || 0).is_some());
     // An unlabeled one is not (f(0) = 0).
     assert_eq!(ports.decide(0, 10 * T + 2_000, 0, times(T, 0), &f, || 0), None);
     // Within the rest time nothing is.

@@ -1,0 +1,328 @@
+//! INT-label end to end: labels on the chain3 path leave hosts' payloads
+//! byte for byte (UDP and TCP, IPv4 and IPv6) and decode with the
+//! independent decoder; on the paper's Clos the controller covers the 25
+//! active ports, the single-hop path, a route change, and Pro raises a
+//! lossy port's S and lowers it again.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use intswitch_tests::{intctl_bin, ns_try, tcp_transfer, udp_exchange, KillOnDrop, Scratch, Testbed};
+use serde_json::Value;
+
+fn decoder() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("int_decode.py")
+}
+
+fn counter(v: &Value, name: &str) -> u64 {
+    v["counters"][name].as_u64().unwrap_or_else(|| panic!("no counter {name} in {v}"))
+}
+
+/// A shipped topology with each switch's `[int]` (and what follows)
+/// replaced by `int(switch)`, under another name.
+fn relabeled(shipped: &str, name: &str, d: &Scratch, int: impl Fn(&str) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(Testbed::shipped(shipped)).unwrap();
+    let mut t: toml::Table = toml::from_str(&text).unwrap();
+    t.insert("name".into(), name.into());
+    for sw in t.get_mut("switch").and_then(|s| s.as_array_mut()).unwrap() {
+        let sw = sw.as_table_mut().unwrap();
+        let n = sw["name"].as_str().unwrap().to_string();
+        let cfg = sw.get("config").and_then(|c| c.as_str()).unwrap_or("").to_string();
+        let keep = cfg.split("[int]").next().unwrap().to_string();
+        sw.insert("config".into(), (keep + &int(&n)).into());
+    }
+    let path = d.path(&format!("{name}.toml"));
+    std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
+    path
+}
+
+/// Lines of an intcollector `--json` log that parse.
+fn json_lines(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn chain3_labels_keep_payloads_byte_identical_and_decode_independently() {
+    let d = Scratch::new("label3");
+    // Every packet labeled at every hop (T = 1 us), both directions: s1 and
+    // s3 are last hops for the traffic toward their hosts.
+    let file = relabeled("chain3", "label3", &d, |sw| {
+        let (node, edge, collector) = match sw {
+            "s1" => (1, "edge_ports = [\"p0\"]", "127.0.0.1:9"),
+            "s2" => (2, "", ""),
+            _ => (3, "edge_ports = [\"p1\"]", "127.0.0.1:32766"),
+        };
+        let coll = if collector.is_empty() {
+            String::new()
+        } else {
+            format!("[[int.collector]]\naddress = \"{collector}\"\n")
+        };
+        format!("[int]\nnode_id = {node}\n{edge}\n{coll}[label]\ninterval_ms = 0.001\n")
+    });
+    let tb = Testbed::up(&file);
+    for to in ["10.31.2.2", "2001:db8:31:2::2"] {
+        let _ = ns_try(&tb.ns("h1"), &["ping", "-c", "2", "-i", "0.2", "-W", "2", to]);
+    }
+    // What s2 sends on to s3: label packets, for the independent decoder.
+    let pcap = d.path("s2-tx.pcap");
+    let (sock, out) = (tb.socket("s2"), pcap.clone());
+    let capture = std::thread::spawn(move || {
+        Command::new(intctl_bin())
+            .arg("--socket")
+            .arg(sock)
+            .args(["capture", "p1", "--tx", "--count", "20", "--timeout", "60", "--out"])
+            .arg(out)
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (h1, h2) = (tb.ns("h1"), tb.ns("h2"));
+    udp_exchange(&h1, &h2, "10.31.2.2", 5001, 200, 0);
+    udp_exchange(&h1, &h2, "2001:db8:31:2::2", 5002, 200, 0);
+    tcp_transfer(&h1, &h2, "10.31.2.2", 1 << 20);
+    tcp_transfer(&h1, &h2, "2001:db8:31:2::2", 1 << 20);
+    let cap = capture.join().unwrap();
+    assert!(cap.status.success(), "capture: {}", String::from_utf8_lossy(&cap.stderr));
+    let dec =
+        Command::new("python3").arg(decoder()).arg("pcap").arg(&pcap).args(["--int-dscp", "0x17"]).output().unwrap();
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&dec.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let labeled: Vec<&Value> = lines.iter().filter(|v| v.get("hops").is_some()).collect();
+    assert!(labeled.len() >= 10, "decoded {}: {}", lines.len(), String::from_utf8_lossy(&dec.stdout));
+    for v in &labeled {
+        assert_eq!((v["domain_id"].as_u64(), v["ds_flags"].as_u64()), (Some(0x4c42), Some(0)), "{v}");
+        assert_eq!(v["bitmap"].as_u64(), Some(0xfc00), "{v}");
+        let nodes: Vec<u64> = v["hops"].as_array().unwrap().iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
+        assert_eq!(nodes, [2, 1], "s2 then s1 labeled, newest first: {v}");
+        for ok in ["ip_checksum_ok", "udp_checksum_ok", "tcp_checksum_ok", "udp_length_ok"] {
+            assert!(v.get(ok).is_none_or(|b| b == true), "{ok}: {v}");
+        }
+    }
+    // s3 exported every label packet it restored; the collector decoded
+    // them as labels, three a report, the path in order.
+    let s3 = tb.intctl("s3", &["show", "label"]);
+    assert!(counter(&s3, "label_sunk") >= 400, "{s3}");
+    assert_eq!(counter(&s3, "label_sunk"), counter(&s3, "label_exported") + counter(&s3, "label_report_ring_full"));
+    let s2 = tb.intctl("s2", &["show", "label"]);
+    assert!(counter(&s2, "label_interval") + counter(&s2, "label_probabilistic") >= 400, "{s2}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reports = loop {
+        let r: Vec<Value> = json_lines(&tb.log("c3")).into_iter().filter(|v| v["label"] == true).collect();
+        if r.len() >= 100 || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(reports.len() >= 100, "{} label reports", reports.len());
+    for r in &reports {
+        let nodes: Vec<u64> = r["hops"].as_array().unwrap().iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
+        // One label a port per burst (CT is the burst's receive time): a
+        // packet behind another of its burst is left to the next hop. Once
+        // labeled, F1 labels it at every later hop, unless the label does
+        // not fit: a full-size TCP segment has room for s1's and s2's, not
+        // for s3's (M set, that label skipped, never fragmented).
+        let last = if r["m"] == true { 2 } else { 3 };
+        let want: Vec<u64> = (nodes[0]..=last).collect();
+        assert_eq!(nodes, want, "{r}");
+    }
+    let whole = reports.iter().filter(|r| r["hops"].as_array().unwrap().len() == 3).count();
+    assert!(whole >= 50, "{whole} of {} reports carry all three labels", reports.len());
+    let full = reports.iter().filter(|r| r["m"] == true).count() as u64;
+    assert!(counter(&s3, "label_skipped_mtu") >= full.min(1), "{s3}");
+}
+
+/// The Clos's 25 ports that the paper's 14 paths cross, as (node ID, port):
+/// tor k = 10+k (p0, p1 hosts; p2, p3 leaves), lf k = 20+k (p0, p1 ToRs;
+/// p2, p3 spines), sp k = 30+k (p0 pod A's leaf, p1 pod B's).
+const PATHS_PORTS: [(u64, u64); 25] = [
+    (11, 0),
+    (11, 1),
+    (11, 2),
+    (11, 3),
+    (12, 0),
+    (12, 1),
+    (13, 0),
+    (13, 1),
+    (14, 0),
+    (14, 1),
+    (14, 2),
+    (14, 3),
+    (21, 0),
+    (21, 1),
+    (21, 2),
+    (22, 1),
+    (22, 3),
+    (23, 0),
+    (23, 2),
+    (24, 1),
+    (24, 3),
+    (31, 0),
+    (31, 1),
+    (34, 0),
+    (34, 1),
+];
+
+fn pairs(v: &Value) -> BTreeSet<(u64, u64)> {
+    v.as_array().into_iter().flatten().map(|m| (m[0].as_u64().unwrap(), m[1].as_u64().unwrap())).collect()
+}
+
+#[test]
+fn clos_coverage_route_change_and_pro_under_loss() {
+    let d = Scratch::new("label-clos");
+    let tb = Testbed::up(&Testbed::shipped("intlabel-clos"));
+    let traffic = intswitch_tests::repo_root().join("scripts/intlabel_traffic.py");
+    let hosts: Vec<String> = (1..=8).map(|h| format!("h{h}")).collect();
+    let dsts = |me: usize| -> String {
+        (1..=8).filter(|h| *h != me).map(|h| format!("10.40.{h}.2")).collect::<Vec<_>>().join(",")
+    };
+    let run_traffic = |seconds: f64, rate: u32| {
+        let sinks: Vec<_> = hosts
+            .iter()
+            .map(|h| {
+                let (ns, t) = (tb.ns(h), traffic.clone());
+                std::thread::spawn(move || {
+                    ns_try(&ns, &["python3", t.to_str().unwrap(), "sink", "--seconds", &format!("{}", seconds + 2.0)])
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(400));
+        let senders: Vec<_> = [1usize, 8]
+            .into_iter()
+            .map(|h| {
+                let (ns, t, dst) = (tb.ns(&format!("h{h}")), traffic.clone(), dsts(h));
+                std::thread::spawn(move || {
+                    ns_try(
+                        &ns,
+                        &[
+                            "python3",
+                            t.to_str().unwrap(),
+                            "send",
+                            "--dst",
+                            &dst,
+                            "--rate",
+                            &rate.to_string(),
+                            "--seconds",
+                            &seconds.to_string(),
+                            "--seed",
+                            &h.to_string(),
+                        ],
+                    )
+                })
+            })
+            .collect();
+        for s in senders {
+            let (ok, out) = s.join().unwrap();
+            assert!(ok, "sender: {out}");
+        }
+        for s in sinks {
+            let (ok, out) = s.join().unwrap();
+            let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("sink: {out}"));
+            assert!(ok && v["bad"] == 0, "a host received a changed payload: {out}");
+        }
+    };
+    // Warm-up: every switch resolves its next hops.
+    run_traffic(1.5, 200);
+    // The test's own controller (the testbed's listens on 32766), with Pro.
+    let log = d.path("ctl.log");
+    let mut args: Vec<String> =
+        ["--listen", "0.0.0.0:32767", "--json", "--label-db-lines", "--label-pro", "shift", "--duration", "40"]
+            .map(String::from)
+            .to_vec();
+    for sw in ["tor1", "tor2", "tor3", "tor4", "lf1", "lf2", "lf3", "lf4", "sp1", "sp2", "sp3", "sp4"] {
+        args.push("--label-switch".into());
+        args.push(tb.socket(sw).display().to_string());
+    }
+    let collector = Command::new("ip")
+        .args(["netns", "exec", &tb.ns("ctl")])
+        .arg(intswitch_tests::workspace_bin("intcollector"))
+        .args(&args)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut collector = KillOnDrop(collector);
+    std::thread::sleep(Duration::from_millis(500));
+    let tor1_before = tb.intctl("tor1", &["show", "label"]);
+    let t0 = Instant::now();
+    run_traffic(4.0, 700);
+    let steady_s = t0.elapsed().as_secs_f64();
+    let tor1_after = tb.intctl("tor1", &["show", "label"]);
+
+    // 1. Steady windows: the 25 ports active, covered; no other port reported.
+    let lines = json_lines(&log);
+    let windows: Vec<&Value> =
+        lines.iter().filter(|v| v["type"] == "int_label_coverage" && v["active"].as_u64() == Some(25)).collect();
+    assert!(windows.len() >= 20, "{} windows with the 25 ports active", windows.len());
+    let mean = windows.iter().map(|w| w["coverage_arrival"].as_f64().unwrap()).sum::<f64>() / windows.len() as f64;
+    println!("clos: {} windows, mean coverage_arrival {mean:.4}", windows.len());
+    assert!(mean >= 0.9, "mean coverage {mean}");
+    let db_ports: BTreeSet<(u64, u64)> = lines
+        .iter()
+        .filter(|v| v["type"] == "int_label_db")
+        .map(|v| (v["node_id"].as_u64().unwrap(), v["port"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(db_ports, BTreeSet::from(PATHS_PORTS), "labels came from exactly the 14 paths' ports");
+    // The single-hop path h1 -> h2 (tor1 p0 -> p1) is labeled on its own.
+    assert!(
+        lines.iter().any(|v| v["label"] == true
+            && v["flow"]["dst"] == "10.40.2.2"
+            && v["flow"]["src"] == "10.40.1.2"
+            && v["hops"].as_array().is_some_and(|h| h.len() == 1 && h[0]["node_id"] == 11)),
+        "no report of the single-hop path"
+    );
+    // Interval labels: about one per T on each of tor1's four active ports.
+    let interval =
+        counter(&tor1_after, "label_interval") - counter(&tor1_before, "label_interval") + counter(&tor1_after, "label_pro")
+            - counter(&tor1_before, "label_pro");
+    let per_port_s = interval as f64 / 4.0 / steady_s;
+    println!("clos: tor1 {per_port_s:.1} interval labels per port and second");
+    assert!((15.0..=20.5).contains(&per_port_s), "{per_port_s} interval labels/s a port at T = 50 ms");
+
+    // 2. A route change: h1 -> h5 now leaves tor1 by lf2 (p3); each port
+    // that becomes active is covered within 3 windows.
+    let before = lines.iter().filter(|v| v["type"] == "int_label_coverage").count();
+    tb.intctl("tor1", &["route", "add", "10.40.5.0/24", "--port", "p3", "--via", "10.41.2.2"]);
+    run_traffic(2.0, 700);
+    let lines = json_lines(&log);
+    let after: Vec<&Value> = lines.iter().filter(|v| v["type"] == "int_label_coverage").skip(before).collect();
+    let new_ports: BTreeSet<(u64, u64)> = db_ports_of(&lines).difference(&BTreeSet::from(PATHS_PORTS)).copied().collect();
+    assert!(!new_ports.is_empty(), "the new path's ports were never labeled");
+    for p in &new_ports {
+        let a = after.iter().position(|w| pairs(&w["newly_active"]).contains(p));
+        let a = a.unwrap_or_else(|| panic!("port {p:?} never became active"));
+        let c = after.iter().skip(a).position(|w| !pairs(&w["missed"]).contains(p));
+        assert!(c.is_some_and(|c| c <= 3), "port {p:?}: active in window {a}, covered {c:?} windows later");
+    }
+
+    // 3. 50% loss on tor1 -> lf1 (tor1 p2): Pro raises its S, and lowers it
+    // to 0 once the loss ends.
+    tb.intctl("tor1", &["port", "impair", "p2", "loss", "50%"]);
+    run_traffic(3.0, 700);
+    let raised = json_lines(&log)
+        .iter()
+        .filter(|v| v["type"] == "int_label_coverage")
+        .flat_map(|v| v["pro"].as_array().cloned().unwrap_or_default())
+        .any(|c| c["node_id"] == 11 && c["port"] == 2 && c["shift"].as_u64() >= Some(1));
+    assert!(raised, "Pro never raised tor1 p2's S under 50% loss");
+    tb.intctl("tor1", &["port", "impair", "p2", "none"]);
+    run_traffic(3.0, 700);
+    let shift = tb.intctl("tor1", &["show", "label"])["ports"][2]["shift"].as_u64();
+    assert_eq!(shift, Some(0), "S back to 0 after the loss");
+    let _ = collector.0.kill();
+    let _ = collector.0.wait();
+}
+
+fn db_ports_of(lines: &[Value]) -> BTreeSet<(u64, u64)> {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "int_label_db")
+        .map(|v| (v["node_id"].as_u64().unwrap(), v["port"].as_u64().unwrap()))
+        .collect()
+}
