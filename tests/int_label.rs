@@ -192,7 +192,7 @@ fn clos_coverage_route_change_and_pro_under_loss() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(1000));
         let senders: Vec<_> = [1usize, 8]
             .into_iter()
             .map(|h| {
@@ -250,16 +250,22 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     let mut collector = KillOnDrop(collector);
     std::thread::sleep(Duration::from_millis(500));
     let tor1_before = tb.intctl("tor1", &["show", "label"]);
-    let t0 = Instant::now();
-    run_traffic(4.0, 700);
-    let steady_s = t0.elapsed().as_secs_f64();
+    // (The senders' 4 s: the sinks run longer, with nothing to label.)
+    let steady_s = 4.0;
+    run_traffic(steady_s, 700);
     let tor1_after = tb.intctl("tor1", &["show", "label"]);
 
     // 1. Steady windows: the 25 ports active, covered; no other port reported.
     let lines = json_lines(&log);
+    let all: Vec<&Value> = lines.iter().filter(|v| v["type"] == "int_label_coverage").collect();
+    let actives: Vec<u64> = all.iter().map(|w| w["active"].as_u64().unwrap()).collect();
+    println!("clos: active ports per window {actives:?}");
+    // The steady windows: the paths' ports active. (A port may be active
+    // beyond them, with a host's ICMP error to a datagram that came before
+    // its sink was up: not TCP or UDP, never labeled.)
     let windows: Vec<&Value> =
-        lines.iter().filter(|v| v["type"] == "int_label_coverage" && v["active"].as_u64() == Some(25)).collect();
-    assert!(windows.len() >= 20, "{} windows with the 25 ports active", windows.len());
+        all.iter().copied().filter(|w| pairs(&w["active_ports"]).is_superset(&BTreeSet::from(PATHS_PORTS))).collect();
+    assert!(windows.len() >= 20, "{} windows with the paths' ports active", windows.len());
     let mean = windows.iter().map(|w| w["coverage_arrival"].as_f64().unwrap()).sum::<f64>() / windows.len() as f64;
     println!("clos: {} windows, mean coverage_arrival {mean:.4}", windows.len());
     assert!(mean >= 0.9, "mean coverage {mean}");
@@ -277,13 +283,14 @@ fn clos_coverage_route_change_and_pro_under_loss() {
             && v["hops"].as_array().is_some_and(|h| h.len() == 1 && h[0]["node_id"] == 11)),
         "no report of the single-hop path"
     );
-    // Interval labels: about one per T on each of tor1's four active ports.
-    let interval =
-        counter(&tor1_after, "label_interval") - counter(&tor1_before, "label_interval") + counter(&tor1_after, "label_pro")
-            - counter(&tor1_before, "label_pro");
-    let per_port_s = interval as f64 / 4.0 / steady_s;
-    println!("clos: tor1 {per_port_s:.1} interval labels per port and second");
-    assert!((15.0..=20.5).contains(&per_port_s), "{per_port_s} interval labels/s a port at T = 50 ms");
+    // tor1's uplinks (p2, p3) carry only h1's packets, unlabeled there:
+    // their labels are the interval's, about one per T = 50 ms.
+    let labels = |v: &Value, p: usize| v["ports"][p]["labels"].as_u64().unwrap();
+    for p in [2, 3] {
+        let rate = (labels(&tor1_after, p) - labels(&tor1_before, p)) as f64 / steady_s;
+        println!("clos: tor1 p{p} {rate:.1} labels/s");
+        assert!((17.0..=20.5).contains(&rate), "tor1 p{p}: {rate} labels/s at T = 50 ms");
+    }
 
     // 2. A route change: h1 -> h5 now leaves tor1 by lf2 (p3); each port
     // that becomes active is covered within 3 windows.
@@ -292,7 +299,8 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     run_traffic(2.0, 700);
     let lines = json_lines(&log);
     let after: Vec<&Value> = lines.iter().filter(|v| v["type"] == "int_label_coverage").skip(before).collect();
-    let new_ports: BTreeSet<(u64, u64)> = db_ports_of(&lines).difference(&BTreeSet::from(PATHS_PORTS)).copied().collect();
+    let new_ports: BTreeSet<(u64, u64)> =
+        db_ports_of(&lines).difference(&BTreeSet::from(PATHS_PORTS)).copied().collect();
     assert!(!new_ports.is_empty(), "the new path's ports were never labeled");
     for p in &new_ports {
         let a = after.iter().position(|w| pairs(&w["newly_active"]).contains(p));

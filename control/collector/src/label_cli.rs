@@ -429,6 +429,7 @@ impl LabelRun {
             "coverage_label": c.label(),
             "missed": c.missed.iter().take(64).map(|(n, p)| json!([n, p])).collect::<Vec<_>>(),
             "newly_active": newly,
+            "active_ports": sm.active.iter().map(|(n, p)| json!([n, p])).collect::<Vec<_>>(),
             "items": items,
             "occupation_paper": if tx > 0 { (items * 32) as f64 / tx as f64 } else { 0.0 },
             "occupation_wire": if tx > 0 { sm.block_bytes as f64 / tx as f64 } else { 0.0 },

@@ -43,7 +43,7 @@ INT-label: reports of --label-domain are labels (their inner packets decoded by 
 --label-udp-port) and fill the INT database, the newest record per (node ID, egress port) by\n\
 label time (older items discarded, counted stale). With --label-switch sockets (or\n\
 --active-ports) one int_label_coverage line per --label-window-ms: {start_ns, end_ns, active,\n\
-covered_arrival, covered_label, coverage_arrival, coverage_label, missed[[node, port]] (at most 64), newly_active[[node, port]], items,\n\
+covered_arrival, covered_label, coverage_arrival, coverage_label, missed[[node, port]] (at most 64), newly_active[[node, port]], active_ports[[node, port]], items,\n\
 occupation_paper (items x 32 B / bytes sent), occupation_wire (label block bytes on the links /\n\
 bytes sent), active_per_node, pro[changes]}; --label-db-lines: an int_label_db line per update;\n\
 summary int_label_summary (reports, items, updated, stale, labels_per_report, coverage means and\n\
