@@ -603,6 +603,56 @@ real "$work/int-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 
   --int-hops 1..7 --int-instructions "$five" --int-rhc 1 --background-share 0.3
 router_cfg "$work/int-real.pcap" "$(int_cfg '[]' '')" >"$work/int-transit-real.toml"
 run_real int-transit "$work/int-real" "$work/int-transit-real.toml"
+# INT-label (README "INT-label"). intlabel-core: the router case's traffic
+# and routes with every port labeling (T = 50 ms, Base B with F1): a
+# decision on each packet, a label now and then (compare with l3-router).
+# intlabel-core-labeled: every frame already a label packet (1-4 labels,
+# DSCP 0x17, the label domain's DS ID, 32-byte items), F1 pushes on each
+# (compare with int-transit-dscp: the same frames as classic INT of the
+# DSCP domain, a push on each). intlabel-lasthop: the same frames leave by
+# an edge port: each labeled, exported and restored (compare with
+# int-sink-dscp-report-every-packet, the INT sink reporting each); the
+# intlabel-lasthop-reports line accounts for every label report.
+label_cfg() { # edge-ports extra
+  printf '[label]\ninterval_ms = 50.0\nedge_ports = %s\n%s\n' "$1" "$2"
+}
+router_cfg "$work/l3-real.pcap" "$(int_cfg '[]' '')
+$(label_cfg '[]' '')" >"$work/label-core.toml"
+run_real intlabel-core "$work/l3-real" "$work/label-core.toml"
+six=node_id,l1_ports,hop_latency,queue,ingress_ts,egress_ts
+real "$work/label-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
+  --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes.txt" \
+  --int-hops 1..4 --int-instructions "$six" --int-rhc 4 --int-dscp 0x17 --int-domain-id 0x4c42
+real "$work/dscp-int-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
+  --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes.txt" \
+  --int-hops 1..4 --int-instructions "$six" --int-rhc 4 --int-dscp 0x17
+dscp_int=$'presence = "dscp"'
+router_cfg "$work/label-real.pcap" "$(int_cfg '[]' '')
+$(label_cfg '[]' '')" >"$work/label-labeled.toml"
+run_real intlabel-core-labeled "$work/label-real" "$work/label-labeled.toml"
+router_cfg "$work/dscp-int-real.pcap" "$(int_cfg '[]' "$dscp_int")" >"$work/int-transit-dscp.toml"
+run_real int-transit-dscp "$work/dscp-int-real" "$work/int-transit-dscp.toml"
+config xconnect "$work/label-real.pcap" 'peer = "p1"' 'peer = "p0"' \
+  "$(int_cfg '["p1"]' "report_max_packet = ${BENCH_REPORT_PACKET:-1472}
+$collector")
+$(label_cfg '["p1"]' '')" >"$work/label-lasthop.toml"
+run_case intlabel-lasthop "$work/label-real.pcap" "$work/label-lasthop.toml"
+if want intlabel-lasthop; then
+  for ((r = 0; r < rounds; r++)); do tail -n 1 "$work/is-$r.log"; done | python3 -c "
+import json, statistics, sys
+rows = [json.loads(l)['events'] for l in sys.stdin]
+k = ['label_sunk', 'label_exported', 'label_report_ring_full']
+m = {x: statistics.median(r.get(x, 0) / $secs for r in rows) for x in k}
+ok = all(r.get('label_sunk', 0) == r.get('label_exported', 0) + r.get('label_report_ring_full', 0) for r in rows)
+print('case=intlabel-lasthop-reports %s accounted=%s' % (' '.join('%s_per_s=%.0f' % (x, m[x]) for x in k), 'yes' if ok else 'NO'))
+"
+fi
+config xconnect "$work/dscp-int-real.pcap" 'peer = "p1"' 'peer = "p0"' \
+  "$(int_cfg '["p1"]' "$dscp_int
+report_max_packet = ${BENCH_REPORT_PACKET:-1472}
+$collector")" >"$work/sink-dscp-all.toml"
+run_case int-sink-dscp-report-every-packet "$work/dscp-int-real.pcap" "$work/sink-dscp-all.toml"
+
 # What GPINT costs the traffic that is not GPINT's: the same transit with
 # a collector, without and with [gpint] (the SQR stage's claim check on
 # every packet; no probes in the trace).

@@ -109,7 +109,7 @@ fn frames() -> (Vec<Vec<u8>>, BTreeMap<FlowId, Truth>) {
         frame_len: 100,
         ..TrafficSpec::udp("10.80.0.1".parse().unwrap(), "10.80.1.1".parse().unwrap(), SENT)
     };
-    let t = IntTraffic { udp_port: 17768, bitmap: 0xf000, hops: HOPS as u8, rhc: 2 };
+    let t = IntTraffic { udp_port: 17768, dscp: None, domain_id: 0, bitmap: 0xf000, hops: HOPS as u8, rhc: 2 };
     let mut truth: BTreeMap<FlowId, Truth> = BTreeMap::new();
     let frames = (0..SENT)
         .map(|i| {
@@ -896,7 +896,7 @@ fn a_link_delay_step_raises_link_latency_events_between_the_two_hops() {
         ..TrafficSpec::udp("10.80.0.1".parse().unwrap(), "10.80.1.1".parse().unwrap(), SENT)
     };
     let bitmap = 0x8000 | 0x0800 | 0x0400; // node ID, ingress and egress timestamps
-    let t = IntTraffic { udp_port: 17768, bitmap, hops: 2, rhc: 2 };
+    let t = IntTraffic { udp_port: 17768, dscp: None, domain_id: 0, bitmap, hops: 2, rhc: 2 };
     const HOP: usize = 20;
     const STEP: usize = 240;
     let frames: Vec<Vec<u8>> = (0..SENT)

@@ -20,7 +20,8 @@ fn watched_frame(i: usize) -> Vec<u8> {
         frame_len: 120,
         ..TrafficSpec::udp("10.70.0.1".parse().unwrap(), "10.70.0.2".parse().unwrap(), 1)
     };
-    int_frame(&spec, i, &IntTraffic { udp_port: 17768, bitmap: 0xf000, hops: 1, rhc: 7 }).unwrap()
+    int_frame(&spec, i, &IntTraffic { udp_port: 17768, dscp: None, domain_id: 0, bitmap: 0xf000, hops: 1, rhc: 7 })
+        .unwrap()
 }
 
 fn intctl(sock: &std::path::Path, args: &[&str]) -> Value {

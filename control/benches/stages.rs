@@ -135,7 +135,7 @@ const XC: [&str; 2] = ["peer = \"p1\"", "peer = \"p0\""];
 const FIVE: u16 = instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE | instr::INGRESS_TS;
 
 /// The cases, in the order they run.
-const CASES: [&str; 15] = [
+const CASES: [&str; 19] = [
     "parse",
     "xconnect-flow-table",
     "l3-10k-routes-100k-flows",
@@ -151,7 +151,21 @@ const CASES: [&str; 15] = [
     "gpint-transit",
     "gpint-transit-no-recovery",
     "gpint-wheel-scan-64-busy",
+    "intlabel-core",
+    "int-transit-dscp",
+    "intlabel-core-labeled",
+    "intlabel-lasthop",
 ];
+
+/// The L3 case's config: 10k /24 routes via one neighbour.
+fn config_text_l3() -> String {
+    let mut routes = String::from("[[neighbour]]\nip = \"10.0.2.254\"\nmac = \"02:00:00:00:02:fe\"\nport = \"p1\"\n");
+    for i in 0..10_000 {
+        routes +=
+            &format!("[[route]]\nprefix = \"20.{}.{}.0/24\"\nport = \"p1\"\nvia = \"10.0.2.254\"\n", i / 256, i % 256);
+    }
+    config("router", true, "ipv4 = [\"10.0.1.1/24\"]", "ipv4 = [\"10.0.2.1/24\"]", &routes)
+}
 
 fn build(name: &'static str) -> Case {
     let l2 = || frames(&traffic(4096, 64, "10.0.0.1", "10.1.0.1", [2, 0, 0, 0, 0, 2], false));
@@ -165,7 +179,7 @@ fn build(name: &'static str) -> Case {
     let five_hops = || {
         let four = instr::NODE_ID | instr::L1_PORTS | instr::HOP_LATENCY | instr::QUEUE;
         let t = traffic(4096, 64, "10.0.0.1", "10.1.0.1", [2, 0, 0, 0, 0, 2], false);
-        int_frames(&t, &IntTraffic { udp_port: 17768, bitmap: four, hops: 5, rhc: 3 })
+        int_frames(&t, &IntTraffic { udp_port: 17768, dscp: None, domain_id: 0, bitmap: four, hops: 5, rhc: 3 })
     };
     let ampm = |role: &str| {
         let mut s = String::from("[ampm]\nnode_id = 9\ninterval = \"1s\"\nmax_flows = 10000\n");
@@ -181,25 +195,38 @@ fn build(name: &'static str) -> Case {
         let am = traffic(20_000, 10_000, "10.1.0.0", "10.2.0.1", [2, 0, 0, 0, 0, 2], false);
         Case { acts: Acts::AmpmMeasured, ..case(false, xc(false, &s), frames(&am)) }
     };
+    // Label packets (DSCP 0x17, the label domain's DS ID, one 32-byte
+    // label), or the same frames as classic INT of a DSCP domain (ds 0).
+    let labeled = |ds: u16| {
+        let t = traffic(4096, 64, "10.0.0.1", "10.1.0.1", [2, 0, 0, 0, 0, 2], false);
+        let six = FIVE | instr::EGRESS_TS;
+        int_frames(&t, &IntTraffic { udp_port: 17768, dscp: Some(0x17), domain_id: ds, bitmap: six, hops: 1, rhc: 4 })
+    };
+    let label = |edge: &str| format!("[label]\ninterval_ms = 50.0\nedge_ports = {edge}\n");
     match name {
+        "intlabel-core" => {
+            let mut c = build("l3-10k-routes-100k-flows");
+            let toml = config_text_l3() + &int("[]", "") + &label("[]");
+            c.tables = tables(&toml).0;
+            c
+        }
+        "int-transit-dscp" => Case {
+            acts: Acts::Counted(Event::IntTransited),
+            ..case(false, xc(false, &int("[]", "presence = \"dscp\"")), labeled(0))
+        },
+        "intlabel-core-labeled" => Case {
+            acts: Acts::Counted(Event::LabelProbabilistic),
+            ..case(false, xc(false, &(int("[]", "") + &label("[]"))), labeled(0x4c42))
+        },
+        "intlabel-lasthop" => {
+            let sink = int("[\"p1\"]", &format!("report_max_packet = 1472\n{collector}")) + &label("[\"p1\"]");
+            Case { acts: Acts::Counted(Event::LabelSunk), ..case(false, xc(false, &sink), labeled(0x4c42)) }
+        }
         "parse" => Case { parse_only: true, ..case(false, xc(false, ""), l2()) },
         "xconnect-flow-table" => case(true, xc(true, ""), l2()),
         "l3-10k-routes-100k-flows" => {
             let l3 = traffic(100_000, 100_000, "10.0.1.10", "20.0.0.1", [2, 0, 0, 0, 0xbe, 0], true);
-            let mut routes =
-                String::from("[[neighbour]]\nip = \"10.0.2.254\"\nmac = \"02:00:00:00:02:fe\"\nport = \"p1\"\n");
-            for i in 0..10_000 {
-                routes += &format!(
-                    "[[route]]\nprefix = \"20.{}.{}.0/24\"\nport = \"p1\"\nvia = \"10.0.2.254\"\n",
-                    i / 256,
-                    i % 256
-                );
-            }
-            case(
-                true,
-                config("router", true, "ipv4 = [\"10.0.1.1/24\"]", "ipv4 = [\"10.0.2.1/24\"]", &routes),
-                frames(&l3),
-            )
+            case(true, config_text_l3(), frames(&l3))
         }
         "int-source" => {
             let source = "[[int.watch]]\nname = \"all\"\nrole = \"source\"\nproto = \"udp\"\n\
@@ -208,7 +235,7 @@ fn build(name: &'static str) -> Case {
         }
         "int-transit-5-instructions" => {
             let t = traffic(4096, 64, "10.0.0.1", "10.1.0.1", [2, 0, 0, 0, 0, 2], false);
-            let one_hop = IntTraffic { udp_port: 17768, bitmap: FIVE, hops: 1, rhc: 4 };
+            let one_hop = IntTraffic { udp_port: 17768, dscp: None, domain_id: 0, bitmap: FIVE, hops: 1, rhc: 4 };
             Case {
                 acts: Acts::Counted(Event::IntTransited),
                 ..case(false, xc(false, &int("[]", "")), int_frames(&t, &one_hop))

@@ -342,6 +342,9 @@ pub struct CounterValues {
     pub tx_bytes: [u64; MAX_PORTS],
     pub drops: [u64; DropReason::COUNT],
     pub events: [u64; Event::COUNT],
+    /// INT-label: labels written per egress port (published with the
+    /// events: a label always counts one).
+    pub labels: [u64; MAX_PORTS],
     /// Polls that found work / all polls (for busy %).
     pub busy_polls: u64,
     pub polls: u64,
@@ -358,6 +361,7 @@ impl PartialEq for CounterValues {
             && self.tx_bytes == o.tx_bytes
             && self.drops == o.drops
             && self.events == o.events
+            && self.labels == o.labels
             && self.busy_polls == o.busy_polls
             && self.polls == o.polls
     }
@@ -374,6 +378,7 @@ impl Default for CounterValues {
             tx_bytes: [0; MAX_PORTS],
             drops: [0; DropReason::COUNT],
             events: [0; Event::COUNT],
+            labels: [0; MAX_PORTS],
             busy_polls: 0,
             polls: 0,
             sparse_dirty: false,
@@ -427,6 +432,7 @@ impl CounterValues {
         add_arr(&mut self.tx_bytes, &o.tx_bytes);
         add_arr(&mut self.drops, &o.drops);
         add_arr(&mut self.events, &o.events);
+        add_arr(&mut self.labels, &o.labels);
         self.busy_polls += o.busy_polls;
         self.polls += o.polls;
     }
@@ -443,6 +449,7 @@ impl CounterValues {
             tx_bytes: sub(&self.tx_bytes, &base.tx_bytes),
             drops: sub(&self.drops, &base.drops),
             events: sub(&self.events, &base.events),
+            labels: sub(&self.labels, &base.labels),
             busy_polls: self.busy_polls.saturating_sub(base.busy_polls),
             polls: self.polls.saturating_sub(base.polls),
             sparse_dirty: false,
@@ -459,6 +466,7 @@ pub struct SharedCounters {
     tx_bytes: [AtomicU64; MAX_PORTS],
     drops: [AtomicU64; DropReason::COUNT],
     events: [AtomicU64; Event::COUNT],
+    labels: [AtomicU64; MAX_PORTS],
     busy_polls: AtomicU64,
     polls: AtomicU64,
 }
@@ -472,6 +480,7 @@ impl Default for SharedCounters {
             tx_bytes: Default::default(),
             drops: std::array::from_fn(|_| AtomicU64::new(0)),
             events: std::array::from_fn(|_| AtomicU64::new(0)),
+            labels: Default::default(),
             busy_polls: AtomicU64::new(0),
             polls: AtomicU64::new(0),
         }
@@ -492,6 +501,7 @@ impl SharedCounters {
         self.publish_ports(v, MAX_PORTS);
         st(&self.drops, &v.drops);
         st(&self.events, &v.events);
+        st(&self.labels, &v.labels);
         v.sparse_dirty = false;
     }
 
@@ -505,6 +515,7 @@ impl SharedCounters {
         if v.sparse_dirty {
             st(&self.drops, &v.drops);
             st(&self.events, &v.events);
+            st(&self.labels, &v.labels);
             v.sparse_dirty = false;
         }
     }
@@ -536,6 +547,7 @@ impl SharedCounters {
             tx_bytes: ld(&self.tx_bytes),
             drops: ld(&self.drops),
             events: ld(&self.events),
+            labels: ld(&self.labels),
             busy_polls: self.busy_polls.load(Relaxed),
             polls: self.polls.load(Relaxed),
             sparse_dirty: false,

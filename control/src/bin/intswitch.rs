@@ -110,6 +110,12 @@ enum Cmd {
         /// Remaining hop count the INT header leaves.
         #[arg(long, default_value_t = 4)]
         int_rhc: u8,
+        /// INT by DSCP presence with this codepoint (NPT 0) instead of the UDP port.
+        #[arg(long, value_parser = parse_u8_any)]
+        int_dscp: Option<u8>,
+        /// The INT header's Domain Specific ID (e.g. a label domain's 0x4c42: label packets).
+        #[arg(long, default_value = "0", value_parser = parse_u16_any)]
+        int_domain_id: u16,
         /// The frames are GPINT probes into a transit switch's p0 (--count
         /// probes, each a distinct request and attempt; SR: out
         /// --gpint-next-port, then the monitor; --v6-share, --int-port,
@@ -166,6 +172,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// A number, decimal or 0x-hex.
+fn parse_u16_any(s: &str) -> Result<u16, String> {
+    match s.strip_prefix("0x") {
+        Some(h) => u16::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|_| format!("'{s}' is not a number 0-65535"))
+}
+
+fn parse_u8_any(s: &str) -> Result<u8, String> {
+    parse_u16_any(s)?.try_into().map_err(|_| format!("'{s}' is not a number 0-255"))
+}
+
 /// `N` or `MIN..MAX` hops.
 fn parse_hops(s: &str) -> Result<(u8, u8), String> {
     let n = |x: &str| x.trim().parse::<u8>().map_err(|_| format!("--int-hops {s}: need N or MIN..MAX (1-255)"));
@@ -194,6 +213,8 @@ fn run(cli: Cli) -> Result<(), String> {
         int_instructions,
         int_port,
         int_rhc,
+        int_dscp,
+        int_domain_id,
         background_share,
         macs,
         dst_macs,
@@ -320,7 +341,14 @@ fn run(cli: Cli) -> Result<(), String> {
             Some(hops) => {
                 let bitmap = control::int::config::instruction_bits(&int_instructions)
                     .map_err(|e| format!("--int-instructions: {e}"))?;
-                let t = control::traffic::IntTraffic { udp_port: int_port, bitmap, hops, rhc: int_rhc };
+                let t = control::traffic::IntTraffic {
+                    udp_port: int_port,
+                    dscp: int_dscp,
+                    domain_id: int_domain_id,
+                    bitmap,
+                    hops,
+                    rhc: int_rhc,
+                };
                 t.check().map_err(|e| format!("--int-hops: {e}"))?;
                 Some(t)
             }

@@ -27,13 +27,15 @@ impl Switch {
         let spec = self.spec.label.as_ref().ok_or_else(not_configured)?;
         let now = dataplane::dpdk::tsc();
         let hz = self.hz.max(1) as f64;
+        let c = self.counters();
         let ports = self
             .port_names()
             .into_iter()
             .enumerate()
             .take(MAX_PORTS)
             .map(|(i, name)| {
-                let (lt, shift, labels) = self.label_ports.state(i);
+                let (lt, shift) = self.label_ports.state(i);
+                let labels = c.labels[i];
                 LabelPortView {
                     port: name,
                     index: i as u16,
@@ -67,7 +69,7 @@ impl Switch {
             f: (0..plan.max_hop as usize).map(|n| spec.f.probability(n)).collect(),
             max_shift: plan.max_shift,
             ports,
-            counters: events_by_name(&self.counters(), "label_"),
+            counters: events_by_name(&c, "label_"),
             rings,
         })
     }
@@ -93,7 +95,7 @@ impl Switch {
             return;
         }
         let now = std::time::Instant::now();
-        let counts: Vec<u64> = (0..MAX_PORTS).map(|i| self.label_ports.state(i).2).collect();
+        let counts: Vec<u64> = self.counters().labels.to_vec();
         match &self.label_sample {
             Some((t, _)) if now.duration_since(*t).as_secs_f64() < 1.0 => {}
             Some((t, prev)) => {

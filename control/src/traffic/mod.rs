@@ -132,6 +132,11 @@ pub fn flow_frame(flow: &Flow, len: usize, seq: usize) -> Vec<u8> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntTraffic {
     pub udp_port: u16,
+    /// Presence by this DSCP codepoint instead of the UDP port (NPT 0).
+    pub dscp: Option<u8>,
+    /// The INT-MD header's Domain Specific ID (an INT-label domain's: the
+    /// frames are label packets).
+    pub domain_id: u16,
     pub bitmap: u16,
     /// Hops already on the stack (node IDs 1..=hops); at least 1.
     pub hops: u8,
@@ -183,11 +188,15 @@ fn push_int(
 ) -> Result<Vec<u8>, String> {
     use dataplane::pktbuf::PacketBuf;
     let mut b = dataplane::pktbuf::VecBuf::new(f, 24 + hops as usize * 64);
+    let presence = match t.dscp {
+        Some(value) => dataplane::int::Presence::Dscp { value, mask: 0x3f },
+        None => dataplane::int::Presence::UdpPort(t.udp_port),
+    };
     let p = dataplane::int::IntParams {
-        presence: dataplane::int::Presence::UdpPort(t.udp_port),
+        presence,
         bitmap: t.bitmap,
         max_hops: hops.max(1).saturating_add(t.rhc),
-        domain_id: 0,
+        domain_id: t.domain_id,
         source_pushes: true,
         ds_flags: 0,
     };
@@ -277,7 +286,8 @@ pub fn write_mixed_pcap(
         let mut len = mix.sizes.as_ref().map_or(spec.frame_len, |s| s.pick(&mut r));
         let f = match int {
             Some(t) if flow.int_hops > 0 => {
-                let block = 16 + (flow.int_hops + t.rhc) as usize * hop_len + if flow.proto == 6 { 8 } else { 0 };
+                let inserted_udp = flow.proto == 6 && t.dscp.is_none();
+                let block = 16 + (flow.int_hops + t.rhc) as usize * hop_len + if inserted_udp { 8 } else { 0 };
                 if len + block > MIX_MAX_FRAME {
                     len = MIX_MAX_FRAME.saturating_sub(block);
                 }
@@ -326,7 +336,7 @@ mod tests {
         let b = frame(&v6, 2);
         assert_eq!(b.len(), 62);
         assert_eq!(parse::parse(&b, 0).unwrap().key.ip_version(), 6);
-        let t = IntTraffic { udp_port: 17768, bitmap: 0xf000, hops: 5, rhc: 3 };
+        let t = IntTraffic { udp_port: 17768, dscp: None, domain_id: 0, bitmap: 0xf000, hops: 5, rhc: 3 };
         let f = int_frame(&spec, 1, &t).unwrap();
         assert_eq!(f.len(), 60 + 16 + 5 * 16);
         let m = parse::parse(&f, 0).unwrap();
@@ -355,7 +365,7 @@ mod tests {
         assert_eq!((big.len(), m.l3_end), (MAX_FRAME_LEN, MAX_FRAME_LEN));
         // 6 words a hop (ingress_ts takes two): 41 hops fit the 251 words after
         // shim and header.
-        let t = |hops| IntTraffic { udp_port: 17768, bitmap: 0xf800, hops, rhc: 0 };
+        let t = |hops| IntTraffic { udp_port: 17768, dscp: None, domain_id: 0, bitmap: 0xf800, hops, rhc: 0 };
         let f = int_frame(&ok, 0, &t(41)).unwrap();
         let m = parse::parse(&f, 0).unwrap();
         let v = dataplane::wire::int_md::IntMd::new_checked(&f[m.l4_offset + 8..]).unwrap();
@@ -387,7 +397,7 @@ mod tests {
             int_min_hops: Some(1),
             background_share: 0.3,
         };
-        let t = IntTraffic { udp_port: 17768, bitmap: 0xf000, hops: 8, rhc: 2 };
+        let t = IntTraffic { udp_port: 17768, dscp: None, domain_id: 0, bitmap: 0xf000, hops: 8, rhc: 2 };
         let mut out = Vec::new();
         write_mixed_pcap(&spec, &mix, Some(&t), &mut out).unwrap();
         let mut again = Vec::new();

@@ -126,8 +126,6 @@ pub struct PortLabel {
     lt: AtomicU64,
     /// S: the interval is T >> S (255: every packet).
     shift: AtomicU8,
-    /// Labels written on this port (by all workers).
-    labels: AtomicU64,
 }
 
 /// A label a port decided on: kept until the push succeeds, given back
@@ -213,10 +211,11 @@ impl LabelPorts {
         Some(Claim { port, kind: Kind::Specific, prev, ct })
     }
 
-    /// The label was written: count it.
+    /// The label was written: count it (per worker, by kind and port).
     #[inline]
-    pub fn commit(&self, c: &Claim) {
-        self.ports[c.port].labels.fetch_add(1, Relaxed);
+    pub fn commit(&self, c: &Claim, counters: &mut crate::counters::CounterValues) {
+        counters.labels[c.port] += 1;
+        counters.event(c.kind.event());
     }
 
     /// The label did not fit: LT goes back to what it was, unless another
@@ -236,10 +235,10 @@ impl LabelPorts {
         Ok(())
     }
 
-    /// (LT, S, labels) of a port.
-    pub fn state(&self, port: usize) -> (u64, u8, u64) {
+    /// (LT, S) of a port.
+    pub fn state(&self, port: usize) -> (u64, u8) {
         let p = &self.ports[port];
-        (p.lt.load(Relaxed), p.shift.load(Relaxed), p.labels.load(Relaxed))
+        (p.lt.load(Relaxed), p.shift.load(Relaxed))
     }
 }
 

@@ -10,6 +10,7 @@ use crate::forward::Verdict;
 use crate::int::stage::{
     watch_fields, BurstClock, HopSource, ReportRecord, ReportSink, StageHop, WallClock, REPORT_MAX,
 };
+use crate::int::watch::WatchFields;
 use crate::int::{self, Block, IntParams, Skip, Transit};
 use crate::label::{Claim, LabelPorts, LabelSpec, DS_FLAG_A};
 use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
@@ -53,6 +54,38 @@ fn skipped<R: ReportSink>(ctx: &mut LabelCtx<R>, c: &Claim, e: Event) {
     ctx.counters.event(e);
 }
 
+/// The port's label decision for this packet: specific flows (A set, or
+/// entering at an edge port under a `[[label.flow]]` rule) always, else
+/// Base A/B/Pro on the labels it carries.
+#[inline]
+fn claim<R: ReportSink>(
+    ctx: &mut LabelCtx<R>,
+    meta: &PacketMeta,
+    block: Option<&Block>,
+    fields: Option<&WatchFields>,
+    in_port: u16,
+    out: usize,
+    ct: u64,
+) -> Option<Claim> {
+    let spec = ctx.spec;
+    let rng = &mut *ctx.rng;
+    match block {
+        Some(b) if b.ds_flags & DS_FLAG_A != 0 => ctx.ports.force(out, ct),
+        Some(b) => ctx.ports.decide(out, ct, b.hops(), spec.times, &spec.f, || rng.next_u64() as u32),
+        None => {
+            let specific = spec.is_edge(in_port as usize)
+                && fields
+                    .and_then(|f| spec.specific(f))
+                    .is_some_and(|iv| specific_due(ctx.slots, meta.key.hash64(), iv, ct));
+            if specific {
+                ctx.ports.force(out, ct)
+            } else {
+                ctx.ports.decide(out, ct, 0, spec.times, &spec.f, || rng.next_u64() as u32)
+            }
+        }
+    }
+}
+
 /// The label stage on one packet leaving by the hop's output port at `ct`
 /// (TSC, the label decision's time). `meta` is its parse. An error is a
 /// drop with that reason (malformed labels at a last hop).
@@ -84,76 +117,58 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     };
     let fields = (!spec.watch.is_empty() || !spec.flows.is_empty())
         .then(|| watch_fields(pkt.bytes(), meta, in_port, block.as_ref()));
+    let watched = fields.as_ref().is_none_or(|f| spec.watched(|| *f));
+    let out = out_port as usize;
+    if let (true, Some(b)) = (last_hop, &block) {
+        let c = if watched { claim(ctx, meta, block.as_ref(), fields.as_ref(), in_port, out, ct) } else { None };
+        return export(ctx, pkt, meta, hop, b, c);
+    }
     let mut changed = false;
-    if fields.as_ref().is_none_or(|f| spec.watched(|| *f)) {
-        let out = out_port as usize;
-        let claim = match &block {
-            Some(b) if b.ds_flags & DS_FLAG_A != 0 => ctx.ports.force(out, ct),
-            Some(b) => ctx.ports.decide(out, ct, b.hops(), spec.times, &spec.f, || ctx.rng.next_u64() as u32),
+    if let Some(c) = watched.then(|| claim(ctx, meta, block.as_ref(), fields.as_ref(), in_port, out, ct)).flatten() {
+        let md = hop.measure().metadata(spec.node_id, ctx.clock);
+        let mtu = spec.mtu[out] as usize;
+        match &block {
             None => {
-                let specific = spec.is_edge(in_port as usize)
-                    && fields
-                        .as_ref()
-                        .and_then(|f| spec.specific(f))
-                        .is_some_and(|iv| specific_due(ctx.slots, meta.key.hash64(), iv, ct));
-                if specific {
-                    ctx.ports.force(out, ct)
+                // A label that does not fit whole is not started (a block
+                // without the item would say nothing).
+                let udp_hdr = if matches!(spec.presence, int::Presence::UdpPort(_)) && meta.key.proto() != PROTO_UDP {
+                    8
                 } else {
-                    ctx.ports.decide(out, ct, 0, spec.times, &spec.f, || ctx.rng.next_u64() as u32)
-                }
-            }
-        };
-        if let Some(c) = claim {
-            let md = hop.measure().metadata(spec.node_id, ctx.clock);
-            let mtu = spec.mtu[out] as usize;
-            match &block {
-                None => {
-                    // A label that does not fit whole is not started (a
-                    // block without the item would say nothing).
-                    let udp_hdr = if matches!(spec.presence, int::Presence::UdpPort(_)) && meta.key.proto() != PROTO_UDP
-                    {
-                        8
-                    } else {
-                        0
+                    0
+                };
+                let ip_len = meta.l3_end - meta.l3_offset;
+                if ip_len + udp_hdr + INT_HDR_LEN + hop_words(spec.bitmap) * 4 > mtu {
+                    skipped(ctx, &c, Event::LabelSkippedMtu);
+                } else {
+                    let p = IntParams {
+                        presence: spec.presence,
+                        bitmap: spec.bitmap,
+                        max_hops: spec.max_labels,
+                        domain_id: spec.ds_id,
+                        source_pushes: true,
+                        ds_flags: if c.kind == crate::label::Kind::Specific { DS_FLAG_A } else { 0 },
                     };
-                    let ip_len = meta.l3_end - meta.l3_offset;
-                    if ip_len + udp_hdr + INT_HDR_LEN + hop_words(spec.bitmap) * 4 > mtu {
-                        skipped(ctx, &c, Event::LabelSkippedMtu);
-                    } else {
-                        let p = IntParams {
-                            presence: spec.presence,
-                            bitmap: spec.bitmap,
-                            max_hops: spec.max_labels,
-                            domain_id: spec.ds_id,
-                            source_pushes: true,
-                            ds_flags: if c.kind == crate::label::Kind::Specific { DS_FLAG_A } else { 0 },
-                        };
-                        match int::source_unmarked(pkt, meta, &p, &md, mtu) {
-                            Ok(_) => changed = true,
-                            Err(Skip::Mtu) => skipped(ctx, &c, Event::LabelSkippedMtu),
-                            Err(Skip::NoRoom) => skipped(ctx, &c, Event::LabelNoHeadroom),
-                            Err(Skip::NotApplicable | Skip::Presence) => ctx.ports.undo(&c),
-                        }
+                    match int::source_unmarked(pkt, meta, &p, &md, mtu) {
+                        Ok(_) => changed = true,
+                        Err(Skip::Mtu) => skipped(ctx, &c, Event::LabelSkippedMtu),
+                        Err(Skip::NoRoom) => skipped(ctx, &c, Event::LabelNoHeadroom),
+                        Err(Skip::NotApplicable | Skip::Presence) => ctx.ports.undo(&c),
                     }
                 }
-                Some(b) => match int::transit_block(pkt, meta, b, &md, mtu) {
-                    Ok(Transit::Pushed) => changed = true,
-                    Ok(Transit::Exhausted) => skipped(ctx, &c, Event::LabelSkippedRhc),
-                    Ok(Transit::MtuExceeded) => skipped(ctx, &c, Event::LabelSkippedMtu),
-                    Err(r) => {
-                        ctx.ports.undo(&c);
-                        if last_hop {
-                            return Err(r);
-                        }
-                        ctx.counters.event(Event::LabelPassedMalformed);
-                        return Ok(());
-                    }
-                },
             }
-            if changed {
-                ctx.ports.commit(&c);
-                ctx.counters.event(c.kind.event());
-            }
+            Some(b) => match int::transit_block(pkt, meta, b, &md, mtu) {
+                Ok(Transit::Pushed) => changed = true,
+                Ok(Transit::Exhausted) => skipped(ctx, &c, Event::LabelSkippedRhc),
+                Ok(Transit::MtuExceeded) => skipped(ctx, &c, Event::LabelSkippedMtu),
+                Err(_) => {
+                    ctx.ports.undo(&c);
+                    ctx.counters.event(Event::LabelPassedMalformed);
+                    return Ok(());
+                }
+            },
+        }
+        if changed {
+            ctx.ports.commit(&c, ctx.counters);
         }
     }
     if !last_hop {
@@ -169,34 +184,64 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         }
         return Ok(());
     }
-    // The last hop: export the labels (its own included) and restore.
-    let reparsed;
-    let meta = if changed {
-        reparsed = crate::parse::parse(pkt.bytes(), in_port)?;
-        &reparsed
-    } else {
-        meta
-    };
-    let Some(at) = int::find(pkt.bytes(), meta, spec.presence) else { return Ok(()) };
-    let b = Block::read(pkt.bytes(), meta, at)?;
-    if b.domain_id != spec.ds_id {
+    if !changed {
         return Ok(());
     }
-    let mut rec = ReportRecord {
-        flags: 0,
-        drop_reason: 0,
-        domain_id: spec.ds_id,
-        md: hop.measure().metadata(spec.node_id, ctx.clock),
-        len: 0,
-        data: [0; REPORT_MAX],
+    // A last hop that started the packet's first label (a one-hop path):
+    // export that label too.
+    let meta = crate::parse::parse(pkt.bytes(), in_port)?;
+    let Some(at) = int::find(pkt.bytes(), &meta, spec.presence) else { return Ok(()) };
+    let b = Block::read(pkt.bytes(), &meta, at)?;
+    export(ctx, pkt, &meta, hop, &b, None)
+}
+
+/// The last hop of a label packet: one Telemetry Report of it, with this
+/// port's label (`c`) put first in the report's copy of the stack (it
+/// never goes on the wire: the packet leaves restored), then the restore.
+fn export<B: PacketBuf, R: ReportSink>(
+    ctx: &mut LabelCtx<R>,
+    pkt: &mut B,
+    meta: &PacketMeta,
+    hop: &impl HopSource,
+    b: &Block,
+    c: Option<Claim>,
+) -> Result<(), DropReason> {
+    let spec = ctx.spec;
+    let md = hop.measure().metadata(spec.node_id, ctx.clock);
+    let mut rec = ReportRecord { flags: 0, drop_reason: 0, domain_id: spec.ds_id, md, len: 0, data: [0; REPORT_MAX] };
+    let int_end = b.at + b.total;
+    // Our label goes in when the RHC allows and the bitmap is well formed.
+    let n = match c {
+        Some(c) if b.rhc == 0 => {
+            skipped(ctx, &c, Event::LabelSkippedRhc);
+            0
+        }
+        Some(c) if hop_words(b.bitmap) != b.hop_ml => {
+            ctx.ports.undo(&c);
+            return Err(DropReason::IntBadHopMl);
+        }
+        Some(c) => {
+            ctx.ports.commit(&c, ctx.counters);
+            b.hop_ml * 4
+        }
+        None => 0,
     };
-    let int_end = at + b.total;
-    if int_end.min(meta.l3_end) > REPORT_MAX {
+    if (int_end + n).min(meta.l3_end + n) > REPORT_MAX {
         ctx.counters.event(Event::LabelReportStackCut);
     }
-    let want = spec.truncate.max(int_end).min(meta.l3_end).min(REPORT_MAX);
-    let (sunk, n) = int::sink_block(pkt, meta, &b, &mut rec.data[..want])?;
-    rec.len = n as u16;
+    let want = spec.truncate.max(int_end).min(meta.l3_end).min(pkt.bytes().len());
+    let head = (b.at + INT_HDR_LEN).min(want).min(REPORT_MAX);
+    rec.data[..head].copy_from_slice(&pkt.bytes()[..head]);
+    let mut len = head;
+    if n > 0 && head + n <= REPORT_MAX {
+        crate::wire::int_md::emit_hop(b.bitmap, &md, &mut rec.data[head..head + n]);
+        label_copy_lengths(&mut rec.data, meta, b, n);
+        len += n;
+    }
+    let rest = (want - head).min(REPORT_MAX - len);
+    rec.data[len..len + rest].copy_from_slice(&pkt.bytes()[head..head + rest]);
+    rec.len = (len + rest) as u16;
+    let (sunk, _) = int::sink_block(pkt, meta, b, &mut [])?;
     ctx.counters.event(Event::LabelSunk);
     if ctx.reports.push(rec) {
         ctx.counters.event(Event::LabelExported);
@@ -207,6 +252,35 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         return Err(DropReason::IntDiscard);
     }
     Ok(())
+}
+
+/// A report's copy of the packet got `n` more bytes of stack: its shim
+/// length, RHC and the IP and UDP lengths say so (the L4 checksum of the
+/// copy is left as it was; a report's inner packet is cut short anyway).
+fn label_copy_lengths(d: &mut [u8], meta: &PacketMeta, b: &Block, n: usize) {
+    let at = b.at;
+    d[at + 1] = d[at + 1].wrapping_add((n / 4) as u8);
+    d[at + crate::wire::int_md::SHIM_LEN + 3] = b.rhc - 1;
+    let l3 = meta.l3_offset;
+    let add16 = |d: &mut [u8], o: usize| {
+        let v = u16::from_be_bytes([d[o], d[o + 1]]).wrapping_add(n as u16);
+        d[o..o + 2].copy_from_slice(&v.to_be_bytes());
+    };
+    if meta.key.ip_version() == 4 {
+        let old = u16::from_be_bytes([d[l3 + 2], d[l3 + 3]]);
+        add16(d, l3 + 2);
+        let c = crate::wire::checksum::update16(
+            u16::from_be_bytes([d[l3 + 10], d[l3 + 11]]),
+            old,
+            old.wrapping_add(n as u16),
+        );
+        d[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    } else {
+        add16(d, l3 + 4);
+    }
+    if meta.key.proto() == PROTO_UDP {
+        add16(d, meta.l4_offset + 4);
+    }
 }
 
 /// A worker's label stage: its report ring, the shared port state, its
