@@ -12,6 +12,14 @@ use std::time::{Duration, Instant};
 use intswitch_tests::{intctl_bin, ns_try, tcp_transfer, udp_exchange, KillOnDrop, Scratch, Testbed};
 use serde_json::Value;
 
+/// The two testbeds run one after the other: twelve switches and their
+/// traffic beside three more starve a 2-core machine's namespaces.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn decoder() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("int_decode.py")
 }
@@ -50,6 +58,7 @@ fn json_lines(log: &Path) -> Vec<Value> {
 
 #[test]
 fn chain3_labels_keep_payloads_byte_identical_and_decode_independently() {
+    let _serial = serial();
     let d = Scratch::new("label3");
     // Every packet labeled at every hop (T = 1 us), both directions: s1 and
     // s3 are last hops for the traffic toward their hosts.
@@ -175,6 +184,7 @@ fn pairs(v: &Value) -> BTreeSet<(u64, u64)> {
 
 #[test]
 fn clos_coverage_route_change_and_pro_under_loss() {
+    let _serial = serial();
     let d = Scratch::new("label-clos");
     let tb = Testbed::up(&Testbed::shipped("intlabel-clos"));
     let traffic = intswitch_tests::repo_root().join("scripts/intlabel_traffic.py");
