@@ -196,7 +196,11 @@ impl LabelPorts {
         // T1 = 0 is no rest at all, also for a packet of the burst whose
         // label set LT (CT is the burst's receive time).
         let rest = times.rest >> s;
-        if f.any && (rest == 0 || elapsed > rest) && (draw() as u64) < f.threshold(n, elapsed, times.interval) {
+        if f.any && (rest == 0 || elapsed > rest) && {
+            // No draw where f(n) is 0 (an unlabeled packet under F1-F3).
+            let thr = f.threshold(n, elapsed, times.interval);
+            thr > 0 && (draw() as u64) < thr
+        } {
             p.lt.store(ct, Relaxed);
             return Some(Claim { port, kind: Kind::Probabilistic, prev: lt, ct });
         }
