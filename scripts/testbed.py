@@ -287,6 +287,21 @@ def up(topo):
             ns_exec(ns, "ip", *(["-6"] if six else []), "route", "add", *(args[1:] if six else args))
         for n in h.get("neighbours", []):
             ns_exec(ns, "ip", "neigh", "replace", *shlex.split(n))
+    # Management veths first: a switch reaches its collectors from the start.
+    for c in topo.collectors:
+        if c.get("mgmt"):
+            # Its own namespace, a management veth to each listed switch:
+            # switch k (from 1) is 10.250.k.1, the collector 10.250.k.2.
+            cns = topo.ns(c["name"])  # created with the others
+            for k, swn in enumerate(c["mgmt"], 1):
+                if not is_switch(topo, swn):
+                    raise TestbedError(f"collector {c['name']}: mgmt: '{swn}' is not a [[switch]]")
+                run(["ip", "link", "add", f"m{k}", "netns", cns, "type", "veth",
+                     "peer", "name", "mgmt", "netns", topo.ns(swn)])
+                ns_exec(cns, "ip", "addr", "add", f"10.250.{k}.2/24", "dev", f"m{k}")
+                ns_exec(topo.ns(swn), "ip", "addr", "add", f"10.250.{k}.1/24", "dev", "mgmt")
+                ns_exec(cns, "ip", "link", "set", f"m{k}", "up")
+                ns_exec(topo.ns(swn), "ip", "link", "set", "mgmt", "up")
     for sw in topo.switches:
         sock = os.path.join(topo.state_dir, f"{sw['name']}.sock")
         cfg = os.path.join(topo.state_dir, f"{sw['name']}.toml")
@@ -303,19 +318,7 @@ def up(topo):
         intcollector = bin_path("intcollector")
         host = c.get("host")
         if c.get("mgmt"):
-            # Its own namespace, a management veth to each listed switch:
-            # switch k (from 1) is 10.250.k.1, the collector 10.250.k.2.
             host = c["name"]
-            cns = topo.ns(host)  # created with the others
-            for k, swn in enumerate(c["mgmt"], 1):
-                if not is_switch(topo, swn):
-                    raise TestbedError(f"collector {c['name']}: mgmt: '{swn}' is not a [[switch]]")
-                run(["ip", "link", "add", f"m{k}", "netns", cns, "type", "veth",
-                     "peer", "name", "mgmt", "netns", topo.ns(swn)])
-                ns_exec(cns, "ip", "addr", "add", f"10.250.{k}.2/24", "dev", f"m{k}")
-                ns_exec(topo.ns(swn), "ip", "addr", "add", f"10.250.{k}.1/24", "dev", "mgmt")
-                ns_exec(cns, "ip", "link", "set", f"m{k}", "up")
-                ns_exec(topo.ns(swn), "ip", "link", "set", "mgmt", "up")
         elif host not in [n["name"] for n in topo.hosts + topo.switches]:
             raise TestbedError(f"collector {c.get('name')}: host '{host}' is not a [[host]] or [[switch]]")
         log = open(os.path.join(topo.state_dir, f"{c['name']}.log"), "w")

@@ -344,3 +344,33 @@ fn db_ports_of(lines: &[Value]) -> BTreeSet<(u64, u64)> {
         .map(|v| (v["node_id"].as_u64().unwrap(), v["port"].as_u64().unwrap()))
         .collect()
 }
+
+/// `scripts/intlabel_eval.sh --quick`: one short point of each kind of the
+/// fidelity sweep runs and writes its CSV and charts; Base B exports fewer
+/// packets than Base A at T = 50 ms (the paper's Fig. 7).
+#[test]
+fn fidelity_sweep_runs_one_point_of_each() {
+    let _serial = serial();
+    let d = Scratch::new("label-eval");
+    let bin_dir = intswitch_tests::intswitch_bin().parent().unwrap().to_path_buf();
+    let out = Command::new(intswitch_tests::repo_root().join("scripts/intlabel_eval.sh"))
+        .args(["--quick", "--out"])
+        .arg(d.path("eval"))
+        .env("INTSWITCH_BIN_DIR", &bin_dir)
+        .env("INTSWITCH_TESTBED_DIR", d.path("state"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let kinds: BTreeSet<&str> = rows.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, BTreeSet::from(["rate", "exported", "congestion", "rest", "fn"]), "{rows:?}");
+    let reports = |c: &str| rows.iter().find(|r| r["config"] == c).unwrap()["reports"].as_u64().unwrap();
+    assert!(reports("B50") < reports("A50"), "Base B {} vs Base A {} label reports", reports("B50"), reports("A50"));
+    for r in rows.iter().filter(|r| r["kind"] == "rate") {
+        assert!(r["coverage_arrival"].as_f64().unwrap() > 0.8, "{r}");
+    }
+    for f in ["points.csv", "coverage-rate.svg", "exported.svg", "labels-per-report.svg"] {
+        assert!(d.path("eval").join(f).exists(), "{f}");
+    }
+}

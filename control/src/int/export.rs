@@ -103,6 +103,21 @@ pub fn encode(rec: &ReportParts, md_bits: u16, out: &mut [u8]) -> usize {
     n
 }
 
+/// The views of report rings, one a worker.
+fn ring_views(rings: &[ReportConsumer], received: &[u64], ring_full: &[u64]) -> Vec<RingView> {
+    rings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| RingView {
+            worker: i,
+            capacity: r.capacity(),
+            pending: r.len(),
+            received: received[i],
+            ring_full: ring_full.get(i).copied().unwrap_or(0),
+        })
+        .collect()
+}
+
 struct Collector {
     tx: CollectorTx,
     seq: u32,
@@ -245,19 +260,10 @@ impl Exporter {
         self
     }
 
-    /// Each worker's label report ring (`ring_full` left to the caller).
-    pub fn label_rings(&self) -> Vec<RingView> {
-        self.label
-            .iter()
-            .enumerate()
-            .map(|(i, r)| RingView {
-                worker: i,
-                capacity: r.capacity(),
-                pending: r.len(),
-                received: self.label_received[i],
-                ring_full: 0,
-            })
-            .collect()
+    /// Each worker's label report ring; `ring_full`: per worker, records
+    /// its ring refused.
+    pub fn label_rings(&self, ring_full: &[u64]) -> Vec<RingView> {
+        ring_views(&self.label, &self.label_received, ring_full)
     }
 
     /// GPINT records taken from each worker's ring, and how many of them
@@ -431,18 +437,7 @@ impl Exporter {
 
     /// `ring_full`: per worker, records its ring refused.
     pub fn view(&self, ring_full: &[u64]) -> ReportsView {
-        let rings = self
-            .rings
-            .iter()
-            .enumerate()
-            .map(|(i, r)| RingView {
-                worker: i,
-                capacity: r.capacity(),
-                pending: r.len(),
-                received: self.received[i],
-                ring_full: ring_full.get(i).copied().unwrap_or(0),
-            })
-            .collect();
+        let rings = ring_views(&self.rings, &self.received, ring_full);
         let collectors = self
             .collectors
             .iter()

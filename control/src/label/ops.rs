@@ -47,10 +47,9 @@ impl Switch {
                 }
             })
             .collect();
-        let mut rings = self.exporter.as_ref().map(|e| e.label_rings()).unwrap_or_default();
-        for (r, w) in rings.iter_mut().zip(self.worker_counters()) {
-            r.ring_full = w.events[Event::LabelReportRingFull as usize];
-        }
+        let full: Vec<u64> =
+            self.worker_counters().iter().map(|w| w.events[Event::LabelReportRingFull as usize]).collect();
+        let rings = self.exporter.as_ref().map(|e| e.label_rings(&full)).unwrap_or_default();
         Ok(LabelView {
             label_domain_id: spec.ds_id,
             node_id: spec.node_id,

@@ -502,12 +502,18 @@ impl<R: ReportSink> IntStage<R> {
 
 /// A packet's hop through this worker, measured only if INT acts on it.
 pub(crate) struct StageHop<'a, B, O> {
-    pub(crate) times: &'a BurstClock,
-    pub(crate) out: &'a O,
-    pub(crate) load: &'a PortLoad,
-    pub(crate) in_port: u16,
-    pub(crate) out_port: u16,
-    pub(crate) buf: std::marker::PhantomData<fn() -> B>,
+    times: &'a BurstClock,
+    out: &'a O,
+    load: &'a PortLoad,
+    in_port: u16,
+    out_port: u16,
+    buf: std::marker::PhantomData<fn() -> B>,
+}
+
+impl<'a, B, O: Output<B>> StageHop<'a, B, O> {
+    pub(crate) fn new(times: &'a BurstClock, out: &'a O, load: &'a PortLoad, in_port: u16, out_port: u16) -> Self {
+        StageHop { times, out, load, in_port, out_port, buf: std::marker::PhantomData }
+    }
 }
 
 impl<B, O: Output<B>> HopSource for StageHop<'_, B, O> {
@@ -602,14 +608,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
         if !may_act(spec, m.bytes(), meta, in_port) {
             return Step::Next;
         }
-        let hop = StageHop {
-            times: &self.times,
-            out: &*cx.out,
-            load: cx.load,
-            in_port,
-            out_port,
-            buf: std::marker::PhantomData::<fn() -> B>,
-        };
+        let hop = StageHop::new(&self.times, &*cx.out, cx.load, in_port, out_port);
         let mut ictx =
             IntCtx { spec, clock: &self.clock, flows: &mut self.flows, counters: cx.c, reports: &mut self.reports };
         match p.verdict {

@@ -350,14 +350,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
         } else {
             meta
         };
-        let hop = StageHop {
-            times: &self.times,
-            out: &*cx.out,
-            load: cx.load,
-            in_port,
-            out_port,
-            buf: std::marker::PhantomData::<fn() -> B>,
-        };
+        let hop = StageHop::new(&self.times, &*cx.out, cx.load, in_port, out_port);
         let mut lctx = LabelCtx {
             spec,
             ports: &self.ports,
