@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::collector_tx::CollectorPlan;
 use crate::fields::ConfigError;
-use crate::int::config::{collector_plans, CollectorConfig, WatchConfig};
+use crate::int::config::{collector_plans, CollectorConfig};
 
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { key: key.into(), reason: reason.into() }
@@ -199,22 +199,7 @@ impl AmpmFlowConfig {
             c => return Err(cerr("carrier", format!("'{c}' is not one of dscp, ipv4_flag, ipv6_hbh, ipv6_dest"))),
         };
         // The match fields are those of an INT watch rule: one parser.
-        let w = WatchConfig {
-            name: self.name.clone(),
-            priority: self.priority,
-            role: "none".into(),
-            src: self.src.clone(),
-            dst: self.dst.clone(),
-            proto: self.proto.clone(),
-            src_port: self.src_port.clone(),
-            dst_port: self.dst_port.clone(),
-            dscp: self.dscp.clone(),
-            in_port: self.in_port.clone(),
-            instructions: None,
-            bitmap: None,
-            max_hops: None,
-            domain_id: None,
-        };
+        let w = crate::int::config::match_rule!(self, "none");
         let r = w.to_rule(ports)?;
         let (mut value, mut mask) = (Key::default(), Key::default());
         // Addresses as the flow key holds them: IPv4 in the low 32 bits.

@@ -185,6 +185,32 @@ pub struct WatchConfig {
     pub domain_id: Option<u16>,
 }
 
+/// A `WatchConfig` of `role` from a config entry with the watch rule's
+/// match fields (`name`, `priority`, `src`, `dst`, `proto`, `src_port`,
+/// `dst_port`, `dscp`, `in_port`): detection rules, AM-PM flows and label
+/// rules match packets with the one parser of `[[int.watch]]`.
+macro_rules! match_rule {
+    ($c:expr, $role:expr) => {
+        $crate::int::config::WatchConfig {
+            name: $c.name.clone(),
+            priority: $c.priority,
+            role: ($role).into(),
+            src: $c.src.clone(),
+            dst: $c.dst.clone(),
+            proto: $c.proto.clone(),
+            src_port: $c.src_port.clone(),
+            dst_port: $c.dst_port.clone(),
+            dscp: $c.dscp.clone(),
+            in_port: $c.in_port.clone(),
+            instructions: None,
+            bitmap: None,
+            max_hops: None,
+            domain_id: None,
+        }
+    };
+}
+pub(crate) use match_rule;
+
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CollectorConfig {

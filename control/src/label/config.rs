@@ -9,7 +9,7 @@ use dataplane::label::{FlowRule, LabelFn, LabelSpec, Thresholds, Times, MAX_HOP_
 use serde::{Deserialize, Serialize};
 
 use crate::fields::{cerr, port_by_name, ConfigError};
-use crate::int::config::{dscp_presence, instruction_bits, IntPlan, WatchConfig};
+use crate::int::config::{dscp_presence, instruction_bits, IntPlan};
 
 /// `[label]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -104,23 +104,7 @@ pub struct LabelMatch {
 
 impl LabelMatch {
     fn rule(&self, ports: &[String], role: &str) -> Result<WatchRule, ConfigError> {
-        WatchConfig {
-            name: self.name.clone(),
-            priority: self.priority,
-            role: role.into(),
-            src: self.src.clone(),
-            dst: self.dst.clone(),
-            proto: self.proto.clone(),
-            src_port: self.src_port.clone(),
-            dst_port: self.dst_port.clone(),
-            dscp: self.dscp.clone(),
-            in_port: self.in_port.clone(),
-            instructions: None,
-            bitmap: None,
-            max_hops: None,
-            domain_id: None,
-        }
-        .to_rule(ports)
+        crate::int::config::match_rule!(self, role).to_rule(ports)
     }
 }
 

@@ -13,7 +13,6 @@ use dataplane::int::analytics::cnf::Cnf;
 use dataplane::int::analytics::detect::{Algorithm, DetectRule};
 
 use crate::fields::ConfigError;
-use crate::int::config::WatchConfig;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -94,22 +93,7 @@ impl DetectConfig {
         slot: usize,
         exprs: &BTreeMap<String, String>,
     ) -> Result<DetectRule, ConfigError> {
-        let w = WatchConfig {
-            name: self.name.clone(),
-            priority: self.priority,
-            role: "none".into(),
-            src: self.src.clone(),
-            dst: self.dst.clone(),
-            proto: self.proto.clone(),
-            src_port: self.src_port.clone(),
-            dst_port: self.dst_port.clone(),
-            dscp: self.dscp.clone(),
-            in_port: self.in_port.clone(),
-            instructions: None,
-            bitmap: None,
-            max_hops: None,
-            domain_id: None,
-        };
+        let w = crate::int::config::match_rule!(self, "none");
         let matcher = w.to_rule(ports)?;
         let metric_name = self.metric.as_deref().unwrap_or("hop_latency");
         let (metric, max) = metric_of(metric_name).ok_or_else(|| {
