@@ -184,7 +184,12 @@ def main():
         if r["kind"] in ("rest", "fn", "exported") and r["sent"]:
             key = {"rest": "Base B, T1/T", "fn": "Base B, f", "exported": "Base A"}[r["kind"]]
             # Base A is T1 = T: at 1 on the rest axis.
-            x = {"rest": r["x"], "exported": 1.0}.get(r["kind"]) or {"f1": 1, "f2": 2, "f3": 3}[r["x"]]
+            if r["kind"] == "rest":
+                x = r["x"]
+            elif r["kind"] == "exported":
+                x = 1.0
+            else:
+                x = {"f1": 1, "f2": 2, "f3": 3}[r["x"]]
             series.setdefault(key, []).append((x, 10000 * r["reports"] / r["sent"]))
     svg(os.path.join(a.out, "exported.svg"), "Exported packets per 10000 sent (T = 100 ms)",
         "T1/T (rest sweep) or f (1: F1, 2: F2, 3: F3)", "label reports / 10000 packets", series)
