@@ -637,21 +637,26 @@ config xconnect "$work/label-real.pcap" 'peer = "p1"' 'peer = "p0"' \
 $collector")
 $(label_cfg '["p1"]' '')" >"$work/label-lasthop.toml"
 run_case intlabel-lasthop "$work/label-real.pcap" "$work/label-lasthop.toml"
-if want intlabel-lasthop; then
+lasthop_reports() { # case: the label reports of its rounds, accounted for
+  want "$1" || return 0
   for ((r = 0; r < rounds; r++)); do tail -n 1 "$work/is-$r.log"; done | python3 -c "
 import json, statistics, sys
 rows = [json.loads(l)['events'] for l in sys.stdin]
 k = ['label_sunk', 'label_exported', 'label_report_ring_full']
 m = {x: statistics.median(r.get(x, 0) / $secs for r in rows) for x in k}
 ok = all(r.get('label_sunk', 0) == r.get('label_exported', 0) + r.get('label_report_ring_full', 0) for r in rows)
-print('case=intlabel-lasthop-reports %s accounted=%s' % (' '.join('%s_per_s=%.0f' % (x, m[x]) for x in k), 'yes' if ok else 'NO'))
-"
-fi
+print('case=%s-reports %s accounted=%s' % (sys.argv[1], ' '.join('%s_per_s=%.0f' % (x, m[x]) for x in k), 'yes' if ok else 'NO'))
+" "$1"
+}
+lasthop_reports intlabel-lasthop
+sed "s|$work/label-real.pcap|$work/label-real-imix.pcap|" "$work/label-lasthop.toml" >"$work/label-lasthop-imix.toml"
+run_case intlabel-lasthop-imix "$work/label-real-imix.pcap" "$work/label-lasthop-imix.toml"
+lasthop_reports intlabel-lasthop-imix
 config xconnect "$work/dscp-int-real.pcap" 'peer = "p1"' 'peer = "p0"' \
   "$(int_cfg '["p1"]' "$dscp_int
 report_max_packet = ${BENCH_REPORT_PACKET:-1472}
 $collector")" >"$work/sink-dscp-all.toml"
-run_case int-sink-dscp-report-every-packet "$work/dscp-int-real.pcap" "$work/sink-dscp-all.toml"
+run_real int-sink-dscp-report-every-packet "$work/dscp-int-real" "$work/sink-dscp-all.toml"
 
 # What GPINT costs the traffic that is not GPINT's: the same transit with
 # a collector, without and with [gpint] (the SQR stage's claim check on

@@ -334,9 +334,9 @@ impl LabelRun {
     }
 
     /// A label report's stack; returns the database lines to print.
-    pub fn report(&mut self, s: &intcollector::Stack, arrival_ns: u64, specific: bool) -> Vec<Value> {
+    pub fn report(&mut self, s: &intcollector::Stack, arrival_ns: u64) -> Vec<Value> {
         let before = self.db.updated;
-        self.db.report(s, arrival_ns, specific);
+        self.db.report(s, arrival_ns, s.ds_flags & dataplane::label::DS_FLAG_A != 0);
         if !self.db_lines || self.db.updated == before {
             return Vec::new();
         }

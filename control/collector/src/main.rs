@@ -134,6 +134,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// An INT-label line (coverage or database update) to Redis, Kafka and
+/// the output.
+fn label_line(
+    v: &serde_json::Value,
+    topic: Topic,
+    key: &str,
+    redis: &mut Option<intcollector::redis::RedisSink>,
+    kafka: &Option<intcollector::kafka::KafkaSink>,
+    out: Option<&mut impl std::io::Write>,
+) {
+    let line = v.to_string();
+    if let Some(r) = redis {
+        r.xadd(if topic == Topic::LabelDb { "int:label:db" } else { "int:label:coverage" }, &line);
+    }
+    if let Some(k) = kafka {
+        k.send(topic, key, &line);
+    }
+    if let Some(o) = out {
+        let _ = writeln!(o, "{line}");
+    }
+}
+
 /// Nanoseconds since the Unix epoch (the switches' label times are too).
 pub(crate) fn realtime_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
@@ -296,15 +318,8 @@ fn run(cli: &Cli) -> Result<(), String> {
             k.poll();
         }
         for v in lab.tick(realtime_ns()) {
-            let line = v.to_string();
-            if let Some(r) = &mut redis {
-                r.xadd("int:label:coverage", &line);
-            }
-            if let Some(k) = &kafka {
-                k.send(Topic::LabelCoverage, "coverage", &line);
-            }
             // (Printed with --quiet too: one line a window, not a report.)
-            let _ = writeln!(out, "{line}");
+            label_line(&v, Topic::LabelCoverage, "coverage", &mut redis, &kafka, Some(&mut out));
         }
         let batch = match rx.recv(&sock) {
             Ok(n) => n,
@@ -388,17 +403,10 @@ fn run(cli: &Cli) -> Result<(), String> {
                             r.stack = intcollector::decode_inner(&dgram[r.inner.clone()], lab.presence);
                         }
                         if let Ok(s) = &r.stack {
-                            for v in lab.report(s, arrival, s.ds_flags & 0x8000 != 0) {
-                                let line = v.to_string();
-                                if let Some(rs) = &mut redis {
-                                    rs.xadd("int:label:db", &line);
-                                }
-                                if let Some(k) = &kafka {
-                                    k.send(Topic::LabelDb, &format!("{}:{}", v["node_id"], v["port"]), &line);
-                                }
-                                if !cli.quiet {
-                                    let _ = writeln!(out, "{line}");
-                                }
+                            for v in lab.report(s, arrival) {
+                                let key = format!("{}:{}", v["node_id"], v["port"]);
+                                let print = (!cli.quiet).then_some(&mut out);
+                                label_line(&v, Topic::LabelDb, &key, &mut redis, &kafka, print);
                             }
                         }
                     }

@@ -374,6 +374,12 @@ pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
     if !applicable(b, meta) {
         return None;
     }
+    find_applicable(b, meta, presence)
+}
+
+/// [`find`] on a packet the caller already found `applicable`.
+#[inline(always)]
+pub(crate) fn find_applicable(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
     let at = match presence {
         Presence::UdpPort(port) => {
             (meta.key.proto() == PROTO_UDP && meta.key.dst_port() == port).then_some(meta.l4_offset + 8)?

@@ -102,7 +102,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         return Ok(());
     }
     let last_hop = spec.is_edge(out_port as usize);
-    let block = match int::find(pkt.bytes(), meta, spec.presence) {
+    let block = match int::find_applicable(pkt.bytes(), meta, spec.presence) {
         None => None,
         Some(at) => match Block::read(pkt.bytes(), meta, at) {
             // Another INT domain's packet: classic INT, not ours.
