@@ -94,15 +94,15 @@ impl Switch {
             return;
         }
         let now = std::time::Instant::now();
-        let counts: Vec<u64> = self.counters().labels.to_vec();
-        match &self.label_sample {
-            Some((t, _)) if now.duration_since(*t).as_secs_f64() < 1.0 => {}
-            Some((t, prev)) => {
-                let dt = now.duration_since(*t).as_secs_f64();
-                self.label_rates = counts.iter().zip(prev).map(|(c, p)| c.saturating_sub(*p) as f64 / dt).collect();
-                self.label_sample = Some((now, counts));
-            }
-            None => self.label_sample = Some((now, counts)),
+        if self.label_sample.as_ref().is_some_and(|(t, _)| now.duration_since(*t).as_secs_f64() < 1.0) {
+            return;
         }
+        // Summed over the workers only once a second.
+        let counts: Vec<u64> = self.counters().labels.to_vec();
+        if let Some((t, prev)) = &self.label_sample {
+            let dt = now.duration_since(*t).as_secs_f64();
+            self.label_rates = counts.iter().zip(prev).map(|(c, p)| c.saturating_sub(*p) as f64 / dt).collect();
+        }
+        self.label_sample = Some((now, counts));
     }
 }

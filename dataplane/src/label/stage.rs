@@ -48,6 +48,14 @@ fn specific_due(slots: &mut [(u64, u64)], hash: u64, interval: u64, ct: u64) -> 
     true
 }
 
+/// Bytes a packet's first label adds: shim, header and item, and by UDP
+/// port a UDP header in front of a TCP segment.
+#[inline]
+fn first_label_len(spec: &LabelSpec, meta: &PacketMeta) -> usize {
+    let udp_hdr = matches!(spec.presence, int::Presence::UdpPort(_)) && meta.key.proto() != PROTO_UDP;
+    8 * udp_hdr as usize + INT_HDR_LEN + hop_words(spec.bitmap) * 4
+}
+
 /// Why a label was not written.
 fn skipped<R: ReportSink>(ctx: &mut LabelCtx<R>, c: &Claim, e: Event) {
     ctx.ports.undo(c);
@@ -131,13 +139,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             None => {
                 // A label that does not fit whole is not started (a block
                 // without the item would say nothing).
-                let udp_hdr = if matches!(spec.presence, int::Presence::UdpPort(_)) && meta.key.proto() != PROTO_UDP {
-                    8
-                } else {
-                    0
-                };
-                let ip_len = meta.l3_end - meta.l3_offset;
-                if ip_len + udp_hdr + INT_HDR_LEN + hop_words(spec.bitmap) * 4 > mtu {
+                if meta.l3_end - meta.l3_offset + first_label_len(spec, meta) > mtu {
                     skipped(ctx, &c, Event::LabelSkippedMtu);
                 } else {
                     let p = IntParams {
@@ -176,7 +178,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         // occupation of the link by labels).
         let carried = match (&block, changed) {
             (Some(b), _) => b.total + if changed { hop_words(b.bitmap) * 4 } else { 0 },
-            (None, true) => INT_HDR_LEN + hop_words(spec.bitmap) * 4,
+            (None, true) => first_label_len(spec, meta),
             (None, false) => 0,
         };
         if carried > 0 {
