@@ -322,9 +322,15 @@ def up(topo):
         elif host not in [n["name"] for n in topo.hosts + topo.switches]:
             raise TestbedError(f"collector {c.get('name')}: host '{host}' is not a [[host]] or [[switch]]")
         log = open(os.path.join(topo.state_dir, f"{c['name']}.log"), "w")
-        # {state}: the state directory (the switches' sockets are there).
-        args = shlex.split(c.get("args", "").replace("{state}", topo.state_dir))
-        p = subprocess.Popen(["ip", "netns", "exec", topo.ns(host), intcollector, *args],
+        # {state}: the state directory (the switches' sockets are there);
+        # {web}: $TESTBED_WEB or 127.0.0.1:8080 (a dashboard's address).
+        args = shlex.split(c.get("args", "").replace("{state}", topo.state_dir)
+                           .replace("{web}", os.environ.get("TESTBED_WEB", "127.0.0.1:8080")))
+        # outside: run from this namespace, receiving in the node's
+        # (intcollector --netns), so its --web dashboard is reachable here.
+        cmd = [intcollector, "--netns", topo.ns(host), *args] if c.get("outside") else \
+            ["ip", "netns", "exec", topo.ns(host), intcollector, *args]
+        p = subprocess.Popen(cmd,
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
         st["pids"][c["name"]] = p.pid

@@ -72,8 +72,11 @@ fn segment(up: &Record, down: &Record) -> Value {
         (Some(a), Some(b)) if up.delay_count == 1 && down.delay_count == 1 => Some(b.wrapping_sub(a) as i64),
         _ => None,
     };
+    // A lost packet's timestamp is in the upstream mean only: one loss in
+    // an interval of n packets moves the difference by up to interval / n,
+    // so the mean delay is given only for a lossless interval (RFC 8321).
     let mean = match (up.mean_ts_offset_ns, down.mean_ts_offset_ns) {
-        (Some(a), Some(b)) => Some(b.wrapping_sub(a)),
+        (Some(a), Some(b)) if up.packets == down.packets => Some(b.wrapping_sub(a)),
         _ => None,
     };
     json!({
@@ -236,8 +239,12 @@ mod tests {
             (v["interval"].as_u64(), v["loss_packets"].as_i64(), v["loss_bytes"].as_i64()),
             (Some(7), Some(10), Some(1000))
         );
-        assert_eq!((v["delay_ns"].as_i64(), v["mean_delay_ns"].as_i64()), (Some(20_000_000), Some(20_000_000)));
+        // With loss, the block means differ by the lost packets' times: no mean delay.
+        assert_eq!((v["delay_ns"].as_i64(), v["mean_delay_ns"].as_i64()), (Some(20_000_000), None));
         assert_eq!(j.summary()["ampm_summary"]["loss_packets"], 10);
+        j.datagram(&rec(1, 1, "initiator", 8, 1000, Some(5_000_000), 500_000_000));
+        let v = &j.datagram(&rec(2, 1, "terminator", 8, 1000, Some(25_000_000), 520_000_000))[0];
+        assert_eq!((v["loss_packets"].as_i64(), v["mean_delay_ns"].as_i64()), (Some(0), Some(20_000_000)));
     }
 
     #[test]

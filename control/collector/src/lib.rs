@@ -13,6 +13,7 @@ pub mod kafka;
 pub mod label;
 pub mod recv;
 pub mod redis;
+pub mod web;
 
 use std::collections::BTreeMap;
 

@@ -16,6 +16,7 @@ use clap::Parser;
 use dataplane::int::Presence;
 use intcollector::ampm::Joiner;
 use intcollector::kafka::Topic;
+use intcollector::web::Point;
 use intcollector::{decode_packet, Tracker};
 
 mod gpint_cli;
@@ -108,6 +109,26 @@ struct Cli {
     /// Messages the Kafka producer holds at most while brokers catch up.
     #[arg(long, default_value_t = 100_000)]
     kafka_queue: usize,
+    /// Serve a live dashboard on ADDR:PORT (e.g. 127.0.0.1:8080): flows
+    /// with their path and per-hop latency and queue, AM-PM loss and delay
+    /// per interval, report rate and sequence gaps, events, flow-cache
+    /// exports, INT-label coverage; pages at /, ticks as server-sent events
+    /// at /events, the kept ticks as JSON at /api/ticks, the web side's
+    /// counters at /api/stats. One tick every 500 ms.
+    #[arg(long, value_name = "ADDR:PORT")]
+    web: Option<String>,
+    /// Receive (and reach Redis and Kafka) inside network namespace NAME
+    /// (/run/netns/NAME, as `ip netns` names them) while the dashboard of
+    /// --web stays on the namespace intcollector started in: a collector
+    /// on a management network, its dashboard on this host's loopback.
+    #[arg(long, value_name = "NAME")]
+    netns: Option<String>,
+    /// Ticks the dashboard keeps (points per series; 600 = 5 minutes).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    web_points: u64,
+    /// Flows the dashboard draws (reports of further flows are counted).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    web_flows: u64,
     #[command(flatten)]
     label: label_cli::LabelArgs,
 }
@@ -261,8 +282,31 @@ fn grow_receive_buffer(sock: &UdpSocket, want: usize) -> usize {
     have()
 }
 
+/// Moves this thread (the decode loop, and threads it starts later) into
+/// network namespace `name`; sockets opened before stay where they are.
+fn enter_netns(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(format!("--netns: '{name}' is not a namespace name"));
+    }
+    let path = format!("/run/netns/{name}");
+    let f = std::fs::File::open(&path).map_err(|e| format!("--netns: {path}: {e}"))?;
+    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| format!("--netns {name}: setns: {e}"))
+}
+
 fn run(cli: &Cli) -> Result<(), String> {
     let presence = presence(cli)?;
+    // The dashboard binds first: it stays in the namespace started in.
+    let web = match &cli.web {
+        Some(addr) => {
+            let w = intcollector::web::start(addr, cli.web_points as usize, cli.web_flows as usize)?;
+            eprintln!("intcollector: dashboard on http://{}/", w.addr);
+            Some(w)
+        }
+        None => None,
+    };
+    if let Some(n) = &cli.netns {
+        enter_netns(n)?;
+    }
     let sock = UdpSocket::bind(&cli.listen).map_err(|e| format!("--listen {}: {e}", cli.listen))?;
     sock.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
     let rcvbuf = grow_receive_buffer(&sock, cli.rcvbuf);
@@ -281,6 +325,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         "intcollector: listening on {} (receive buffer {rcvbuf} bytes)",
         sock.local_addr().map_err(|e| e.to_string())?
     );
+    let mut web_totals_at = Instant::now();
     let started = Instant::now();
     let mut lab = label_cli::LabelRun::new(&cli.label, realtime_ns())?;
     let mut t = Tracker::default();
@@ -320,6 +365,20 @@ fn run(cli: &Cli) -> Result<(), String> {
         for v in lab.tick(realtime_ns()) {
             // (Printed with --quiet too: one line a window, not a report.)
             label_line(&v, Topic::LabelCoverage, "coverage", &mut redis, &kafka, Some(&mut out));
+            if let Some(w) = &web {
+                w.send(Point::LabelCoverage(v));
+            }
+        }
+        if let Some(w) = web.as_ref().filter(|_| web_totals_at.elapsed() >= intcollector::web::TICK / 2) {
+            web_totals_at = Instant::now();
+            w.send(Point::Totals(intcollector::web::Totals {
+                packets: t.packets,
+                reports: t.reports,
+                bad_packets: t.bad_packets,
+                report_gaps: t.gaps.values().sum(),
+                ampm_records_lost: am.records_lost,
+                analytics_records_lost: fl.records_lost,
+            }));
         }
         let batch = match rx.recv(&sock) {
             Ok(n) => n,
@@ -356,6 +415,13 @@ fn run(cli: &Cli) -> Result<(), String> {
                     if let Some(kind) = kind {
                         let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
                         let ok = fl.record(&v).is_ok();
+                        if let (Some(w), true) = (&web, ok) {
+                            match kind {
+                                "int_event" => w.send(Point::Event(v.clone())),
+                                "int_flow" => w.send(Point::FlowRecord(v.clone())),
+                                _ => {}
+                            }
+                        }
                         if let (Some(r), true) = (&mut redis, ok) {
                             to_redis(r, kind, &v, line);
                         }
@@ -379,6 +445,9 @@ fn run(cli: &Cli) -> Result<(), String> {
                         continue;
                     }
                     for v in am.datagram(line) {
+                        if let Some(w) = &web {
+                            w.send(Point::Ampm(v.clone()));
+                        }
                         if !cli.quiet {
                             let l = if cli.json { v.to_string() } else { ampm_line(&v) };
                             let _ = writeln!(out, "{l}");
@@ -412,6 +481,9 @@ fn run(cli: &Cli) -> Result<(), String> {
                     }
                     for r in &reports {
                         t.report(r);
+                        if let Some(p) = web.as_ref().and_then(|_| intcollector::web::ReportPoint::of(r)) {
+                            web.as_ref().expect("checked").send(Point::Report(p));
+                        }
                         if redis.is_some() || kafka.is_some() || (!cli.quiet && cli.json) {
                             js.clear();
                             r.write_json(&mut js);
@@ -527,6 +599,20 @@ fn run(cli: &Cli) -> Result<(), String> {
                 f["by_event"]
             );
         }
+    }
+    if let Some(w) = web {
+        let s = serde_json::json!({ "web_summary": w.summary() });
+        if cli.json {
+            let _ = writeln!(out, "{s}");
+        } else {
+            let c = &s["web_summary"];
+            let _ = writeln!(
+                out,
+                "web requests {} refused {} points skipped {} ticks a browser missed {}",
+                c["requests"], c["refused"], c["skipped"], c["client_dropped"]
+            );
+        }
+        w.stop();
     }
     let mut s = t.summary();
     // Every datagram, and the receive calls (recvmmsg) that took them.

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The telemetry demo's terminal view of intcollector's --json lines.
+
+  demo_view.py live      one line per INT report and per AM-PM interval
+  demo_view.py summary   the collector's exit summary, a few lines
+
+Reads the lines on stdin; lines that are not JSON pass through unchanged.
+"""
+import json
+import sys
+
+
+def us(ns):
+    return "-" if ns is None else f"{ns / 1000:.1f}"
+
+
+def ms(ns):
+    return "-" if ns is None else f"{ns / 1e6:.2f} ms"
+
+
+def report(v):
+    f = v.get("flow", {})
+    hops = v.get("hops", [])
+    path = " > ".join(str(h.get("node_id", "?")) for h in hops)
+    lat = " | ".join(us(h.get("hop_latency_ns")) for h in hops)
+    q = " | ".join(str(h.get("queue_occupancy", "-")) for h in hops)
+    ts = [h.get("ingress_ts_ns") for h in hops]
+    span = f"  path {ms(ts[-1] - ts[0])}" if len(ts) > 1 and None not in ts else ""
+    return (f"INT   {f.get('src')}:{f.get('src_port')} > {f.get('dst')}:{f.get('dst_port')}  "
+            f"nodes {path}  hop latency {lat} us  queue {q}{span}")
+
+
+def interval(v):
+    pk, loss = v.get("packets") or 0, v.get("loss_packets")
+    pct = f" ({100 * loss / pk:.1f} %)" if pk and loss is not None else ""
+    part = "  (partial)" if v.get("partial") else ""
+    return (f"AM-PM {v.get('flow')}  interval {v.get('interval')}  {pk} packets  loss {loss}{pct}  "
+            f"delay {ms(v.get('delay_ns'))}  mean delay {ms(v.get('mean_delay_ns'))}{part}")
+
+
+def live():
+    for line in sys.stdin:
+        try:
+            v = json.loads(line)
+        except ValueError:
+            if line.startswith("intcollector:"):
+                print(line, end="", flush=True)
+            continue
+        if "hops" in v:
+            print(report(v), flush=True)
+        elif v.get("type") == "int_event":
+            f = v.get("flow", {})
+            hop = v.get("hop")
+            where = "end to end" if hop is None else f"hop {hop} (node {v.get('node_id')})"
+            print(f"EVENT {','.join(v.get('events', []))} at {where}  "
+                  f"{f.get('src')}:{f.get('src_port')} > {f.get('dst')}:{f.get('dst_port')}", flush=True)
+        elif "loss_packets" in v and "interval" in v:
+            print(interval(v), flush=True)
+
+
+def summary():
+    for line in sys.stdin:
+        try:
+            v = json.loads(line)
+        except ValueError:
+            continue
+        if "summary" in v:
+            s = v["summary"]
+            gaps = sum(g.get("gaps", 0) for g in s.get("sequence", []))
+            print(f"INT reports {s.get('reports')} in {s.get('packets')} packets, "
+                  f"{gaps} lost (sequence gaps), {s.get('bad_packets')} undecodable")
+            for h in s.get("hops", []):
+                print(f"  node {h['node_id']}: {h['samples']} samples, hop latency min {us(h['latency_min_ns'])} "
+                      f"mean {us(h['latency_mean_ns'])} max {us(h['latency_max_ns'])} us, queue max {h['queue_max']}")
+        elif "ampm_summary" in v:
+            a = v["ampm_summary"]
+            print(f"AM-PM intervals {a.get('intervals_joined')} joined ({a.get('intervals_partial')} partial), "
+                  f"loss {a.get('loss_packets')} packets, mean delay {ms(a.get('delay_mean_ns'))}, "
+                  f"records lost {a.get('records_lost')}")
+        elif "web_summary" in v:
+            w = v["web_summary"]
+            print(f"dashboard: {w.get('requests')} requests, {w.get('skipped')} points skipped, "
+                  f"{w.get('client_dropped')} ticks a browser missed")
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "live":
+        live()
+    elif mode == "summary":
+        summary()
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
