@@ -6,6 +6,8 @@ put on the wire.
 
   int_decode.py pcap FILE [--int-port P | --int-dscp V/M]    INT packets in a pcap -> JSON lines
   int_decode.py listen ADDR:PORT --count N [...]             N report packets -> JSON lines
+  int_decode.py reports FILE [--int-port P | --int-dscp V/M] report packets in a pcap
+                                                             (Ethernet/IP/UDP) -> JSON lines
 
 Presence by UDP port (NPT 1/2: INT after the UDP header) or, with
 --int-dscp, by DSCP (NPT 0: INT after the UDP header or after the TCP
@@ -181,6 +183,23 @@ def report_packet(p, int_port, dscp=None):
     return g
 
 
+def udp_payload(f):
+    """The UDP payload of an Ethernet frame (IPv4 or IPv6, no extension headers)."""
+    (et,) = struct.unpack("!H", f[12:14])
+    if et == 0x0800:
+        l4 = 14 + (f[14] & 0xF) * 4
+        if f[23] != 17:
+            raise ValueError("not UDP")
+    elif et == 0x86DD:
+        l4 = 14 + 40
+        if f[20] != 17:
+            raise ValueError("not UDP")
+    else:
+        raise ValueError("not IP")
+    (ulen,) = struct.unpack("!H", f[l4 + 4:l4 + 6])
+    return f[l4 + 8:l4 + ulen]
+
+
 def pcap_frames(path):
     with open(path, "rb") as fh:
         data = fh.read()
@@ -207,6 +226,10 @@ def main():
     a.add_argument("file")
     a.add_argument("--int-port", type=int, default=17768)
     a.add_argument("--int-dscp", type=dscp_arg)
+    c = sub.add_parser("reports")
+    c.add_argument("file")
+    c.add_argument("--int-port", type=int, default=17768)
+    c.add_argument("--int-dscp", type=dscp_arg)
     b = sub.add_parser("listen")
     b.add_argument("addr")
     b.add_argument("--count", type=int, required=True)
@@ -218,6 +241,13 @@ def main():
         for f in pcap_frames(args.file):
             try:
                 print(json.dumps(int_packet(f, args.int_port, dscp=args.int_dscp)))
+            except (ValueError, struct.error, IndexError) as e:
+                print(json.dumps({"error": str(e), "frame_len": len(f)}))
+        return
+    if args.cmd == "reports":
+        for f in pcap_frames(args.file):
+            try:
+                print(json.dumps(report_packet(udp_payload(f), args.int_port, args.int_dscp)))
             except (ValueError, struct.error, IndexError) as e:
                 print(json.dumps({"error": str(e), "frame_len": len(f)}))
         return

@@ -487,6 +487,11 @@ fn control_messages(me: &WorkerShared, pipe: &mut WorkerPipeline, out: &mut Egre
     while let Some((port, m)) = me.inject.pop() {
         if (port as usize) < out.tx.len() {
             c.event(Event::Injected);
+            // What the control core sends (reports, ARP/ND) leaves the port
+            // too: a TX capture shows it as the pipeline's frames.
+            if out.capture().1 & (1 << port) != 0 {
+                out.mirror(&m, port, true, c);
+            }
             out.send(port as usize, m, t, c, dpdk::tsc());
         }
     }
