@@ -62,6 +62,9 @@ cleanup() {
     echo
     echo "=== summary (intcollector) ==="
     tail -n 20 "$state/col.log" | python3 scripts/demo_view.py summary || true
+    if grep '^{' "$state/col.log" | "$INTSWITCH_BIN_DIR/intcollector" plot --in - --out "$state/demo.png" 2>/dev/null; then
+      echo "charts (AM-PM loss and delay per interval, hop latency CDF): $state/demo.png"
+    fi
   fi
   [[ -n "${watchdog:-}" ]] && kill "$watchdog" 2>/dev/null || true
   echo "demo: stopped; namespaces and processes removed"

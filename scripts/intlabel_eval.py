@@ -12,7 +12,9 @@ bring-up per configuration), sends the paper's traffic from h1 and h8
 (scripts/intlabel_traffic.py) and runs intcollector as the controller
 (every switch's socket; Pro where the point says so). Writes points.csv
 (one row a point) and SVG charts (PNG beside them where rsvg-convert is
-installed) into DIR (default target/intlabel-eval). --quick runs one short
+installed) into DIR (default target/intlabel-eval), and per point the
+controller's JSON lines (windows-CONFIG-KIND-X.jsonl) with their coverage
+per window charted by `intcollector plot` (windows-....svg). --quick runs one short
 point of each kind (what CI runs). Needs root and the release binaries
 (INTSWITCH_BIN_DIR, else target/release).
 """
@@ -71,9 +73,11 @@ def impair(ports, netem):
             raise RuntimeError(f"impair {sw} {port}: {r.stderr}")
 
 
-def point(seconds, rate, pro=None, window_ms=100):
+def point(seconds, rate, pro=None, window_ms=100, record=None):
     """Traffic at `rate` datagrams/s from each of h1 and h8 for `seconds`,
-    the controller running: its summary and the senders' counts."""
+    the controller running: its summary and the senders' counts. With
+    `record`, the controller's JSON lines go into that file and
+    `intcollector plot` charts its coverage per window beside it (.svg)."""
     sinks = [subprocess.Popen(["ip", "netns", "exec", ns(f"h{h}"), "python3", os.path.join(HERE, "intlabel_traffic.py"),
                                "sink", "--seconds", str(seconds + 3)], stdout=subprocess.PIPE, text=True)
              for h in range(1, 9)]
@@ -93,6 +97,11 @@ def point(seconds, rate, pro=None, window_ms=100):
     out, _ = col.communicate(timeout=seconds + 30)
     received = sum(json.loads(s.communicate()[0] or '{"received": 0}')["received"] for s in sinks)
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if record:
+        with open(record, "w") as fh:
+            fh.writelines(line + "\n" for line in out.splitlines() if line.startswith("{"))
+        subprocess.run([os.path.join(BIN, "intcollector"), "plot", "--in", record, "--out",
+                        record.rsplit(".", 1)[0] + ".svg", "--kind", "label-coverage"], check=True)
     summary = next((v["int_label_summary"] for v in lines if "int_label_summary" in v), {})
     windows = [v for v in lines if v.get("type") == "int_label_coverage" and v["active"] > 0]
     # The steady windows: after the first with traffic, before the senders stopped.
@@ -164,7 +173,9 @@ def main():
             for kind, x, rate, pro, netem in pts:
                 if netem:
                     impair(netem[1], netem[0])
-                row = {"config": name, "kind": kind, "x": x, "rate": rate, "pro": pro or "", **point(secs, rate, pro)}
+                rec = os.path.join(a.out, f"windows-{name}-{kind}-{x}.jsonl")
+                row = {"config": name, "kind": kind, "x": x, "rate": rate, "pro": pro or "",
+                       **point(secs, rate, pro, record=rec)}
                 if netem:
                     impair(netem[1], "none")
                 print(json.dumps(row), flush=True)

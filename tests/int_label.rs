@@ -373,4 +373,7 @@ fn fidelity_sweep_runs_one_point_of_each() {
     for f in ["points.csv", "coverage-rate.svg", "exported.svg", "labels-per-report.svg"] {
         assert!(d.path("eval").join(f).exists(), "{f}");
     }
+    // Each point's coverage per window, charted by `intcollector plot`.
+    let chart = std::fs::read_to_string(d.path("eval").join("windows-A50-rate-700.svg")).unwrap();
+    assert!(chart.contains("INT-label coverage per window") && chart.contains("<polyline"), "{}", &chart[..200]);
 }

@@ -11,6 +11,7 @@ pub mod flows;
 pub mod gpint;
 pub mod kafka;
 pub mod label;
+pub mod plot;
 pub mod recv;
 pub mod redis;
 pub mod web;

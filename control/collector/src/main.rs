@@ -138,12 +138,29 @@ enum Command {
     /// GPINT probe monitoring: plan probe paths, make topologies.
     #[command(subcommand)]
     Gpint(gpint_cli::Gpint),
+    /// Chart what intcollector printed with --json: AM-PM loss and mean
+    /// delay per interval per flow (joined interval lines), the hop latency
+    /// CDF per node (report lines), INT-label coverage per window
+    /// (int_label_coverage lines). Other JSON lines are skipped; a line
+    /// that is not JSON is an error naming it.
+    Plot {
+        /// JSON lines (intcollector --json output; - for standard input).
+        #[arg(long = "in", value_name = "RECORDS.jsonl")]
+        input: String,
+        /// The chart: FILE.svg or FILE.png.
+        #[arg(long, value_name = "FILE.png|svg")]
+        out: std::path::PathBuf,
+        /// Which panels (auto: every one the input has records for).
+        #[arg(long, value_enum, default_value = "auto")]
+        kind: intcollector::plot::Kind,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Some(Command::Gpint(g)) => gpint_cli::run(g),
+        Some(Command::Plot { input, out, kind }) => plot(input, out, *kind),
         None => run(&cli),
     };
     match result {
@@ -153,6 +170,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn plot(input: &str, out: &std::path::Path, kind: intcollector::plot::Kind) -> Result<(), String> {
+    use intcollector::plot::{draw, Records};
+    let rec = if input == "-" {
+        Records::read(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(input).map_err(|e| format!("--in {input}: {e}"))?;
+        Records::read(std::io::BufReader::new(f))
+    }
+    .map_err(|e| format!("--in {input}: {e}"))?;
+    let panels = draw(&rec, kind, out)?;
+    eprintln!(
+        "intcollector: {} ({panels:?}; {} AM-PM flows, {} hop nodes, {} coverage windows, {} other lines skipped)",
+        out.display(),
+        rec.ampm.len(),
+        rec.hop_latency.len(),
+        rec.coverage.len(),
+        rec.other
+    );
+    Ok(())
 }
 
 /// An INT-label line (coverage or database update) to Redis, Kafka and
