@@ -28,6 +28,57 @@ fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// Telemetry export, where configured: INT report rings and collectors,
+/// AM-PM records, collectors and per-flow color counters.
+fn export_metrics(o: &mut String, sw: &Switch) {
+    if let Ok(r) = sw.reports_view() {
+        family(o, "intswitch_int_report_ring_pending", "gauge", "Report records waiting in a worker's ring.");
+        for g in &r.rings {
+            line(o, format_args!("intswitch_int_report_ring_pending{{worker=\"{}\"}} {}", g.worker, g.pending));
+        }
+        let per_collector: [(&str, &str, fn(&crate::int::api::ReportCollectorView) -> u64); 3] = [
+            ("intswitch_int_report_reports_total", "Individual reports sent to a collector.", |c| c.reports),
+            ("intswitch_int_report_packets_total", "Report packets sent to a collector.", |c| c.packets),
+            ("intswitch_int_report_send_errors_total", "Report packets a collector was not sent (lost).", |c| {
+                c.send_errors
+            }),
+        ];
+        for (name, help, pick) in per_collector {
+            family(o, name, "counter", help);
+            for c in &r.collectors {
+                line(o, format_args!("{name}{{collector=\"{}\"}} {}", esc(&c.address), pick(c)));
+            }
+        }
+    }
+    if let Ok(a) = sw.ampm_view() {
+        if let Some(e) = &a.export {
+            family(o, "intswitch_ampm_records_total", "counter", "AM-PM interval records exported.");
+            line(o, format_args!("intswitch_ampm_records_total {}", e.records));
+            family(o, "intswitch_ampm_intervals_missed_total", "counter", "Intervals whose records were not exported in time.");
+            line(o, format_args!("intswitch_ampm_intervals_missed_total {}", e.intervals_missed));
+            family(o, "intswitch_ampm_send_errors_total", "counter", "AM-PM datagrams a collector was not sent (lost).");
+            for c in &e.collectors {
+                line(o, format_args!("intswitch_ampm_send_errors_total{{collector=\"{}\"}} {}", esc(&c.address), c.send_errors));
+            }
+        }
+        for (name, help) in [
+            ("intswitch_ampm_flow_packets_total", "Packets an AM-PM flow counted, by color."),
+            ("intswitch_ampm_flow_bytes_total", "Bytes an AM-PM flow counted, by color."),
+        ] {
+            family(o, name, "counter", help);
+            for f in &a.flows {
+                for c in &f.counters {
+                    let v = if name.ends_with("packets_total") { c.packets } else { c.bytes };
+                    line(
+                        o,
+                        format_args!("{name}{{flow=\"{}\",role=\"{}\",color=\"{}\"}} {v}", esc(&f.name), f.role, c.color),
+                    );
+                }
+            }
+        }
+    }
+}
+
 pub fn render(sw: &Switch, http: Option<&HttpCounters>) -> String {
     let mut o = String::new();
     let names = sw.port_names();
@@ -150,6 +201,7 @@ pub fn render(sw: &Switch, http: Option<&HttpCounters>) -> String {
     ] {
         line(&mut o, format_args!("intswitch_neighbour_resolution_total{{result=\"{result}\"}} {n}"));
     }
+    export_metrics(&mut o, sw);
     if let Some(h) = http {
         family(&mut o, "intswitch_metrics_http_requests_total", "counter", "Requests to this endpoint, by outcome.");
         for (result, n) in [("served", &h.served), ("not_found", &h.not_found), ("failed", &h.failed)] {

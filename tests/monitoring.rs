@@ -1,0 +1,136 @@
+//! The shipped monitoring files (`configs/monitoring/`) against a running
+//! switch: every metric the Grafana dashboard queries exists on its
+//! /metrics, every event a query names is one the switch counts, and the
+//! Prometheus scrape configuration points at the default metrics address.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::Path;
+
+use intswitch_tests::{replay_config, Scratch, SwitchProcess};
+use serde_json::Value;
+
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn scrape(addr: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// Every `expr` of the dashboard's panels.
+fn exprs(dash: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            out.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    out
+}
+
+/// Names starting with `prefix` in `text` (letters, digits, '_').
+fn names(text: &str, prefix: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(prefix) {
+        let tail = &rest[i..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        out.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// The event names an `event="..."` / `event=~"..."` matcher stands for:
+/// literals, `p(a|b)` alternatives, or a `p.*` prefix.
+fn event_matchers(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in expr.split("event=").skip(1) {
+        let v = part.trim_start_matches('~').trim_start_matches('"');
+        let v = &v[..v.find('"').unwrap()];
+        match (v.find('('), v.strip_suffix(".*")) {
+            (Some(open), _) => {
+                let close = v.find(')').unwrap();
+                for alt in v[open + 1..close].split('|') {
+                    out.push(format!("{}{alt}{}", &v[..open], &v[close + 1..]));
+                }
+            }
+            (None, Some(prefix)) => out.push(format!("{prefix}*")),
+            (None, None) => out.push(v.to_string()),
+        }
+    }
+    out
+}
+
+#[test]
+fn every_metric_and_event_the_grafana_dashboard_queries_exists_on_a_running_switch() {
+    let d = Scratch::new("monitoring");
+    let pcap = d.path("in.pcap");
+    let st = std::process::Command::new(intswitch_tests::intswitch_bin())
+        .args(["gen-traffic", "--out"])
+        .arg(&pcap)
+        .args(["--count", "64", "--flows", "8", "--v6-share", "0.5"])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    // Telemetry on, so its families are there: an INT source and sink, and
+    // an AM-PM initiator exporting to a collector.
+    let extra = "[int]\nnode_id = 1\nedge_ports = [\"p0\", \"p1\"]\n[[int.watch]]\nname = \"v4\"\nrole = \"source\"\n\
+src = \"10.0.1.0/24\"\ninstructions = [\"node_id\", \"hop_latency\"]\n[[int.collector]]\naddress = \"127.0.0.1:9\"\n\
+[ampm]\nnode_id = 1\ninterval = \"1s\"\n[[ampm.flow]]\nname = \"v6\"\nflow_mon_id = 5\nrole = \"initiator\"\n\
+method = \"double\"\ncarrier = \"ipv6_dest\"\nsrc = \"2001:db8:1::/64\"\n[[ampm.collector]]\naddress = \"127.0.0.1:9\"\n";
+    let cfg = replay_config(&d, "monitoring", "xconnect", &pcap, "02:00:00:00:01:01", "peer = \"p1\"", "peer = \"p0\"", extra);
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    let metrics = scrape(&sw.metrics_addr());
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    let families: BTreeSet<String> =
+        metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap().to_string()).collect();
+    let events: BTreeSet<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("intswitch_events_total{"))
+        .filter_map(|l| l.split("event=\"").nth(1).and_then(|r| r.split('"').next()))
+        .map(str::to_string)
+        .collect();
+
+    let dash: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("configs/monitoring/grafana-intswitch.json")).unwrap())
+            .unwrap();
+    assert_eq!(dash["uid"], "intswitch");
+    let all = exprs(&dash);
+    assert!(all.len() >= 20, "{} queries", all.len());
+    let mut queried = BTreeSet::new();
+    for e in &all {
+        for n in names(e, "intswitch_") {
+            assert!(families.contains(&n), "the dashboard queries {n}, which /metrics lacks ({e})");
+            queried.insert(n);
+        }
+        for ev in event_matchers(e) {
+            match ev.strip_suffix('*') {
+                Some(p) => assert!(events.iter().any(|x| x.starts_with(p)), "no event matches {ev} ({e})"),
+                None => assert!(events.contains(&ev), "the dashboard queries event {ev}, which the switch lacks ({e})"),
+            }
+        }
+    }
+    eprintln!("{} queries over {} metric families: {queried:?}", all.len(), queried.len());
+    // Ports, drops, INT and AM-PM export are all on the dashboard.
+    for n in [
+        "intswitch_port_rx_packets_total",
+        "intswitch_drops_total",
+        "intswitch_int_report_send_errors_total",
+        "intswitch_ampm_flow_packets_total",
+        "intswitch_ampm_send_errors_total",
+    ] {
+        assert!(queried.contains(n), "{n} is not on the dashboard");
+    }
+    // The scrape configuration's target is the default metrics address.
+    let prom = std::fs::read_to_string(repo().join("configs/monitoring/prometheus.yml")).unwrap();
+    assert!(prom.contains("metrics_path: /metrics") && prom.contains("127.0.0.1:9417"), "{prom}");
+    sw.stop();
+}
