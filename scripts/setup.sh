@@ -4,7 +4,9 @@
 # the tools the tests drive (iproute2, ethtool, ping, tshark, python3, strace,
 # redis-server for intcollector's Redis export, chromium and chromium-driver
 # (and fonts-liberation, its page fonts) for the dashboard's browser test;
-# fontconfig and FreeType for `intcollector plot`'s text; its Kafka export's librdkafka
+# fontconfig and FreeType for `intcollector plot`'s text; systemd
+# (systemd-analyze checks the unit) and pciutils (dpdk-devbind.py's lspci);
+# its Kafka export's librdkafka
 # is built by cargo from the rdkafka crate's bundled source with
 # build-essential), and
 # CA certificates for cargo's HTTPS to crates.io (a minimal Debian has none).
@@ -13,7 +15,8 @@ set -euo pipefail
 
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev build-essential
       iproute2 iputils-ping ethtool tshark python3 procps strace ca-certificates redis-server
-      chromium chromium-driver fonts-liberation libfontconfig-dev libfreetype-dev)
+      chromium chromium-driver fonts-liberation libfontconfig-dev libfreetype-dev
+      systemd pciutils)
 
 missing=()
 for p in "${pkgs[@]}"; do

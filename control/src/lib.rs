@@ -9,6 +9,7 @@
 pub mod ampm;
 pub mod api;
 pub mod capture;
+pub mod cli_docs;
 pub mod client;
 pub mod collector_tx;
 pub mod config;

@@ -138,9 +138,13 @@ enum Command {
     /// GPINT probe monitoring: plan probe paths, make topologies.
     #[command(subcommand)]
     Gpint(gpint_cli::Gpint),
-    /// Chart what intcollector printed with --json: AM-PM loss and mean
-    /// delay per interval per flow (joined interval lines), the hop latency
-    /// CDF per node (report lines), INT-label coverage per window
+    /// Print a shell completion script for intcollector (bash, zsh or fish).
+    Completions { shell: control::cli_docs::Shell },
+    /// Print intcollector's man page (roff).
+    Manpage,
+    /// Chart what intcollector printed with --json: AM-PM loss and delay
+    /// per interval per flow (joined interval lines), the hop latency CDF
+    /// per node (report lines), INT-label coverage per window
     /// (int_label_coverage lines). Other JSON lines are skipped; a line
     /// that is not JSON is an error naming it.
     Plot {
@@ -161,6 +165,15 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Some(Command::Gpint(g)) => gpint_cli::run(g),
         Some(Command::Plot { input, out, kind }) => plot(input, out, *kind),
+        Some(Command::Completions { shell }) => {
+            use clap::CommandFactory;
+            control::cli_docs::completions(Cli::command(), *shell, &mut std::io::stdout());
+            Ok(())
+        }
+        Some(Command::Manpage) => {
+            use clap::CommandFactory;
+            control::cli_docs::manpage(Cli::command(), &mut std::io::stdout()).map_err(|e| e.to_string())
+        }
         None => run(&cli),
     };
     match result {

@@ -119,6 +119,10 @@ enum Cmd {
         #[arg(long)]
         timeout: Option<f64>,
     },
+    /// Print a shell completion script for intctl (bash, zsh or fish).
+    Completions { shell: control::cli_docs::Shell },
+    /// Print intctl's man page (roff).
+    Manpage,
 }
 
 #[derive(Subcommand)]
@@ -656,6 +660,15 @@ fn done<T: Serialize>(_: &T) {
 }
 
 fn run(cli: Cli) -> Result<(), String> {
+    use clap::CommandFactory;
+    match &cli.cmd {
+        Cmd::Completions { shell } => {
+            control::cli_docs::completions(Cli::command(), *shell, &mut std::io::stdout());
+            return Ok(());
+        }
+        Cmd::Manpage => return control::cli_docs::manpage(Cli::command(), &mut std::io::stdout()).map_err(|e| e.to_string()),
+        _ => {}
+    }
     let socket = match &cli.socket {
         Some(s) => s.clone(),
         None => default_socket()?,
@@ -872,6 +885,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 )
             })
         }
+        // (Answered before connecting.)
+        Cmd::Completions { .. } | Cmd::Manpage => Ok(()),
     }
 }
 

@@ -40,6 +40,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Print a shell completion script for intswitch (bash, zsh or fish).
+    Completions { shell: control::cli_docs::Shell },
+    /// Print intswitch's man page (roff).
+    Manpage,
     /// Write a pcap of UDP test traffic (for net_pcap replay and benchmarks).
     GenTraffic {
         #[arg(long)]
@@ -199,6 +203,17 @@ fn parse_hops(s: &str) -> Result<(u8, u8), String> {
 }
 
 fn run(cli: Cli) -> Result<(), String> {
+    use clap::CommandFactory;
+    match &cli.cmd {
+        Some(Cmd::Completions { shell }) => {
+            control::cli_docs::completions(Cli::command(), *shell, &mut std::io::stdout());
+            return Ok(());
+        }
+        Some(Cmd::Manpage) => {
+            return control::cli_docs::manpage(Cli::command(), &mut std::io::stdout()).map_err(|e| e.to_string())
+        }
+        _ => {}
+    }
     if let Some(Cmd::GenTraffic {
         out,
         count,
