@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what intswitch needs to build, run and test on Debian 12:
 # DPDK 22.11 (headers, libraries, drivers, dpdk-testpmd), clang for bindgen,
-# the tools the tests drive (iproute2, ethtool, ping, tshark, python3, strace,
+# the tools the tests drive (iproute2, ethtool, ping, tshark, python3 and its
+# venv for the TRex profiles' check (pip installs trex-stl-lib), strace,
 # redis-server for intcollector's Redis export, chromium and chromium-driver
 # (and fonts-liberation, its page fonts) for the dashboard's browser test;
 # fontconfig and FreeType for `intcollector plot`'s text; systemd
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev build-essential
-      iproute2 iputils-ping ethtool tshark python3 procps strace ca-certificates redis-server
+      iproute2 iputils-ping ethtool tshark python3 python3-venv procps strace ca-certificates redis-server
       chromium chromium-driver fonts-liberation libfontconfig-dev libfreetype-dev
       systemd pciutils)
 
