@@ -316,6 +316,8 @@ fn monitor_of(
     }
     let out = cmd
         .args(["--sessions", &sessions.to_string(), "--profile", "fast", "--duration", "120"])
+        // (The dashboard runs beside the sessions; it must not disturb them.)
+        .args(["--web", "127.0.0.1:0"])
         .output()
         .expect("run intcollector gpint run");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -74,6 +74,10 @@ pub struct RunArgs {
     /// UDP header, to the GPINT port.
     #[arg(long, value_parser = parse_dscp)]
     dscp_probe: Option<u8>,
+    /// Serve the dashboard (intcollector --web) with a point per session:
+    /// coverage, time, probes, recoveries, timeouts.
+    #[arg(long, value_name = "ADDR:PORT")]
+    web: Option<String>,
     /// MEA values a hop reports where the plan does not say.
     #[arg(long, default_value_t = 4)]
     mea: u8,
@@ -266,6 +270,14 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
     // switches' duplicate filters hold recent ones for 2 x hold_ms).
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let first = ((seed ^ u64::from(std::process::id()).rotate_left(17)) % 0x7fff) as u16 + 1;
+    let web = match &a.web {
+        Some(addr) => {
+            let w = intcollector::web::start(addr, 600, 32)?;
+            eprintln!("intcollector: dashboard on http://{}/", w.addr);
+            Some(w)
+        }
+        None => None,
+    };
     let mut m = Monitor::new(paths, profile, !a.no_recovery, a.window, first);
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(a.duration.max(0.0));
@@ -305,6 +317,9 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
         send(sends);
         if let Some(l) = line {
             println!("{l}");
+            if let Some(w) = &web {
+                w.send(intcollector::web::Point::GpintSession(l.clone()));
+            }
             sessions += 1;
             if sessions == a.sessions {
                 break;
@@ -314,6 +329,9 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
         if idle {
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+    if let Some(w) = web {
+        w.stop();
     }
     let mut s = m.summary();
     s["send_errors"] = send_errors.into();

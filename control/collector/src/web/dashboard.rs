@@ -1,7 +1,8 @@
 //! What the dashboard shows, folded per tick: the decode loop hands over
 //! points, this keeps one tick's aggregates (per flow and hop: mean and
 //! maximum latency, maximum queue; AM-PM intervals; events and evictions
-//! by name; INT-label coverage; the loss counters) and turns them into one
+//! by name; INT-label coverage; GPINT sessions; the loss counters) and
+//! turns them into one
 //! JSON line per tick. The ring of those lines is the dashboard's history.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -85,6 +86,8 @@ pub enum Point {
     FlowRecord(Value),
     /// An `int_label_coverage` line.
     LabelCoverage(Value),
+    /// A GPINT collection session's line (`intcollector gpint run`).
+    GpintSession(Value),
     Totals(Totals),
 }
 
@@ -124,6 +127,7 @@ pub struct Dashboard {
     events_listed: Vec<Value>,
     evictions: BTreeMap<String, u64>,
     label: Option<Value>,
+    gpint: Vec<Value>,
     totals: Totals,
     last_totals: Totals,
     /// Finished ticks, oldest first, each one JSON line.
@@ -143,6 +147,7 @@ impl Dashboard {
             events_listed: Vec::new(),
             evictions: BTreeMap::new(),
             label: None,
+            gpint: Vec::new(),
             totals: Totals::default(),
             last_totals: Totals::default(),
             ring: VecDeque::with_capacity(points),
@@ -176,6 +181,12 @@ impl Dashboard {
                     "active": v["active"], "covered": v["covered_label"], "items": v["items"],
                 }))
             }
+            Point::GpintSession(v) => self.gpint.push(json!({
+                "session": v["session"], "coverage": v["coverage"], "elapsed_ms": v["elapsed_ms"],
+                "complete": v["complete"], "probes": v["probes"], "recovery_probes": v["recovery_probes"],
+                "timeouts": v["timeouts"], "failed_paths": v["failed_paths"],
+                "unavailable": v["unavailable"], "congested": v["congested"],
+            })),
             Point::Totals(t) => self.totals = t,
         }
     }
@@ -246,6 +257,7 @@ impl Dashboard {
             "events_listed": std::mem::take(&mut self.events_listed),
             "evictions": std::mem::take(&mut self.evictions),
             "label": self.label.take(),
+            "gpint": std::mem::take(&mut self.gpint),
             "totals": {"packets": t.packets, "reports": t.reports, "bad_packets": t.bad_packets,
                        "report_gaps": t.report_gaps, "ampm_records_lost": t.ampm_records_lost,
                        "analytics_records_lost": t.analytics_records_lost},
@@ -335,7 +347,11 @@ mod tests {
         }
         d.add(Point::FlowRecord(json!({"reason": "lru"})));
         d.add(Point::Ampm(json!({"flow": "f", "interval": 3, "loss_packets": 1, "packets": 99})));
+        d.add(Point::GpintSession(json!({"session": 4, "coverage": 0.75, "elapsed_ms": 12.5, "complete": true,
+                                          "probes": 3, "telemetry": [1, 2, 3]})));
         let v = tick(&mut d, 1);
+        assert_eq!((v["gpint"][0]["session"].as_u64(), v["gpint"][0]["coverage"].as_f64()), (Some(4), Some(0.75)));
+        assert!(v["gpint"][0].get("telemetry").is_none(), "the per-hop telemetry stays out of the ticks");
         assert_eq!(v["events"]["queue_t"], (EVENTS_LISTED + 5) as u64);
         assert_eq!(v["events_listed"].as_array().unwrap().len(), EVENTS_LISTED);
         assert_eq!(v["evictions"]["lru"], 1);
@@ -347,5 +363,6 @@ mod tests {
         assert_eq!(v["delta"]["report_gaps"], 0);
         assert_eq!(v["totals"]["report_gaps"], 2);
         assert_eq!(v["events"], json!({}));
+        assert_eq!(v["gpint"], json!([]));
     }
 }

@@ -32,6 +32,7 @@ function setup(points) {
   chart("events", { ...o, unit: "/s" });
   chart("evictions", { ...o, unit: "/s" });
   chart("label", { ...o, unit: "%" });
+  chart("gpint", { ...o, unit: "%" });
 }
 
 function hopSeries(flow, t) {
@@ -93,6 +94,15 @@ function onTick(tk) {
   if (tk.label) {
     charts["label"].push("coverage (arrival)", t, 100 * tk.label.coverage_arrival);
     charts["label"].push("coverage (label time)", t, 100 * tk.label.coverage_label);
+  }
+  for (const g of tk.gpint || []) {
+    charts["gpint"].push("switches covered", t, 100 * g.coverage);
+    const li = document.createElement("li");
+    li.textContent = `session ${g.session}: ${(100 * g.coverage).toFixed(0)} % covered in ${g.elapsed_ms.toFixed(1)} ms, ` +
+      `${g.probes} probes, ${g.recovery_probes} recoveries, ${g.timeouts} timeouts` +
+      (g.complete ? "" : ", incomplete") + (g.unavailable && g.unavailable.length ? `, unavailable ${g.unavailable.join(" ")}` : "");
+    $("gpint-list").prepend(li);
+    while ($("gpint-list").children.length > 20) $("gpint-list").lastChild.remove();
   }
   renderLosses(tk);
   renderFlows();
