@@ -62,7 +62,8 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
     let output = || std::fs::read_to_string(d.path("demo.out")).unwrap_or_default();
 
     // Up: the dashboard has the INT flows over s1 > s2 > s3 and joined AM-PM intervals.
-    let ticks = |p| -> Vec<Value> { get(p, "/api/ticks").and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default() };
+    let ticks =
+        |p| -> Vec<Value> { get(p, "/api/ticks").and_then(|b| serde_json::from_str(&b).ok()).unwrap_or_default() };
     let mut first_report = None;
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -79,10 +80,8 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
     }
     eprintln!("demo: first report on the dashboard {:?} after start", first_report.unwrap());
     let t = ticks(port);
-    let flows: std::collections::BTreeMap<String, Value> = t
-        .iter()
-        .flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default())
-        .collect();
+    let flows: std::collections::BTreeMap<String, Value> =
+        t.iter().flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default()).collect();
     assert_eq!(flows.len(), 4, "{flows:?}");
     for (name, f) in &flows {
         assert!(name.contains(">10.33.2.2:510"), "{name}");
@@ -90,8 +89,11 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
         assert!(f["hops"].as_array().unwrap().iter().all(|h| h["lat"].as_u64().is_some()), "{f}");
     }
     // The impaired link's 2 ms is in the path latency (first to last hop's ingress).
-    let path_ns: Vec<u64> = t.iter().flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default())
-        .filter_map(|(_, f)| f["path_ns"].as_u64()).collect();
+    let path_ns: Vec<u64> = t
+        .iter()
+        .flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default())
+        .filter_map(|(_, f)| f["path_ns"].as_u64())
+        .collect();
     let mut sorted = path_ns.clone();
     sorted.sort_unstable();
     let median = sorted[sorted.len() / 2];

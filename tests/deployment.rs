@@ -80,7 +80,10 @@ fn nic_setup_reports_status_plans_a_config_and_refuses_bad_input() {
     .unwrap();
     let (rc, out, err) = run(Command::new(&script).arg("up").arg(d.path("nic.toml")).arg("--dry-run"));
     assert_eq!(rc, 0, "{err}");
-    assert!(out.contains("port p0 is PCI device 0000:3b:00.0") && out.contains("port p1 is PCI device 3b:00.1"), "{out}");
+    assert!(
+        out.contains("port p0 is PCI device 0000:3b:00.0") && out.contains("port p1 is PCI device 3b:00.1"),
+        "{out}"
+    );
     assert!(!out.contains("port v "), "a vdev is not bound: {out}");
     assert!(out.contains("1280 pages of 2 MiB") && out.contains("binding 0000:3b:00.0 3b:00.1 to vfio-pci"), "{out}");
     // The demo's config: vdevs, no hugepages.

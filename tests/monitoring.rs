@@ -85,13 +85,25 @@ fn every_metric_and_event_the_grafana_dashboard_queries_exists_on_a_running_swit
 src = \"10.0.1.0/24\"\ninstructions = [\"node_id\", \"hop_latency\"]\n[[int.collector]]\naddress = \"127.0.0.1:9\"\n\
 [ampm]\nnode_id = 1\ninterval = \"1s\"\n[[ampm.flow]]\nname = \"v6\"\nflow_mon_id = 5\nrole = \"initiator\"\n\
 method = \"double\"\ncarrier = \"ipv6_dest\"\nsrc = \"2001:db8:1::/64\"\n[[ampm.collector]]\naddress = \"127.0.0.1:9\"\n";
-    let cfg = replay_config(&d, "monitoring", "xconnect", &pcap, "02:00:00:00:01:01", "peer = \"p1\"", "peer = \"p0\"", extra);
+    let cfg = replay_config(
+        &d,
+        "monitoring",
+        "xconnect",
+        &pcap,
+        "02:00:00:00:01:01",
+        "peer = \"p1\"",
+        "peer = \"p0\"",
+        extra,
+    );
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let sw = SwitchProcess::start(&d.path("c.toml"), None);
     let metrics = scrape(&sw.metrics_addr());
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
-    let families: BTreeSet<String> =
-        metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap().to_string()).collect();
+    let families: BTreeSet<String> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect();
     let events: BTreeSet<String> = metrics
         .lines()
         .filter(|l| l.starts_with("intswitch_events_total{"))
@@ -99,9 +111,10 @@ method = \"double\"\ncarrier = \"ipv6_dest\"\nsrc = \"2001:db8:1::/64\"\n[[ampm.
         .map(str::to_string)
         .collect();
 
-    let dash: Value =
-        serde_json::from_str(&std::fs::read_to_string(repo().join("configs/monitoring/grafana-intswitch.json")).unwrap())
-            .unwrap();
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("configs/monitoring/grafana-intswitch.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(dash["uid"], "intswitch");
     let all = exprs(&dash);
     assert!(all.len() >= 20, "{} queries", all.len());

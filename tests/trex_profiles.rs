@@ -66,7 +66,13 @@ peer = \"p0\"\n{extra}",
 }
 
 fn decode(pcap: &Path, extra: &[&str]) -> Vec<Value> {
-    let out = Command::new("python3").arg(repo().join("tests/int_decode.py")).arg("pcap").arg(pcap).args(extra).output().unwrap();
+    let out = Command::new("python3")
+        .arg(repo().join("tests/int_decode.py"))
+        .arg("pcap")
+        .arg(pcap)
+        .args(extra)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
@@ -135,7 +141,8 @@ fn every_trex_profile_loads_and_its_frames_go_through_the_switch_as_intended() {
     // AM-PM: an initiator marks the flows to 5001 in a Hop-by-Hop option ...
     let p = d.path("ampm.pcap");
     replay("ampm_flows.py", &p, 1000, &["flows=50"]);
-    let flow = "[[ampm.flow]]\nname = \"f\"\nflow_mon_id = 77\nrole = \"ROLE\"\nmethod = \"double\"\ncarrier = \"ipv6_hbh\"\n\
+    let flow =
+        "[[ampm.flow]]\nname = \"f\"\nflow_mon_id = 77\nrole = \"ROLE\"\nmethod = \"double\"\ncarrier = \"ipv6_hbh\"\n\
 src = \"2001:db8:1::/64\"\nproto = \"udp\"\ndst_port = 5001\n";
     let init = format!("[ampm]\nnode_id = 1\ninterval = \"1s\"\n{}", flow.replace("ROLE", "initiator"));
     let (c, out) = through_switch(&d, "trexampm", &p, &init);

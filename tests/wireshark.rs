@@ -201,7 +201,14 @@ src = \"2001:db8:1::/64\"\nproto = \"tcp\"\n"
     let pcap = d.path("last.pcap");
     let mut fields: Vec<&str> = INT_FIELDS.to_vec();
     fields.extend(HOP_FIELDS.iter().map(|(f, _)| *f));
-    fields.extend(["altmark.header", "altmark.flow_mon_id", "altmark.l", "altmark.d", "altmark.reserved", "udp.dstport"]);
+    fields.extend([
+        "altmark.header",
+        "altmark.flow_mon_id",
+        "altmark.l",
+        "altmark.d",
+        "altmark.reserved",
+        "udp.dstport",
+    ]);
     let shown = tshark(&pcap, &fields, &[]);
     let decoded = decoder("pcap", &pcap, &[]);
     assert_eq!(shown.len(), frames.len());
@@ -249,7 +256,10 @@ src = \"2001:db8:1::/64\"\nproto = \"tcp\"\n"
         am += 1;
         *headers.entry(want_header.to_string()).or_default() += 1;
     }
-    eprintln!("{int} INT frames (NPT 1: {}, NPT 2: {}), {am} AltMark frames {headers:?}, L 0/1: {marks:?}", npt[1], npt[2]);
+    eprintln!(
+        "{int} INT frames (NPT 1: {}, NPT 2: {}), {am} AltMark frames {headers:?}, L 0/1: {marks:?}",
+        npt[1], npt[2]
+    );
     assert!(npt[1] > 20 && npt[2] > 20, "UDP (NPT 1) and TCP (NPT 2) both carried INT: {npt:?}");
     assert!(headers.len() == 2 && am > 40, "{headers:?}");
     assert_eq!(int + am, frames.len(), "every frame was one or the other");
@@ -269,8 +279,7 @@ report_md = [\"l1_ports\", \"hop_latency\", \"queue\", \"ingress_ts\", \"egress_
 [[int.collector]]\naddress = \"192.0.2.50:32766\"\nport = \"p2\"\nmac = \"02:00:00:00:00:32\"\n";
     capture(&d2, "wstr", &d2.path("int.pcap"), extra, "p2", 40);
     let pcap = d2.path("last.pcap");
-    let tr_md: Vec<(String, &str)> =
-        HOP_FIELDS.iter().skip(1).map(|(f, k)| (f.replace("int.", "tr."), *k)).collect();
+    let tr_md: Vec<(String, &str)> = HOP_FIELDS.iter().skip(1).map(|(f, k)| (f.replace("int.", "tr."), *k)).collect();
     let mut fields: Vec<&str> = vec![
         "tr.ver",
         "tr.hw_id",
@@ -342,7 +351,6 @@ report_md = [\"l1_ports\", \"hop_latency\", \"queue\", \"ingress_ts\", \"egress_
     }
     eprintln!("{reports} reports in 40 report packets");
     assert!(reports >= 40);
-
 }
 
 #[test]

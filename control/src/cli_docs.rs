@@ -71,7 +71,9 @@ mod tests {
         clap::Command::new("demo")
             .about("A demo")
             .arg(clap::Arg::new("config").long("config").help("The file"))
-            .subcommand(clap::Command::new("gen-traffic").about(".starts with a dot").arg(clap::Arg::new("out").long("out")))
+            .subcommand(
+                clap::Command::new("gen-traffic").about(".starts with a dot").arg(clap::Arg::new("out").long("out")),
+            )
     }
 
     #[test]

@@ -36,7 +36,8 @@ fn export_metrics(o: &mut String, sw: &Switch) {
         for g in &r.rings {
             line(o, format_args!("intswitch_int_report_ring_pending{{worker=\"{}\"}} {}", g.worker, g.pending));
         }
-        let per_collector: [(&str, &str, fn(&crate::int::api::ReportCollectorView) -> u64); 3] = [
+        type Pick = fn(&crate::int::api::ReportCollectorView) -> u64;
+        let per_collector: [(&str, &str, Pick); 3] = [
             ("intswitch_int_report_reports_total", "Individual reports sent to a collector.", |c| c.reports),
             ("intswitch_int_report_packets_total", "Report packets sent to a collector.", |c| c.packets),
             ("intswitch_int_report_send_errors_total", "Report packets a collector was not sent (lost).", |c| {
@@ -54,11 +55,28 @@ fn export_metrics(o: &mut String, sw: &Switch) {
         if let Some(e) = &a.export {
             family(o, "intswitch_ampm_records_total", "counter", "AM-PM interval records exported.");
             line(o, format_args!("intswitch_ampm_records_total {}", e.records));
-            family(o, "intswitch_ampm_intervals_missed_total", "counter", "Intervals whose records were not exported in time.");
+            family(
+                o,
+                "intswitch_ampm_intervals_missed_total",
+                "counter",
+                "Intervals whose records were not exported in time.",
+            );
             line(o, format_args!("intswitch_ampm_intervals_missed_total {}", e.intervals_missed));
-            family(o, "intswitch_ampm_send_errors_total", "counter", "AM-PM datagrams a collector was not sent (lost).");
+            family(
+                o,
+                "intswitch_ampm_send_errors_total",
+                "counter",
+                "AM-PM datagrams a collector was not sent (lost).",
+            );
             for c in &e.collectors {
-                line(o, format_args!("intswitch_ampm_send_errors_total{{collector=\"{}\"}} {}", esc(&c.address), c.send_errors));
+                line(
+                    o,
+                    format_args!(
+                        "intswitch_ampm_send_errors_total{{collector=\"{}\"}} {}",
+                        esc(&c.address),
+                        c.send_errors
+                    ),
+                );
             }
         }
         for (name, help) in [
@@ -71,7 +89,12 @@ fn export_metrics(o: &mut String, sw: &Switch) {
                     let v = if name.ends_with("packets_total") { c.packets } else { c.bytes };
                     line(
                         o,
-                        format_args!("{name}{{flow=\"{}\",role=\"{}\",color=\"{}\"}} {v}", esc(&f.name), f.role, c.color),
+                        format_args!(
+                            "{name}{{flow=\"{}\",role=\"{}\",color=\"{}\"}} {v}",
+                            esc(&f.name),
+                            f.role,
+                            c.color
+                        ),
                     );
                 }
             }

@@ -44,7 +44,8 @@ impl Records {
             if line.trim().is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(&line).map_err(|e| format!("line {}: not a JSON record: {e}", i + 1))?;
+            let v: Value =
+                serde_json::from_str(&line).map_err(|e| format!("line {}: not a JSON record: {e}", i + 1))?;
             if !v.is_object() {
                 return Err(format!("line {}: not a JSON object", i + 1));
             }
@@ -169,7 +170,10 @@ where
     let dmax = delays().max().unwrap_or(1).max(1) as f64 / 1e6;
     let dmin = (delays().min().unwrap_or(0).min(0)) as f64 / 1e6;
     let mut c = ChartBuilder::on(b)
-        .caption("AM-PM delay per interval (mean delay; the delay-marked packet's where loss voids the mean)", ("sans-serif", 16))
+        .caption(
+            "AM-PM delay per interval (mean delay; the delay-marked packet's where loss voids the mean)",
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(60)
@@ -220,7 +224,11 @@ where
             .label(format!("node {node} ({} samples)", s.len()))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col));
     }
-    c.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     Ok(())
 }
 
@@ -238,16 +246,18 @@ where
         .y_label_area_size(60)
         .build_cartesian_2d(0f64..(t1 - t0) as f64 / 1e9, (low * 100.0).floor()..100.5)?;
     c.configure_mesh().x_desc("time (s)").y_desc("coverage (%)").draw()?;
-    for (i, (name, pick)) in
-        [("by arrival", 1usize), ("by label time", 2)].into_iter().enumerate()
-    {
+    for (i, (name, pick)) in [("by arrival", 1usize), ("by label time", 2)].into_iter().enumerate() {
         let col = color(i);
         let pts = rec.coverage.iter().map(|c| ((c.0 - t0) as f64 / 1e9, 100.0 * if pick == 1 { c.1 } else { c.2 }));
         c.draw_series(LineSeries::new(pts, &col))?
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col));
     }
-    c.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     Ok(())
 }
 
@@ -303,7 +313,9 @@ mod tests {
         let svg = dir.join("p.svg");
         assert_eq!(draw(&r, Kind::Auto, &svg).unwrap().len(), 2);
         let text = std::fs::read_to_string(&svg).unwrap();
-        assert!(text.contains("<svg") && text.contains("AM-PM loss per interval") && text.contains("node 2 (5 samples)"));
+        assert!(
+            text.contains("<svg") && text.contains("AM-PM loss per interval") && text.contains("node 2 (5 samples)")
+        );
         let png = dir.join("p.png");
         draw(&r, Kind::HopLatencyCdf, &png).unwrap();
         assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));

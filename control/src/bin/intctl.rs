@@ -666,7 +666,9 @@ fn run(cli: Cli) -> Result<(), String> {
             control::cli_docs::completions(Cli::command(), *shell, &mut std::io::stdout());
             return Ok(());
         }
-        Cmd::Manpage => return control::cli_docs::manpage(Cli::command(), &mut std::io::stdout()).map_err(|e| e.to_string()),
+        Cmd::Manpage => {
+            return control::cli_docs::manpage(Cli::command(), &mut std::io::stdout()).map_err(|e| e.to_string())
+        }
         _ => {}
     }
     let socket = match &cli.socket {

@@ -38,6 +38,8 @@ struct Cli {
     cmd: Option<Cmd>,
 }
 
+// (Parsed once at start: the size of gen-traffic's options does not matter.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Print a shell completion script for intswitch (bash, zsh or fish).

@@ -15,8 +15,8 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryS
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use dashboard::{Point, ReportPoint, Totals};
 use dashboard::Dashboard;
+pub use dashboard::{Point, ReportPoint, Totals};
 
 /// How often the dashboard draws a point per series.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -143,9 +143,8 @@ fn tick_loop(rx: Receiver<Point>, mut d: Dashboard, hub: &Mutex<Hub>, c: &WebCou
             continue;
         }
         next += TICK;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let line = d.tick(now_ms, counters_json(c));
         let mut h = hub.lock().unwrap_or_else(|e| e.into_inner());
         h.ring = d.ring.clone();
