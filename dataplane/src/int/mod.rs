@@ -115,7 +115,15 @@ impl Block {
     /// forwarding (a third of the INT stage's samples in a transit profile).
     #[inline(always)]
     pub fn read(b: &[u8], meta: &PacketMeta, at: usize) -> Result<Block, DropReason> {
-        let end = meta.l3_end.min(b.len()).max(at);
+        let mut end = meta.l3_end.min(b.len());
+        if meta.key.proto() == PROTO_UDP {
+            // The block lies within the UDP datagram: one that runs past
+            // the UDP length is not pushed onto (its lengths disagree).
+            if let Some(&[hi, lo]) = b.get(meta.l4_offset + 4..meta.l4_offset + 6).and_then(|s| s.first_chunk::<2>()) {
+                end = end.min(meta.l4_offset + u16::from_be_bytes([hi, lo]) as usize);
+            }
+        }
+        let end = end.max(at);
         IntMd::new_checked(&b[at..end])?;
         // Checked: shim + header lie within the packet; their fields are
         // read at constant offsets of one view.
@@ -1039,6 +1047,15 @@ pub(crate) mod tests {
             let mut r = [0u8; 64];
             assert_eq!(sink(&mut bb, &m, UDP, &mut r).map(|_| ()), Err(want));
         }
+        // A UDP length that ends inside the block (the IP payload is
+        // longer): the block is not within the datagram, so it is truncated.
+        let mut f = good.clone();
+        let udp_len = 8 + INT_HDR_LEN as u16; // the datagram ends after the header: the stack lies past it
+        f[38..40].copy_from_slice(&udp_len.to_be_bytes());
+        let m = parse(&f, 0).unwrap();
+        let mut bb = VecBuf::new(&f, 64);
+        assert_eq!(transit(&mut bb, &m, UDP, &md(2), 1500), Err(DropReason::IntTruncated));
+        assert_eq!(bb.bytes(), &f[..], "left untouched");
         // Already carrying INT: a second source leaves it.
         let m = parse(&good, 0).unwrap();
         let mut bb = VecBuf::new(&good, 64);
