@@ -18,9 +18,6 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("hostile_corpus.py")
 }
 
-/// (name, mode, port sections' extra keys for p0 and p1, further config, sink check)
-type Role = (&'static str, &'static str, &'static str, &'static str, &'static str, bool);
-
 const ADDR0: &str = "ipv4 = [\"10.0.1.1/24\"]\nipv6 = [\"2001:db8:1::1/64\"]\n";
 const ADDR1: &str = "ipv4 = [\"10.0.2.1/24\"]\nipv6 = [\"2001:db8:2::1/64\"]\n";
 const XC0: &str = "peer = \"p1\"\n";
@@ -31,6 +28,7 @@ const AMPM_FLOWS: &str = "[[ampm.flow]]\nname = \"v6\"\nflow_mon_id = 5\nrole = 
 carrier = \"ipv6_hbh\"\nsrc = \"2001:db8:1::/64\"\n[[ampm.flow]]\nname = \"v4\"\nflow_mon_id = 6\nrole = \"ROLE\"\n\
 method = \"muxed\"\ncarrier = \"dscp\"\nsrc = \"10.0.1.0/24\"\n";
 
+/// (name, mode, p0's and p1's extra keys, further config, sink check) per role.
 fn roles() -> Vec<(String, String, String, String, String, bool)> {
     let ampm = |role: &str, node: u32| {
         format!("[ampm]\nnode_id = {node}\ninterval = \"1s\"\n{}", AMPM_FLOWS.replace("ROLE", role))
