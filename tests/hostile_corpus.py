@@ -30,19 +30,13 @@ import random
 import struct
 import sys
 
+# The one's-complement sum and pcap I/O of the other independent decoder.
+from int_decode import csum, pcap_frames, write_pcap
+
 SRC4, DST4 = bytes([10, 0, 1, 10]), bytes([10, 0, 2, 10])
 SRC6 = bytes.fromhex("20010db8000100000000000000000010")
 DST6 = bytes.fromhex("20010db8000200000000000000000010")
 INT_PORT = 17768
-
-
-def csum(data):
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
 
 
 # ---- builders (from the RFCs) ----
@@ -240,25 +234,6 @@ def corpus(dst_mac, seed, mutations):
     return frames
 
 
-def write_pcap(path, frames):
-    with open(path, "wb") as out:
-        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        for i, f in enumerate(frames):
-            out.write(struct.pack("<IIII", i // 1000000, i % 1000000, len(f), len(f)))
-            out.write(f)
-
-
-def read_pcap(path):
-    with open(path, "rb") as fh:
-        d = fh.read()
-    o, out = 24, []
-    while o + 16 <= len(d):
-        n = struct.unpack("<I", d[o + 8:o + 12])[0]
-        out.append(d[o + 16:o + 16 + n])
-        o += 16 + n
-    return out
-
-
 # ---- the check ----
 
 def above_l2(f):
@@ -383,7 +358,7 @@ def main():
             kinds[k] = kinds.get(k, 0) + 1
         print(json.dumps({"frames": len(fr), "by_kind": kinds}))
         return
-    frames = read_pcap(a.inp)
+    frames = list(pcap_frames(a.inp))
     inp = set(frames)
     bad_sum_ids = set()
     for f in frames:
@@ -392,7 +367,7 @@ def main():
             if len(f) < 14 + ihl or csum(f[14:14 + ihl]) != 0xFFFF:
                 bad_sum_ids.add(f[18:20])
     routed = {above_l2(f) for f in frames} - {None}
-    out = read_pcap(a.out)
+    out = list(pcap_frames(a.out))
     unchanged, l3_only, bad = 0, 0, []
     for i, f in enumerate(out):
         if f in inp:

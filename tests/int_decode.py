@@ -213,6 +213,15 @@ def pcap_frames(path):
         o += 16 + incl
 
 
+def write_pcap(path, frames):
+    """A little-endian pcap (Ethernet) of the frames, 1 us apart."""
+    with open(path, "wb") as out:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, f in enumerate(frames):
+            out.write(struct.pack("<IIII", i // 1000000, i % 1000000, len(f), len(f)))
+            out.write(f)
+
+
 def dscp_arg(text):
     """VALUE[/MASK] (mask 0x3f when left out) -> (value, mask)."""
     v, _, m = text.partition("/")

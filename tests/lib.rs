@@ -65,6 +65,20 @@ pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
     dataplane::pcap::read_all(f).unwrap().into_iter().map(|(_, b)| b).collect()
 }
 
+/// The independent decoder (tests/int_decode.py) on a pcap: one JSON value
+/// per frame (`mode` pcap or reports; `extra` e.g. `--int-dscp 0x17`).
+pub fn int_decode(mode: &str, pcap: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new("python3")
+        .arg(repo_root().join("tests/int_decode.py"))
+        .arg(mode)
+        .arg(pcap)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "int_decode.py {mode}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 /// A background intswitch; SIGTERM and final counters on `stop`.
 pub struct SwitchProcess {
     /// What the switch printed on stderr before it was running.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use intswitch_tests::{read_pcap, run_for, Scratch};
+use intswitch_tests::{int_decode, read_pcap, run_for, Scratch};
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -65,18 +65,6 @@ peer = \"p0\"\n{extra}",
     (counters, read_pcap(&out))
 }
 
-fn decode(pcap: &Path, extra: &[&str]) -> Vec<Value> {
-    let out = Command::new("python3")
-        .arg(repo().join("tests/int_decode.py"))
-        .arg("pcap")
-        .arg(pcap)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
 fn forwarded_all(c: &Value, n: usize, what: &str) {
     assert_eq!(c["ports"][0]["rx_packets"].as_u64(), Some(n as u64), "{what}: {c}");
     assert_eq!(c["ports"][1]["tx_packets"].as_u64(), Some(n as u64), "{what}: {c}");
@@ -127,7 +115,7 @@ fn every_trex_profile_loads_and_its_frames_go_through_the_switch_as_intended() {
     let (c, out) = through_switch(&d, "trextransit", &p, "[int]\nnode_id = 3\n");
     forwarded_all(&c, 1000, "int transit");
     intswitch_tests::write_pcap(&d.path("transit-out.pcap"), &out);
-    for f in decode(&d.path("transit-out.pcap"), &[]) {
+    for f in int_decode("pcap", &d.path("transit-out.pcap"), &[]) {
         assert!(f.get("error").is_none(), "{f}");
         let nodes: Vec<u64> = f["hops"].as_array().unwrap().iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
         assert_eq!(nodes, [3, 2, 1], "{f}");
@@ -167,7 +155,7 @@ src = \"2001:db8:1::/64\"\nproto = \"udp\"\ndst_port = 5001\n";
     let (c, out) = through_switch(&d, "trexlabel", &p, lab);
     forwarded_all(&c, 3000, "label");
     intswitch_tests::write_pcap(&d.path("label-out.pcap"), &out);
-    let decoded = decode(&d.path("label-out.pcap"), &["--int-dscp", "0x17"]);
+    let decoded = int_decode("pcap", &d.path("label-out.pcap"), &["--int-dscp", "0x17"]);
     let labeled: Vec<&Value> = decoded.iter().filter(|f| f.get("error").is_none()).collect();
     assert!(!labeled.is_empty(), "some packets carry a label");
     let protos: BTreeSet<u64> = labeled.iter().map(|f| f["proto"].as_u64().unwrap()).collect();

@@ -20,14 +20,7 @@ import sys
 
 from trex_stl_lib.api import STLProfile
 
-
-def csum(data):
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
+from int_decode import csum, write_pcap  # (this folder's independent decoder)
 
 
 def l4_of(f):
@@ -133,11 +126,7 @@ def main():
         f = bytearray(streams[k].next())
         f[0:12] = macs
         frames.append(bytes(f))
-    with open(a.out, "wb") as out:
-        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        for i, f in enumerate(frames):
-            out.write(struct.pack("<IIII", i // 1000000, i % 1000000, len(f), len(f)))
-            out.write(f)
+    write_pcap(a.out, frames)
     tuples, sizes = set(), {}
     for f in frames:
         l3, ver, proto, l4 = l4_of(f)

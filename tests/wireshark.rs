@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use intswitch_tests::{intctl_bin, read_pcap, replay_config, Scratch, SwitchProcess};
+use intswitch_tests::{int_decode, intctl_bin, read_pcap, replay_config, Scratch, SwitchProcess};
 use serde_json::Value;
 
 const ALL_INSTRUCTIONS: &str =
@@ -86,18 +86,6 @@ fn tshark(pcap: &Path, fields: &[&str], prefs: &[&str]) -> Vec<BTreeMap<String, 
                 .collect()
         })
         .collect()
-}
-
-fn decoder(mode: &str, pcap: &Path, extra: &[&str]) -> Vec<Value> {
-    let out = Command::new("python3")
-        .arg(repo().join("tests/int_decode.py"))
-        .arg(mode)
-        .arg(pcap)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// A number tshark printed (decimal, or 0x hex for base.HEX fields).
@@ -210,7 +198,7 @@ src = \"2001:db8:1::/64\"\nproto = \"tcp\"\n"
         "udp.dstport",
     ]);
     let shown = tshark(&pcap, &fields, &[]);
-    let decoded = decoder("pcap", &pcap, &[]);
+    let decoded = int_decode("pcap", &pcap, &[]);
     assert_eq!(shown.len(), frames.len());
     let (mut int, mut npt) = (0, [0; 3]);
     let (mut am, mut headers) = (0, BTreeMap::<String, usize>::new());
@@ -300,7 +288,7 @@ report_md = [\"l1_ports\", \"hop_latency\", \"queue\", \"ingress_ts\", \"egress_
     fields.extend(INT_FIELDS);
     fields.extend(HOP_FIELDS.iter().map(|(f, _)| *f));
     let shown = tshark(&pcap, &fields, &[]);
-    let decoded = decoder("reports", &pcap, &[]);
+    let decoded = int_decode("reports", &pcap, &[]);
     assert_eq!(shown.len(), 40);
     let mut reports = 0;
     for (i, (t, g)) in shown.iter().zip(&decoded).enumerate() {
@@ -369,7 +357,7 @@ role = \"source\"\ninstructions = {ALL_INSTRUCTIONS}\n"
     // (TCP to 80/443 has a port dissector, tried before heuristics unless asked.)
     let first = ["tcp.try_heuristic_first:TRUE", "udp.try_heuristic_first:TRUE"];
     let shown = tshark(&pcap, &fields, &first);
-    let decoded = decoder("pcap", &pcap, &["--int-dscp", "0x17"]);
+    let decoded = int_decode("pcap", &pcap, &["--int-dscp", "0x17"]);
     let mut by_proto = BTreeMap::<u64, usize>::new();
     for (i, (t, p)) in shown.iter().zip(&decoded).enumerate() {
         assert!(p.get("error").is_none(), "frame {i}: {p}");

@@ -224,17 +224,21 @@ end
 p_int:register_heuristic("udp", heuristic)
 p_int:register_heuristic("tcp", heuristic)
 
-local registered_port = nil
-function p_int.prefs_changed()
-  if registered_port ~= p_int.prefs.udp_port then
-    local t = DissectorTable.get("udp.port")
-    if registered_port then t:remove(registered_port, p_int) end
-    registered_port = p_int.prefs.udp_port
-    t:add(registered_port, p_int)
+-- Keeps `proto` on the UDP port its udp_port preference names, also when
+-- the preference changes (telemetry_report.lua uses it too).
+function _G.intswitch_follow_udp_port(proto)
+  local registered = proto.prefs.udp_port
+  DissectorTable.get("udp.port"):add(registered, proto)
+  proto.prefs_changed = function()
+    if registered ~= proto.prefs.udp_port then
+      local t = DissectorTable.get("udp.port")
+      t:remove(registered, proto)
+      registered = proto.prefs.udp_port
+      t:add(registered, proto)
+    end
   end
 end
-DissectorTable.get("udp.port"):add(p_int.prefs.udp_port, p_int)
-registered_port = p_int.prefs.udp_port
+_G.intswitch_follow_udp_port(p_int)
 
 -- Shared with telemetry_report.lua (the reports' metadata uses the same bits).
 _G.intswitch_int_metadata = add_metadata

@@ -128,14 +128,9 @@ function p_tr.dissector(tvb, pinfo, tree)
   return tvb:len()
 end
 
-local registered_port = nil
-function p_tr.prefs_changed()
-  if registered_port ~= p_tr.prefs.udp_port then
-    local t = DissectorTable.get("udp.port")
-    if registered_port then t:remove(registered_port, p_tr) end
-    registered_port = p_tr.prefs.udp_port
-    t:add(registered_port, p_tr)
-  end
+-- (int_md.lua, loaded first, keeps the port in step with the preference.)
+if _G.intswitch_follow_udp_port then
+  _G.intswitch_follow_udp_port(p_tr)
+else
+  DissectorTable.get("udp.port"):add(p_tr.prefs.udp_port, p_tr)
 end
-DissectorTable.get("udp.port"):add(p_tr.prefs.udp_port, p_tr)
-registered_port = p_tr.prefs.udp_port

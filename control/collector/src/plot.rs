@@ -138,6 +138,34 @@ where
     Ok(())
 }
 
+/// A panel's chart builder: its caption, margins and axis label room.
+fn builder<'a, 'b, DB: DrawingBackend>(
+    a: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    size: u32,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(a);
+    b.caption(caption, ("sans-serif", size)).margin(10).x_label_area_size(30).y_label_area_size(60);
+    b
+}
+
+/// A series' legend entry: a short line in its color.
+fn legend_mark(col: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col)
+}
+
+/// The legend box, where the curves leave room for it.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    c: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<(), Err>
+where
+    DB::ErrorType: 'static,
+{
+    c.configure_series_labels().position(at).background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    Ok(())
+}
+
 fn color(i: usize) -> RGBColor {
     let (r, g, b) = Palette99::pick(i).to_rgba().rgb();
     RGBColor(r, g, b)
@@ -152,32 +180,21 @@ where
     let xs = 0..(last - first + 1);
     let loss_max = rec.ampm.values().flatten().map(|x| x.1).max().unwrap_or(0).max(1);
     let loss_min = rec.ampm.values().flatten().map(|x| x.1).min().unwrap_or(0).min(0);
-    let mut c = ChartBuilder::on(a)
-        .caption("AM-PM loss per interval", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xs.clone(), loss_min..loss_max + 1)?;
+    let mut c = builder(a, "AM-PM loss per interval", 18).build_cartesian_2d(xs.clone(), loss_min..loss_max + 1)?;
     c.configure_mesh().x_desc("interval (from the first)").y_desc("packets lost").draw()?;
     for (i, (flow, pts)) in rec.ampm.iter().enumerate() {
         let col = color(i);
         c.draw_series(LineSeries::new(pts.iter().map(|p| (p.0 - first, p.1)), &col))?
             .label(flow.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col));
+            .legend(legend_mark(col));
     }
-    c.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    legend(&mut c, SeriesLabelPosition::UpperRight)?;
     let delays = || rec.ampm.values().flatten().filter_map(|x| x.2);
     let dmax = delays().max().unwrap_or(1).max(1) as f64 / 1e6;
     let dmin = (delays().min().unwrap_or(0).min(0)) as f64 / 1e6;
-    let mut c = ChartBuilder::on(b)
-        .caption(
-            "AM-PM delay per interval (mean delay; the delay-marked packet's where loss voids the mean)",
-            ("sans-serif", 16),
-        )
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xs, dmin..dmax * 1.1)?;
+    let mut c =
+        builder(b, "AM-PM delay per interval (mean delay; the delay-marked packet's where loss voids the mean)", 16)
+            .build_cartesian_2d(xs, dmin..dmax * 1.1)?;
     c.configure_mesh().x_desc("interval (from the first)").y_desc("delay (ms)").draw()?;
     for (i, (flow, pts)) in rec.ampm.iter().enumerate() {
         let col = color(i);
@@ -191,11 +208,9 @@ where
                 }
             }
         }
-        c.draw_series(LineSeries::new(run, &col))?
-            .label(flow.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col));
+        c.draw_series(LineSeries::new(run, &col))?.label(flow.as_str()).legend(legend_mark(col));
     }
-    c.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    legend(&mut c, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 
@@ -207,11 +222,7 @@ where
     let all = || rec.hop_latency.values().flatten();
     let xmin = (all().copied().min().unwrap_or(1).max(1) as f64 / 1e3).max(0.001);
     let xmax = (all().copied().max().unwrap_or(1) as f64 / 1e3).max(xmin * 10.0);
-    let mut c = ChartBuilder::on(a)
-        .caption("Hop latency CDF per node", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
+    let mut c = builder(a, "Hop latency CDF per node", 18)
         .build_cartesian_2d((xmin * 0.9..xmax * 1.1).log_scale(), 0f64..1f64)?;
     c.configure_mesh().x_desc("hop latency (us)").y_desc("fraction of samples").draw()?;
     for (i, (node, v)) in rec.hop_latency.iter().enumerate() {
@@ -222,13 +233,9 @@ where
         let pts = s.iter().enumerate().map(|(k, l)| (*l as f64 / 1e3, (k + 1) as f64 / n));
         c.draw_series(LineSeries::new(pts, &col))?
             .label(format!("node {node} ({} samples)", s.len()))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col));
+            .legend(legend_mark(col));
     }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut c, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 
@@ -239,25 +246,15 @@ where
     let t0 = rec.coverage.iter().map(|c| c.0).min().unwrap_or(0);
     let t1 = rec.coverage.iter().map(|c| c.0).max().unwrap_or(0).max(t0 + 1);
     let low = rec.coverage.iter().map(|c| c.1.min(c.2)).fold(1.0f64, f64::min).min(0.9);
-    let mut c = ChartBuilder::on(a)
-        .caption("INT-label coverage per window", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
+    let mut c = builder(a, "INT-label coverage per window", 18)
         .build_cartesian_2d(0f64..(t1 - t0) as f64 / 1e9, (low * 100.0).floor()..100.5)?;
     c.configure_mesh().x_desc("time (s)").y_desc("coverage (%)").draw()?;
     for (i, (name, pick)) in [("by arrival", 1usize), ("by label time", 2)].into_iter().enumerate() {
         let col = color(i);
         let pts = rec.coverage.iter().map(|c| ((c.0 - t0) as f64 / 1e9, 100.0 * if pick == 1 { c.1 } else { c.2 }));
-        c.draw_series(LineSeries::new(pts, &col))?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col));
+        c.draw_series(LineSeries::new(pts, &col))?.label(name).legend(legend_mark(col));
     }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut c, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 
