@@ -2,6 +2,8 @@
 //! a config (to completion or in the background), read and write pcaps,
 //! build network namespaces and always tear them down.
 
+pub mod fuzz_targets;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

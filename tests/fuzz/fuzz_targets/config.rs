@@ -1,0 +1,3 @@
+#![no_main]
+// The body is intswitch_tests::fuzz_targets::config (also replayed by cargo test).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| intswitch_tests::fuzz_targets::config(data));
