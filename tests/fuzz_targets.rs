@@ -98,8 +98,11 @@ pub fn control_request(data: &[u8]) {
     }
 }
 
+/// A target's body.
+pub type Target = fn(&[u8]);
+
 /// Every target by name (the replay test and `scripts/fuzz.sh` use these).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("wire", wire),
     ("collector", collector),
     ("collector_records", collector_records),
