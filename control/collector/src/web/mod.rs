@@ -43,9 +43,10 @@ pub struct WebCounters {
     pub clients: AtomicU64,
 }
 
-/// The subscribers and the history, shared by the tick and HTTP threads.
+/// The dashboard (its ring is the history) and the subscribers, shared by
+/// the tick and HTTP threads.
 pub(crate) struct Hub {
-    ring: std::collections::VecDeque<Arc<str>>,
+    dash: Dashboard,
     clients: Vec<SyncSender<Arc<str>>>,
 }
 
@@ -55,11 +56,11 @@ impl Hub {
         let (tx, rx) = sync_channel(CLIENT_QUEUE);
         let mut h = hub.lock().unwrap_or_else(|e| e.into_inner());
         h.clients.push(tx);
-        (h.ring.iter().cloned().collect(), rx)
+        (h.dash.ring.iter().cloned().collect(), rx)
     }
 
     pub(crate) fn history(hub: &Mutex<Hub>) -> Vec<Arc<str>> {
-        hub.lock().unwrap_or_else(|e| e.into_inner()).ring.iter().cloned().collect()
+        hub.lock().unwrap_or_else(|e| e.into_inner()).dash.ring.iter().cloned().collect()
     }
 }
 
@@ -113,12 +114,12 @@ pub fn start(addr: &str, points: usize, max_flows: usize) -> Result<Feed, String
     let (tx, rx) = sync_channel(FEED_CAPACITY);
     let counters = Arc::new(WebCounters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let hub = Arc::new(Mutex::new(Hub { ring: Default::default(), clients: Vec::new() }));
+    let hub = Arc::new(Mutex::new(Hub { dash: Dashboard::new(max_flows, points), clients: Vec::new() }));
     let ticker = {
         let (hub, counters, stop) = (hub.clone(), counters.clone(), stop.clone());
         std::thread::Builder::new()
             .name("web-tick".into())
-            .spawn(move || tick_loop(rx, Dashboard::new(max_flows, points), &hub, &counters, &stop))
+            .spawn(move || tick_loop(rx, &hub, &counters, &stop))
             .map_err(|e| e.to_string())?
     };
     {
@@ -131,11 +132,13 @@ pub fn start(addr: &str, points: usize, max_flows: usize) -> Result<Feed, String
     Ok(Feed { tx, counters, addr: local, stop, ticker: Some(ticker) })
 }
 
-fn tick_loop(rx: Receiver<Point>, mut d: Dashboard, hub: &Mutex<Hub>, c: &WebCounters, stop: &AtomicBool) {
+fn tick_loop(rx: Receiver<Point>, hub: &Mutex<Hub>, c: &WebCounters, stop: &AtomicBool) {
+    let lock = || hub.lock().unwrap_or_else(|e| e.into_inner());
     let mut next = Instant::now() + TICK;
     while !stop.load(Ordering::Relaxed) {
         match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
-            Ok(p) => d.add(p),
+            // (Contended only while a browser connects.)
+            Ok(p) => lock().dash.add(p),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
@@ -145,9 +148,8 @@ fn tick_loop(rx: Receiver<Point>, mut d: Dashboard, hub: &Mutex<Hub>, c: &WebCou
         next += TICK;
         let now_ms =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        let line = d.tick(now_ms, counters_json(c));
-        let mut h = hub.lock().unwrap_or_else(|e| e.into_inner());
-        h.ring = d.ring.clone();
+        let mut h = lock();
+        let line = h.dash.tick(now_ms, counters_json(c));
         h.clients.retain(|tx| match tx.try_send(line.clone()) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) => {
