@@ -64,6 +64,13 @@ fn export_metrics(o: &mut String, sw: &Switch) {
             line(o, format_args!("intswitch_ampm_intervals_missed_total {}", e.intervals_missed));
             family(
                 o,
+                "intswitch_ampm_clock_steps_total",
+                "counter",
+                "Steps of the wall clock seen (the records after each are marked clock_step).",
+            );
+            line(o, format_args!("intswitch_ampm_clock_steps_total {}", e.clock_steps));
+            family(
+                o,
                 "intswitch_ampm_send_errors_total",
                 "counter",
                 "AM-PM datagrams a collector was not sent (lost).",

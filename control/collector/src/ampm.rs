@@ -27,6 +27,8 @@ pub struct Record {
     pub mean_ts_offset_ns: Option<i64>,
     /// The MP started during the interval (counts from then on only).
     pub partial: bool,
+    /// The MP's wall clock stepped: its counters may hold other intervals' packets.
+    pub clock_step: bool,
 }
 
 impl Record {
@@ -54,6 +56,7 @@ impl Record {
             delay_ts_ns: v["delay_ts_ns"].as_u64(),
             mean_ts_offset_ns: v["mean_ts_offset_ns"].as_i64(),
             partial: v["partial"].as_bool().unwrap_or(false),
+            clock_step: v["clock_step"].as_bool().unwrap_or(false),
         })
     }
 
@@ -108,6 +111,9 @@ pub struct Joiner {
     /// Joined intervals an MP saw only part of (started during them):
     /// reported, but their loss left out of the totals.
     pub partial: u64,
+    /// Joined intervals an MP marked `clock_step` (its wall clock stepped):
+    /// reported, but their loss and delay left out of the totals.
+    pub clock_step: u64,
     delay_sum: i64,
     delay_n: u64,
 }
@@ -174,13 +180,18 @@ impl Joiner {
         let e2e = segment(first, last);
         self.joined += 1;
         let partial = mps.iter().any(|r| r.partial);
+        let clock_step = mps.iter().any(|r| r.clock_step);
         if partial {
             self.partial += 1;
-        } else {
+        }
+        if clock_step {
+            self.clock_step += 1;
+        }
+        if !partial && !clock_step {
             self.loss_packets = self.loss_packets.wrapping_add(e2e["loss_packets"].as_i64().unwrap_or(0));
             self.loss_bytes = self.loss_bytes.wrapping_add(e2e["loss_bytes"].as_i64().unwrap_or(0));
         }
-        if let Some(d) = e2e["delay_ns"].as_i64() {
+        if let Some(d) = e2e["delay_ns"].as_i64().filter(|_| !clock_step) {
             self.delay_sum = self.delay_sum.wrapping_add(d);
             self.delay_n += 1;
         }
@@ -196,6 +207,7 @@ impl Joiner {
             "delay_ns": e2e["delay_ns"],
             "mean_delay_ns": e2e["mean_delay_ns"],
             "partial": partial,
+            "clock_step": clock_step,
             "mps": mps.iter().map(|r| json!({ "node": r.node, "role": r.role, "packets": r.packets, "bytes": r.bytes })).collect::<Vec<_>>(),
             "segments": mps.windows(2).map(|w| segment(&w[0], &w[1])).collect::<Vec<_>>(),
         })
@@ -208,6 +220,7 @@ impl Joiner {
             "bad_records": self.bad_records,
             "intervals_joined": self.joined,
             "intervals_partial": self.partial,
+            "intervals_clock_step": self.clock_step,
             "intervals_incomplete": self.incomplete + self.pending.len() as u64,
             "loss_packets": self.loss_packets,
             "loss_bytes": self.loss_bytes,
@@ -259,6 +272,23 @@ mod tests {
         assert_eq!(out[0]["partial"], false);
         let s = &j.summary()["ampm_summary"];
         assert_eq!((s["loss_packets"].as_i64(), s["intervals_partial"].as_u64()), (Some(2), Some(1)));
+    }
+
+    #[test]
+    fn an_interval_marked_clock_step_is_reported_but_not_summed() {
+        let mut j = Joiner::new(2);
+        let stepped = rec(1, 0, "initiator", 7, 1800, Some(5_000_000), 0).replace("}", ",\"clock_step\":true}");
+        j.datagram(&stepped);
+        let out = j.datagram(&rec(2, 0, "terminator", 7, 1000, Some(9_000_000_000), 0));
+        assert_eq!((out[0]["loss_packets"].as_i64(), out[0]["clock_step"].as_bool()), (Some(800), Some(true)));
+        j.datagram(&rec(1, 1, "initiator", 8, 1000, Some(5_000_000), 0));
+        let out = j.datagram(&rec(2, 1, "terminator", 8, 997, Some(6_000_000), 0));
+        assert_eq!(out[0]["clock_step"], false);
+        let s = &j.summary()["ampm_summary"];
+        assert_eq!(
+            (s["loss_packets"].as_i64(), s["intervals_clock_step"].as_u64(), s["delay_mean_ns"].as_i64()),
+            (Some(3), Some(1), Some(1_000_000))
+        );
     }
 
     #[test]

@@ -33,9 +33,10 @@ at exit (SIGINT/SIGTERM, --count or --duration) a summary: packets, reports, seq
 receive calls that took them (recvmmsg, up to 32 a call).\n\
 AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived (--json:\n\
 {flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
-mean_delay_ns, partial, mps[...], segments[...]}; partial: an MP started during the interval);\n\
-summary: records, records_lost (sequence gaps), intervals joined/incomplete/partial, total\n\
-loss (partial intervals left out), mean delay.\n\
+mean_delay_ns, partial, clock_step, mps[...], segments[...]}; partial: an MP started during the\n\
+interval; clock_step: an MP's wall clock stepped, its counters may hold other intervals');\n\
+summary: records, records_lost (sequence gaps), intervals joined/incomplete/partial/clock_step,\n\
+total loss (partial and clock_step intervals left out), mean delay.\n\
 INT sink analytics: one line per int_flow, int_event and int_hist record (--json: the record as\n\
 the switch sent it); summary (int_flow_summary): records (int_flow), events (int_event),\n\
 hist_lines (int_hist), records_lost (gaps in the per-node sequence all three share), bad\n\
@@ -299,6 +300,7 @@ fn ampm_line(v: &serde_json::Value) -> String {
         v["delay_ns"],
         v["mean_delay_ns"]
     ) + if v["partial"] == true { " (partial: an MP started during it)" } else { "" }
+        + if v["clock_step"] == true { " (clock_step: an MP's wall clock stepped)" } else { "" }
 }
 
 /// `--int-dscp VALUE[/MASK]` -> the presence method to decode inner packets by.
@@ -610,9 +612,9 @@ fn run(cli: &Cli) -> Result<(), String> {
             let a = &s["ampm_summary"];
             let _ = writeln!(
                 out,
-                "ampm records {} lost {} bad {}; intervals joined {} incomplete {} partial {}; loss {} packets {} bytes; mean delay {} ns",
+                "ampm records {} lost {} bad {}; intervals joined {} incomplete {} partial {} clock_step {}; loss {} packets {} bytes; mean delay {} ns",
                 a["records"], a["records_lost"], a["bad_records"], a["intervals_joined"], a["intervals_incomplete"],
-                a["intervals_partial"],
+                a["intervals_partial"], a["intervals_clock_step"],
                 a["loss_packets"], a["loss_bytes"], a["delay_mean_ns"]
             );
         }

@@ -47,6 +47,10 @@ pub struct AmpmRecord {
     pub mean_ts_offset_ns: Option<i64>,
     /// The switch started during the interval: packets before that are not counted.
     pub partial: bool,
+    /// CLOCK_REALTIME stepped since this flow's last export of this color:
+    /// the counters may hold packets of other intervals.
+    #[serde(default)]
+    pub clock_step: bool,
     /// Per collector: the record's sequence number (export only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
@@ -83,6 +87,9 @@ pub struct AmpmCollectorView {
 pub struct AmpmExportView {
     pub records: u64,
     pub intervals_missed: u64,
+    /// Steps of CLOCK_REALTIME seen (records after each marked `clock_step`).
+    #[serde(default)]
+    pub clock_steps: u64,
     pub last_interval: u64,
     pub collectors: Vec<AmpmCollectorView>,
 }

@@ -10,7 +10,12 @@
 //!   "interval_ns":T,"start_ns":J*T,"color":J%2,"packets":P,"bytes":B,
 //!   "delay_count":K,"delay_ts_ns":TS|null,"mean_ts_offset_ns":M|null,
 //!   "partial":false}`
-//! `partial` marks the interval the switch started in.
+//! `partial` marks the interval the switch started in. `clock_step` marks
+//! the two records of a flow (one per color) exported after CLOCK_REALTIME
+//! stepped (checked against CLOCK_MONOTONIC at every poll): their counters
+//! may hold packets the workers counted on either side of the step, so
+//! they are not attributed to that interval silently; a collector leaves
+//! them out of its loss totals.
 //! `seq` counts records per collector from 0, so a collector counts lost
 //! records as gaps; `interval` is the index of the block on the shared
 //! CLOCK_REALTIME time line, so records of different MPs join on
@@ -72,6 +77,17 @@ pub struct AmpmExporter {
     pub intervals_missed: u64,
     /// Last record of each flow (for `show ampm`), by slot.
     pub last_record: Vec<Option<AmpmRecord>>,
+    /// (CLOCK_REALTIME, CLOCK_MONOTONIC) at the last poll.
+    last_clock: Option<(u64, u64)>,
+    /// Exports still to be marked `clock_step` (one per color after a step).
+    step_marks: u8,
+    pub clock_steps: u64,
+}
+
+/// A wall-clock move this much off the monotonic clock's between two
+/// polls is a step (NTP slews at most 500 ppm: microseconds a poll).
+fn step_threshold_ns(interval_ns: u64) -> u64 {
+    (interval_ns / 8).clamp(1, 1_000_000)
 }
 
 impl AmpmExporter {
@@ -100,6 +116,9 @@ impl AmpmExporter {
             records: 0,
             intervals_missed: 0,
             last_record: vec![None; slots],
+            last_clock: None,
+            step_marks: 0,
+            clock_steps: 0,
         })
     }
 
@@ -113,8 +132,37 @@ impl AmpmExporter {
         }
     }
 
-    /// Exports the interval that became due, if one did. Returns records made.
-    pub fn poll(&mut self, now_ns: u64, shared: &Shared, flows: &[AmpmFlow], out: &mut dyn PortOut) -> usize {
+    /// Exports the interval that became due, if one did. Returns records
+    /// made. `now_ns` is CLOCK_REALTIME (the workers' time line), `mono_ns`
+    /// CLOCK_MONOTONIC from any origin (to tell a step from time passing).
+    pub fn poll(
+        &mut self,
+        now_ns: u64,
+        mono_ns: u64,
+        shared: &Shared,
+        flows: &[AmpmFlow],
+        out: &mut dyn PortOut,
+    ) -> usize {
+        self.export_due(now_ns, mono_ns, &|slot, color| sum(shared, slot, color), flows, out)
+    }
+
+    /// [`AmpmExporter::poll`] over `counts(slot, color)`, the workers' sum.
+    fn export_due(
+        &mut self,
+        now_ns: u64,
+        mono_ns: u64,
+        counts: &dyn Fn(usize, usize) -> ColorSnap,
+        flows: &[AmpmFlow],
+        out: &mut dyn PortOut,
+    ) -> usize {
+        if let Some((wall, mono)) = self.last_clock {
+            let off = (now_ns as i128 - wall as i128) - (mono_ns as i128 - mono as i128);
+            if off.unsigned_abs() > step_threshold_ns(self.timing.interval_ns()) as u128 {
+                self.clock_steps += 1;
+                self.step_marks = 2;
+            }
+        }
+        self.last_clock = Some((now_ns, mono_ns));
         let (j, slot) = self.timing.position(now_ns);
         let second_half = slot >> (self.timing.sub_bits - 1) == 1;
         let Some(due) = (if second_half { j.checked_sub(1) } else { j.checked_sub(2) }) else { return 0 };
@@ -124,13 +172,15 @@ impl AmpmExporter {
         self.intervals_missed += due - self.last_interval - 1;
         self.last_interval = due;
         let color = (due & 1) as usize;
+        let clock_step = self.step_marks > 0;
+        self.step_marks = self.step_marks.saturating_sub(1);
         let mut lines: Vec<AmpmRecord> = Vec::with_capacity(flows.len());
         for f in flows {
             let slot = f.mp.slot as usize;
             if slot >= self.last.len() {
                 continue;
             }
-            let now = sum(shared, slot, color);
+            let now = counts(slot, color);
             let was = self.last[slot][color];
             self.last[slot][color] = now;
             let packets = now.packets - was.packets;
@@ -154,6 +204,7 @@ impl AmpmExporter {
                 delay_ts_ns: (delays > 0).then_some(now.delay_ts),
                 mean_ts_offset_ns: (packets > 0).then(|| (now.ts_sum.wrapping_sub(was.ts_sum) as i64) / packets as i64),
                 partial: due == self.first_interval,
+                clock_step,
                 seq: None,
             };
             self.last_record[slot] = Some(rec.clone());
@@ -189,6 +240,7 @@ impl AmpmExporter {
         AmpmExportView {
             records: self.records,
             intervals_missed: self.intervals_missed,
+            clock_steps: self.clock_steps,
             last_interval: self.last_interval,
             collectors: self
                 .collectors
@@ -209,5 +261,133 @@ fn send(c: &mut Collector, buf: &str, out: &mut dyn PortOut) {
     match c.tx.send(buf.as_bytes(), out) {
         Ok(_) => c.datagrams += 1,
         Err(_) => c.send_errors += 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collector_tx::NoPorts;
+    use dataplane::ampm::{Carrier, FlowRef, Method, MpRole, TimeFormat};
+    use std::cell::RefCell;
+    use std::net::UdpSocket;
+
+    /// Intervals of 2^27 ns (134 ms) on the ns time line.
+    const T: u64 = 1 << 27;
+
+    fn flow() -> AmpmFlow {
+        AmpmFlow {
+            name: "f".into(),
+            mp: FlowRef {
+                slot: 0,
+                flow_mon_id: 7,
+                role: MpRole::Initiator,
+                method: Method::Muxed,
+                carrier: Carrier::Dscp { l_bit: 0, d_bit: 1 },
+                clear: false,
+            },
+            priority: 0,
+            value: Default::default(),
+            mask: Default::default(),
+        }
+    }
+
+    /// Polls at `wall` (and `mono`) as the control core would: the records
+    /// it sent, as (interval, packets, clock_step).
+    struct Clocked {
+        ex: AmpmExporter,
+        rx: UdpSocket,
+        /// Packets counted per color so far (cumulative, as the workers' counters).
+        counted: RefCell<[u64; 2]>,
+    }
+
+    impl Clocked {
+        fn new(started_ns: u64) -> Clocked {
+            let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+            rx.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+            let plan = CollectorPlan { addr: rx.local_addr().unwrap(), bind: None, port: None, mac: None };
+            let timing = Timing { format: TimeFormat::Ns, interval_bit: 27, sub_bits: 2 };
+            let ex = AmpmExporter::new(1, timing, 1, &[plan], &NoPorts, started_ns).unwrap();
+            Clocked { ex, rx, counted: RefCell::new([0; 2]) }
+        }
+
+        /// The workers count `n` packets at wall time `wall` (in its color).
+        fn count(&self, wall: u64, n: u64) {
+            self.counted.borrow_mut()[((wall / T) & 1) as usize] += n;
+        }
+
+        fn poll(&mut self, wall: u64, mono: u64) -> Vec<(u64, u64, bool)> {
+            let counted = self.counted.borrow().to_owned();
+            let counts = move |_: usize, c: usize| ColorSnap { packets: counted[c], ..Default::default() };
+            let n = self.ex.export_due(wall, mono, &counts, &[flow()], &mut NoPorts);
+            (0..n)
+                .map(|_| {
+                    let mut b = [0u8; 2048];
+                    let len = self.rx.recv(&mut b).unwrap();
+                    let v: serde_json::Value = serde_json::from_slice(&b[..len]).unwrap();
+                    (
+                        v["interval"].as_u64().unwrap(),
+                        v["packets"].as_u64().unwrap(),
+                        v["clock_step"].as_bool().unwrap(),
+                    )
+                })
+                .collect()
+        }
+    }
+
+    /// The workers count 10 packets in each interval and the control core
+    /// polls in its middle, over `intervals` intervals from `wall`/`mono`.
+    fn run(c: &mut Clocked, wall: u64, mono: u64, intervals: u64) -> Vec<(u64, u64, bool)> {
+        let mut out = Vec::new();
+        for i in 0..intervals {
+            c.count(wall + i * T, 10);
+            out.extend(c.poll(wall + i * T + T * 5 / 8, mono + i * T + T * 5 / 8));
+        }
+        out
+    }
+
+    #[test]
+    fn records_after_a_wall_clock_step_are_marked_and_the_others_are_not() {
+        let j0 = 1000;
+        let mut c = Clocked::new(j0 * T);
+        // Steady: interval j's record comes in j + 1's second half, 10 packets each.
+        let steady = run(&mut c, j0 * T, 0, 6);
+        assert_eq!(steady.len(), 5);
+        assert!(steady.iter().all(|&(_, p, s)| p == 10 && !s), "{steady:?}");
+        assert_eq!(c.ex.clock_steps, 0);
+
+        // The wall clock steps back 3 intervals (the monotonic one goes on).
+        let back = run(&mut c, (j0 + 3) * T, 6 * T, 8);
+        assert_eq!(c.ex.clock_steps, 1);
+        // Nothing is exported for intervals already exported; the first two
+        // records after (one per color) hold the packets of the repeated
+        // intervals too and are marked; later ones are plain again.
+        assert!(back.iter().all(|&(j, _, _)| j > j0 + 4), "{back:?}");
+        let marked: Vec<_> = back.iter().filter(|r| r.2).collect();
+        assert_eq!(marked.len(), 2, "{back:?}");
+        assert!(back[..2].iter().all(|r| r.2) && back[2..].iter().all(|&(_, p, s)| p == 10 && !s), "{back:?}");
+        let sent: u64 = steady.iter().chain(&back).map(|r| r.1).sum();
+
+        // The wall clock steps forward 5 intervals: the missed ones are
+        // counted, the next two records marked.
+        let missed = c.ex.intervals_missed;
+        let fwd = run(&mut c, (j0 + 16) * T, 14 * T, 4);
+        assert_eq!(c.ex.clock_steps, 2);
+        assert!(c.ex.intervals_missed >= missed + 4, "{} -> {}", missed, c.ex.intervals_missed);
+        assert!(fwd[..2].iter().all(|r| r.2) && fwd[2..].iter().all(|r| !r.2), "{fwd:?}");
+        // Every packet counted is in some record: none lost to the steps
+        // (the last interval is not due yet).
+        let all: u64 = sent + fwd.iter().map(|r| r.1).sum::<u64>();
+        assert_eq!(all, 10 * (6 + 8 + 4) - 10);
+    }
+
+    #[test]
+    fn a_stalled_control_core_is_no_clock_step() {
+        let mut c = Clocked::new(1000 * T);
+        run(&mut c, 1000 * T, 0, 3);
+        // Both clocks move on by 10 s while nobody polls.
+        let later = run(&mut c, 1003 * T + 10_000_000_000, 3 * T + 10_000_000_000, 3);
+        assert_eq!(c.ex.clock_steps, 0);
+        assert!(later.iter().all(|r| !r.2), "{later:?}");
     }
 }

@@ -1068,7 +1068,10 @@ fn print_ampm(r: &ampm::AmpmView) {
             .collect(),
     );
     match &r.export {
-        Some(e) => println!("export: {} records, {} intervals missed", e.records, e.intervals_missed),
+        Some(e) => println!(
+            "export: {} records, {} intervals missed, {} clock steps",
+            e.records, e.intervals_missed, e.clock_steps
+        ),
         None => println!("export: none"),
     }
     nonzero("event", &r.counters);

@@ -65,7 +65,7 @@ impl Switch {
     /// sent. Frames for collectors behind a DPDK port go out through worker
     /// 0; unknown next hops get resolved.
     pub(super) fn export(&mut self) -> usize {
-        let now = self.now_ns();
+        let (now, mono) = (self.now_ns(), self.mono_ns());
         let mut out = PortSender::new(&self.spec, Some((&self.shared.workers[0], &mut self.export_mbufs)));
         let taken = self.exporter.as_mut().map_or(0, |ex| ex.poll(1 << 16, &mut out));
         // `int export pause` holds the flow records in R_G too.
@@ -75,7 +75,7 @@ impl Switch {
             _ => 0,
         };
         if let (Some(ex), Some(setup)) = (&mut self.ampm_exporter, &self.spec.ampm) {
-            ex.poll(now, &self.shared, &setup.flows, &mut out);
+            ex.poll(now, mono, &self.shared, &setup.flows, &mut out);
         }
         for (ip, port) in std::mem::take(&mut out.resolve) {
             self.resolve(ip, port);

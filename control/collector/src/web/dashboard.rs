@@ -160,7 +160,7 @@ impl Dashboard {
             Point::Ampm(v) => self.ampm.push(json!({
                 "flow": v["flow"], "interval": v["interval"], "packets": v["packets"],
                 "loss_packets": v["loss_packets"], "delay_ns": v["delay_ns"],
-                "mean_delay_ns": v["mean_delay_ns"], "partial": v["partial"],
+                "mean_delay_ns": v["mean_delay_ns"], "partial": v["partial"], "clock_step": v["clock_step"],
             })),
             Point::Event(v) => {
                 for e in v["events"].as_array().into_iter().flatten() {
