@@ -92,6 +92,14 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
         }
     }
 
+    /// What [`FixedMap::with_capacity`] allocates for `capacity` entries
+    /// (None: more than the address space holds).
+    pub fn bytes_for(capacity: usize) -> Option<u64> {
+        let slots = capacity.max(1).checked_mul(2)?.checked_next_power_of_two()?;
+        let each = std::mem::size_of::<Slot<K, V>>() + std::mem::size_of::<C>();
+        (slots as u64).checked_mul(each as u64)
+    }
+
     /// The same map, its keys hashed under `seed` (empty: nothing moves).
     pub fn with_seed(mut self, seed: u64) -> Self {
         debug_assert!(self.len == 0, "seeded after entries went in");

@@ -113,6 +113,11 @@ impl FlowTable {
         FlowTable { map: FixedMap::with_capacity(capacity), idle_timeout, cursor: 0 }
     }
 
+    /// The heap a table of `capacity` flows takes (None: beyond any machine).
+    pub fn bytes_for(capacity: usize) -> Option<u64> {
+        FixedMap::<FlowKey, Hot, Cold>::bytes_for(capacity)
+    }
+
     /// The same (empty) table with its keys hashed under `seed`, so that
     /// which flows share a slot cannot be known outside the process.
     pub fn with_seed(mut self, seed: u64) -> FlowTable {

@@ -75,6 +75,11 @@ impl MacTable {
         MacTable { map: FixedMap::with_capacity(capacity), aging, peers: false, renew: 0, cursor: 0 }
     }
 
+    /// The heap a table of `capacity` entries takes (None: beyond any machine).
+    pub fn bytes_for(capacity: usize) -> Option<u64> {
+        FixedMap::<u64, MacEntry>::bytes_for(capacity)
+    }
+
     /// The same (empty) table with its keys hashed under `seed`.
     pub fn with_seed(mut self, seed: u64) -> MacTable {
         self.map = self.map.with_seed(seed);

@@ -395,6 +395,10 @@ fn run(cli: Cli) -> Result<(), String> {
     };
     let plan = config.validate().map_err(|e| e.to_string())?;
     if cli.check {
+        // The tables against this machine's memory, as at start.
+        let workers = plan.workers.len().max(1);
+        control::memory_budget::check(&plan, workers, control::memory_budget::mem_available())
+            .map_err(|e| e.to_string())?;
         println!("configuration is valid");
         return Ok(());
     }
