@@ -383,6 +383,10 @@ pub struct FinalCounters {
     pub macs_in_use: u64,
     pub table_generation: u64,
     pub mempool_in_use: u64,
+    /// Packet buffers still taken once every worker stopped, every queue
+    /// was emptied and every port closed: 0 unless mbufs leaked.
+    #[serde(default)]
+    pub mempool_in_use_at_exit: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub int_reports: Option<crate::int::api::ReportsView>,
     /// The analytics export (flow records, events, their delivery delay).

@@ -132,9 +132,22 @@ impl Switch {
                 ));
             }
         }
+        // Before any worker builds its tables (an allocation failure there
+        // would end the process).
+        crate::memory_budget::check(&plan, workers.len(), crate::memory_budget::mem_available())
+            .map_err(|e| e.to_string())?;
         let d = &plan.raw.dataplane;
-        let pool = Mempool::new(&eal, "intswitch_pool", d.mbufs, d.mbuf_cache, 2048 + 128, &d.mempool_ops)
-            .map_err(|e| format!("dataplane.mbufs = {} / dataplane.mempool_ops = '{}': {e}", d.mbufs, d.mempool_ops))?;
+        let pool =
+            Mempool::new(&eal, "intswitch_pool", d.mbufs, d.mbuf_cache, 2048 + 128, &d.mempool_ops).map_err(|e| {
+                let mib = crate::memory_budget::pool_bytes(d.mbufs, 2048 + 128) as f64 / (1u64 << 20) as f64;
+                let eal_mb =
+                    plan.raw.eal.memory_mb.map_or("all hugepages".to_string(), |m| format!("eal.memory_mb = {m}"));
+                format!(
+                "dataplane.mbufs = {} / dataplane.mempool_ops = '{}': {e} (the pool needs at least {mib:.0} MiB of \
+                 the EAL's memory, {eal_mb})",
+                d.mbufs, d.mempool_ops
+            )
+            })?;
         let mut ports = Vec::new();
         for (pi, p) in plan.ports.iter().enumerate() {
             let rxq = workers
@@ -390,6 +403,11 @@ impl Switch {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
     }
 
+    /// CLOCK_MONOTONIC in ns since the switch started (steps never move it).
+    pub(crate) fn mono_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
     fn next_generation(&mut self) -> u64 {
         self.generation += 1;
         self.generation
@@ -525,7 +543,7 @@ impl Switch {
         let sum = |pick: fn(&WorkerShared) -> &AtomicU64| -> u64 {
             self.shared.workers.iter().map(|w| pick(w).load(Ordering::Relaxed)).sum()
         };
-        let out = FinalCounters {
+        let mut out = FinalCounters {
             name: self.plan.raw.name.clone(),
             mode: self.plan.mode.name().into(),
             ports: self.port_views(),
@@ -538,6 +556,7 @@ impl Switch {
             macs_in_use: sum(|w| &w.macs_in_use),
             table_generation: self.generation,
             mempool_in_use: self.pool.in_use().into(),
+            mempool_in_use_at_exit: 0,
             int_reports: self.reports_view().ok(),
             int_analytics: self.analytics_view().ok().map(|a| a.export),
             ampm_export: self.ampm_exporter.as_ref().map(|e| e.view()),
@@ -553,6 +572,7 @@ impl Switch {
         }
         self.retired.clear();
         drop(self.ports);
+        out.mempool_in_use_at_exit = self.pool.in_use().into();
         out
     }
 }

@@ -1,0 +1,167 @@
+//! Faults around a running switch (issue 37 §4): a switch killed with
+//! SIGKILL starts again on the same config; a collector killed and
+//! restarted mid-run sees the reports it missed as a sequence gap while the
+//! switch goes on forwarding. (Clock steps: the AM-PM exporter's unit tests;
+//! export slower than the workers: int_reports' paused-export test.)
+
+use std::fs::File;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use intswitch_tests::{
+    collector_reports, intctl_bin, intswitch_bin, replay_config, workspace_bin, KillOnDrop, Scratch, SwitchProcess,
+};
+use serde_json::Value;
+
+fn intctl(sock: &Path, args: &[&str]) -> Value {
+    let out = Command::new(intctl_bin()).arg("--socket").arg(sock).arg("--json").args(args).output().unwrap();
+    assert!(out.status.success(), "intctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn p0_rx(sock: &Path) -> u64 {
+    intctl(sock, &["show", "ports"])
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|p| p["rx_packets"].as_u64())
+        .expect("p0's rx_packets")
+}
+
+fn gen(out: &Path, args: &[&str]) {
+    let st = Command::new(intswitch_bin()).arg("gen-traffic").arg("--out").arg(out).args(args).status().unwrap();
+    assert!(st.success());
+}
+
+fn sigkill(pid: u32) {
+    assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+}
+
+/// intcollector on `listen`, JSON lines into `log`.
+fn collector(listen: &str, log: &Path) -> KillOnDrop {
+    let child = Command::new(workspace_bin("intcollector"))
+        .args(["--listen", listen, "--json", "--duration", "120"])
+        .stdout(File::create(log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    KillOnDrop(child)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn exited(c: &mut Child) -> bool {
+    c.try_wait().unwrap().is_some()
+}
+
+#[test]
+fn a_switch_killed_with_sigkill_starts_again_on_the_same_config() {
+    let d = Scratch::new("faults-kill");
+    let pcap = d.path("t.pcap");
+    gen(&pcap, &["--count", "512", "--flows", "512", "--sizes", "imix", "--shuffle", "1"]);
+    let cfg = d.path("sw.toml");
+    std::fs::write(
+        &cfg,
+        replay_config(&d, "faults-kill", "xconnect", &pcap, "02:00:00:00:01:01", "peer = \"p1\"", "peer = \"p0\"", ""),
+    )
+    .unwrap();
+    let sock = d.path("sw.sock");
+    let first = SwitchProcess::start(&cfg, None);
+    wait_until("traffic", || p0_rx(&sock) > 0);
+    sigkill(first.pid());
+    drop(first);
+    // The dead switch left its socket file (and its EAL runtime files).
+    assert!(sock.exists(), "the killed switch's socket file stays behind");
+    let second = SwitchProcess::start(&cfg, None);
+    let before = p0_rx(&sock);
+    wait_until("traffic after the restart", || p0_rx(&sock) > before);
+    let fin = second.stop();
+    let ports = fin["ports"].as_array().unwrap();
+    assert!(ports[0]["rx_packets"].as_u64().unwrap() > 0, "{fin}");
+    assert_eq!(ports[0]["rx_packets"], ports[1]["tx_packets"], "{fin}");
+    assert_eq!(fin["mempool_in_use_at_exit"], 0, "{fin}");
+}
+
+#[test]
+fn a_collector_killed_and_restarted_mid_run_sees_the_gap_and_forwarding_goes_on() {
+    let d = Scratch::new("faults-collector");
+    let pcap = d.path("int.pcap");
+    gen(
+        &pcap,
+        &[
+            "--count",
+            "256",
+            "--flows",
+            "64",
+            "--dst-mac",
+            "02:00:00:00:00:02",
+            "--int-hops",
+            "2",
+            "--int-instructions",
+            "node_id,hop_latency",
+            "--int-rhc",
+            "3",
+        ],
+    );
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let sink = format!(
+        "[int]\nnode_id = 3\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 20\n[[int.collector]]\naddress = \"{listen}\"\n"
+    );
+    let cfg = d.path("sw.toml");
+    std::fs::write(
+        &cfg,
+        replay_config(
+            &d,
+            "faults-coll",
+            "xconnect",
+            &pcap,
+            "02:00:00:00:01:01",
+            "peer = \"p1\"",
+            "peer = \"p0\"",
+            &sink,
+        ),
+    )
+    .unwrap();
+    let sock = d.path("sw.sock");
+    let (log1, log2) = (d.path("c1.jsonl"), d.path("c2.jsonl"));
+    let mut c1 = collector(&listen, &log1);
+    let sw = SwitchProcess::start(&cfg, None);
+    wait_until("reports at the first collector", || collector_reports(&log1, 0).len() >= 50);
+    sigkill(c1.0.id());
+    wait_until("the first collector gone", || exited(&mut c1.0));
+    let seen1 = collector_reports(&log1, 0);
+    // A second without a collector: the switch goes on forwarding (its
+    // reports meet a closed port).
+    let rx_gone = p0_rx(&sock);
+    std::thread::sleep(Duration::from_secs(1));
+    let rx_back = p0_rx(&sock);
+    assert!(rx_back > rx_gone, "forwarding stopped with the collector gone: {rx_gone} -> {rx_back}");
+    let mut c2 = collector(&listen, &log2);
+    wait_until("reports at the restarted collector", || collector_reports(&log2, 0).len() >= 50);
+    let fin = sw.stop();
+    sigkill(c2.0.id());
+    wait_until("the second collector gone", || exited(&mut c2.0));
+    let seen2 = collector_reports(&log2, 0);
+
+    let seq = |v: &Value| v["seq"].as_u64().expect("seq");
+    let last1 = seen1.iter().map(seq).max().unwrap();
+    let first2 = seen2.iter().map(seq).min().unwrap();
+    assert!(first2 > last1 + 1, "the reports sent while no collector ran show as a gap: {last1} -> {first2}");
+    // The restarted collector decodes from the report it first gets: every
+    // line is a decoded report with hops (collector_reports rejects errors).
+    assert!(seen2.iter().all(|v| v["hops"].as_array().is_some_and(|h| !h.is_empty())));
+    // Forwarding never stopped: every received frame went out.
+    let ports = fin["ports"].as_array().unwrap();
+    assert_eq!(ports[0]["rx_packets"], ports[1]["tx_packets"], "{fin}");
+    let r = &fin["int_reports"];
+    let next = r["collectors"][0]["next_seq"].as_u64().unwrap();
+    assert!(next > first2, "{r}");
+}
