@@ -1,7 +1,9 @@
 //! Faults around a running switch (issue 37 §4): a switch killed with
 //! SIGKILL starts again on the same config; a collector killed and
 //! restarted mid-run sees the reports it missed as a sequence gap while the
-//! switch goes on forwarding. (Clock steps: the AM-PM exporter's unit tests;
+//! switch goes on forwarding; the control core stalled for 2 s (its thread
+//! alone stopped with ptrace) leaves the workers forwarding, their report
+//! rings full and counted. (Clock steps: the AM-PM exporter's unit tests;
 //! export slower than the workers: int_reports' paused-export test.)
 
 use std::fs::File;
@@ -164,4 +166,85 @@ fn a_collector_killed_and_restarted_mid_run_sees_the_gap_and_forwarding_goes_on(
     let r = &fin["int_reports"];
     let next = r["collectors"][0]["next_seq"].as_u64().unwrap();
     assert!(next > first2, "{r}");
+}
+
+/// Stops one thread (the control core: the process's main thread) for
+/// `secs`, the others running on: ptrace is per thread, SIGSTOP is not.
+fn stall_thread(tid: u32, secs: f64) {
+    use nix::sys::ptrace;
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    use nix::unistd::Pid;
+    let pid = Pid::from_raw(tid as i32);
+    ptrace::seize(pid, ptrace::Options::empty()).expect("PTRACE_SEIZE (root)");
+    ptrace::interrupt(pid).expect("PTRACE_INTERRUPT");
+    waitpid(pid, Some(WaitPidFlag::__WALL)).expect("the thread stops");
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    ptrace::detach(pid, None).expect("PTRACE_DETACH");
+}
+
+#[test]
+fn a_stalled_control_core_leaves_the_workers_forwarding_and_their_full_rings_counted() {
+    let d = Scratch::new("faults-stall");
+    let pcap = d.path("int.pcap");
+    gen(
+        &pcap,
+        &[
+            "--count",
+            "256",
+            "--flows",
+            "64",
+            "--int-hops",
+            "2",
+            "--int-instructions",
+            "node_id,hop_latency",
+            "--int-rhc",
+            "3",
+        ],
+    );
+    let sock_rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Every packet reported: the workers fill their rings within
+    // milliseconds once the control core stops draining them.
+    let sink = format!(
+        "[int]\nnode_id = 3\nedge_ports = [\"p1\"]\nring_size = 1024\n[[int.collector]]\naddress = \"{}\"\n",
+        sock_rx.local_addr().unwrap()
+    );
+    let cfg = d.path("sw.toml");
+    std::fs::write(
+        &cfg,
+        replay_config(
+            &d,
+            "faults-stall",
+            "xconnect",
+            &pcap,
+            "02:00:00:00:01:01",
+            "peer = \"p1\"",
+            "peer = \"p0\"",
+            &sink,
+        ),
+    )
+    .unwrap();
+    let sock = d.path("sw.sock");
+    let sw = SwitchProcess::start(&cfg, None);
+    wait_until("traffic", || p0_rx(&sock) > 100_000);
+    let full = |v: &Value| v["rings"].as_array().unwrap().iter().map(|r| r["ring_full"].as_u64().unwrap()).sum::<u64>();
+    let before = intctl(&sock, &["show", "reports"]);
+    let rx_before = p0_rx(&sock);
+    stall_thread(sw.pid(), 2.0);
+    // The control core answers again.
+    let after = intctl(&sock, &["show", "reports"]);
+    let rx_after = p0_rx(&sock);
+    let refused = full(&after) - full(&before);
+    eprintln!("control core stalled 2 s: p0 rx {rx_before} -> {rx_after}, reports refused by full rings {refused}");
+    assert!(
+        refused > 100_000,
+        "the workers went on (their full rings refused {refused} reports in the 2 s; rx {rx_before} -> {rx_after})"
+    );
+    assert!(rx_after - rx_before > refused, "every refused report is a packet forwarded: {rx_before} -> {rx_after}");
+    let fin = sw.stop();
+    let ports = fin["ports"].as_array().unwrap();
+    assert_eq!(ports[0]["rx_packets"], ports[1]["tx_packets"], "nothing dropped: {fin}");
+    let r = &fin["int_reports"];
+    // Every packet raised a report: taken by the control core or refused.
+    let taken: u64 = r["rings"].as_array().unwrap().iter().map(|x| x["received"].as_u64().unwrap()).sum();
+    assert_eq!(taken + full(r), ports[0]["rx_packets"].as_u64().unwrap(), "{r}");
 }
