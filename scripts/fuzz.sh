@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-60}"
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(wire collector collector_records config control_request)
+((${#targets[@]})) || targets=(wire pipeline collector collector_records config control_request)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 (cd tests && cargo fuzz build --fuzz-dir fuzz --sanitizer none -O)
 fail=0

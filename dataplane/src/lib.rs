@@ -3,6 +3,8 @@
 //! `dpdk` is the only module with `unsafe` (it wraps DPDK); everything else
 //! is safe Rust over byte slices and owned mbufs, testable without an EAL.
 #![deny(unsafe_op_in_unsafe_fn)]
+// With `fuzzing`, the test helpers are compiled without their tests.
+#![cfg_attr(all(feature = "fuzzing", not(test)), allow(dead_code, unused_imports))]
 
 pub mod ampm;
 pub mod classifier;
@@ -27,8 +29,10 @@ pub mod tables;
 pub mod wire;
 pub mod worker;
 
-#[cfg(test)]
-mod pipeline_fuzz;
+// The per-role pipeline fuzz harness (tests/fuzz's `pipeline` target
+// builds it with the `fuzzing` feature); it stands on the test helpers.
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod pipeline_fuzz;
 
 #[cfg(test)]
 mod hot_path_alloc;

@@ -205,7 +205,7 @@ fn parse_l4(l4: &[u8], proto: u8) -> Result<(u16, u16), DropReason> {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod tests {
     use super::*;
     use crate::wire::checksum;

@@ -186,6 +186,197 @@ pub(crate) fn mutate(rng: &mut XorShift, seed: &[u8]) -> Vec<u8> {
     f
 }
 
+/// The per-role pipeline on one frame at a time, for coverage-guided
+/// fuzzing (tests/fuzz's `pipeline` target, whose corpus `cargo test`
+/// replays): the first byte of an input picks the role, the rest is the
+/// frame. Roles: forwarding in each mode (cross-connect, bridge, router:
+/// the test router's tables), INT source, transit and sink in each presence
+/// method, and every AM-PM point (role x method x carrier). Each keeps its
+/// state across inputs, as a worker does. Beyond "no panic", for a frame
+/// that parses and is not dropped: the frame sent parses again; an IPv4
+/// header checksum right on input is right on output; the IP packet's
+/// length fields still end where the IP packet ends (bytes after it stay
+/// as many), and a UDP length that matched the IP payload still does (if
+/// still UDP);
+/// an INT sink's output carries no INT.
+pub struct Roles {
+    envs: Vec<(Tables, FlowTable, MacTable)>,
+    int_nodes: Vec<Node>,
+    ampm_nodes: Vec<Mp>,
+    c: CounterValues,
+    n: u64,
+}
+
+impl Default for Roles {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the invariants compare before and after a stage.
+struct Shape {
+    /// Bytes after the IP packet (Ethernet padding).
+    trailer: usize,
+    v4_sum_ok: bool,
+    udp_len_ok: bool,
+    proto: u8,
+}
+
+fn shape(f: &[u8], m: &PacketMeta) -> Shape {
+    let l3 = m.l3_offset;
+    let v4_sum_ok = m.l3 == crate::parse::L3Kind::Ipv4 && {
+        let ihl = (f[l3] & 0x0f) as usize * 4;
+        f.len() >= l3 + ihl && crate::wire::checksum::checksum(&f[l3..l3 + ihl]) == 0
+    };
+    let udp_len_ok = m.key.proto() == 17
+        && m.l4_offset > 0
+        && f.len() >= m.l4_offset + 8
+        && u16::from_be_bytes([f[m.l4_offset + 4], f[m.l4_offset + 5]]) as usize == m.l3_end - m.l4_offset;
+    Shape { trailer: f.len() - m.l3_end, v4_sum_ok, udp_len_ok, proto: m.key.proto() }
+}
+
+/// A sink gives back the packet the INT block carried: when that packet's
+/// own transport header is malformed or missing (damaged after the source,
+/// which only takes packets that parse), it leaves as it came, as a router
+/// forwards a damaged segment. True when everything after `out`'s plain
+/// IPv4 or IPv6 header is the tail of `input`, verbatim (the sink wrote
+/// none of it).
+fn carried_inner_header(input: &[u8], out: &[u8]) -> bool {
+    let l3 = 14;
+    let l4 = match out.get(l3).map(|b| b >> 4) {
+        Some(4) => l3 + (out[l3] & 0x0f) as usize * 4,
+        Some(6) => l3 + 40,
+        _ => return false,
+    };
+    out.get(l4..).is_some_and(|tail| input.ends_with(tail))
+}
+
+/// The invariants on a frame a stage let through.
+fn check_sent(role: &str, before: &Shape, input: &[u8], out: &[u8]) {
+    let m = match parse(out, 0) {
+        Ok(m) => m,
+        Err(DropReason::TcpBadHeader) if role == "INT sink" && carried_inner_header(input, out) => return,
+        Err(r) => panic!("{role}: the frame sent does not parse ({r:?}): in {input:02x?} out {out:02x?}"),
+    };
+    let after = shape(out, &m);
+    assert_eq!(after.trailer, before.trailer, "{role}: IP length fields moved: in {input:02x?} out {out:02x?}");
+    assert!(!before.v4_sum_ok || after.v4_sum_ok, "{role}: IPv4 checksum broken: in {input:02x?} out {out:02x?}");
+    // (A sink restoring an NPT 2 packet gives it back its own protocol.)
+    assert!(
+        !before.udp_len_ok || after.udp_len_ok || after.proto != 17,
+        "{role}: UDP length broken: in {input:02x?} out {out:02x?}"
+    );
+}
+
+impl Roles {
+    pub fn new() -> Roles {
+        let envs = [Mode::CrossConnect, Mode::Bridge, Mode::Router]
+            .into_iter()
+            .map(|mode| {
+                let mut s = two_port_router();
+                s.mode = mode;
+                (Tables::build(&s, 1).expect("test tables"), FlowTable::new(256, 0), MacTable::new(256, 0))
+            })
+            .collect();
+        let presences = [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }];
+        let int_nodes =
+            presences.iter().flat_map(|&p| [int_node(1, 0b01, p), int_node(2, 0, p), int_node(3, 0b10, p)]).collect();
+        Roles { envs, int_nodes, ampm_nodes: all_ampm_nodes(), c: CounterValues::default(), n: 0 }
+    }
+
+    /// How many roles an input's first byte picks among.
+    pub fn count(&self) -> usize {
+        self.envs.len() + self.int_nodes.len() + self.ampm_nodes.len()
+    }
+
+    /// Runs `data[1..]` through the role `data[0]` picks; panics when an
+    /// invariant breaks.
+    pub fn run(&mut self, data: &[u8]) {
+        let Some((&pick, frame)) = data.split_first() else { return };
+        self.n += 1;
+        let mut role = pick as usize % self.count();
+        if let Some((t, flows, macs)) = self.envs.get_mut(role) {
+            // Room for a reply written in place (ARP, ICMP echo), as an mbuf has.
+            let mut f = frame.to_vec();
+            f.resize(f.len().max(128), 0);
+            let meta = parse(&f, 0);
+            let before = meta.as_ref().ok().map(|m| shape(&f, m));
+            let input = f.clone();
+            let mut ctl = Discard;
+            let mut memo = forward::BridgeMemo::default();
+            let mut ctx = Ctx::new(t, flows, macs, &mut self.c, &mut ctl, self.n, self.n % 2 == 0, &mut memo);
+            let v = forward::process_parsed(&mut ctx, &mut f, 0, &meta);
+            match (v, before) {
+                (forward::Verdict::Tx(_) | forward::Verdict::Flood, Some(b)) => check_sent("forward", &b, &input, &f),
+                (forward::Verdict::TxLen(_, len), Some(_)) => {
+                    let out = f.get(..len as usize).expect("a reply within the buffer");
+                    assert!(parse(out, 0).is_ok(), "a reply that does not parse: in {input:02x?} out {out:02x?}");
+                }
+                (forward::Verdict::Drop(_) | forward::Verdict::Consumed, _) => {}
+                (v, None) => panic!("an unparsable frame was not dropped ({v:?}): {input:02x?}"),
+            }
+            return;
+        }
+        let Ok(meta) = parse(frame, 0) else { return };
+        let before = shape(frame, &meta);
+        role -= self.envs.len();
+        if let Some(n) = self.int_nodes.get_mut(role) {
+            let mut b = VecBuf::new(frame, 256);
+            let sunk = int_events(n, Event::IntSunk);
+            if run_int(n, &mut b) == Some(Ok(())) {
+                let role = if int_events(n, Event::IntSunk) > sunk { "INT sink" } else { "INT" };
+                check_sent(role, &before, frame, b.bytes());
+                if let (true, Ok(m)) = (int_events(n, Event::IntSunk) > sunk, parse(b.bytes(), 0)) {
+                    assert!(
+                        int::find(b.bytes(), &m, n.spec().presence).is_none(),
+                        "a sink sent INT: in {frame:02x?} out {:02x?}",
+                        b.bytes()
+                    );
+                }
+            }
+            return;
+        }
+        role -= self.int_nodes.len();
+        if let Some(mp) = self.ampm_nodes.get_mut(role) {
+            let mut b = VecBuf::new(frame, 128);
+            let at = 1_700_000_000 * SEC + (self.n * 7_919_000_011) % (4 * SEC);
+            let (outcome, _) = mp.run(&mut b, at);
+            if outcome != ampm::Outcome::Skipped || b.bytes() != frame {
+                check_sent("AM-PM", &before, frame, b.bytes());
+            }
+        }
+    }
+}
+
+/// The kept corpus of the `pipeline` target, through [`Roles`].
+#[test]
+fn the_pipeline_fuzz_corpus_replays_clean() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fuzz/corpus/pipeline");
+    let mut roles = Roles::new();
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).expect("tests/fuzz/corpus/pipeline") {
+        let data = std::fs::read(e.unwrap().path()).unwrap();
+        roles.run(&data);
+        n += 1;
+    }
+    assert!(n > 100, "{n} corpus files");
+}
+
+/// The seeds through every role, mutated: what the fuzz target starts from.
+#[test]
+fn every_role_keeps_the_invariants_on_mutated_seeds() {
+    let seeds = seeds();
+    let mut rng = XorShift::new(0x0f22_5eed);
+    let mut roles = Roles::new();
+    for _ in 0..ROUNDS {
+        let seed = &seeds[rng.below(seeds.len())];
+        let f = mutate(&mut rng, seed);
+        let mut data = vec![rng.below(roles.count()) as u8];
+        data.extend_from_slice(&f);
+        roles.run(&data);
+    }
+}
+
 #[test]
 fn mutated_frames_never_panic_any_stage() {
     let seeds = seeds();

@@ -329,7 +329,7 @@ impl Tables {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod tests {
     use super::*;
 

@@ -802,6 +802,20 @@ fn locate_option(b: &[u8], meta: &PacketMeta, want: u8) -> Result<Found, Carrier
     Err(CarrierError::Malformed)
 }
 
+/// The IPv6 extension headers before the upper layer (a chain the parser
+/// accepted: at most MAX_EXT_HEADERS, each within the packet).
+fn ext_headers(b: &[u8], meta: &PacketMeta) -> usize {
+    let end = meta.l3_end.min(b.len());
+    let (mut nh, mut at, mut n) = (b[meta.l3_offset + 6], meta.l3_offset + 40, 0);
+    while matches!(nh, 0 | 43 | 44 | 60) && at + 2 <= end && n <= crate::wire::ipv6::MAX_EXT_HEADERS {
+        n += 1;
+        let len = if nh == 44 { 8 } else { (b[at + 1] as usize + 1) * 8 };
+        nh = b[at];
+        at += len;
+    }
+    n
+}
+
 fn scan_options(b: &[u8], hdr: usize, len: usize, nh_at: usize) -> Result<Found, CarrierError> {
     let end = hdr + len;
     let mut i = hdr + 2;
@@ -995,6 +1009,12 @@ fn write_mark<B: PacketBuf>(
         (carrier, Found::Absent { hdr, nh_at, at }) => {
             let data = altmark_data(flow.flow_mon_id, l, d);
             let want = if *carrier == Carrier::Ipv6HopByHop { NH_HOP_BY_HOP } else { NH_DEST_OPTS };
+            // A new header must leave the chain within what parsers walk
+            // (ours stops at MAX_EXT_HEADERS: one more, and the packet
+            // would leave unparsable).
+            if hdr.is_none() && ext_headers(pkt.bytes(), meta) >= crate::wire::ipv6::MAX_EXT_HEADERS {
+                return Written::NoRoom;
+            }
             // Eight bytes at `at`: the end of the existing options header,
             // or where a new one goes.
             if !pkt.insert_at(at, ALTMARK_BYTES) {
@@ -1093,5 +1113,5 @@ fn clear_marks<B: PacketBuf>(
     c.event(Event::AmpmCleared);
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod tests;

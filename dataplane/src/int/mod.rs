@@ -666,7 +666,7 @@ pub fn sink(
     report: &mut [u8],
 ) -> Result<(Sunk, usize), DropReason> {
     let blk = find(pkt.bytes(), meta, presence).ok_or(DropReason::IntTruncated)?;
-    sink_at(pkt, meta, blk, report)
+    sink_at(pkt, meta, blk, presence, report)
 }
 
 /// `sink` on the INT block at `blk` (what `find` returned).
@@ -674,24 +674,40 @@ pub fn sink_at(
     pkt: &mut impl PacketBuf,
     meta: &PacketMeta,
     blk: usize,
+    presence: Presence,
     report: &mut [u8],
 ) -> Result<(Sunk, usize), DropReason> {
     let block = Block::read(pkt.bytes(), meta, blk)?;
-    sink_block(pkt, meta, &block, report)
+    sink_block(pkt, meta, &block, presence, report)
 }
 
-/// `sink` on a block already read.
+/// `sink` on a block already read (found by `presence`).
 pub fn sink_block(
     pkt: &mut impl PacketBuf,
     meta: &PacketMeta,
     block: &Block,
+    presence: Presence,
     report: &mut [u8],
 ) -> Result<(Sunk, usize), DropReason> {
     let Block { at: blk, total, npt, saved, discard, .. } = *block;
     let l4 = meta.l4_offset;
-    // NPT 1 and 2 describe a block right after a UDP header.
+    // NPT 1 and 2 describe a block right after a UDP header. The encoding
+    // must be the domain's: a DSCP domain keeps the original DSCP in the
+    // shim (NPT 0), a UDP-port one the original port or protocol (NPT 1,
+    // 2). Restored from the other, the packet would leave still marked
+    // (codepoint or INT port) for the next INT node to misread.
     let after_udp = meta.key.proto() == PROTO_UDP && blk == l4 + 8;
-    if npt > 2 || (npt != 0 && !after_udp) {
+    let encoding_fits = match presence {
+        Presence::Dscp { .. } => npt == 0,
+        Presence::UdpPort(_) => npt == 1 || npt == 2,
+    };
+    if npt > 2 || (npt != 0 && !after_udp) || !encoding_fits {
+        return Err(DropReason::IntBadVersion);
+    }
+    // NPT 2 saves a transport other than UDP (UDP is NPT 1's); in IPv6 an
+    // extension header type would make the payload after it a header.
+    let v6_ext = meta.l3 == crate::parse::L3Kind::Ipv6 && matches!(saved as u8, 0 | 43 | 44 | 60);
+    if npt == 2 && (saved as u8 == PROTO_UDP || v6_ext) {
         return Err(DropReason::IntBadVersion);
     }
     let copied = report.len().min(meta.l3_end).min(pkt.bytes().len());
@@ -1144,6 +1160,35 @@ pub(crate) mod tests {
         let m = parse(&f, 0).unwrap();
         let mut bb = VecBuf::new(&f, 64);
         assert_eq!(sink(&mut bb, &m, CODEPOINT, &mut []).map(|_| ()), Err(DropReason::IntBadVersion));
+        assert_eq!(bb.bytes(), &f[..]);
+        // Nor a UDP one: restored from NPT 1 it would leave with the
+        // codepoint still on (found by the pipeline fuzz target).
+        let (mut b, m) = pkt(&udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x"));
+        source(&mut b, &m, &p, &md(1), 1500).unwrap();
+        let mut f = b.bytes().to_vec();
+        f[42] = 0x14;
+        let m = parse(&f, 0).unwrap();
+        let mut bb = VecBuf::new(&f, 64);
+        assert_eq!(sink(&mut bb, &m, CODEPOINT, &mut []).map(|_| ()), Err(DropReason::IntBadVersion));
+        assert_eq!(bb.bytes(), &f[..]);
+        // Nor NPT 2 saving UDP.
+        let (mut b, m) = pkt(&tcp(false, 0, 0, b"x"));
+        source(&mut b, &m, &params(), &md(1), 1500).unwrap();
+        let mut f = b.bytes().to_vec();
+        assert_eq!(f[42] & 0x0c, 0x08, "NPT 2");
+        f[45] = 17;
+        let m = parse(&f, 0).unwrap();
+        let mut bb = VecBuf::new(&f, 64);
+        assert_eq!(sink(&mut bb, &m, params().presence, &mut []).map(|_| ()), Err(DropReason::IntBadVersion));
+        // Nor NPT 0 in a UDP-port domain: the INT port would stay on.
+        let port = params().presence;
+        let (mut b, m) = pkt(&udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x"));
+        source(&mut b, &m, &params(), &md(1), 1500).unwrap();
+        let mut f = b.bytes().to_vec();
+        f[42] = 0x10;
+        let m = parse(&f, 0).unwrap();
+        let mut bb = VecBuf::new(&f, 64);
+        assert_eq!(sink(&mut bb, &m, port, &mut []).map(|_| ()), Err(DropReason::IntBadVersion));
         assert_eq!(bb.bytes(), &f[..]);
     }
 }

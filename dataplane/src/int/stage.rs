@@ -431,11 +431,11 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     let (sunk, rec) = if due {
         let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), block.domain_id);
         let want = report_len(spec, meta, blk + block.total, ctx.counters);
-        let (s, n) = int::sink_block(pkt, meta, &block, &mut rec.data[..want])?;
+        let (s, n) = int::sink_block(pkt, meta, &block, spec.presence, &mut rec.data[..want])?;
         rec.len = n as u16;
         (s, Some(rec))
     } else {
-        (int::sink_block(pkt, meta, &block, &mut [])?.0, None)
+        (int::sink_block(pkt, meta, &block, spec.presence, &mut [])?.0, None)
     };
     ctx.counters.event(Event::IntSunk);
     if let Some(rec) = rec {
@@ -623,7 +623,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod tests {
     use super::*;
     use crate::counters::MAX_PORTS;

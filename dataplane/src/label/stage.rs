@@ -243,7 +243,7 @@ fn export<B: PacketBuf, R: ReportSink>(
     let rest = (want - head).min(REPORT_MAX - len);
     rec.data[len..len + rest].copy_from_slice(&pkt.bytes()[head..head + rest]);
     rec.len = (len + rest) as u16;
-    let (sunk, _) = int::sink_block(pkt, meta, b, &mut [])?;
+    let (sunk, _) = int::sink_block(pkt, meta, b, spec.presence, &mut [])?;
     ctx.counters.event(Event::LabelSunk);
     if ctx.reports.push(rec) {
         ctx.counters.event(Event::LabelExported);
