@@ -28,7 +28,18 @@
 # (build=given).
 # BENCH_KEEP=1 keeps the traces, configs and last logs (the directory is
 # printed at exit).
-# BENCH_TESTPMD=0 skips testpmd (ratio 0.00; pgo.sh's training runs).
+# BENCH_PEERS=0 skips the peers (testpmd, OVS-DPDK; ratio 0.00: pgo.sh's
+# training and bench_ab.sh), BENCH_TESTPMD=0 testpmd alone.
+# OVS-DPDK (Debian's openvswitch-switch-dpdk, with hugepages, one worker;
+# BENCH_OVS=0 skips it) runs beside the cross-connect, bridge and router
+# cases, in the same rounds, on the same vdevs and trace, driven by
+# scripts/bench_ovs.py: one PMD core, its flows derived from the case's
+# config (xconnect: in_port rules; bridge: NORMAL with the static MACs in
+# its FDB, and OpenFlow dl_dst rules; router: an OpenFlow rule a route).
+# Each such case line gains vs_ovs=<ours / OVS's best config>; each OVS
+# config prints its own line (case=ovs-<config>-<case>, build=ovs, with
+# tx_share, the frames it sent over those it took) and leaves its
+# pmd-stats-show in BENCH_OVS_STATS (default target/bench-ovs/).
 # BENCH_SWEEP=1 adds the INT sink analytics sweep (1-5 hops x 1-4
 # instructions, each with the 10G line rate of its mean frame), case name
 # int-sink-analytics-sweep.
@@ -95,7 +106,9 @@ fi
 work=$(mktemp -d /tmp/intswitch-bench.XXXXXX)
 hp_file=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
 hp_before=""
+ovs_dir=""
 cleanup() {
+  [[ -z "$ovs_dir" ]] || python3 scripts/bench_ovs.py stop --dir "$ovs_dir" || true
   # DPDK leaves its hugepage files behind; they keep the pages as surplus
   # until removed.
   rm -f /dev/hugepages/bench-tp-$$map_* /dev/hugepages/bench-is-$$map_* /dev/hugepages/bench-l3-$$map_* 2>/dev/null || true
@@ -139,6 +152,12 @@ else
   seed=1 imix=imix
 fi
 
+peers=${BENCH_PEERS:-1}
+ovs_wanted() { [[ "$peers" != 0 && "${BENCH_OVS:-1}" != 0 ]] && (( workers == 1 )) && [[ -x /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk ]]; }
+ovs_stats=${BENCH_OVS_STATS:-target/bench-ovs}
+if [[ "$peers" != 0 && "${BENCH_OVS:-1}" != 0 && ! -x /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk ]]; then
+  echo "bench.sh: OVS-DPDK is not installed (apt-get install openvswitch-switch-dpdk): no OVS figures" >&2
+fi
 mem_args='memory_mb = 2048'
 tp_mem=(--no-huge -m 2048)
 tp_mbufs=200000
@@ -146,6 +165,8 @@ if [[ "${BENCH_HUGEPAGES:-1}" != 0 && -w "$hp_file" ]]; then
   hp_before=$(cat "$hp_file")
   # The 1M-flow analytics case holds a 1M-frame trace in mbufs: 3.5 GiB.
   if [[ -z "${BENCH_CASES:-}" || ",$BENCH_CASES," == *",int-sink-analytics-5x4-1m-flows,"* ]]; then echo 1900 > "$hp_file" || true; else echo 1200 > "$hp_file" || true; fi
+  # OVS-DPDK keeps 1 GiB of them (stopped) while the others take turns.
+  if ovs_wanted; then echo $(( $(cat "$hp_file") + 600 )) > "$hp_file" || true; fi
   if (( $(cat "$hp_file") >= 1100 )); then
     mem_args=$'memory_mb = 2048\nhuge = true'
     tp_mem=(-m 2048)
@@ -346,19 +367,54 @@ want() { # case name: in BENCH_CASES, or no BENCH_CASES
 # The median of its arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
+# OVS-DPDK for the case about to run, with its configs (ovs_kinds, set by
+# the caller: xconnect, normal, dl-dst, routes): started once, stopped
+# (SIGSTOP) between its turns. No OVS when it is not wanted, or fails to
+# start (the reason goes to stderr).
+ovs_start() { # name config
+  ovs_on=()
+  [[ -n "${ovs_kinds:-}" ]] && ovs_wanted && [[ "$mem_args" == *huge* ]] || return 0
+  ovs_dir=$work/ovs-$1
+  rm -rf "$ovs_dir"
+  if python3 scripts/bench_ovs.py start --dir "$ovs_dir" --config "$2" --kinds "${ovs_kinds// /,}" 2>"$work/ovs-start.log"; then
+    read -ra ovs_on <<<"$ovs_kinds"
+    mkdir -p "$ovs_stats"
+  else
+    echo "bench.sh: $1: OVS-DPDK did not start, no OVS figure: $(tail -n 1 "$work/ovs-start.log")" >&2
+    ovs_end
+  fi
+}
+ovs_end() {
+  [[ -z "$ovs_dir" ]] || python3 scripts/bench_ovs.py stop --dir "$ovs_dir" || true
+  ovs_dir=""
+}
+
 run_case() { # name pcap config
   want "$1" || return 0
-  local theirs=() ours=() r i first=""
-  # testpmd and each build take turns, so a slow spell of the machine
+  local theirs=() ours=() r i k first="" best=0 mpps share
+  local -A ovs_f=() ovs_tx=()
+  ovs_start "$1" "$3"
+  # testpmd, OVS and each build take turns, so a slow spell of the machine
   # touches all; each figure is the median of its rounds. ours[i] holds
   # build i's figures, space-separated.
   for ((r = 0; r < rounds; r++)); do
-    if [[ "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2" "$(testpmd_mode "$1")")"); else theirs+=(0); fi
+    if [[ "$peers" != 0 && "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2" "$(testpmd_mode "$1")")"); else theirs+=(0); fi
     for i in "${!bins[@]}"; do
       bin=${bins[$i]}
       ours[i]+=" $(intswitch_mpps "$3" "$1")"
     done
     cp "$work/is.log" "$work/is-$r.log"
+    for k in "${ovs_on[@]}"; do
+      read -r mpps share < <(python3 scripts/bench_ovs.py run --dir "$ovs_dir" --kind "$k" --seconds "$secs" \
+        --stats "$ovs_stats/$1-$k.txt" 2>>"$work/ovs-run.log" || echo "0.00 0.00")
+      ovs_f[$k]+=" $mpps" ovs_tx[$k]=$share
+    done
+  done
+  ovs_end
+  for k in "${ovs_on[@]}"; do
+    # shellcheck disable=SC2086 # the figures are words
+    ovs_f[$k]=$(median ${ovs_f[$k]})
+    best=$(awk -v a="$best" -v b="${ovs_f[$k]}" 'BEGIN { print (b > a ? b : a) }')
   done
   bin=${bins[0]}
   for i in "${!bins[@]}"; do
@@ -366,11 +422,17 @@ run_case() { # name pcap config
     local a; a=$(median ${ours[i]})
     awk -v n="$1" -v a="$a" -v b="$(median "${theirs[@]}")" \
       -v w="$( (( workers > 1 )) && echo " workers=$workers")" -v k="${builds[i]}" -v f="$first" \
-      -v m="$(testpmd_mode "$1")" \
+      -v m="$(testpmd_mode "$1")" -v o="$best" \
       'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f testpmd=%s%s build=%s", n, a, (b > 0 ? a / b : 0), b, m, w, k
                if (f != "") printf " vs_release=%.3f", (f > 0 ? a / f : 0)
+               if (o > 0) printf " vs_ovs=%.2f", a / o
                printf "\n" }'
     [[ -n "$first" ]] || first=$a
+  done
+  for k in "${ovs_on[@]}"; do
+    awk -v n="ovs-$k-$1" -v a="${ovs_f[$k]}" -v b="$(median "${theirs[@]}")" -v m="$(testpmd_mode "$1")" \
+      -v t="${ovs_tx[$k]}" -v s="$ovs_stats/$1-$k.txt" \
+      'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f testpmd=%s tx_share=%.2f build=ovs pmd_stats=%s\n", n, a, (b > 0 ? a / b : 0), b, m, t, s }'
   done
 }
 
@@ -509,7 +571,7 @@ null_ports() { # first last: net_null ports p<first>..p<last>
 # cross-connect reads no header; the sizes are what differ).
 real "$work/xc-real" 4096 --flows 4096 --macs 4096 --dst-macs 4096 --tcp-share 0.6 --v6-share 0.2 --vary-dst
 config xconnect "$work/xc-real.pcap" 'peer = "p1"' 'peer = "p0"' "" >"$work/xc-real.toml"
-run_real xconnect "$work/xc-real" "$work/xc-real.toml"
+ovs_kinds=xconnect run_real xconnect "$work/xc-real" "$work/xc-real.toml"
 
 # Bridge: 4 ports, 4096 sending hosts behind p0 (learned), 4096 receiving
 # hosts on 2 VLANs pinned to p1-p3 but for 2 % of them (unknown unicast,
@@ -529,11 +591,11 @@ config bridge "$work/br-real.pcap" "" "" "$(null_ports 2 3)
 [bridge]
 mac_capacity = 16384
 $hosts" >"$work/br-real.toml"
-run_real l2-bridge "$work/br-real" "$work/br-real.toml"
+ovs_kinds="normal dl-dst" run_real l2-bridge "$work/br-real" "$work/br-real.toml"
 sed "s|$work/br-real.pcap|$work/br-real-large.pcap|" "$work/br-real.toml" >"$work/br-real-large.toml"
-run_real l2-bridge-large "$work/br-real-large" "$work/br-real-large.toml"
+ovs_kinds="normal dl-dst" run_real l2-bridge-large "$work/br-real-large" "$work/br-real-large.toml"
 config bridge "$work/br-real.pcap" "" "" "$(null_ports 2 3)" >"$work/br-flood.toml"
-run_real l2-flood-3-ports "$work/br-real" "$work/br-flood.toml"
+ovs_kinds=normal run_real l2-flood-3-ports "$work/br-real" "$work/br-flood.toml"
 
 # Router: 10k IPv4 /24 and 2k IPv6 /48 routes via 256 neighbours on 3
 # ports, destinations over every route, 20 % IPv6, 60 % TCP, 100k flows of
@@ -573,9 +635,9 @@ ipv6 = ["2001:db8:f1::1/64"]' "$(for p in 2 3; do
   printf '%s\n' "${2:-}"
 }
 router_cfg "$work/l3-real.pcap" >"$work/l3-real.toml"
-run_real l3-router "$work/l3-real" "$work/l3-real.toml"
+ovs_kinds=routes run_real l3-router "$work/l3-real" "$work/l3-real.toml"
 sed "s|$work/l3-real.pcap|$work/l3-real-large.pcap|" "$work/l3-real.toml" >"$work/l3-real-large.toml"
-run_real l3-router-large "$work/l3-real-large" "$work/l3-real-large.toml"
+ovs_kinds=routes run_real l3-router-large "$work/l3-real-large" "$work/l3-real-large.toml"
 # l3fwd-lpm on the same traces and routes (its LPM has the 10k IPv4 and
 # 2k IPv6 prefixes, all to port 1; it has no flow table and resolves no
 # next hop: what routing alone costs in DPDK's own example).

@@ -85,7 +85,7 @@ gen=$PWD/target/release/intswitch
 for ((r = 1; r <= rounds; r++)); do
   for side in A B; do
     echo "bench_ab.sh: round $r/$rounds, $side" >&2
-    BENCH_SECONDS=${BENCH_SECONDS:-4} BENCH_TESTPMD=0 BENCH_GEN=$gen BENCH_BIN="$work/$side" scripts/bench.sh |
+    BENCH_SECONDS=${BENCH_SECONDS:-4} BENCH_PEERS=0 BENCH_GEN=$gen BENCH_BIN="$work/$side" scripts/bench.sh |
       sed -n "s/^case=\([^ ]*\) mpps=\([0-9.]*\).*/$side \1 \2/p" >>"$work/results"
   done
 done

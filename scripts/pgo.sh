@@ -60,7 +60,7 @@ if [[ ! -f "$profile" || "$gen" -nt "$profile" || "$0" -nt "$profile" || scripts
   rm -rf "$data"
   mkdir -p "$data"
   echo "pgo.sh: training: bench.sh's cases (${secs}s each)" >&2
-  BENCH_BIN=$gen BENCH_GEN=$gen BENCH_SECONDS=$secs BENCH_HUGEPAGES=0 BENCH_TESTPMD=0 BENCH_TRAIN=1 BENCH_PROFILE_DIR=$data/cases \
+  BENCH_BIN=$gen BENCH_GEN=$gen BENCH_SECONDS=$secs BENCH_HUGEPAGES=0 BENCH_PEERS=0 BENCH_TRAIN=1 BENCH_PROFILE_DIR=$data/cases \
     scripts/bench.sh >/dev/null
 
   echo "pgo.sh: training: the demo, INT in DSCP mode, AM-PM on IPv6" >&2
