@@ -35,6 +35,27 @@ fn gen(out: &Path, args: &[&str]) {
     assert!(st.success());
 }
 
+/// A cross-connect switch replaying `pcap` from p0 to p1, with `extra`.
+fn xconnect_config(d: &Scratch, name: &str, pcap: &Path, extra: &str) -> std::path::PathBuf {
+    let cfg = d.path("sw.toml");
+    let text = replay_config(d, name, "xconnect", pcap, "02:00:00:00:01:01", "peer = \"p1\"", "peer = \"p0\"", extra);
+    std::fs::write(&cfg, text).unwrap();
+    cfg
+}
+
+/// 256 frames of 64 flows, each carrying two INT hops.
+fn int_trace(d: &Scratch) -> std::path::PathBuf {
+    let pcap = d.path("int.pcap");
+    let args = ["--count", "256", "--flows", "64", "--int-hops", "2", "--int-instructions", "node_id,hop_latency"];
+    gen(&pcap, &[&args[..], &["--int-rhc", "3"]].concat());
+    pcap
+}
+
+/// An INT sink at p1 reporting to `collector`, with `extra` [int] lines.
+fn sink_section(collector: &str, extra: &str) -> String {
+    format!("[int]\nnode_id = 3\nedge_ports = [\"p1\"]\n{extra}[[int.collector]]\naddress = \"{collector}\"\n")
+}
+
 fn sigkill(pid: u32) {
     assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
 }
@@ -68,12 +89,7 @@ fn a_switch_killed_with_sigkill_starts_again_on_the_same_config() {
     let d = Scratch::new("faults-kill");
     let pcap = d.path("t.pcap");
     gen(&pcap, &["--count", "512", "--flows", "512", "--sizes", "imix", "--shuffle", "1"]);
-    let cfg = d.path("sw.toml");
-    std::fs::write(
-        &cfg,
-        replay_config(&d, "faults-kill", "xconnect", &pcap, "02:00:00:00:01:01", "peer = \"p1\"", "peer = \"p0\"", ""),
-    )
-    .unwrap();
+    let cfg = xconnect_config(&d, "faults-kill", &pcap, "");
     let sock = d.path("sw.sock");
     let first = SwitchProcess::start(&cfg, None);
     wait_until("traffic", || p0_rx(&sock) > 0);
@@ -94,44 +110,11 @@ fn a_switch_killed_with_sigkill_starts_again_on_the_same_config() {
 #[test]
 fn a_collector_killed_and_restarted_mid_run_sees_the_gap_and_forwarding_goes_on() {
     let d = Scratch::new("faults-collector");
-    let pcap = d.path("int.pcap");
-    gen(
-        &pcap,
-        &[
-            "--count",
-            "256",
-            "--flows",
-            "64",
-            "--dst-mac",
-            "02:00:00:00:00:02",
-            "--int-hops",
-            "2",
-            "--int-instructions",
-            "node_id,hop_latency",
-            "--int-rhc",
-            "3",
-        ],
-    );
+    let pcap = int_trace(&d);
     let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
-    let sink = format!(
-        "[int]\nnode_id = 3\nedge_ports = [\"p1\"]\nreport_flow_interval_ms = 20\n[[int.collector]]\naddress = \"{listen}\"\n"
-    );
-    let cfg = d.path("sw.toml");
-    std::fs::write(
-        &cfg,
-        replay_config(
-            &d,
-            "faults-coll",
-            "xconnect",
-            &pcap,
-            "02:00:00:00:01:01",
-            "peer = \"p1\"",
-            "peer = \"p0\"",
-            &sink,
-        ),
-    )
-    .unwrap();
+    let sink = sink_section(&listen, "report_flow_interval_ms = 20\n");
+    let cfg = xconnect_config(&d, "faults-coll", &pcap, &sink);
     let sock = d.path("sw.sock");
     let (log1, log2) = (d.path("c1.jsonl"), d.path("c2.jsonl"));
     let mut c1 = collector(&listen, &log1);
@@ -185,50 +168,19 @@ fn stall_thread(tid: u32, secs: f64) {
 #[test]
 fn a_stalled_control_core_leaves_the_workers_forwarding_and_their_full_rings_counted() {
     let d = Scratch::new("faults-stall");
-    let pcap = d.path("int.pcap");
-    gen(
-        &pcap,
-        &[
-            "--count",
-            "256",
-            "--flows",
-            "64",
-            "--int-hops",
-            "2",
-            "--int-instructions",
-            "node_id,hop_latency",
-            "--int-rhc",
-            "3",
-        ],
-    );
+    let pcap = int_trace(&d);
     let sock_rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     // Every packet reported: the workers fill their rings within
     // milliseconds once the control core stops draining them.
-    let sink = format!(
-        "[int]\nnode_id = 3\nedge_ports = [\"p1\"]\nring_size = 1024\n[[int.collector]]\naddress = \"{}\"\n",
-        sock_rx.local_addr().unwrap()
-    );
-    let cfg = d.path("sw.toml");
-    std::fs::write(
-        &cfg,
-        replay_config(
-            &d,
-            "faults-stall",
-            "xconnect",
-            &pcap,
-            "02:00:00:00:01:01",
-            "peer = \"p1\"",
-            "peer = \"p0\"",
-            &sink,
-        ),
-    )
-    .unwrap();
+    let sink = sink_section(&sock_rx.local_addr().unwrap().to_string(), "ring_size = 1024\n");
+    let cfg = xconnect_config(&d, "faults-stall", &pcap, &sink);
     let sock = d.path("sw.sock");
     let sw = SwitchProcess::start(&cfg, None);
     wait_until("traffic", || p0_rx(&sock) > 100_000);
     let full = |v: &Value| v["rings"].as_array().unwrap().iter().map(|r| r["ring_full"].as_u64().unwrap()).sum::<u64>();
-    let before = intctl(&sock, &["show", "reports"]);
+    // Read in this order, the refused reports' window lies within rx's.
     let rx_before = p0_rx(&sock);
+    let before = intctl(&sock, &["show", "reports"]);
     stall_thread(sw.pid(), 2.0);
     // The control core answers again.
     let after = intctl(&sock, &["show", "reports"]);

@@ -63,6 +63,10 @@ fn tshark(pcap: &Path, fields: &[&str], prefs: &[&str]) -> Vec<BTreeMap<String, 
     for lua in ["int_md.lua", "telemetry_report.lua", "altmark.lua"] {
         cmd.arg("-X").arg(format!("lua_script:{}", dir.join(lua).display()));
     }
+    // The switch replays its trace in a loop, so a capture can hold a TCP
+    // segment twice; sequence analysis would call it a retransmission and
+    // keep its payload from the dissectors.
+    cmd.args(["-o", "tcp.analyze_sequence_numbers:FALSE"]);
     for p in prefs {
         cmd.args(["-o", p]);
     }
