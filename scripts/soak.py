@@ -148,16 +148,23 @@ class Churn:
         # Exact flows: every role has a flow table.
         flow = ["--in-port", "p0", "--src", f"10.9.{n}.1", "--dst", "10.9.0.2", "--proto", "udp",
                 "--src-port", "1000", "--dst-port", "2000"]
-        c("flow", "add", *flow, "--action", "drop") if add else c("flow", "del", *flow)
+        if add:
+            c("flow", "add", *flow, "--action", "drop")
+        else:
+            c("flow", "del", *flow)
         if role in ("router", "int-source"):
             # An unused prefix, and one the traffic uses (its packets are
             # dropped as no_route while it is gone: counted, not lost).
-            c("route", "add", f"30.{n}.0.0/16", "--port", "p1", "--via", "10.0.2.10") if add \
-                else c("route", "del", f"30.{n}.0.0/16")
-            used = f"20.0.{n}.0/24"
-            c("route", "del", used) if add else c("route", "add", used, "--port", "p1", "--via", "10.0.2.10")
-            c("neighbour", "add", f"10.0.2.{100 + n % 100}", "02:00:00:00:09:%02x" % (n % 100), "--port", "p1") \
-                if add else c("neighbour", "del", f"10.0.2.{100 + n % 100}")
+            spare, used, nbr = f"30.{n}.0.0/16", f"20.0.{n}.0/24", f"10.0.2.{100 + n % 100}"
+            via = ["--port", "p1", "--via", "10.0.2.10"]
+            if add:
+                c("route", "add", spare, *via)
+                c("route", "del", used)
+                c("neighbour", "add", nbr, "02:00:00:00:09:%02x" % (n % 100), "--port", "p1")
+            else:
+                c("route", "del", spare)
+                c("route", "add", used, *via)
+                c("neighbour", "del", nbr)
         if role.startswith("int-") and role != "int-label":
             r = {"int-source": "source", "int-transit": "transit", "int-sink": "sink"}[role]
             if add:
