@@ -15,8 +15,10 @@ const MIB: f64 = (1u64 << 20) as f64;
 /// One key's table: what a worker allocates for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Need {
-    /// The config key that sizes it, with its value ("flow_table.capacity = 65536").
-    pub key: String,
+    /// The config key that sizes it ("flow_table.capacity").
+    pub key: &'static str,
+    /// Its value as configured.
+    pub value: String,
     /// Bytes per worker (None: more than the address space).
     pub bytes: Option<u64>,
 }
@@ -26,17 +28,20 @@ pub fn heap_needs(plan: &Plan) -> Vec<Need> {
     let c = &plan.raw;
     let mut out = vec![
         Need {
-            key: format!("flow_table.capacity = {}", c.flow_table.capacity),
+            key: "flow_table.capacity",
+            value: c.flow_table.capacity.to_string(),
             bytes: FlowTable::bytes_for(c.flow_table.capacity),
         },
         Need {
-            key: format!("bridge.mac_capacity = {}", c.bridge.mac_capacity),
+            key: "bridge.mac_capacity",
+            value: c.bridge.mac_capacity.to_string(),
             bytes: MacTable::bytes_for(c.bridge.mac_capacity),
         },
     ];
     if let Some(a) = plan.int.as_ref().and_then(|i| i.analytics.as_ref()) {
         out.push(Need {
-            key: format!("int.analytics.cache_rows = {} (x cache_ways = {})", a.rows, a.ways),
+            key: "int.analytics.cache_rows",
+            value: format!("{} (x cache_ways = {})", a.rows, a.ways),
             bytes: Some((a.cache_bytes + a.hist_bytes) as u64),
         });
     }
@@ -53,7 +58,7 @@ pub fn check(plan: &Plan, workers: usize, available: Option<u64>) -> Result<u64,
         let all = n.bytes.and_then(|b| b.checked_mul(workers.max(1) as u64));
         total = match all.and_then(|a| total.checked_add(a)) {
             Some(t) => t,
-            None => return Err(cerr(key_of(&n.key), format!("{} needs more memory than any machine has", n.key))),
+            None => return Err(cerr(n.key, format!("{} = {} needs more memory than any machine has", n.key, n.value))),
         };
     }
     let Some(avail) = available else { return Ok(total) };
@@ -61,10 +66,12 @@ pub fn check(plan: &Plan, workers: usize, available: Option<u64>) -> Result<u64,
         return Ok(total);
     }
     let biggest = needs.iter().max_by_key(|n| n.bytes.unwrap_or(u64::MAX)).expect("two needs at least");
-    let listed: Vec<String> =
-        needs.iter().map(|n| format!("{} ({:.1} MiB)", n.key, n.bytes.unwrap_or(0) as f64 / MIB)).collect();
+    let listed: Vec<String> = needs
+        .iter()
+        .map(|n| format!("{} = {} ({:.1} MiB)", n.key, n.value, n.bytes.unwrap_or(0) as f64 / MIB))
+        .collect();
     Err(cerr(
-        key_of(&biggest.key),
+        biggest.key,
         format!(
             "the tables need {:.1} MiB ({} per worker, x {} worker{}), more than the {:.1} MiB this machine has \
              available (MemAvailable)",
@@ -77,11 +84,6 @@ pub fn check(plan: &Plan, workers: usize, available: Option<u64>) -> Result<u64,
     ))
 }
 
-/// "flow_table.capacity = 5" -> "flow_table.capacity".
-fn key_of(s: &str) -> String {
-    s.split(" = ").next().unwrap_or(s).to_string()
-}
-
 /// The machine's MemAvailable (/proc/meminfo), in bytes.
 pub fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -90,11 +92,11 @@ pub fn mem_available() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// What the packet buffer pool takes from the EAL's memory: `mbufs` of
-/// `data_room` bytes each, with the mbuf header, headroom and the
-/// mempool's own header (a lower bound: rings and caches come on top).
-pub fn pool_bytes(mbufs: u32, data_room: u32) -> u64 {
-    mbufs as u64 * (data_room as u64 + 128 + 64)
+/// What the packet buffer pool takes from the EAL's memory, in MiB:
+/// `mbufs` of `data_room` bytes each, with the mbuf header and the
+/// mempool's own (a lower bound: rings and caches come on top).
+pub fn pool_mib(mbufs: u32, data_room: u16) -> f64 {
+    (mbufs as u64 * (data_room as u64 + 128 + 64)) as f64 / MIB
 }
 
 #[cfg(test)]

@@ -137,17 +137,18 @@ impl Switch {
         crate::memory_budget::check(&plan, workers.len(), crate::memory_budget::mem_available())
             .map_err(|e| e.to_string())?;
         let d = &plan.raw.dataplane;
-        let pool =
-            Mempool::new(&eal, "intswitch_pool", d.mbufs, d.mbuf_cache, 2048 + 128, &d.mempool_ops).map_err(|e| {
-                let mib = crate::memory_budget::pool_bytes(d.mbufs, 2048 + 128) as f64 / (1u64 << 20) as f64;
-                let eal_mb =
-                    plan.raw.eal.memory_mb.map_or("all hugepages".to_string(), |m| format!("eal.memory_mb = {m}"));
-                format!(
-                "dataplane.mbufs = {} / dataplane.mempool_ops = '{}': {e} (the pool needs at least {mib:.0} MiB of \
-                 the EAL's memory, {eal_mb})",
-                d.mbufs, d.mempool_ops
+        // Data room: a 2 KiB frame and the headroom.
+        let room = 2048 + 128;
+        let pool = Mempool::new(&eal, "intswitch_pool", d.mbufs, d.mbuf_cache, room, &d.mempool_ops).map_err(|e| {
+            let eal_mb = plan.raw.eal.memory_mb.map_or("all hugepages".to_string(), |m| format!("eal.memory_mb = {m}"));
+            format!(
+                "dataplane.mbufs = {} / dataplane.mempool_ops = '{}': {e} (the pool needs at least {:.0} MiB of the \
+                 EAL's memory, {eal_mb})",
+                d.mbufs,
+                d.mempool_ops,
+                crate::memory_budget::pool_mib(d.mbufs, room)
             )
-            })?;
+        })?;
         let mut ports = Vec::new();
         for (pi, p) in plan.ports.iter().enumerate() {
             let rxq = workers

@@ -766,7 +766,7 @@ fn locate_option(b: &[u8], meta: &PacketMeta, want: u8) -> Result<Found, Carrier
     let mut at = o + 40;
     for _ in 0..8 {
         let nh = b[nh_at];
-        let is_ext = matches!(nh, 0 | 43 | 44 | 60);
+        let is_ext = crate::wire::ipv6::is_extension(nh);
         if nh == want {
             if at + 2 > end {
                 return Err(CarrierError::Malformed);
@@ -807,7 +807,7 @@ fn locate_option(b: &[u8], meta: &PacketMeta, want: u8) -> Result<Found, Carrier
 fn ext_headers(b: &[u8], meta: &PacketMeta) -> usize {
     let end = meta.l3_end.min(b.len());
     let (mut nh, mut at, mut n) = (b[meta.l3_offset + 6], meta.l3_offset + 40, 0);
-    while matches!(nh, 0 | 43 | 44 | 60) && at + 2 <= end && n <= crate::wire::ipv6::MAX_EXT_HEADERS {
+    while crate::wire::ipv6::is_extension(nh) && at + 2 <= end && n <= crate::wire::ipv6::MAX_EXT_HEADERS {
         n += 1;
         let len = if nh == 44 { 8 } else { (b[at + 1] as usize + 1) * 8 };
         nh = b[at];

@@ -706,7 +706,7 @@ pub fn sink_block(
     }
     // NPT 2 saves a transport other than UDP (UDP is NPT 1's); in IPv6 an
     // extension header type would make the payload after it a header.
-    let v6_ext = meta.l3 == crate::parse::L3Kind::Ipv6 && matches!(saved as u8, 0 | 43 | 44 | 60);
+    let v6_ext = meta.l3 == crate::parse::L3Kind::Ipv6 && crate::wire::ipv6::is_extension(saved as u8);
     if npt == 2 && (saved as u8 == PROTO_UDP || v6_ext) {
         return Err(DropReason::IntBadVersion);
     }

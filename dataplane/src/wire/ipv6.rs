@@ -9,6 +9,12 @@ pub const NH_FRAGMENT: u8 = 44;
 pub const NH_DEST_OPTS: u8 = 60;
 pub const NH_NO_NEXT: u8 = 59;
 pub const NH_ICMPV6: u8 = 58;
+
+/// Whether `nh` is an extension header the walk steps over (Hop-by-Hop,
+/// Routing, Fragment, Destination Options).
+pub fn is_extension(nh: u8) -> bool {
+    matches!(nh, NH_HOP_BY_HOP | NH_ROUTING | NH_FRAGMENT | NH_DEST_OPTS)
+}
 /// Extension headers walked before giving up (bounds the per-packet work).
 pub const MAX_EXT_HEADERS: usize = 8;
 
