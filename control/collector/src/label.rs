@@ -247,12 +247,22 @@ impl Pro {
 
     /// The changes due at `now_ns` for the active ports: (port, new S).
     /// A port is stale when its newest record's label time is older than
-    /// k x T (Shift) or T_i (Flag), or it has none.
-    pub fn step(&mut self, db: &LabelDb, active: &BTreeSet<PortKey>, now_ns: u64) -> Vec<(PortKey, u8)> {
+    /// k x T (Shift) or T_i (Flag), or it has none. The age is taken at
+    /// the port's own last label where its switch said when that was
+    /// (`last_label`), not at `now_ns`: a port whose traffic stopped
+    /// inside the window labels no more, and that is not a lost label.
+    pub fn step(
+        &mut self,
+        db: &LabelDb,
+        active: &BTreeSet<PortKey>,
+        last_label: &BTreeMap<PortKey, u64>,
+        now_ns: u64,
+    ) -> Vec<(PortKey, u8)> {
         let mut out = Vec::new();
         for p in active {
             let (s, since) = self.shift.get(p).copied().unwrap_or((0, 0));
-            let age = db.records.get(p).map_or(u64::MAX, |e| now_ns.saturating_sub(e.rec.label_ns));
+            let at = last_label.get(p).map_or(now_ns, |lt| (*lt).min(now_ns));
+            let age = db.records.get(p).map_or(u64::MAX, |e| at.saturating_sub(e.rec.label_ns));
             let next = match self.mode {
                 ProMode::Shift => {
                     let period = self.k * self.interval_ns;
@@ -345,12 +355,13 @@ mod tests {
         let mut pro = Pro::new(ProMode::Shift, 2, t, 100, 6);
         let mut db = LabelDb::new(0, 1_000);
         let active: BTreeSet<PortKey> = [(1, 0)].into();
+        let none = BTreeMap::new();
         db.item(&hop(1, 0, 0), 0);
         // Stale from t = 100 on: S rises once per k x T = 100 (the first
         // period, fresh at its end, passes with S unchanged).
         let mut got = Vec::new();
         for now in (10..=1_000).step_by(10) {
-            for (_, s) in pro.step(&db, &active, now) {
+            for (_, s) in pro.step(&db, &active, &none, now) {
                 got.push((now, s));
             }
         }
@@ -360,7 +371,7 @@ mod tests {
         let mut s = 6;
         for now in (1_010..=2_000).step_by(10) {
             db.item(&hop(1, 0, now), now);
-            for (_, v) in pro.step(&db, &active, now) {
+            for (_, v) in pro.step(&db, &active, &none, now) {
                 assert_eq!(v, s - 1);
                 s = v;
             }
@@ -374,20 +385,40 @@ mod tests {
         let mut pro = Pro::new(ProMode::Flag, 2, 50, 100, 6);
         let mut db = LabelDb::new(0, 1_000);
         let active: BTreeSet<PortKey> = [(1, 0)].into();
+        let none = BTreeMap::new();
         db.item(&hop(1, 0, 0), 0);
-        assert!(pro.step(&db, &active, 50).is_empty(), "fresh");
-        assert_eq!(pro.step(&db, &active, 150), vec![((1, 0), 255)]);
+        assert!(pro.step(&db, &active, &none, 50).is_empty(), "fresh");
+        assert_eq!(pro.step(&db, &active, &none, 150), vec![((1, 0), 255)]);
         // Fresh again: held for 10 x T_i from the last stale step.
         for now in (160..1_150).step_by(10) {
             db.item(&hop(1, 0, now), now);
-            assert!(pro.step(&db, &active, now).is_empty(), "held at {now}");
+            assert!(pro.step(&db, &active, &none, now).is_empty(), "held at {now}");
         }
-        assert_eq!(pro.step(&db, &active, 1_150), vec![((1, 0), 0)]);
+        assert_eq!(pro.step(&db, &active, &none, 1_150), vec![((1, 0), 0)]);
         // No record for more than T_i: flagged again; stale while flagged,
         // the hold restarts.
-        assert!(pro.step(&db, &active, 1_200).is_empty());
-        assert_eq!(pro.step(&db, &active, 1_300), vec![((1, 0), 255)]);
-        assert!(pro.step(&db, &active, 2_000).is_empty());
+        assert!(pro.step(&db, &active, &none, 1_200).is_empty());
+        assert_eq!(pro.step(&db, &active, &none, 1_300), vec![((1, 0), 255)]);
+        assert!(pro.step(&db, &active, &none, 2_000).is_empty());
         assert_eq!(pro.shift[&(1, 0)], (255, 2_000));
+    }
+
+    #[test]
+    fn pro_measures_age_at_the_ports_last_label_not_at_the_window_end() {
+        let mut pro = Pro::new(ProMode::Shift, 2, 50, 100, 6);
+        let mut db = LabelDb::new(0, 1_000);
+        let active: BTreeSet<PortKey> = [(1, 0)].into();
+        db.item(&hop(1, 0, 1_000), 1_000);
+        // Traffic stopped at 1_020: the switch's last label is the record's.
+        // At 1_200 the record is 200 old, yet nothing was lost.
+        let idle = BTreeMap::from([((1, 0), 1_000)]);
+        assert!(pro.step(&db, &active, &idle, 1_200).is_empty(), "an idle port is not stale");
+        // The switch labeled at 1_150 and that label never arrived: stale.
+        let lost = BTreeMap::from([((1, 0), 1_150)]);
+        assert!(pro.step(&db, &active, &lost, 1_200).is_empty(), "a period after the last step");
+        assert_eq!(pro.step(&db, &active, &lost, 1_300), vec![((1, 0), 1)]);
+        // A last label later than now (clock skew) is taken at now.
+        let ahead = BTreeMap::from([((1, 0), 9_000)]);
+        assert_eq!(pro.step(&db, &active, &ahead, 1_400), vec![((1, 0), 2)]);
     }
 }

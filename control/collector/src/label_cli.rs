@@ -92,7 +92,9 @@ impl Switch {
     }
 
     /// (active ports, TX bytes, label block bytes) since the last call.
-    fn sample(&mut self) -> Result<(Vec<u16>, u64, u64), String> {
+    /// The ports with TX since the last sample, the TX bytes, the label
+    /// block bytes, and each port's last label time (ns, this host's clock).
+    fn sample(&mut self) -> Result<(Vec<u16>, u64, u64, Vec<(u16, u64)>), String> {
         let err = |e: control::client::CallError| format!("{}: {e}", self.path.display());
         let ports = self.client.call("show_ports", json!({})).map_err(err)?;
         let label = self.client.call("show_label", json!({})).map_err(err)?;
@@ -103,6 +105,16 @@ impl Switch {
             .map(|p| (p["tx_packets"].as_u64().unwrap_or(0), p["tx_bytes"].as_u64().unwrap_or(0)))
             .collect();
         let block = label["counters"]["label_block_bytes"].as_u64().unwrap_or(0);
+        let at = crate::realtime_ns();
+        let last_label = label["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let age_ns = (p["lt_age_ms"].as_f64()? * 1e6) as u64;
+                Some((p["index"].as_u64()? as u16, at.saturating_sub(age_ns)))
+            })
+            .collect();
         let mut active = Vec::new();
         let mut bytes = 0;
         if self.tx.len() == now.len() {
@@ -117,7 +129,7 @@ impl Switch {
         let first = self.tx.is_empty();
         self.tx = now;
         self.block_bytes = block;
-        Ok((active, bytes, if first { 0 } else { block_delta }))
+        Ok((active, bytes, if first { 0 } else { block_delta }, last_label))
     }
 }
 
@@ -125,6 +137,8 @@ impl Switch {
 struct Sample {
     window: u64,
     active: BTreeSet<PortKey>,
+    /// The switches' last label time per port (for Pro's staleness).
+    last_label: BTreeMap<PortKey, u64>,
     per_node: BTreeMap<u32, usize>,
     tx_bytes: u64,
     block_bytes: u64,
@@ -176,6 +190,7 @@ fn poller(
         let mut sample = Sample {
             window: w,
             active: BTreeSet::new(),
+            last_label: BTreeMap::new(),
             per_node: BTreeMap::new(),
             tx_bytes: 0,
             block_bytes: 0,
@@ -190,8 +205,9 @@ fn poller(
             let Some(s) = slot else { continue };
             sample.pro_params.get_or_insert((s.interval_ns, s.max_shift));
             match s.sample() {
-                Ok((ports, bytes, block)) => {
+                Ok((ports, bytes, block, last_label)) => {
                     sample.per_node.insert(s.node_id, ports.len());
+                    sample.last_label.extend(last_label.into_iter().map(|(p, t)| ((s.node_id, p), t)));
                     sample.active.extend(ports.into_iter().map(|p| (s.node_id, p)));
                     sample.tx_bytes += bytes;
                     sample.block_bytes += block;
@@ -372,6 +388,7 @@ impl LabelRun {
                     let sm = Sample {
                         window: w,
                         active: st.clone(),
+                        last_label: BTreeMap::new(),
                         per_node: BTreeMap::new(),
                         tx_bytes: 0,
                         block_bytes: 0,
@@ -407,7 +424,7 @@ impl LabelRun {
         }
         let mut pro_changes = Vec::new();
         if let Some(pro) = &mut self.pro {
-            for ((node, port), shift) in pro.step(&self.db, &sm.active, end) {
+            for ((node, port), shift) in pro.step(&self.db, &sm.active, &sm.last_label, end) {
                 pro_changes.push(json!({"node_id": node, "port": port, "shift": shift}));
                 if let Some(tx) = &self.shifts {
                     let _ = tx.send(SetShift { node, port, shift });
