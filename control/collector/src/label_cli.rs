@@ -92,9 +92,7 @@ impl Switch {
     }
 
     /// (active ports, TX bytes, label block bytes) since the last call.
-    /// The ports with TX since the last sample, the TX bytes, the label
-    /// block bytes, and each port's last label time (ns, this host's clock).
-    fn sample(&mut self) -> Result<(Vec<u16>, u64, u64, Vec<(u16, u64)>), String> {
+    fn sample(&mut self) -> Result<SwitchSample, String> {
         let err = |e: control::client::CallError| format!("{}: {e}", self.path.display());
         let ports = self.client.call("show_ports", json!({})).map_err(err)?;
         let label = self.client.call("show_label", json!({})).map_err(err)?;
@@ -129,8 +127,19 @@ impl Switch {
         let first = self.tx.is_empty();
         self.tx = now;
         self.block_bytes = block;
-        Ok((active, bytes, if first { 0 } else { block_delta }, last_label))
+        Ok(SwitchSample { active, tx_bytes: bytes, block_bytes: if first { 0 } else { block_delta }, last_label })
     }
+}
+
+/// What the poller read of one switch at a window's end.
+struct SwitchSample {
+    /// Ports with TX since the last sample.
+    active: Vec<u16>,
+    tx_bytes: u64,
+    /// Label block bytes sent since the last sample.
+    block_bytes: u64,
+    /// Each port's last label time (ns, this host's clock).
+    last_label: Vec<(u16, u64)>,
 }
 
 /// What the poller read of the switches for one window.
@@ -205,12 +214,12 @@ fn poller(
             let Some(s) = slot else { continue };
             sample.pro_params.get_or_insert((s.interval_ns, s.max_shift));
             match s.sample() {
-                Ok((ports, bytes, block, last_label)) => {
-                    sample.per_node.insert(s.node_id, ports.len());
-                    sample.last_label.extend(last_label.into_iter().map(|(p, t)| ((s.node_id, p), t)));
-                    sample.active.extend(ports.into_iter().map(|p| (s.node_id, p)));
-                    sample.tx_bytes += bytes;
-                    sample.block_bytes += block;
+                Ok(r) => {
+                    sample.per_node.insert(s.node_id, r.active.len());
+                    sample.last_label.extend(r.last_label.into_iter().map(|(p, t)| ((s.node_id, p), t)));
+                    sample.active.extend(r.active.into_iter().map(|p| (s.node_id, p)));
+                    sample.tx_bytes += r.tx_bytes;
+                    sample.block_bytes += r.block_bytes;
                 }
                 Err(e) => {
                     sample.errors += 1;
