@@ -34,7 +34,7 @@ use crate::label::LabelPorts;
 use crate::mac_table::{MacTable, Sighting};
 use crate::parse::FlowKey;
 use crate::pipeline::{Burst, CaptureTx, Output, Pipeline, PortLoad, RxTime, Shortcut, Stage};
-use crate::tables::Tables;
+use crate::tables::{Mode, Tables};
 use crate::DropReason;
 
 /// How often a second the worker ages a slice of its flow and MAC tables.
@@ -754,6 +754,11 @@ impl L2Burst {
         // VPP's l2 input caches its last lookup). Equal bytes give the bridge
         // the same inputs, and the tables only change by learning, which the
         // first of them did (the bridge's own memo skips learning it again).
+        if t.mode == Mode::Bridge && n > 1 {
+            for m in pkts[..n].iter().flatten() {
+                fwd.prefetch_l2(t, m.data());
+            }
+        }
         let mut verdicts = [Verdict::Consumed; MAX_BURST];
         let mut last: Option<([u8; 16], Verdict)> = None;
         let (mut bytes, mut uniform) = (0u64, true);
