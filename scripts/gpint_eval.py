@@ -193,48 +193,19 @@ def write_csv(path, rows):
 
 
 def svg(path, title, xlabel, ylabel, series):
-    """A line chart of {name: [(x, y)]}, written as plain SVG."""
-    w, h, m = 680, 400, 70
-    pts = [p for s in series.values() for p in s]
-    if not pts:
+    """A line chart of {name: [(x, y)]}: `intcollector plot` draws it from
+    plot_point lines, as an SVG and a PNG beside it."""
+    if not any(series.values()):
         return
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y1 = max(p[1] for p in pts) * 1.1 or 1
-    x1 = x1 if x1 > x0 else x0 + 1
-    sx = lambda x: m + (x - x0) / (x1 - x0) * (w - 2 * m)
-    sy = lambda y: h - m - y / y1 * (h - 2 * m)
-    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
-           f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
-           f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
-           f'<text x="{w / 2}" y="{h - 15}" text-anchor="middle">{xlabel}</text>',
-           f'<text x="14" y="{h / 2}" transform="rotate(-90 14 {h / 2})" text-anchor="middle">{ylabel}</text>']
-    for i in range(5):
-        yv = y1 * i / 4
-        out.append(f'<text x="{m - 5}" y="{sy(yv) + 4}" text-anchor="end">{yv:.4g}</text>')
-    for xv in sorted({p[0] for p in pts}):
-        out.append(f'<text x="{sx(xv)}" y="{h - m + 15}" text-anchor="middle">{xv:g}</text>')
-    for i, (name, s) in enumerate(sorted(series.items())):
-        c = colours[i % len(colours)]
-        s = sorted(s)
-        out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
-                   % (c, " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)))
-        for x, y in s:
-            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{c}"/>')
-        out.append(f'<text x="{w - m + 5 - 120}" y="{m + 15 * i}" fill="{c}">{name}</text>')
-    out.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
-    print(f"wrote {path}", file=sys.stderr)
-    # A PNG beside it where librsvg's converter is installed.
-    png = path[:-4] + ".png"
-    try:
-        subprocess.run(["rsvg-convert", "-o", png, path], check=True, capture_output=True)
-        print(f"wrote {png}", file=sys.stderr)
-    except (OSError, subprocess.CalledProcessError) as e:
-        print(f"no PNG of {path} (apt install librsvg2-bin): {e}", file=sys.stderr)
+    points = path[:-4] + ".points.jsonl"
+    with open(points, "w") as f:
+        for name, pts in sorted(series.items()):
+            for x, y in pts:
+                f.write(json.dumps({"type": "plot_point", "chart": title, "x_label": xlabel, "y_label": ylabel,
+                                    "series": name, "x": x, "y": y}) + "\n")
+    for out in (path, path[:-4] + ".png"):
+        run([bin_path("intcollector"), "plot", "--in", points, "--out", out, "--kind", "series"])
+        print(f"wrote {out}", file=sys.stderr)
 
 
 STATE = os.environ.setdefault("INTSWITCH_TESTBED_DIR", "/run/intswitch-testbed")

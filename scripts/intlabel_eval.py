@@ -11,8 +11,8 @@ Each point brings the testbed up with the [label] section it needs (one
 bring-up per configuration), sends the paper's traffic from h1 and h8
 (scripts/intlabel_traffic.py) and runs intcollector as the controller
 (every switch's socket; Pro where the point says so). Writes points.csv
-(one row a point) and SVG charts (PNG beside them where rsvg-convert is
-installed) into DIR (default target/intlabel-eval), and per point the
+(one row a point) and SVG charts (a PNG beside each, both drawn by
+`intcollector plot` from plot_point lines) into DIR (default target/intlabel-eval), and per point the
 controller's JSON lines (windows-CONFIG-KIND-X.jsonl) with their coverage
 per window charted by `intcollector plot` (windows-....svg). --quick runs one short
 point of each kind (what CI runs). Needs root and the release binaries

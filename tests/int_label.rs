@@ -390,9 +390,12 @@ fn fidelity_sweep_runs_one_point_of_each() {
     for r in rows.iter().filter(|r| r["kind"] == "rate") {
         assert!(r["coverage_arrival"].as_f64().unwrap() > 0.8, "{r}");
     }
-    for f in ["points.csv", "coverage-rate.svg", "exported.svg", "labels-per-report.svg"] {
+    for f in ["points.csv", "coverage-rate.svg", "exported.svg", "labels-per-report.svg", "exported.png"] {
         assert!(d.path("eval").join(f).exists(), "{f}");
     }
+    // The sweep's charts are `intcollector plot`'s, from plot_point lines.
+    let chart = std::fs::read_to_string(d.path("eval").join("exported.svg")).unwrap();
+    assert!(chart.contains("Exported packets per 10000 sent") && chart.contains("<circle"), "{}", &chart[..200]);
     // Each point's coverage per window, charted by `intcollector plot`.
     let chart = std::fs::read_to_string(d.path("eval").join("windows-A50-rate-700.svg")).unwrap();
     assert!(chart.contains("INT-label coverage per window") && chart.contains("<polyline"), "{}", &chart[..200]);

@@ -146,8 +146,10 @@ enum Command {
     /// Chart what intcollector printed with --json: AM-PM loss and delay
     /// per interval per flow (joined interval lines), the hop latency CDF
     /// per node (report lines), INT-label coverage per window
-    /// (int_label_coverage lines). Other JSON lines are skipped; a line
-    /// that is not JSON is an error naming it.
+    /// (int_label_coverage lines), and an evaluation's own line charts
+    /// (plot_point lines: {"type": "plot_point", "chart", "x_label",
+    /// "y_label", "series", "x", "y"}, one panel per chart). Other JSON
+    /// lines are skipped; a line that is not JSON is an error naming it.
     Plot {
         /// JSON lines (intcollector --json output; - for standard input).
         #[arg(long = "in", value_name = "RECORDS.jsonl")]
@@ -197,11 +199,12 @@ fn plot(input: &str, out: &std::path::Path, kind: intcollector::plot::Kind) -> R
     .map_err(|e| format!("--in {input}: {e}"))?;
     let panels = draw(&rec, kind, out)?;
     eprintln!(
-        "intcollector: {} ({panels:?}; {} AM-PM flows, {} hop nodes, {} coverage windows, {} other lines skipped)",
+        "intcollector: {} ({panels:?}; {} AM-PM flows, {} hop nodes, {} coverage windows, {} charts, {} other lines skipped)",
         out.display(),
         rec.ampm.len(),
         rec.hop_latency.len(),
         rec.coverage.len(),
+        rec.charts.len(),
         rec.other
     );
     Ok(())

@@ -3,7 +3,9 @@
 //! AM-PM loss and delay per interval per flow (joined interval lines: the
 //! mean delay, or the delay-marked packet's where loss voids the mean),
 //! the hop latency CDF per node (report lines), INT-label coverage per
-//! window (int_label_coverage lines). SVG or PNG by the output's extension.
+//! window (int_label_coverage lines), and any evaluation's own line charts
+//! (plot_point lines: one panel per chart). SVG or PNG by the output's
+//! extension.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -20,6 +22,18 @@ pub enum Kind {
     Ampm,
     HopLatencyCdf,
     LabelCoverage,
+    /// The charts of plot_point lines.
+    Series,
+}
+
+/// A chart of plot_point lines: `{"type": "plot_point", "chart": TITLE,
+/// "x_label": .., "y_label": .., "series": NAME, "x": NUMBER, "y": NUMBER}`
+/// (the labels from the chart's first point).
+#[derive(Debug, Default)]
+pub struct Chart {
+    pub x_label: String,
+    pub y_label: String,
+    pub series: BTreeMap<String, Vec<(f64, f64)>>,
 }
 
 /// The records a plot is drawn from.
@@ -31,6 +45,8 @@ pub struct Records {
     pub hop_latency: BTreeMap<u64, Vec<u64>>,
     /// (window end ns, coverage by arrival, coverage by label time).
     pub coverage: Vec<(u64, f64, f64)>,
+    /// plot_point charts by title.
+    pub charts: BTreeMap<String, Chart>,
     /// JSON lines of other kinds (summaries, events, ...), not drawn.
     pub other: u64,
 }
@@ -71,6 +87,16 @@ impl Records {
             let end = v["end_ns"].as_u64().ok_or(format!("line {line}: end_ns is not a number"))?;
             let num = |k: &str| v[k].as_f64().ok_or(format!("line {line}: {k} is not a number"));
             self.coverage.push((end, num("coverage_arrival")?, num("coverage_label")?));
+        } else if v["type"] == "plot_point" {
+            let text = |k: &str| v[k].as_str().ok_or(format!("line {line}: {k} is not a string"));
+            let num = |k: &str| v[k].as_f64().ok_or(format!("line {line}: {k} is not a number"));
+            let (x, y) = (num("x")?, num("y")?);
+            let chart = self.charts.entry(text("chart")?.to_string()).or_insert_with(|| Chart {
+                x_label: v["x_label"].as_str().unwrap_or("").to_string(),
+                y_label: v["y_label"].as_str().unwrap_or("").to_string(),
+                series: BTreeMap::new(),
+            });
+            chart.series.entry(text("series")?.to_string()).or_default().push((x, y));
         } else {
             self.other += 1;
         }
@@ -82,8 +108,22 @@ impl Records {
             (Kind::Ampm, !self.ampm.is_empty()),
             (Kind::HopLatencyCdf, !self.hop_latency.is_empty()),
             (Kind::LabelCoverage, !self.coverage.is_empty()),
+            (Kind::Series, !self.charts.is_empty()),
         ];
         have.iter().filter(|(k, h)| *h && (kind == Kind::Auto || kind == *k)).map(|(k, _)| *k).collect()
+    }
+
+    /// Rows the panels stack in: AM-PM takes two (loss, delay), each
+    /// plot_point chart one.
+    fn rows(&self, panels: &[Kind]) -> usize {
+        panels
+            .iter()
+            .map(|k| match k {
+                Kind::Ampm => 2,
+                Kind::Series => self.charts.len(),
+                _ => 1,
+            })
+            .sum()
     }
 }
 
@@ -94,12 +134,12 @@ pub fn draw(rec: &Records, kind: Kind, out: &std::path::Path) -> Result<Vec<Kind
     let panels = rec.panels(kind);
     if panels.is_empty() {
         return Err(match kind {
-            Kind::Auto => "the input has no AM-PM intervals, reports or coverage lines to plot".to_string(),
+            Kind::Auto => "the input has no AM-PM intervals, reports, coverage or plot_point lines to plot".to_string(),
             k => format!("the input has no records for {k:?}"),
         });
     }
     // Panels stack; AM-PM takes two rows (loss, delay).
-    let rows: usize = panels.iter().map(|k| if *k == Kind::Ampm { 2 } else { 1 }).sum();
+    let rows = rec.rows(&panels);
     let size = (960u32, 320 * rows as u32);
     let res = match out.extension().and_then(|e| e.to_str()) {
         Some("svg") => render(SVGBackend::new(out, size).into_drawing_area(), rec, &panels),
@@ -115,7 +155,7 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let rows: usize = panels.iter().map(|k| if *k == Kind::Ampm { 2 } else { 1 }).sum();
+    let rows = rec.rows(panels);
     let areas = root.split_evenly((rows, 1));
     let mut at = 0;
     for k in panels {
@@ -127,6 +167,12 @@ where
             Kind::HopLatencyCdf => {
                 cdf(&areas[at], rec)?;
                 at += 1;
+            }
+            Kind::Series => {
+                for (title, chart) in &rec.charts {
+                    series(&areas[at], title, chart)?;
+                    at += 1;
+                }
             }
             _ => {
                 coverage(&areas[at], rec)?;
@@ -258,6 +304,29 @@ where
     Ok(())
 }
 
+/// A plot_point chart: each series a line with its points marked, in x order.
+fn series<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, title: &str, chart: &Chart) -> Result<(), Err>
+where
+    DB::ErrorType: 'static,
+{
+    let pts = || chart.series.values().flatten();
+    let (x0, x1) = pts().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| (l.min(p.0), h.max(p.0)));
+    let (y0, y1) = pts().fold((0f64, f64::NEG_INFINITY), |(l, h), p| (l.min(p.1), h.max(p.1)));
+    let x1 = if x1 > x0 { x1 } else { x0 + 1.0 };
+    let y1 = if y1 > y0 { y1 * 1.1 } else { y0 + 1.0 };
+    let mut c = builder(a, title, 18).build_cartesian_2d(x0..x1, y0..y1)?;
+    c.configure_mesh().x_desc(chart.x_label.as_str()).y_desc(chart.y_label.as_str()).draw()?;
+    for (i, (name, s)) in chart.series.iter().enumerate() {
+        let col = color(i);
+        let mut s = s.clone();
+        s.sort_by(|a, b| a.0.total_cmp(&b.0));
+        c.draw_series(LineSeries::new(s.iter().copied(), &col))?.label(name.as_str()).legend(legend_mark(col));
+        c.draw_series(s.iter().map(|p| Circle::new(*p, 3, col.filled())))?;
+    }
+    legend(&mut c, SeriesLabelPosition::UpperLeft)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,5 +388,33 @@ mod tests {
         assert!(draw(&r, Kind::Auto, &dir.join("p.jpg")).unwrap_err().contains("must end in .svg or .png"));
         assert!(draw(&Records::default(), Kind::Auto, &svg).unwrap_err().contains("no AM-PM intervals"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn plot_point_lines_make_one_chart_per_title() {
+        let mut s = String::new();
+        for (chart, series, x, y) in
+            [("A", "s1", 2.0, 5.0), ("A", "s1", 1.0, 3.0), ("A", "s2", 1.0, 1.0), ("B", "s", 0.0, 9.0)]
+        {
+            s += &format!(
+                "{{\"type\":\"plot_point\",\"chart\":\"{chart}\",\"x_label\":\"loss (%)\",\"y_label\":\"ms\",\"series\":\"{series}\",\"x\":{x},\"y\":{y}}}\n"
+            );
+        }
+        let r = Records::read(s.as_bytes()).unwrap();
+        assert_eq!(r.charts.len(), 2);
+        assert_eq!(r.charts["A"].series["s1"], vec![(2.0, 5.0), (1.0, 3.0)]);
+        assert_eq!(r.charts["A"].x_label, "loss (%)");
+        assert_eq!((r.panels(Kind::Auto), r.rows(&[Kind::Series])), (vec![Kind::Series], 2));
+        let dir = std::env::temp_dir().join(format!("intcollector-plot-series-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let svg = dir.join("s.svg");
+        draw(&r, Kind::Series, &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("loss (%)") && text.contains("\ns2\n") && text.contains("<circle"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = Records::read(
+            "{\"type\":\"plot_point\",\"chart\":\"A\",\"series\":\"s\",\"x\":\"1\",\"y\":2}\n".as_bytes(),
+        );
+        assert_eq!(e.unwrap_err(), "line 1: x is not a number");
     }
 }
