@@ -950,45 +950,6 @@ impl RxQueue {
         r
     }
 
-    /// Receives up to `max` packets straight into `tx`'s buffer, as
-    /// [`RxQueue::relay_into`], then shows them to `keep`: when it says
-    /// yes they stay there (no per-packet handle, no second copy of the
-    /// pointers); otherwise they move to `out` (slots 0..n, which must be
-    /// empty) and the buffer holds what it held before. For a bridge that
-    /// expects a burst to leave by the port its last one did.
-    #[inline]
-    pub fn relay_into_if(
-        &mut self,
-        max: usize,
-        tx: &mut TxBuffer,
-        out: &mut [Option<Mbuf>; MAX_BURST],
-        keep: impl FnOnce(&[Mbuf]) -> bool,
-    ) -> (Relayed, bool) {
-        let (mut r, n) = self.rx_past(max, tx);
-        let at = tx.len;
-        // SAFETY: the n pointers DPDK just wrote past tx.len are non-null
-        // mbufs, and a `Mbuf` is laid out as one (repr(transparent)): lent
-        // to `keep` as a shared slice, so nothing is dropped or moved
-        // through it.
-        let got: &[Mbuf] = unsafe { std::slice::from_raw_parts(tx.pkts.as_ptr().add(at).cast::<Mbuf>(), n) };
-        if n > 0 && !keep(got) {
-            debug_assert!(out[..n].iter().all(Option::is_none), "relay_into_if: slots must be empty");
-            // SAFETY: an `Option<Mbuf>` is laid out as a `*mut rte_mbuf`;
-            // the n mbufs move to `out`, and the buffer forgets them
-            // (tx.len is not advanced), so each has one owner.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    tx.pkts.as_ptr().add(at),
-                    out.as_mut_ptr().cast::<*mut ffi::rte_mbuf>(),
-                    n,
-                )
-            };
-            return (r, false);
-        }
-        tx.commit(n, &mut r);
-        (r, true)
-    }
-
     /// Receives up to `max` packets into `tx.pkts` past `tx.len` (sending
     /// the buffer first if they might not fit) without taking them into
     /// the buffer yet: returns what that send refused, and how many came.

@@ -175,12 +175,6 @@ impl MacTable {
         self.lookup_key(key(vlan, mac))
     }
 
-    /// Starts loading the slot of `k` (a burst's first pass).
-    #[inline(always)]
-    pub fn prefetch_key(&self, k: u64) {
-        self.map.prefetch(&k);
-    }
-
     #[inline]
     pub fn lookup_key(&self, k: u64) -> Option<u16> {
         self.map.get(&k).map(|e| e.port)

@@ -292,14 +292,6 @@ impl Tables {
         (p.up && p.impair.is_none()).then_some(peer)
     }
 
-    /// Starts loading the static entry slot of `k`, if there are any.
-    #[inline(always)]
-    pub fn prefetch_static(&self, k: u64) {
-        if !self.static_macs.is_empty() {
-            self.static_macs.prefetch(&k);
-        }
-    }
-
     /// The port a static bridge entry pins a `mac_table::key` (VLAN, MAC)
     /// to. Without static entries (the usual case) no hash is computed.
     #[inline]

@@ -34,7 +34,7 @@ use crate::label::LabelPorts;
 use crate::mac_table::{MacTable, Sighting};
 use crate::parse::FlowKey;
 use crate::pipeline::{Burst, CaptureTx, Output, Pipeline, PortLoad, RxTime, Shortcut, Stage};
-use crate::tables::{Mode, Tables};
+use crate::tables::Tables;
 use crate::DropReason;
 
 /// How often a second the worker ages a slice of its flow and MAC tables.
@@ -386,8 +386,6 @@ pub fn run(setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
     let mut out = Egress::new(tx, pool, id, me.clone(), hz);
     let mut house = Housekeeping::new(tx_drain_us, idle, &pipe, hz);
     let mut pkts: [Option<Mbuf>; MAX_BURST] = std::array::from_fn(|_| None);
-    // Per input port: where its last bridged burst left as a whole.
-    let mut expect_out: [Option<usize>; MAX_PORTS] = [None; MAX_PORTS];
 
     while shared.running.load(Ordering::Relaxed) {
         refresh_tables(&shared, &me, &mut tables, &mut c);
@@ -412,7 +410,7 @@ pub fn run(setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                 }
                 Shortcut::L2 if up => {
                     let l2 = L2Burst { in_port: *in_port, max: burst, now: house.last_poll_tsc };
-                    l2.run(&mut pipe.forward, &tables, &mut c, &mut out, rxq, &mut pkts, &mut expect_out[ip])
+                    l2.run(&mut pipe.forward, &tables, &mut c, &mut out, rxq, &mut pkts)
                 }
                 _ => {
                     let n = rxq.rx_burst_into(burst, &mut pkts);
@@ -685,8 +683,7 @@ impl Housekeeping {
 }
 
 /// A bridge burst that only forwarding reads, by its Ethernet header
-/// (`Shortcut::L2`): the frames' verdicts, and when they all leave by one
-/// port, the burst moves as a whole.
+/// (`Shortcut::L2`): each frame decided and delivered.
 struct L2Burst {
     in_port: u16,
     max: usize,
@@ -697,7 +694,6 @@ struct L2Burst {
 }
 
 impl L2Burst {
-    #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
         fwd: &mut ForwardStage<EventQueue>,
@@ -706,118 +702,25 @@ impl L2Burst {
         out: &mut Egress,
         rxq: &mut RxQueue,
         pkts: &mut [Option<Mbuf>; MAX_BURST],
-        expect_out: &mut Option<usize>,
     ) -> usize {
-        let (in_port, ip, nports) = (self.in_port, self.in_port as usize, out.tx.len());
+        let ip = self.in_port as usize;
         let now = if t.emulated == 0 { self.now } else { dpdk::tsc() };
         fwd.new_burst();
-        // A burst expected to leave whole by the port the last one from
-        // this port did (one flow, or a two-port bridge) is received straight
-        // into that port's TX buffer and bridged once there, as a wire's is;
-        // one that does not (mixed frames, another port, a drop) is taken
-        // back out and handled as below.
-        let n = match expect_out.filter(|&p| t.emulated == 0 && p < nports) {
-            Some(p) => {
-                let mut flooded = false;
-                let (r, ok) = rxq.relay_into_if(self.max, &mut out.tx[p], pkts, |ms| {
-                    if !same_head(ms) {
-                        return false;
-                    }
-                    let v = fwd.l2_verdict(t, c, ms[0].data(), in_port, now);
-                    let to = match v {
-                        Verdict::Tx(q) => Some(q as usize),
-                        // (Only a flood needs the port list.)
-                        Verdict::Flood => single_flood_port(t, ip, nports),
-                        _ => None,
-                    };
-                    flooded = v == Verdict::Flood;
-                    to == Some(p)
-                });
-                if ok {
-                    out.count_relay(c, ip, p, &r);
-                    if flooded {
-                        c.event_n(Event::Flooded, r.packets as u64);
-                    }
-                    return r.packets;
-                }
-                account_refused(c, p, r.refused, r.refused_bytes);
-                *expect_out = None;
-                r.packets
-            }
-            None => rxq.rx_burst_into(self.max, pkts),
-        };
+        let n = rxq.rx_burst_into(self.max, pkts);
         if n == 0 {
             return 0;
         }
-        // The verdict of the last untagged frame, by its first 16 bytes
-        // (MACs, ethertype, 2 more): frames of a burst mostly repeat it (as
-        // VPP's l2 input caches its last lookup). Equal bytes give the bridge
-        // the same inputs, and the tables only change by learning, which the
-        // first of them did (the bridge's own memo skips learning it again).
-        if t.mode == Mode::Bridge && n > 1 {
-            for m in pkts[..n].iter().flatten() {
-                fwd.prefetch_l2(t, m.data());
-            }
-        }
-        let mut verdicts = [Verdict::Consumed; MAX_BURST];
-        let mut last: Option<([u8; 16], Verdict)> = None;
-        let (mut bytes, mut uniform) = (0u64, true);
-        for i in 0..n {
-            let m = pkts[i].as_ref().expect("received");
+        let mut bytes = 0u64;
+        for slot in pkts.iter_mut().take(n) {
+            let m = slot.take().expect("received");
             bytes += m.pkt_len() as u64;
-            let head = m.data().first_chunk::<16>().filter(|h| !crate::forward::vlan_tagged(h));
-            verdicts[i] = match (head, &last) {
-                (Some(h), Some((lh, lv))) if h == lh => *lv,
-                _ => {
-                    // Every frame of a uniform burst repeats the first.
-                    uniform &= i == 0;
-                    let v = fwd.l2_verdict(t, c, m.data(), in_port, now);
-                    last = head.map(|h| (*h, v));
-                    v
-                }
-            };
+            let v = fwd.l2_verdict(t, c, m.data(), self.in_port, now);
+            out.deliver(m, v, ip, t, c, now);
         }
         c.rx_packets[ip] += n as u64;
         c.rx_bytes[ip] += bytes;
-        // A burst that all leaves by one port without link emulation (the
-        // usual case) moves on as a wire's does. (Flooding to the one other
-        // port of a two-port bridge is such a case.)
-        let single = match verdicts[0] {
-            Verdict::Tx(p) => Some(p as usize),
-            Verdict::Flood => single_flood_port(t, ip, nports),
-            _ => None,
-        };
-        if let (true, Some(p)) = (uniform, single.filter(|&p| p < nports && !t.emulates(p))) {
-            *expect_out = Some(p);
-            if verdicts[0] == Verdict::Flood {
-                c.event_n(Event::Flooded, n as u64);
-            }
-            c.tx_packets[p] += n as u64;
-            c.tx_bytes[p] += bytes;
-            let (rn, rb) = out.tx[p].push_burst(&mut pkts[..n]);
-            account_refused(c, p, rn, rb);
-            return n;
-        }
-        for (slot, &v) in pkts.iter_mut().zip(&verdicts).take(n) {
-            let m = slot.take().expect("received");
-            out.deliver(m, v, ip, t, c, now);
-        }
         n
     }
-}
-
-/// Whether a burst's frames are untagged and all start with the first
-/// one's 16 bytes (MACs, ethertype, two more): a bridge gives them all the
-/// first one's verdict.
-#[inline]
-fn same_head(ms: &[Mbuf]) -> bool {
-    let Some(head) = ms.first().and_then(|m| m.data().first_chunk::<16>()).filter(|h| !crate::forward::vlan_tagged(h))
-    else {
-        return false;
-    };
-    let head = u128::from_ne_bytes(*head);
-    // No early exit per frame: the loop stays branch-light.
-    ms.iter().fold(true, |same, m| same & m.data().first_chunk::<16>().is_some_and(|h| u128::from_ne_bytes(*h) == head))
 }
 
 /// A worker's output side: its TX buffer on every port, the link
@@ -1022,15 +925,6 @@ impl Egress {
                 account_refused(c, p, n, b);
             }
         }
-    }
-}
-
-/// The port a flood from `in_port` goes to when it is the only one.
-fn single_flood_port(t: &Tables, in_port: usize, nports: usize) -> Option<usize> {
-    let mut ports = flood_ports(t, in_port, nports);
-    match (ports.next(), ports.next()) {
-        (Some(i), None) => Some(i),
-        _ => None,
     }
 }
 

@@ -59,25 +59,6 @@ impl<C: ControlSink> ForwardStage<C> {
         super::bridge_l2(&mut ctx, frame, in_port)
     }
 
-    /// Starts loading the MAC-table slots a bridge reads for `frame` (its
-    /// source's and its destination's), so that a burst's lookups overlap
-    /// their cache misses as l3fwd-em's bulk lookups do.
-    #[inline(always)]
-    pub fn prefetch_l2(&self, t: &Tables, frame: &[u8]) {
-        let Some(h) = frame.first_chunk::<16>() else { return };
-        let vlan = if super::vlan_tagged(h) { u16::from_be_bytes([h[14], h[15]]) & 0x0fff } else { 0 };
-        let (dst, rest) = h.split_first_chunk::<6>().expect("16 bytes");
-        let src = rest.first_chunk::<6>().expect("10 bytes");
-        if !crate::wire::ethernet::is_multicast(src) {
-            self.macs.prefetch_key(crate::mac_table::key(vlan, src));
-        }
-        if !crate::wire::ethernet::is_multicast(dst) {
-            let k = crate::mac_table::key(vlan, dst);
-            t.prefetch_static(k);
-            self.macs.prefetch_key(k);
-        }
-    }
-
     /// Starts a burst: lookups remembered from the last one no longer hold.
     #[inline(always)]
     pub fn new_burst(&mut self) {
