@@ -91,7 +91,7 @@ impl Switch {
         })
     }
 
-    /// (active ports, TX bytes, label block bytes) since the last call.
+    /// What changed since the last call, and each port's last label time.
     fn sample(&mut self) -> Result<SwitchSample, String> {
         let err = |e: control::client::CallError| format!("{}: {e}", self.path.display());
         let ports = self.client.call("show_ports", json!({})).map_err(err)?;
