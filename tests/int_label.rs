@@ -242,7 +242,7 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     // The test's own controller (the testbed's listens on 32766), with Pro.
     let log = d.path("ctl.log");
     let mut args: Vec<String> =
-        ["--listen", "0.0.0.0:32767", "--json", "--label-db-lines", "--label-pro", "shift", "--duration", "40"]
+        ["--listen", "0.0.0.0:32767", "--json", "--label-db-lines", "--label-pro", "shift", "--duration", "70"]
             .map(String::from)
             .to_vec();
     for sw in ["tor1", "tor2", "tor3", "tor4", "lf1", "lf2", "lf3", "lf4", "sp1", "sp2", "sp3", "sp4"] {
@@ -321,14 +321,25 @@ fn clos_coverage_route_change_and_pro_under_loss() {
 
     // 3. 50% loss on tor1 -> lf1 (tor1 p2): Pro raises its S, and lowers it
     // to 0 once the loss ends.
+    // A port is stale once its switch has labeled k x T past its newest
+    // record: at 50% loss, three labels lost in a row (about one window in
+    // eight), so the lossy traffic runs again (at most twice) until it was.
     tb.intctl("tor1", &["port", "impair", "p2", "loss", "50%"]);
+    let raised = || {
+        json_lines(&log)
+            .iter()
+            .filter(|v| v["type"] == "int_label_coverage")
+            .flat_map(|v| v["pro"].as_array().cloned().unwrap_or_default())
+            .any(|c| c["node_id"] == 11 && c["port"] == 2 && c["shift"].as_u64() >= Some(1))
+    };
     run_traffic(3.0, 700);
-    let raised = json_lines(&log)
-        .iter()
-        .filter(|v| v["type"] == "int_label_coverage")
-        .flat_map(|v| v["pro"].as_array().cloned().unwrap_or_default())
-        .any(|c| c["node_id"] == 11 && c["port"] == 2 && c["shift"].as_u64() >= Some(1));
-    assert!(raised, "Pro never raised tor1 p2's S under 50% loss");
+    for _ in 0..2 {
+        if raised() {
+            break;
+        }
+        run_traffic(2.0, 700);
+    }
+    assert!(raised(), "Pro never raised tor1 p2's S under 50% loss");
     tb.intctl("tor1", &["port", "impair", "p2", "none"]);
     // Idle-mode switches delay a report now and then past k x T, and Pro
     // then raises S for one period: a late raise in the last window is read
