@@ -320,49 +320,42 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     }
 
     // 3. 50% loss on tor1 -> lf1 (tor1 p2): Pro raises its S, and lowers it
-    // to 0 once the loss ends.
-    // A port is stale once its switch has labeled k x T past its newest
-    // record: at 50% loss, three labels lost in a row (about one window in
-    // eight), so the lossy traffic runs again (at most twice) until it was.
-    tb.intctl("tor1", &["port", "impair", "p2", "loss", "50%"]);
-    let raised = || {
+    // to 0 once the loss ends. Each phase's traffic runs again (at most
+    // twice) until its condition holds: a port is stale once its switch has
+    // labeled k x T past its newest record, at 50% loss three labels lost in
+    // a row (about one window in eight); and idle-mode switches delay a
+    // report past k x T now and then, which raises S for one period, so a
+    // late raise in the last window may be what is read at the end.
+    let rerun_until = |first_s: f64, again_s: f64, done: &dyn Fn() -> bool| {
+        run_traffic(first_s, 700);
+        for _ in 0..2 {
+            if done() {
+                return;
+            }
+            run_traffic(again_s, 700);
+        }
+    };
+    // Pro's changes of tor1 p2's S as (window, S).
+    let p2_changes = || -> Vec<(u64, u64)> {
         json_lines(&log)
             .iter()
             .filter(|v| v["type"] == "int_label_coverage")
-            .flat_map(|v| v["pro"].as_array().cloned().unwrap_or_default())
-            .any(|c| c["node_id"] == 11 && c["port"] == 2 && c["shift"].as_u64() >= Some(1))
+            .flat_map(|v| {
+                let w = v["window"].as_u64().unwrap();
+                v["pro"].as_array().cloned().unwrap_or_default().into_iter().map(move |c| (w, c))
+            })
+            .filter(|(_, c)| c["node_id"] == 11 && c["port"] == 2)
+            .map(|(w, c)| (w, c["shift"].as_u64().unwrap()))
+            .collect()
     };
-    run_traffic(3.0, 700);
-    for _ in 0..2 {
-        if raised() {
-            break;
-        }
-        run_traffic(2.0, 700);
-    }
+    let raised = || p2_changes().iter().any(|(_, s)| *s >= 1);
+    tb.intctl("tor1", &["port", "impair", "p2", "loss", "50%"]);
+    rerun_until(3.0, 2.0, &raised);
     assert!(raised(), "Pro never raised tor1 p2's S under 50% loss");
     tb.intctl("tor1", &["port", "impair", "p2", "none"]);
-    // Idle-mode switches delay a report now and then past k x T, and Pro
-    // then raises S for one period: a late raise in the last window is read
-    // here, so the fresh traffic runs again (at most twice) while S > 0.
     let shift_now = || tb.intctl("tor1", &["show", "label"])["ports"][2]["shift"].as_u64();
-    run_traffic(3.0, 700);
-    for _ in 0..2 {
-        if shift_now() == Some(0) {
-            break;
-        }
-        run_traffic(1.5, 700);
-    }
-    let history: Vec<(u64, u64)> = json_lines(&log)
-        .iter()
-        .filter(|v| v["type"] == "int_label_coverage")
-        .flat_map(|v| {
-            let w = v["window"].as_u64().unwrap();
-            v["pro"].as_array().cloned().unwrap_or_default().into_iter().map(move |c| (w, c))
-        })
-        .filter(|(_, c)| c["node_id"] == 11 && c["port"] == 2)
-        .map(|(w, c)| (w, c["shift"].as_u64().unwrap()))
-        .collect();
-    println!("clos: tor1 p2 S changes (window, S) {history:?}");
+    rerun_until(3.0, 1.5, &|| shift_now() == Some(0));
+    println!("clos: tor1 p2 S changes (window, S) {:?}", p2_changes());
     assert_eq!(shift_now(), Some(0), "S back to 0 after the loss");
     let _ = collector.0.kill();
     let _ = collector.0.wait();

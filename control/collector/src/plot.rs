@@ -71,6 +71,7 @@ impl Records {
     }
 
     fn add(&mut self, v: &Value, line: usize) -> Result<(), String> {
+        let num = |k: &str| v[k].as_f64().ok_or(format!("line {line}: {k} is not a number"));
         // Reports have no "type" (analytics records do, and count their hops).
         if v.get("type").is_none() && v.get("hops").is_some() && v.get("seq").is_some() {
             for h in v["hops"].as_array().ok_or(format!("line {line}: hops is not a list"))? {
@@ -85,11 +86,9 @@ impl Records {
             self.ampm.entry(flow).or_default().push((interval, v["loss_packets"].as_i64().unwrap_or(0), delay));
         } else if v["type"] == "int_label_coverage" {
             let end = v["end_ns"].as_u64().ok_or(format!("line {line}: end_ns is not a number"))?;
-            let num = |k: &str| v[k].as_f64().ok_or(format!("line {line}: {k} is not a number"));
             self.coverage.push((end, num("coverage_arrival")?, num("coverage_label")?));
         } else if v["type"] == "plot_point" {
             let text = |k: &str| v[k].as_str().ok_or(format!("line {line}: {k} is not a string"));
-            let num = |k: &str| v[k].as_f64().ok_or(format!("line {line}: {k} is not a number"));
             let (x, y) = (num("x")?, num("y")?);
             let chart = self.charts.entry(text("chart")?.to_string()).or_insert_with(|| Chart {
                 x_label: v["x_label"].as_str().unwrap_or("").to_string(),
