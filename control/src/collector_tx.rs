@@ -123,6 +123,18 @@ impl CollectorTx {
         Ok(CollectorTx { addr: c.addr, via, gso })
     }
 
+    /// Whether [`send_segments`](Self::send_segments) may work: a socket
+    /// whose route has not refused UDP GSO.
+    pub fn takes_segments(&self) -> bool {
+        self.gso && matches!(self.via, Via::Socket(_))
+    }
+
+    /// Sends datagram by datagram from now on (tests of that path).
+    #[cfg(test)]
+    pub(crate) fn refuse_segments(&mut self) {
+        self.gso = false;
+    }
+
     /// Sends `payload` as datagrams of `seg` bytes each (the last may be
     /// shorter) in one system call: the kernel cuts it up (UDP GSO), so a
     /// batch of report packets costs one pass through the socket layer

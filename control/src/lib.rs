@@ -20,6 +20,7 @@ pub mod fields;
 pub mod gpint;
 pub mod int;
 pub mod label;
+pub mod line_batch;
 pub mod memory_budget;
 pub mod metrics;
 pub mod server;

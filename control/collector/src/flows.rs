@@ -83,6 +83,16 @@ impl FlowRecords {
 }
 
 /// One histogram line as a line of text: its nonzero bins by index.
+/// A record line without the spaces the switch pads a datagram with
+/// (inside its last line's closing brace, so that UDP GSO sends datagrams
+/// of equal size): what goes on to Redis and Kafka.
+pub fn unpadded(line: &str) -> std::borrow::Cow<'_, str> {
+    match line.strip_suffix('}') {
+        Some(body) if body.ends_with(' ') => format!("{}}}", body.trim_end_matches(' ')).into(),
+        _ => line.into(),
+    }
+}
+
 pub fn hist_line(v: &Value) -> String {
     let first = v["first"].as_u64().unwrap_or(0);
     let bins: Vec<String> = v["counts"]
@@ -230,5 +240,13 @@ mod tests {
         );
         let e2e = json!({"node": 1, "flow": {}, "hop": null, "events": ["path_change"], "e2e_latency": 50, "e2e_latency_prev": null});
         assert!(event_line(&e2e).contains("e2e latency 50 (previous -) ns"), "{}", event_line(&e2e));
+    }
+
+    #[test]
+    fn padding_is_stripped_and_other_lines_pass_as_they_are() {
+        let padded = "{\"type\":\"int_event\",\"a\":{\"b\":1}     }";
+        assert_eq!(unpadded(padded), "{\"type\":\"int_event\",\"a\":{\"b\":1}}");
+        assert!(matches!(unpadded("{\"a\":1}"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(unpadded("{\"s\":\"x }\"}"), "{\"s\":\"x }\"}");
     }
 }

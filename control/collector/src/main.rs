@@ -470,6 +470,7 @@ fn run(cli: &Cli) -> Result<(), String> {
                         .find(|k| line.starts_with(&format!("{{\"type\":\"{k}\"")));
                     if let Some(kind) = kind {
                         let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+                        let line = &*intcollector::flows::unpadded(line);
                         let ok = fl.record(&v).is_ok();
                         if let (Some(w), true) = (&web, ok) {
                             match kind {

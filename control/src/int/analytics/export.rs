@@ -34,6 +34,7 @@ use dataplane::parse::FlowKey;
 use crate::collector_tx::{CollectorPlan, CollectorTx, PortOut};
 use crate::int::analytics::api::{DelayView, FlowCollectorView, FlowExportView};
 use crate::int::api::RingView;
+use crate::line_batch::LineBatch;
 
 struct Collector {
     tx: CollectorTx,
@@ -41,13 +42,12 @@ struct Collector {
     datagrams: u64,
     records: u64,
     send_errors: u64,
-    /// The datagram being filled.
-    buf: Vec<u8>,
+    /// The datagrams being filled.
+    batch: LineBatch,
 }
 
 pub struct AnalyticsExporter {
     node_id: u32,
-    max_packet: usize,
     rings: Vec<FlowConsumer>,
     received: Vec<u64>,
     event_rings: Vec<EventConsumer>,
@@ -75,23 +75,17 @@ pub struct AnalyticsExporter {
 const DELAY_BINS: Bins = Bins::Log2 { sub: 8 };
 
 /// Queues one line (written by `enc` with each collector's next `seq`) on
-/// every collector, sending a datagram first when the line would not fit.
-fn emit(
-    collectors: &mut [Collector],
-    line: &mut Vec<u8>,
-    max_packet: usize,
-    out: &mut dyn PortOut,
-    enc: &dyn Fn(&mut Vec<u8>, u64),
-) {
+/// every collector, sending its batch first when that is full.
+fn emit(collectors: &mut [Collector], line: &mut Vec<u8>, out: &mut dyn PortOut, enc: &dyn Fn(&mut Vec<u8>, u64)) {
     for c in collectors.iter_mut() {
         line.clear();
         enc(line, c.seq);
         c.seq += 1;
         c.records += 1;
-        if !c.buf.is_empty() && c.buf.len() + line.len() > max_packet {
+        if !c.batch.add(line) {
             send(c, out);
+            c.batch.add(line);
         }
-        c.buf.extend_from_slice(line);
     }
 }
 
@@ -303,13 +297,19 @@ impl AnalyticsExporter {
         let mut cs = Vec::new();
         for (i, c) in collectors.iter().enumerate() {
             let tx = CollectorTx::open(c, ports, true).map_err(|e| format!("int.collector[{i}]: {e}"))?;
-            cs.push(Collector { tx, seq: 0, datagrams: 0, records: 0, send_errors: 0, buf: Vec::with_capacity(65536) });
+            cs.push(Collector {
+                tx,
+                seq: 0,
+                datagrams: 0,
+                records: 0,
+                send_errors: 0,
+                batch: LineBatch::new(max_packet),
+            });
         }
         let WorkerSources { flows: rings, events: event_rings, hist } = from;
         let (n, e) = (rings.len(), event_rings.len());
         Ok(AnalyticsExporter {
             node_id,
-            max_packet,
             rings,
             received: vec![0; n],
             event_rings,
@@ -343,15 +343,15 @@ impl AnalyticsExporter {
         let ts_ns =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let snap = self.histograms();
-        let AnalyticsExporter { node_id, max_packet, collectors, line, hist_lines, .. } = self;
+        let AnalyticsExporter { node_id, collectors, line, hist_lines, .. } = self;
         for h in &snap {
             crate::int::analytics::histogram::encode(h, *node_id, ts_ns, |enc| {
                 *hist_lines += 1;
-                emit(collectors, line, *max_packet, out, &|l, seq| enc(l, seq));
+                emit(collectors, line, out, &|l, seq| enc(l, seq));
             });
         }
         for c in &mut self.collectors {
-            if !c.buf.is_empty() {
+            if !c.batch.is_empty() {
                 send(c, out);
             }
         }
@@ -369,16 +369,17 @@ impl AnalyticsExporter {
         }
         let started = Instant::now();
         let mut taken = 0;
-        let AnalyticsExporter { node_id, max_packet, collectors, line, .. } = self;
+        let AnalyticsExporter { node_id, collectors, line, .. } = self;
         let node = *node_id;
         for (w, ring) in self.event_rings.iter_mut().enumerate() {
             while taken < budget {
                 let Some(r) = ring.pop() else { break };
                 self.events_received[w] += 1;
                 taken += 1;
-                emit(collectors, line, *max_packet, out, &|l, seq| encode_event(l, node, seq, w, &r));
-                // Exported once its datagram is handed over or queued: the
-                // delay up to here is the worker's ring and this core's turn.
+                emit(collectors, line, out, &|l, seq| encode_event(l, node, seq, w, &r));
+                // Exported once its datagram is batched (the batch leaves
+                // before this poll returns): the delay up to here is the
+                // worker's ring and this core's turn.
                 let ns = (dataplane::dpdk::tsc().saturating_sub(r.rx_tsc) as u128 * 1_000_000_000 / self.tsc_hz as u128)
                     as u64;
                 self.delay_bins[DELAY_BINS.index(ns.min(u32::MAX as u64) as u32)] += 1;
@@ -391,11 +392,11 @@ impl AnalyticsExporter {
             while taken < budget && ring.pop_into(&mut rec) {
                 self.received[w] += 1;
                 taken += 1;
-                emit(collectors, line, *max_packet, out, &|l, seq| encode(l, node, seq, w, &rec));
+                emit(collectors, line, out, &|l, seq| encode(l, node, seq, w, &rec));
             }
         }
         for c in &mut self.collectors {
-            if !c.buf.is_empty() {
+            if !c.batch.is_empty() {
                 send(c, out);
             }
         }
@@ -471,14 +472,12 @@ impl AnalyticsExporter {
     }
 }
 
-/// Sends a collector's datagram; a failed one is counted (its records are
-/// gaps in `seq` at the collector).
+/// Sends a collector's batch; failed datagrams are counted (their records
+/// are gaps in `seq` at the collector).
 fn send(c: &mut Collector, out: &mut dyn PortOut) {
-    match c.tx.send(&c.buf, out) {
-        Ok(_) => c.datagrams += 1,
-        Err(_) => c.send_errors += 1,
-    }
-    c.buf.clear();
+    let sent = c.batch.send(&mut c.tx, out, &mut None);
+    c.datagrams += sent.datagrams;
+    c.send_errors += sent.failed;
 }
 
 #[cfg(test)]
