@@ -2,13 +2,17 @@
 //! CPU-second of the collector process, for reports of 1 to 4 hops x 1, 2,
 //! 4 and 8 metadata words a hop, one report a datagram and batched (as many
 //! as fit 1400 bytes), with Kafka off and on (librdkafka's MockCluster in
-//! this process, topics created). The reports are built by the switch's own
-//! code (INT source and transits, the exporter's encoder), 64 flows.
+//! this process, topics created). Batched datagrams are sent one by one
+//! (`send=plain`) and, as the switch's exporter sends them, in UDP GSO
+//! batches of equal-length datagrams (`send=gso`). The reports are built by
+//! the switch's own code (INT source and transits, the exporter's encoder),
+//! 64 flows.
 //!
 //! Run: `cargo bench -p intcollector --bench capacity [-- SECONDS]`
 //! (default 2 s a case); `CAPACITY_CASE="hops=1 words=1 per_datagram=8
-//! kafka=on"` (any part of a line) runs only the cases that match. Prints one line per case:
-//! `case=collector hops=H words=W per_datagram=N kafka=off|on
+//! kafka=on"` (any part of a line) runs only the cases that match;
+//! `CAPACITY_DEBUG=1` prints the collector's summary after each case. Prints one line per case:
+//! `case=collector hops=H words=W per_datagram=N send=plain|gso kafka=off|on
 //! reports_per_cpu_s=X reports=R cpu_s=C`. CPU time is the collector's own
 //! (user + system, /proc/PID/stat) while a thread of this process sends;
 //! a collector faster than the sender waits in the kernel, which costs no
@@ -17,6 +21,8 @@
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use control::collector_tx::{CollectorPlan, CollectorTx, NoPorts, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
 
 use control::int::export::{encode, encoded_len, ReportParts};
 use dataplane::int::stage::{ReportRecord, REPORT_MAX};
@@ -82,10 +88,12 @@ fn report(f: usize, hops: usize, words: usize) -> ReportRecord {
     rec
 }
 
-/// Datagrams of 64 flows' reports, `per` a datagram (0: as many as fit
-/// 1400 bytes); returns them and the reports they hold.
+/// Datagrams of 64 flows' reports, 16 rounds of them (runs long enough for
+/// the switch's GSO batches of up to 44 datagrams), `per` a datagram (0: as
+/// many as fit 1400 bytes); returns them and the reports they hold.
 fn datagrams(hops: usize, words: usize, per: usize) -> (Vec<Vec<u8>>, usize) {
-    let recs: Vec<ReportRecord> = (0..64).map(|f| report(f, hops, words)).collect();
+    let one: Vec<ReportRecord> = (0..64).map(|f| report(f, hops, words)).collect();
+    let recs: Vec<&ReportRecord> = (0..16).flat_map(|_| one.iter()).collect();
     let mut out = Vec::new();
     let mut i = 0;
     let mut seq = 0u32;
@@ -96,7 +104,7 @@ fn datagrams(hops: usize, words: usize, per: usize) -> (Vec<Vec<u8>>, usize) {
         seq += 1;
         let mut n = 0;
         while i < recs.len() && (per == 0 || n < per) {
-            let parts = ReportParts::of(&recs[i]);
+            let parts = ReportParts::of(recs[i]);
             let len = encoded_len(&parts, REP_MD);
             if per == 0 && n > 0 && pkt.len() + len > 1400 {
                 break;
@@ -135,9 +143,31 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// The datagrams as the switch's exporter sends them: runs of equal length
+/// joined into one GSO send each (up to its segment and byte limits), with
+/// the segment size.
+fn gso_batches(dgrams: &[Vec<u8>]) -> Vec<(Vec<u8>, usize)> {
+    let mut out: Vec<(Vec<u8>, usize)> = Vec::new();
+    let mut n = 0;
+    for d in dgrams {
+        match out.last_mut() {
+            Some((b, seg)) if *seg == d.len() && n < GSO_MAX_SEGMENTS && b.len() + d.len() <= GSO_MAX_BYTES => {
+                b.extend_from_slice(d);
+                n += 1;
+            }
+            _ => {
+                out.push((d.clone(), d.len()));
+                n = 1;
+            }
+        }
+    }
+    out
+}
+
 /// One case: the collector decodes what a thread sends for `secs`.
-fn run(hops: usize, words: usize, per: usize, kafka: Option<&str>, secs: f64) -> (f64, u64, f64) {
+fn run(hops: usize, words: usize, per: usize, gso: bool, kafka: Option<&str>, secs: f64) -> (f64, u64, f64) {
     let (dgrams, _) = datagrams(hops, words, per);
+    let batches = gso_batches(&dgrams);
     let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
     let listen = probe.local_addr().unwrap();
     drop(probe);
@@ -153,12 +183,21 @@ fn run(hops: usize, words: usize, per: usize, kafka: Option<&str>, secs: f64) ->
         .expect("intcollector");
     std::thread::sleep(Duration::from_millis(300));
     let pid = child.id();
-    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut tx = CollectorTx::open(&CollectorPlan { addr: listen, bind: None, port: None, mac: None }, &NoPorts, false)
+        .expect("a socket to the collector");
     let cpu0 = cpu_s(pid);
     let t0 = Instant::now();
     'send: loop {
-        for d in &dgrams {
-            let _ = tx.send_to(d, listen);
+        if gso {
+            for (b, seg) in &batches {
+                if tx.send_segments(b, *seg).is_err() {
+                    panic!("this kernel refuses UDP GSO: no send=gso case");
+                }
+            }
+        } else {
+            for d in &dgrams {
+                let _ = tx.send(d, &mut NoPorts);
+            }
         }
         if t0.elapsed().as_secs_f64() >= secs {
             break 'send;
@@ -170,6 +209,9 @@ fn run(hops: usize, words: usize, per: usize, kafka: Option<&str>, secs: f64) ->
     let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
+    if std::env::var("CAPACITY_DEBUG").is_ok() {
+        eprintln!("{}", text.lines().last().unwrap_or(""));
+    }
     let reports = text
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -188,19 +230,21 @@ fn main() {
     }
     let brokers = mock.bootstrap_servers();
     for kafka in [None, Some(brokers.as_str())] {
-        for per in [1usize, 0] {
+        // One a datagram; batched and sent one by one; batched in GSO sends.
+        for (per, gso) in [(1usize, false), (0, false), (0, true)] {
             for hops in 1..=4 {
                 for words in [1, 2, 4, 8] {
                     let (d, held) = datagrams(hops, words, per);
                     let n = held.div_ceil(d.len());
                     let case = format!(
-                        "hops={hops} words={words} per_datagram={n} kafka={}",
+                        "hops={hops} words={words} per_datagram={n} send={} kafka={}",
+                        if gso { "gso" } else { "plain" },
                         if kafka.is_some() { "on" } else { "off" }
                     );
                     if only.as_ref().is_some_and(|o| !case.contains(o.as_str())) {
                         continue;
                     }
-                    let (rate, reports, cpu) = run(hops, words, per, kafka, secs);
+                    let (rate, reports, cpu) = run(hops, words, per, gso, kafka, secs);
                     println!("case=collector {case} reports_per_cpu_s={rate:.0} reports={reports} cpu_s={cpu:.2}");
                 }
             }
