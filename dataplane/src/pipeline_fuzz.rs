@@ -4,7 +4,8 @@
 //! are mutated at random (bytes rewritten, bits flipped, length fields set
 //! to edge values, frames cut short) and go through parsing, forwarding in
 //! every mode, the AM-PM stage in every role, method and carrier, and the
-//! INT stage in every role. Nothing may panic (a malformed frame is a
+//! INT stage in every role, a sink with every analytics feature on among
+//! them. Nothing may panic (a malformed frame is a
 //! counted drop or passes untouched), and where a mutant is still a
 //! well-formed UDP packet, INT source -> transit -> sink gives its bytes
 //! back exactly. Seeded: a failure repeats.
@@ -13,8 +14,16 @@ use crate::ampm::{self, tests::Mp, Carrier, Method, MpRole};
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowTable;
 use crate::forward::{self, ControlEvent, ControlSink, Ctx};
+use crate::int::analytics::cache::{HOP_LATENCY, QUEUE};
+use crate::int::analytics::cnf::Cnf;
+use crate::int::analytics::detect::{Algorithm, DetectRule};
+use crate::int::analytics::events::{event_ring, EventConsumer, EventRule, EventSpec, HOP_E2E};
+use crate::int::analytics::flow_ring::{flow_ring, FlowConsumer, FlowRecord};
+use crate::int::analytics::histogram::{HistSpec, HistWriter, WorkerHist};
+use crate::int::analytics::{rule_counters, AnalyticsSetup};
 use crate::int::stage::tests::{spec as int_spec, Node};
 use crate::int::stage::Hop;
+use crate::int::watch::{Role, SourceParams, Ternary, WatchRule};
 use crate::int::{self, Presence};
 use crate::mac_table::MacTable;
 use crate::parse::tests::{udp4, udp6};
@@ -51,6 +60,91 @@ fn int_node(node: u32, edge: u32, presence: Presence) -> Node {
         r.proto = Default::default();
     }
     Node::new(spec)
+}
+
+/// Tracked hops of the analytics sink's cache.
+const ANALYTICS_HOPS: usize = 3;
+
+/// What an analytics sink hands the control core.
+struct AnalyticsOut {
+    flows: FlowConsumer,
+    events: EventConsumer,
+}
+
+/// An INT sink with everything its analytics do on: a cache of 4 rows x 2
+/// ways (rows fill, evict and age), events on every metric, end to end,
+/// path and link latency (level and edge), histograms of 2 nodes (more
+/// are counted, not binned), and detection rules of each algorithm,
+/// CNF among them, picked by the flow's ports and protocol.
+fn analytics_sink(presence: Presence) -> (Node, AnalyticsOut) {
+    let mut spec = int_node(3, 0b10, presence).spec().clone();
+    let rule = |threshold, change, edge| EventRule { threshold, change, edge, reset: threshold / 2 };
+    spec.events = EventSpec {
+        hop: [rule(1_500, 1_000, false), rule(4, 2, true), rule(5_000, 1_000, false)],
+        e2e: rule(3_000, 500, true),
+        path_change: true,
+        link: rule(100, 50, false),
+    };
+    let cnf = Cnf::parse("hop_latency.max > 1000 AND (queue.any.delta > 2 OR e2e_latency > 5000)").expect("CNF");
+    let algorithms = [
+        (Algorithm::Cnf { weight: 64 }, Some(Box::new(("fuzz".to_string(), cnf)))),
+        (Algorithm::PerHop, None),
+        (Algorithm::PerFlow, None),
+        (Algorithm::Ewma { weight: 64 }, None),
+    ];
+    for (i, (algorithm, cnf)) in algorithms.into_iter().enumerate() {
+        let mut m = WatchRule::any(&format!("d{i}"), Role::None);
+        // Rule i takes source ports i mod 4; the last, every flow.
+        if i < 3 {
+            m.src_port = Ternary { value: i as u16, mask: 3 };
+        }
+        m.priority = 10 - i as u32;
+        let metric = if i % 2 == 0 { HOP_LATENCY } else { QUEUE };
+        spec.detect.upsert(DetectRule { matcher: m, algorithm, metric, threshold: 500, slot: i, cnf });
+    }
+    let (fp, flows) = flow_ring(16, ANALYTICS_HOPS);
+    let (ep, events) = event_ring(64);
+    let hist = WorkerHist::new(HistSpec { bins: HistSpec::default_bins(), nodes: 2 });
+    let setup = AnalyticsSetup {
+        rows: 4,
+        ways: 2,
+        max_hops: ANALYTICS_HOPS,
+        idle_tsc: 50,
+        active_tsc: 20,
+        ring: Some(fp),
+        events: Some(ep),
+        hist: Some(HistWriter::new(std::sync::Arc::new(hist))),
+        rule_counters: rule_counters(),
+        per_hop_flow: false,
+    };
+    (Node::with_analytics(spec, setup), AnalyticsOut { flows, events })
+}
+
+/// Reads what the analytics sinks exported; their records describe at
+/// most the hops the cache tracks (a flow whose path got shorter keeps the
+/// sums of the hops it had), and count no value more often than packets.
+/// Returns how many flow records and events it read.
+fn drain(outs: &mut [AnalyticsOut]) -> (u64, u64) {
+    let mut rec = FlowRecord::empty();
+    let mut n = (0, 0);
+    for o in outs {
+        while o.flows.pop_into(&mut rec) {
+            n.0 += 1;
+            let h = &rec.head;
+            assert!(h.packets >= 1, "an exported flow without packets: {h:?}");
+            assert!(h.tracked as usize <= ANALYTICS_HOPS, "more hops than the cache tracks: {h:?}");
+            assert!(h.e2e.count <= h.packets, "more latency sums than packets: {h:?}");
+            for hop in rec.hops() {
+                assert!(hop.count.iter().all(|&c| c <= h.packets), "more values than packets: {h:?} {hop:?}");
+            }
+        }
+        while let Some(e) = o.events.pop() {
+            n.1 += 1;
+            assert_ne!(e.bits, 0, "an event record without an event: {e:?}");
+            assert!(e.hop == HOP_E2E || (e.hop as usize) < ANALYTICS_HOPS, "an event past the tracked hops: {e:?}");
+        }
+    }
+    n
 }
 
 /// A drop report for a frame that parses (as if forwarding dropped it),
@@ -140,12 +234,22 @@ pub(crate) fn seeds() -> Vec<Vec<u8>> {
     let chain = ext6(&[[60, 0, 1, 4, 0, 0, 0, 0], [43, 0, 1, 4, 0, 0, 0, 0], [17, 0, 4, 0, 0, 0, 0, 0]]);
     let frag = ext6(&[[44, 0, 0, 0, 0, 0, 0, 1]]);
     let mut v = vec![plain4.clone(), plain6.clone(), tcp4.clone(), opt4, vlan, arp, icmp, chain, frag];
-    // INT in each presence method, after a source and a transit.
+    // INT in each presence method, after a source and a transit; and with
+    // every defined instruction (timestamps and TX utilisation: what the
+    // analytics' link latency and tx_util read).
     for presence in [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }] {
+        let mut all = int_node(1, 0b01, presence).spec().clone();
+        for r in all.watch.iter_mut() {
+            r.role = Role::Source(SourceParams { bitmap: 0xff80, max_hops: 8, domain_id: 7 });
+        }
         for f in [&plain4, &plain6, &tcp4] {
             let mut b = VecBuf::new(f, 256);
             run_int(&mut int_node(1, 0b01, presence), &mut b);
             v.push(b.bytes().to_vec());
+            run_int(&mut int_node(2, 0, presence), &mut b);
+            v.push(b.bytes().to_vec());
+            let mut b = VecBuf::new(f, 512);
+            run_int(&mut Node::new(all.clone()), &mut b);
             run_int(&mut int_node(2, 0, presence), &mut b);
             v.push(b.bytes().to_vec());
         }
@@ -191,17 +295,22 @@ pub(crate) fn mutate(rng: &mut XorShift, seed: &[u8]) -> Vec<u8> {
 /// replays): the first byte of an input picks the role, the rest is the
 /// frame. Roles: forwarding in each mode (cross-connect, bridge, router:
 /// the test router's tables), INT source, transit and sink in each presence
-/// method, and every AM-PM point (role x method x carrier). Each keeps its
+/// method (the sink also with every analytics feature on), and every AM-PM
+/// point (role x method x carrier). Each keeps its
 /// state across inputs, as a worker does. Beyond "no panic", for a frame
 /// that parses and is not dropped: the frame sent parses again; an IPv4
 /// header checksum right on input is right on output; the IP packet's
 /// length fields still end where the IP packet ends (bytes after it stay
 /// as many), and a UDP length that matched the IP payload still does (if
 /// still UDP);
-/// an INT sink's output carries no INT.
+/// an INT sink's output carries no INT; the analytics' records stay within
+/// the hops they track.
 pub struct Roles {
     envs: Vec<(Tables, FlowTable, MacTable)>,
     int_nodes: Vec<Node>,
+    analytics: Vec<AnalyticsOut>,
+    /// Flow records and events the analytics sinks exported.
+    analytics_read: (u64, u64),
     ampm_nodes: Vec<Mp>,
     c: CounterValues,
     n: u64,
@@ -279,9 +388,23 @@ impl Roles {
             })
             .collect();
         let presences = [Presence::UdpPort(17768), Presence::Dscp { value: 0x17, mask: 0x3f }];
-        let int_nodes =
+        let mut int_nodes: Vec<Node> =
             presences.iter().flat_map(|&p| [int_node(1, 0b01, p), int_node(2, 0, p), int_node(3, 0b10, p)]).collect();
-        Roles { envs, int_nodes, ampm_nodes: all_ampm_nodes(), c: CounterValues::default(), n: 0 }
+        let mut analytics = Vec::new();
+        for p in presences {
+            let (n, out) = analytics_sink(p);
+            int_nodes.push(n);
+            analytics.push(out);
+        }
+        Roles {
+            envs,
+            int_nodes,
+            analytics,
+            analytics_read: (0, 0),
+            ampm_nodes: all_ampm_nodes(),
+            c: CounterValues::default(),
+            n: 0,
+        }
     }
 
     /// How many roles an input's first byte picks among.
@@ -334,6 +457,8 @@ impl Roles {
                     );
                 }
             }
+            let (f, e) = drain(&mut self.analytics);
+            self.analytics_read = (self.analytics_read.0 + f, self.analytics_read.1 + e);
             return;
         }
         role -= self.int_nodes.len();
@@ -375,6 +500,8 @@ fn every_role_keeps_the_invariants_on_mutated_seeds() {
         data.extend_from_slice(&f);
         roles.run(&data);
     }
+    let (flows, events) = roles.analytics_read;
+    assert!(flows > 100 && events > 100, "the analytics sinks exported {flows} flow records and {events} events");
 }
 
 #[test]

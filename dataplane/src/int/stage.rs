@@ -676,7 +676,12 @@ pub(crate) mod tests {
 
     impl Node {
         pub(crate) fn new(spec: IntSpec) -> Node {
-            let flows = Analytics::new(AnalyticsSetup::interval_only(64), WallClock::new(0, 0, 1), 1);
+            Node::with_analytics(spec, AnalyticsSetup::interval_only(64))
+        }
+
+        /// A node whose sink keeps the per-flow state `setup` asks for.
+        pub(crate) fn with_analytics(spec: IntSpec, setup: AnalyticsSetup) -> Node {
+            let flows = Analytics::new(setup, WallClock::new(0, 0, 1), 1);
             Node { spec, flows, c: CounterValues::default(), reports: Vec::new() }
         }
 

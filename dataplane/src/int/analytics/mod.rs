@@ -398,6 +398,13 @@ fn export(
         Reason::Stop => Event::IntFlowStopped,
     });
     let Some(ring) = ring else { return };
+    if e.packets == 0 {
+        // Every packet of it had a HopML its bitmap disagreed with (each
+        // counted): no telemetry to report, and a record of 0 packets
+        // would only puzzle a collector.
+        c.event(Event::IntFlowEmpty);
+        return;
+    }
     let head = FlowHead::of(e, reason, |t| clock.ns(t));
     let mut queued = ring.push(head, hops);
     if let Some(deadline) = wait_until {
@@ -851,12 +858,17 @@ mod tests {
 
     #[test]
     fn hop_ml_that_disagrees_with_the_bitmap_skips_the_packet() {
-        let (mut a, _ring) = analytics(4, 2, 2);
+        let (mut a, mut ring) = analytics(4, 2, 2);
         let mut c = CounterValues::default();
         let s = stack(BITMAP, &[(1, 1, 1, None)]);
         plain(&mut a, &key(1), 5, &s, (BITMAP, 3, 1), &mut c);
         assert_eq!(c.events[Event::IntAnalyticsBadHopMl as usize], 1);
         assert_eq!(a.cache.get(&key(1), key(1).hash64()).unwrap().0.packets, 0);
+        // Evicted, it leaves no record of 0 packets: counted instead.
+        a.flush(Reason::Flush, &mut c);
+        assert_eq!(c.events[Event::IntFlowFlushed as usize], 1);
+        assert_eq!((c.events[Event::IntFlowEmpty as usize], c.events[Event::IntFlowExported as usize]), (1, 0));
+        assert!(!ring.pop_into(&mut FlowRecord::empty()));
     }
 
     #[test]
