@@ -5,7 +5,8 @@
 //! to edge values, frames cut short) and go through parsing, forwarding in
 //! every mode, the AM-PM stage in every role, method and carrier, and the
 //! INT stage in every role, a sink with every analytics feature on among
-//! them. Nothing may panic (a malformed frame is a
+//! them, and a worker's whole pipeline with GPINT's SQR stage on. Nothing
+//! may panic (a malformed frame is a
 //! counted drop or passes untouched), and where a mutant is still a
 //! well-formed UDP packet, INT source -> transit -> sink gives its bytes
 //! back exactly. Seeded: a failure repeats.
@@ -13,7 +14,10 @@
 use crate::ampm::{self, tests::Mp, Carrier, Method, MpRole};
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::FlowTable;
-use crate::forward::{self, ControlEvent, ControlSink, Ctx};
+use crate::forward::{self, ControlEvent, ControlSink, Ctx, Verdict};
+use crate::gpint::frame::{probe_frame, ProbeAddr};
+use crate::gpint::stage::{GpintRecord, GpintSetup};
+use crate::gpint::GpintSpec;
 use crate::int::analytics::cache::{HOP_LATENCY, QUEUE};
 use crate::int::analytics::cnf::Cnf;
 use crate::int::analytics::detect::{Algorithm, DetectRule};
@@ -28,9 +32,12 @@ use crate::int::{self, Presence};
 use crate::mac_table::MacTable;
 use crate::parse::tests::{udp4, udp6};
 use crate::parse::{parse, PacketMeta};
+use crate::pipeline::{Burst, Depth, PortLoad, RxTime, Stage, VecOut};
 use crate::pktbuf::{PacketBuf, VecBuf};
 use crate::rand::XorShift;
 use crate::tables::{tests::two_port_router, Mode, Tables};
+use crate::wire::gpint::{ProbeRepr, RequestType, SrEntry, TO_MONITOR};
+use crate::worker::{self, FlowSetup, LabelSetup, MacSetup, StageSetup, WorkerPipeline, WorkerShared};
 use crate::DropReason;
 
 /// Control events are dropped: the tables never change behind the test.
@@ -145,6 +152,113 @@ fn drain(outs: &mut [AnalyticsOut]) -> (u64, u64) {
         }
     }
     n
+}
+
+const GPINT_PORT: u16 = 17900;
+const INT_PORT: u16 = 17768;
+/// TSC ticks a second of the GPINT role's pipeline.
+const HZ: u64 = 1_000_000;
+
+/// A worker's whole pipeline (router mode, the test router's tables) with
+/// GPINT's SQR stage on, recovery included, in the domain's presence
+/// method: probes are acknowledged, measured, forwarded with a copy kept
+/// (4 slots: they fill) or delivered; the wheel expires copies as the
+/// clock moves on.
+struct GpintRole {
+    t: Tables,
+    pipe: WorkerPipeline,
+    out: VecOut<VecBuf>,
+    c: CounterValues,
+    exports: rtrb::Consumer<GpintRecord>,
+}
+
+impl GpintRole {
+    /// `dscp`: the probe codepoint of the paper's mode (None: the INT port).
+    fn new(dscp: Option<u8>) -> GpintRole {
+        let mut s = two_port_router();
+        let dscp = dscp.map(|probe| crate::gpint::GpintDscp { probe, feedback: 0x19, notice: 0x21 });
+        s.gpint = Some(GpintSpec {
+            int_port: INT_PORT,
+            udp_port: GPINT_PORT,
+            domain_id: 0x6701,
+            node_id: 42,
+            recovery: true,
+            hold_tsc: HZ / 100,
+            mtu: [1500; crate::counters::MAX_PORTS],
+            dscp,
+        });
+        let (p, exports) = rtrb::RingBuffer::new(16);
+        let stages = StageSetup {
+            analytics: AnalyticsSetup::interval_only(16),
+            reports: crate::int::report_ring::report_ring(4).0,
+            clock: crate::int::stage::WallClock::new(0, 1_700_000_000 * SEC, HZ),
+            gpint: GpintSetup { slots: 4, exports: Some(p), worker: 0, workers: Vec::new() },
+            label: LabelSetup::off(),
+        };
+        let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn: false, hash_seed: 1 };
+        let macs = MacSetup { capacity: 64, aging_s: 0, share: false };
+        let pipe = worker::pipeline(std::sync::Arc::new(WorkerShared::new(0)), flows, macs, stages, HZ);
+        let t = Tables::build(&s, 1).expect("test tables");
+        GpintRole { t, pipe, out: VecOut::new(8, 8), c: CounterValues::default(), exports }
+    }
+
+    /// One frame in on `port` at `tsc`, then the stage's timer work; what
+    /// left (a reply cut to its length), and the records exported.
+    fn run(&mut self, f: &[u8], port: u16, tsc: u64) -> (Vec<(Vec<u8>, Verdict)>, Vec<GpintRecord>) {
+        let rx = RxTime { tsc, wall_ns: 1_700_000_000 * SEC + tsc };
+        let mut pkts = [Some(VecBuf::new(f, 128))];
+        let b = Burst::received(port, rx, Depth::Full);
+        self.pipe.run(&self.t, &mut self.c, &mut self.out, &PortLoad::default(), &b, &mut pkts);
+        Stage::<VecBuf>::poll(&mut self.pipe.stages, &self.t, tsc, &mut self.c);
+        self.out.held.clear();
+        let sent = self
+            .out
+            .out
+            .drain(..)
+            .map(|(m, v)| match v {
+                Verdict::TxLen(_, n) => (m.bytes()[..(n as usize).min(m.bytes().len())].to_vec(), v),
+                _ => (m.bytes().to_vec(), v),
+            })
+            .collect();
+        (sent, std::iter::from_fn(|| self.exports.pop().ok()).collect())
+    }
+}
+
+/// GPINT probes (IPv4 and IPv6; through this switch or to the monitor
+/// here; in UDP port and DSCP mode) and the feedback a probe gets.
+fn gpint_seeds() -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    for dscp in [None, Some(0x2e)] {
+        for v6 in [false, true] {
+            let (src, dst): (std::net::IpAddr, std::net::IpAddr) = if v6 {
+                (std::net::Ipv6Addr::from(V6_A).into(), std::net::Ipv6Addr::from(V6_B).into())
+            } else {
+                ([10, 0, 1, 2].into(), [10, 0, 2, 2].into())
+            };
+            let a = ProbeAddr {
+                eth_src: [2, 0, 0, 0, 0, 0xee],
+                eth_dst: [2, 0, 0, 0, 0, 0xa0],
+                ip_src: src,
+                ip_dst: dst,
+                src_port: 40000,
+                int_port: INT_PORT,
+                gpint_port: GPINT_PORT,
+                domain_id: 0x6701,
+                bitmap: crate::wire::int_md::instr::NODE_ID | crate::wire::int_md::instr::QUEUE,
+                dscp,
+            };
+            for hops in [&[(1u8, 0u8, 2u8), (TO_MONITOR, 0, 0)][..], &[(TO_MONITOR, 0, 1)][..]] {
+                let entries =
+                    hops.iter().map(|&(p, f, n)| SrEntry { next_port: p, mea_first: f, mea_count: n }).collect();
+                let repr = ProbeRepr::new(7, RequestType::PortRx, 1, 0, entries).expect("a probe");
+                let probe = probe_frame(&a, &repr).expect("a probe frame");
+                let (sent, _) = GpintRole::new(dscp).run(&probe, 0, 1_000);
+                v.push(probe);
+                v.extend(sent.into_iter().map(|(f, _)| f));
+            }
+        }
+    }
+    v
 }
 
 /// A drop report for a frame that parses (as if forwarding dropped it),
@@ -262,6 +376,7 @@ pub(crate) fn seeds() -> Vec<Vec<u8>> {
             v.push(b.bytes().to_vec());
         }
     }
+    v.extend(gpint_seeds());
     v
 }
 
@@ -312,6 +427,7 @@ pub struct Roles {
     /// Flow records and events the analytics sinks exported.
     analytics_read: (u64, u64),
     ampm_nodes: Vec<Mp>,
+    gpint: Vec<GpintRole>,
     c: CounterValues,
     n: u64,
 }
@@ -402,6 +518,7 @@ impl Roles {
             analytics,
             analytics_read: (0, 0),
             ampm_nodes: all_ampm_nodes(),
+            gpint: vec![GpintRole::new(None), GpintRole::new(Some(0x2e))],
             c: CounterValues::default(),
             n: 0,
         }
@@ -409,7 +526,7 @@ impl Roles {
 
     /// How many roles an input's first byte picks among.
     pub fn count(&self) -> usize {
-        self.envs.len() + self.int_nodes.len() + self.ampm_nodes.len()
+        self.envs.len() + self.int_nodes.len() + self.ampm_nodes.len() + self.gpint.len()
     }
 
     /// Runs `data[1..]` through the role `data[0]` picks; panics when an
@@ -469,6 +586,28 @@ impl Roles {
             if outcome != ampm::Outcome::Skipped || b.bytes() != frame {
                 check_sent("AM-PM", &before, frame, b.bytes());
             }
+            return;
+        }
+        role -= self.ampm_nodes.len();
+        if let Some(g) = self.gpint.get_mut(role) {
+            // A millisecond an input: copies wait, and expire as notices.
+            let (sent, records) = g.run(frame, (self.n % 2) as u16, self.n * HZ / 1000);
+            for (out, v) in sent {
+                match v {
+                    Verdict::Tx(_) | Verdict::Flood => check_sent("GPINT", &before, frame, &out),
+                    Verdict::TxLen(..) => {
+                        assert!(
+                            parse(&out, 0).is_ok(),
+                            "GPINT: a reply that does not parse: in {frame:02x?} out {out:02x?}"
+                        )
+                    }
+                    _ => {}
+                }
+            }
+            for r in records {
+                let f = r.frame.bytes();
+                assert!(parse(f, 0).is_ok(), "GPINT: an exported probe that does not parse: in {frame:02x?} {f:02x?}");
+            }
         }
     }
 }
@@ -502,6 +641,11 @@ fn every_role_keeps_the_invariants_on_mutated_seeds() {
     }
     let (flows, events) = roles.analytics_read;
     assert!(flows > 100 && events > 100, "the analytics sinks exported {flows} flow records and {events} events");
+    // The GPINT roles took probes and feedbacks, kept, freed and expired copies.
+    let ev = |e: Event| roles.gpint.iter().map(|g| g.c.events[e as usize]).sum::<u64>();
+    for e in [Event::GpintRx, Event::GpintFeedbackRx, Event::GpintDelivered, Event::SqrStored, Event::SqrTimeouts] {
+        assert!(ev(e) > 10, "GPINT roles: {} {}", e.name(), ev(e));
+    }
 }
 
 #[test]
