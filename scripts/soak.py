@@ -7,8 +7,10 @@ was sampled 6 times) or --minutes passed, whichever comes first. Meanwhile,
 once a second, the churn (through intctl, as an operator would) adds and
 removes what the role has: routes and neighbours (router, INT source),
 exact flows (every role), INT watch rules (INT roles), AM-PM flows (AM-PM
-roles), the report export paused and resumed (INT sink), the label shift
-(INT-label), and a capture is started and ends every other second.
+roles), the report export paused and resumed (INT sink), the analytics'
+event thresholds, detection rules and CNF expressions changed and the flow
+cache flushed (INT sink with analytics), the label shift (INT-label), and a
+capture is started and ends every other second.
 Every second the switch's mempool use and the process's RSS are sampled.
 
 A role passes when:
@@ -44,8 +46,8 @@ import time
 
 DUT_MAC = "02:00:00:00:be:00"
 FIVE = "node_id,l1_ports,hop_latency,queue,ingress_ts"
-ROLES = ["bridge", "router", "int-source", "int-transit", "int-sink", "ampm-initiator", "ampm-terminator",
-         "int-label"]
+ROLES = ["bridge", "router", "int-source", "int-transit", "int-sink", "int-sink-analytics", "ampm-initiator",
+         "ampm-terminator", "int-label"]
 
 
 def routes_file(path):
@@ -66,10 +68,14 @@ def traffic(role, work):
     if role in ("router", "int-source"):
         return mixed + ["--count", "8192", "--flows", "20000", "--zipf", "1.0", "--dst-mac", DUT_MAC,
                         "--src", "10.0.1.10", "--dst", "20.0.0.1", "--dst-spread", f"{work}/routes.txt"]
-    if role in ("int-transit", "int-sink"):
-        return mixed + ["--count", "8192", "--flows", "10000", "--zipf", "1.0", "--dst-mac", "02:00:00:00:00:02",
-                        "--int-hops", "1..5", "--int-instructions", FIVE, "--int-rhc", "3",
-                        "--background-share", "0.3"]
+    if role in ("int-transit", "int-sink", "int-sink-analytics"):
+        # The analytics see values drawn per packet and hop (which takes
+        # one hop count, and a packet a flow at least: 16384 for 10000 flows).
+        hops = ["--int-hops", "1..5", "--count", "8192"]
+        if role == "int-sink-analytics":
+            hops = ["--int-hops", "4", "--int-values", "exp", "--count", "16384"]
+        return mixed + ["--flows", "10000", "--zipf", "1.0", "--dst-mac", "02:00:00:00:00:02",
+                        *hops, "--int-instructions", FIVE, "--int-rhc", "3", "--background-share", "0.3"]
     # AM-PM and INT-label: 2000 flows from 10.1.0.0 (the AM-PM rules
     # monitor their first half by source address), mixed sizes.
     return ["--sizes", "imix", "--shuffle", "7", "--count", "8192", "--flows", "2000",
@@ -113,6 +119,16 @@ def config(role, work, trace, sock, collector_port, idle):
     if role == "int-sink":
         out += ["[int]", "node_id = 3", 'edge_ports = ["p1"]', "report_flow_interval_ms = 100",
                 "[[int.collector]]", f'address = "127.0.0.1:{collector_port}"']
+    if role == "int-sink-analytics":
+        # A cache smaller than the 10000 flows (rows evict), aging, events,
+        # histograms and a detection rule: the churn changes them.
+        out += ["[int]", "node_id = 3", 'edge_ports = ["p1"]',
+                "[[int.collector]]", f'address = "127.0.0.1:{collector_port}"',
+                "[int.analytics]", "cache_rows = 1024", "cache_ways = 4", "idle_timeout = 2", "active_timeout = 1",
+                "histogram_interval = 1", "[int.analytics.events.queue]", "threshold = 150", "change = 100",
+                "[int.analytics.events.e2e_latency]", "threshold = 20000",
+                "[[int.detect]]", 'name = "all"', 'algorithm = "per_flow"', 'metric = "e2e_latency"',
+                "threshold = 20000"]
     if role.startswith("ampm-"):
         r = role.split("-", 1)[1]
         out += ["[ampm]", "node_id = 9", 'interval = "1s"', "[[ampm.flow]]", 'name = "half"', "flow_mon_id = 1",
@@ -166,15 +182,31 @@ class Churn:
                 c("route", "add", used, *via)
                 c("neighbour", "del", nbr)
         if role.startswith("int-") and role != "int-label":
-            r = {"int-source": "source", "int-transit": "transit", "int-sink": "sink"}[role]
+            r = {"int-source": "source", "int-transit": "transit", "int-sink": "sink",
+                 "int-sink-analytics": "sink"}[role]
             if add:
                 only_source = ["--instructions", "node_id,hop_latency"] if r == "source" else []
                 c("int", "watch", "add", "churn", "--role", r, "--priority", "5", "--dst", f"20.{n}.0.0/16",
                   *only_source)
             else:
                 c("int", "watch", "del", "churn")
-        if role == "int-sink":
+        if role in ("int-sink", "int-sink-analytics"):
             c("int", "export", "pause" if t % 4 == 1 else "resume")
+        if role == "int-sink-analytics":
+            # Thresholds up and down; a CNF rule for a slice of the flows
+            # with its expression, then both gone; the cache flushed.
+            c("int", "event", "set", "hop_latency", "--threshold", str(5000 + 1000 * (n % 5)), "--change", "2000",
+              "--mode", "edge" if add else "level")
+            if add:
+                c("int", "expr", "add", "churn", f"hop_latency.max > {8000 + n} AND (queue.any.delta > 50 OR "
+                  "e2e_latency > 30000)")
+                c("int", "detect", "add", "churn", "--algorithm", "cnf", "--expr", "churn", "--priority", "5",
+                  "--src-port", f"{n % 16}/15")
+            else:
+                c("int", "detect", "del", "churn")
+                c("int", "expr", "del", "churn")
+            if t % 5 == 4:
+                c("int", "flows", "flush")
         if role.startswith("ampm-"):
             r = role.split("-", 1)[1]
             if add:
