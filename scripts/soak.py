@@ -9,14 +9,17 @@ removes what the role has: routes and neighbours (router, INT source),
 exact flows (every role), INT watch rules (INT roles), AM-PM flows (AM-PM
 roles), the report export paused and resumed (INT sink), the analytics'
 event thresholds, detection rules and CNF expressions changed and the flow
-cache flushed (INT sink with analytics), the label shift (INT-label), and a
-capture is started and ends every other second.
+cache flushed (INT sink with analytics), the label shift (INT-label), the
+clone buffer shown (GPINT transit), and a capture is started and ends every
+other second.
 Every second the switch's mempool use and the process's RSS are sampled.
 
 A role passes when:
   - the switch exits 0 (no crash) and received at least the packets asked;
-  - its counters add up: rx == tx - injected + drops over all ports, and
-    every drop has its reason;
+  - its counters add up: rx == tx - injected + drops over all ports (a
+    GPINT transit's feedbacks count as injected; the feedbacks, duplicate
+    and delivered probes it takes count beside the drops), and every drop
+    has its reason;
   - no mbuf leaked: after every worker stopped and every port closed, no
     packet buffer is still taken (mempool_in_use_at_exit == 0), and while
     it ran the pool's use never grew past its first samples by more than
@@ -46,8 +49,8 @@ import time
 
 DUT_MAC = "02:00:00:00:be:00"
 FIVE = "node_id,l1_ports,hop_latency,queue,ingress_ts"
-ROLES = ["bridge", "router", "int-source", "int-transit", "int-sink", "int-sink-analytics", "ampm-initiator",
-         "ampm-terminator", "int-label"]
+ROLES = ["bridge", "router", "int-source", "int-transit", "int-sink", "int-sink-analytics", "gpint-transit",
+         "ampm-initiator", "ampm-terminator", "int-label"]
 
 
 def routes_file(path):
@@ -76,6 +79,12 @@ def traffic(role, work):
             hops = ["--int-hops", "4", "--int-values", "exp", "--count", "16384"]
         return mixed + ["--flows", "10000", "--zipf", "1.0", "--dst-mac", "02:00:00:00:00:02",
                         *hops, "--int-instructions", FIVE, "--int-rhc", "3", "--background-share", "0.3"]
+    if role == "gpint-transit":
+        # Probes of distinct requests from many monitors (a fifth IPv6),
+        # each followed 8 probes later by its next hop's feedback (16384
+        # frames: the replay holds them in the pool).
+        return ["--gpint-probes", "--gpint-feedbacks", "--count", "8192", "--v6-share", "0.2",
+                "--dst-mac", DUT_MAC]
     # AM-PM and INT-label: 2000 flows from 10.1.0.0 (the AM-PM rules
     # monitor their first half by source address), mixed sizes.
     return ["--sizes", "imix", "--shuffle", "7", "--count", "8192", "--flows", "2000",
@@ -135,6 +144,9 @@ def config(role, work, trace, sock, collector_port, idle):
                 f'role = "{r}"', 'method = "muxed"', 'carrier = "dscp"', 'src = "10.1.0.0/22"']
     if role == "int-label":
         out += ["[int]", "node_id = 4", "[label]", "interval_ms = 0.01", "seed = 3"]
+    if role == "gpint-transit":
+        out += ["[int]", "node_id = 5", "[[int.collector]]", f'address = "127.0.0.1:{collector_port}"',
+                "[gpint]", "hold_ms = 1"]
     return "\n".join(out) + "\n"
 
 
@@ -216,6 +228,9 @@ class Churn:
                 c("ampm", "del", "churn")
         if role == "int-label":
             c("label", "set-shift", "p1", str(t % 3))
+        if role == "gpint-transit":
+            # The clone buffer's slots, as an operator watches them.
+            c("show", "gpint")
         if t % 2 == 1:
             c("capture", "p0", "--rx", "--count", "200", "--out", f"{self.work}/cap.pcap", "--timeout", "1")
 
@@ -310,6 +325,11 @@ def run_role(role, a, work):
     rx_all = sum(x["rx_packets"] for x in ports)
     tx_all = sum(x["tx_packets"] for x in ports)
     injected = fin["events"].get("injected", 0)
+    # Taken by the SQR stage, neither sent on nor dropped: feedbacks (each
+    # frees its copy), duplicate probes, probes delivered to the collector.
+    consumed = sum(fin["events"].get(k, 0) for k in ("gpint_fb_rx", "gpint_dup", "gpint_delivered"))
+    # Made by it and sent: a feedback for every probe.
+    injected += fin["events"].get("gpint_fb_tx", 0)
     drops, by_name = fin["total_drops"], sum(fin["drops"].values())
     p0 = ports[0]["rx_packets"]
     # In flight at most: a burst per port per worker, and a capture's worth.
@@ -324,7 +344,8 @@ def run_role(role, a, work):
                rss_last_mib=rss[-1] // 1024 if rss else None, rss_growth_mib=rss_growth)
     checks = [
         (p0 >= a.packets, f"received {p0} < {a.packets}"),
-        (rx_all == tx_all - injected + drops, f"rx {rx_all} != tx {tx_all} - injected {injected} + drops {drops}"),
+        (rx_all == tx_all - injected + drops + consumed,
+         f"rx {rx_all} != tx {tx_all} - injected {injected} + drops {drops} + consumed {consumed}"),
         (by_name == drops, f"drops by name {by_name} != {drops}"),
         (fin.get("mempool_in_use_at_exit") == 0, f"{fin.get('mempool_in_use_at_exit')} mbufs taken at exit"),
         (pool_growth <= slack, f"mempool use grew by {pool_growth} (> {slack} in flight)"),
