@@ -203,7 +203,7 @@ impl GpintRole {
     }
 
     /// One frame in on `port` at `tsc`, then the stage's timer work; what
-    /// left (a reply cut to its length), and the records exported.
+    /// left (a reply at its length), and the records exported.
     fn run(&mut self, f: &[u8], port: u16, tsc: u64) -> (Vec<(Vec<u8>, Verdict)>, Vec<GpintRecord>) {
         let rx = RxTime { tsc, wall_ns: 1_700_000_000 * SEC + tsc };
         let mut pkts = [Some(VecBuf::new(f, 128))];
@@ -215,9 +215,13 @@ impl GpintRole {
             .out
             .out
             .drain(..)
-            .map(|(m, v)| match v {
-                Verdict::TxLen(_, n) => (m.bytes()[..(n as usize).min(m.bytes().len())].to_vec(), v),
-                _ => (m.bytes().to_vec(), v),
+            .map(|(m, v)| {
+                let mut f = m.bytes().to_vec();
+                if let Verdict::TxLen(_, n) = v {
+                    // As the worker cuts or pads (with zeros) a reply.
+                    f.resize(n as usize, 0);
+                }
+                (f, v)
             })
             .collect();
         (sent, std::iter::from_fn(|| self.exports.pop().ok()).collect())
@@ -225,7 +229,10 @@ impl GpintRole {
 }
 
 /// GPINT probes (IPv4 and IPv6; through this switch or to the monitor
-/// here; in UDP port and DSCP mode) and the feedback a probe gets.
+/// here; in UDP port and DSCP mode) and the feedback a probe gets. (Not
+/// among `seeds`: a claimed probe's feedback is a duplicate of its buffer,
+/// which a test buffer makes on the heap, so the allocation test leaves
+/// them out.)
 fn gpint_seeds() -> Vec<Vec<u8>> {
     let mut v = Vec::new();
     for dscp in [None, Some(0x2e)] {
@@ -376,7 +383,6 @@ pub(crate) fn seeds() -> Vec<Vec<u8>> {
             v.push(b.bytes().to_vec());
         }
     }
-    v.extend(gpint_seeds());
     v
 }
 
@@ -536,9 +542,8 @@ impl Roles {
         self.n += 1;
         let mut role = pick as usize % self.count();
         if let Some((t, flows, macs)) = self.envs.get_mut(role) {
-            // Room for a reply written in place (ARP, ICMP echo), as an mbuf has.
+            // As received: a vdev may hand over a frame under 60 bytes.
             let mut f = frame.to_vec();
-            f.resize(f.len().max(128), 0);
             let meta = parse(&f, 0);
             let before = meta.as_ref().ok().map(|m| shape(&f, m));
             let input = f.clone();
@@ -549,8 +554,11 @@ impl Roles {
             match (v, before) {
                 (forward::Verdict::Tx(_) | forward::Verdict::Flood, Some(b)) => check_sent("forward", &b, &input, &f),
                 (forward::Verdict::TxLen(_, len), Some(_)) => {
-                    let out = f.get(..len as usize).expect("a reply within the buffer");
-                    assert!(parse(out, 0).is_ok(), "a reply that does not parse: in {input:02x?} out {out:02x?}");
+                    // Cut to its length, or padded with zeros as the worker
+                    // pads a reply to Ethernet's 60 bytes (Mbuf::set_len).
+                    let mut out = f.clone();
+                    out.resize(len as usize, 0);
+                    assert!(parse(&out, 0).is_ok(), "a reply that does not parse: in {input:02x?} out {out:02x?}");
                 }
                 (forward::Verdict::Drop(_) | forward::Verdict::Consumed, _) => {}
                 (v, None) => panic!("an unparsable frame was not dropped ({v:?}): {input:02x?}"),
@@ -629,7 +637,8 @@ fn the_pipeline_fuzz_corpus_replays_clean() {
 /// The seeds through every role, mutated: what the fuzz target starts from.
 #[test]
 fn every_role_keeps_the_invariants_on_mutated_seeds() {
-    let seeds = seeds();
+    let mut seeds = seeds();
+    seeds.extend(gpint_seeds());
     let mut rng = XorShift::new(0x0f22_5eed);
     let mut roles = Roles::new();
     for _ in 0..ROUNDS {

@@ -465,10 +465,11 @@ fn route_v6(
             return Verdict::Drop(DropReason::LocalUnhandled);
         }
         if let Err(r) = icmp::v6_echo_to_reply(&src, &dst, &mut frame[meta.l4_offset..meta.l3_end]) {
-            return Verdict::Drop(if frame[meta.l4_offset] == icmp::V6_ECHO_REQUEST {
-                r
-            } else {
-                DropReason::LocalUnhandled
+            // Another message is not ours to answer; an echo request, or a
+            // message cut before its type, is dropped for what is wrong.
+            return Verdict::Drop(match frame.get(meta.l4_offset) {
+                Some(&t) if t != icmp::V6_ECHO_REQUEST => DropReason::LocalUnhandled,
+                _ => r,
             });
         }
         let mut ip = Ipv6Packet::new_checked(&mut frame[l3..meta.l3_end]).expect("parsed");
@@ -918,6 +919,14 @@ mod tests {
         assert_eq!(e.run(&mut f, 0), Verdict::TxLen(0, 70));
         assert_eq!(f[54], icmp::V6_ECHO_REPLY);
         assert!(icmp::v6_checksum_ok(&gw, &host, &f[54..70]));
+        // An ICMPv6 message of no bytes, at the frame's very end (a vdev
+        // may hand over a frame under Ethernet's 60 bytes): dropped, not
+        // read past the end (the fuzzer found it).
+        let mut empty = to(udp6(host, gw, 0, 0, &[]), P0)[..54].to_vec();
+        empty[18..20].copy_from_slice(&[0, 0]);
+        empty[20] = PROTO_ICMPV6;
+        let v = e.run(&mut empty, 0);
+        assert!(matches!(v, Verdict::Drop(r) if r != DropReason::LocalUnhandled), "{v:?}");
         // Forwarded v6 needs a neighbour; hop limit 1 is dropped.
         let far: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
         let mut f = to(udp6(host, far, 1, 2, b"x"), P0);
