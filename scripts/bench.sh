@@ -51,6 +51,11 @@
 # each case's switch runs write their profile and final counters (a JSON
 # line a run, counters.jsonl) under DIR/<case>/, so that pgo.sh can weigh
 # the cases by the packets they received.
+# BENCH_INSTR=1 adds, after each case, the instructions per packet of the
+# switch's pipeline on that case's config and trace
+# (scripts/stage_instructions.sh: the stage bench under callgrind, exact
+# and untouched by the VM's noise; no PMDs): case=<case>-instr
+# instructions_per_packet=<n> burst_packets=<n>. Needs valgrind.
 # BENCH_L3FWD=1 (one worker) also measures DPDK's own l3fwd example, built
 # from dpdk-doc's sources, on the same vdevs and traffic: with the L3 case's
 # 10k routes (LPM) and 100k flows (exact match), with the realistic router
@@ -434,6 +439,9 @@ run_case() { # name pcap config
       -v t="${ovs_tx[$k]}" -v s="$ovs_stats/$1-$k.txt" \
       'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f testpmd=%s tx_share=%.2f build=ovs pmd_stats=%s\n", n, a, (b > 0 ? a / b : 0), b, m, t, s }'
   done
+  if [[ "${BENCH_INSTR:-0}" != 0 ]]; then
+    scripts/stage_instructions.sh "$3:$2" | sed -E "s/^case=[^ ]+/case=$1-instr/"
+  fi
 }
 
 # The synthetic cases (names end in -1flow; L3's in -seq): one MAC pair,

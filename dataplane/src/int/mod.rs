@@ -697,9 +697,12 @@ pub fn sink_block(
     // 2). Restored from the other, the packet would leave still marked
     // (codepoint or INT port) for the next INT node to misread.
     let after_udp = meta.key.proto() == PROTO_UDP && blk == l4 + 8;
+    // Nor may NPT 1 give back the INT port itself: no source encodes a
+    // packet already to it (that is an INT packet), and restored it would
+    // leave looking like INT.
     let encoding_fits = match presence {
         Presence::Dscp { .. } => npt == 0,
-        Presence::UdpPort(_) => npt == 1 || npt == 2,
+        Presence::UdpPort(port) => npt == 2 || (npt == 1 && saved != port),
     };
     if npt > 2 || (npt != 0 && !after_udp) || !encoding_fits {
         return Err(DropReason::IntBadVersion);
@@ -1181,5 +1184,10 @@ pub(crate) mod tests {
         refused(&udp, &params(), 42, 0x10);
         // Nor NPT 2 saving UDP (the shim's last byte).
         refused(&tcp(false, 0, 0, b"x"), &params(), 45, 17);
+        // Nor NPT 1 saving the INT port (17768 = 0x4568, the shim's last
+        // two bytes: a packet to port 0x1368 with the high byte made 0x45):
+        // restored, it would still be INT to the next node (found by the
+        // pipeline fuzz target).
+        refused(&udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 0x1368, b"x"), &params(), 44, 0x45);
     }
 }
