@@ -29,8 +29,9 @@ mod label_cli;
     about = "Receive and decode INT telemetry reports (Telemetry Report v2.0 over UDP) and join AM-PM interval records",
     after_help = "Output: one line per report (--json: {node_id, hw_id, seq, flags, flow, hops[...], ...});\n\
 at exit (SIGINT/SIGTERM, --count or --duration) a summary: packets, reports, sequence gaps per\n\
-(node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy, datagrams and the\n\
-receive calls that took them (recvmmsg, up to 32 a call).\n\
+(node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy, datagrams, the\n\
+receive calls that took them (recvmmsg, up to 32 buffers a call) and the buffers that held a\n\
+sender's whole UDP GSO batch (gro_buffers: the socket has UDP GRO on).\n\
 AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived (--json:\n\
 {flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
 mean_delay_ns, partial, clock_step, mps[...], segments[...]}; partial: an MP started during the\n\
@@ -687,8 +688,8 @@ fn run(cli: &Cli) -> Result<(), String> {
         let sm = &s["summary"];
         let _ = writeln!(
             out,
-            "packets {} reports {} bad {}; datagrams {} in {} receive calls",
-            sm["packets"], sm["reports"], sm["bad_packets"], sm["datagrams"], sm["recv_batches"]
+            "packets {} reports {} bad {}; datagrams {} in {} receive calls ({} GRO buffers)",
+            sm["packets"], sm["reports"], sm["bad_packets"], sm["datagrams"], sm["recv_batches"], sm["gro_buffers"]
         );
         for g in sm["sequence"].as_array().into_iter().flatten() {
             let _ = writeln!(out, "node {} hw_id {}: {} sequence gaps", g["node_id"], g["hw_id"], g["gaps"]);
