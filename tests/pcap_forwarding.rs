@@ -342,6 +342,33 @@ fn routed_to_h2(f: &[u8]) -> Vec<u8> {
     want
 }
 
+/// A reply padded to Ethernet's 60 bytes carries zeros there, not what an
+/// earlier packet left in its buffer: 64 frames full of 0xee that the
+/// router drops (no route) come first, so the unpadded ARP request after
+/// them lands in one of their buffers.
+#[test]
+fn a_padded_reply_carries_zeros_not_an_earlier_packets_bytes() {
+    let d = Scratch::new("pad");
+    let mut frames: Vec<Vec<u8>> =
+        (0..64).map(|_| ipv4_udp(P0_MAC, H1, [10, 0, 1, 2], [8, 8, 8, 8], 64, &[0xee; 200])).collect();
+    frames.push(arp_request(H1, [10, 0, 1, 2], [10, 0, 1, 1]));
+    write_pcap(&d.path("in0.pcap"), &frames);
+    write_pcap(&d.path("in1.pcap"), &[]);
+    let cfg = format!(
+        "{}{}{}",
+        header("pad", "router", &d),
+        port_cfg("p0", 0, &d, P0_ROUTER),
+        port_cfg("p1", 1, &d, P1_ROUTER)
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 2.5);
+    assert_eq!((out["drops"]["no_route"].as_u64(), out["events"]["arp_replied"].as_u64()), (Some(64), Some(1)));
+    let out0 = read_pcap(&d.path("out0.pcap"));
+    assert_eq!(out0.len(), 1, "the ARP reply");
+    assert_eq!(out0[0].len(), 60);
+    assert!(out0[0][42..].iter().all(|&b| b == 0), "padding: {:02x?}", &out0[0][42..]);
+}
+
 #[test]
 fn router_rewrites_answers_and_drops_with_reasons() {
     let d = Scratch::new("rt");

@@ -577,13 +577,15 @@ impl Mbuf {
         unsafe { ffi::shim_pktmbuf_trim(self.raw(), len) == 0 }
     }
 
-    /// Sets the packet length, trimming or appending as needed.
+    /// Sets the packet length, trimming or appending as needed. Appended
+    /// bytes (a reply padded to Ethernet's 60) are zeros, never what an
+    /// earlier packet left in the buffer.
     pub fn set_len(&mut self, len: usize) -> bool {
         let cur = self.data_len();
         if len <= cur {
             self.trim((cur - len) as u16)
         } else {
-            self.append((len - cur) as u16).is_some()
+            self.append((len - cur) as u16).map(|tail| tail.fill(0)).is_some()
         }
     }
 
