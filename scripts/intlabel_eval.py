@@ -78,9 +78,19 @@ def point(seconds, rate, pro=None, window_ms=100, record=None):
     the controller running: its summary and the senders' counts. With
     `record`, the controller's JSON lines go into that file and
     `intcollector plot` charts its coverage per window beside it (.svg)."""
+    ready = [os.path.join(STATE, f"sink-h{h}.ready") for h in range(1, 9)]
+    for f in ready:
+        if os.path.exists(f):
+            os.unlink(f)
     sinks = [subprocess.Popen(["ip", "netns", "exec", ns(f"h{h}"), "python3", os.path.join(HERE, "intlabel_traffic.py"),
-                               "sink", "--seconds", str(seconds + 3)], stdout=subprocess.PIPE, text=True)
+                               "sink", "--seconds", str(seconds + 3), "--ready", ready[h - 1]],
+                              stdout=subprocess.PIPE, text=True)
              for h in range(1, 9)]
+    # Every sink bound before a datagram leaves: one started late (the
+    # switches share the two cores) would count its first datagrams as lost.
+    deadline = time.monotonic() + 10
+    while not all(map(os.path.exists, ready)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     args = [os.path.join(BIN, "intcollector"), "--listen", "0.0.0.0:32767", "--json", "--quiet",
             "--label-window-ms", str(window_ms), "--duration", str(seconds + 2.5)]
     for sw in SWITCHES:

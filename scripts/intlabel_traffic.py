@@ -3,11 +3,13 @@
 datagrams, round robin over the destinations, Poisson pacing at a total rate.
 
   intlabel_traffic.py send --dst 10.40.2.2,10.40.3.2 --rate 700 --seconds 5 [--size 1000] [--port 9000] [--seed 1]
-  intlabel_traffic.py sink [--port 9000] --seconds 6
+  intlabel_traffic.py sink [--port 9000] --seconds 6 [--ready FILE]
 
 Each datagram carries (sender id, sequence) and a filler derived from them,
 so the sink checks every byte it gets. Both print one JSON line at the end:
 send {"sent", "errors", "seconds", "rate"}; sink {"received", "bad", "senders"}.
+A sink given --ready creates FILE once its socket is bound, so a harness
+starts the senders only when every sink can receive.
 """
 import argparse
 import json
@@ -18,10 +20,17 @@ import sys
 import time
 
 
+# The filler's byte i is (seq + i) mod 251: a slice of this cycle, so that
+# neither side spends its (shared, two-core) CPU building it byte by byte.
+CYCLE = bytes(range(251))
+
+
 def payload(sender, seq, size):
     head = struct.pack("!IQ", sender, seq)
     n = max(size - len(head), 0)
-    return head + bytes((seq + i) % 251 for i in range(n))
+    start = seq % 251
+    reps = (start + n) // 251 + 1
+    return head + (CYCLE * reps)[start : start + n]
 
 
 def send(a):
@@ -57,6 +66,8 @@ def sink(a):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", a.port))
     s.settimeout(0.2)
+    if a.ready:
+        open(a.ready, "w").close()
     end = time.monotonic() + a.seconds
     received = bad = 0
     senders = {}
@@ -89,6 +100,7 @@ def main():
     pk = sub.add_parser("sink")
     pk.add_argument("--port", type=int, default=9000)
     pk.add_argument("--seconds", type=float, required=True)
+    pk.add_argument("--ready", help="a file to create once the socket is bound")
     a = p.parse_args()
     if a.cmd == "send":
         if a.rate <= 0 or a.seconds <= 0 or a.size < 12:

@@ -196,13 +196,22 @@ fn clos_coverage_route_change_and_pro_under_loss() {
         let sinks: Vec<_> = hosts
             .iter()
             .map(|h| {
-                let (ns, t) = (tb.ns(h), traffic.clone());
+                let (ns, t, ready) = (tb.ns(h), traffic.clone(), d.path(&format!("{h}.ready")));
+                let _ = std::fs::remove_file(&ready);
                 std::thread::spawn(move || {
-                    ns_try(&ns, &["python3", t.to_str().unwrap(), "sink", "--seconds", &format!("{}", seconds + 2.0)])
+                    let (secs, ready) = (format!("{}", seconds + 2.0), ready.to_str().unwrap().to_string());
+                    ns_try(&ns, &["python3", t.to_str().unwrap(), "sink", "--seconds", &secs, "--ready", &ready])
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(1000));
+        // Every sink bound before the senders start (a late one would count
+        // the datagrams it missed as lost).
+        let all_ready = || hosts.iter().all(|h| d.path(&format!("{h}.ready")).exists());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !all_ready() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(200));
         let senders: Vec<_> = [1usize, 8]
             .into_iter()
             .map(|h| {
