@@ -5,8 +5,10 @@ reports every microburst (int-event-detection section IV-B).
 
 For each microburst trace (gen-traffic --int-values web|cache|hadoop, one
 flow and 1000 flows, 5 hops: README "Telemetry traces") and each algorithm
-(per_hop on each hop's latency; per_flow and ewma on the latency sum; noop)
-and threshold, a sink replays the trace once (net_pcap) with that one
+(per_hop on each hop's latency; per_flow and ewma on the latency sum; noop;
+rising, the cnf rule "hop_latency.max > T AND hop_latency.max.delta > R":
+some hop above T and the highest hop latency up by more than R, --rise-us,
+since the flow's previous packet) and threshold, a sink replays the trace once (net_pcap) with that one
 [[int.detect]] rule and sends its reports through a DPDK port into a pcap
 (no socket buffer to lose them in). Printed per run:
 
@@ -52,14 +54,22 @@ def reported_ids(path):
     return ids
 
 
+def rule(algo, thr_ns, rise_ns):
+    """The [[int.detect]] rule (and the [[int.expr]] it names) of `algo`."""
+    if algo == "rising":
+        expr = "hop_latency.max > %d AND hop_latency.max.delta > %d" % (thr_ns, rise_ns)
+        return '[[int.expr]]\nname = "rise"\nexpr = "%s"\n\n[[int.detect]]\nname = "r"\nalgorithm = "cnf"\nexpr = "rise"\n' % expr
+    metric = "hop_latency" if algo == "per_hop" else "e2e_latency"
+    r = '[[int.detect]]\nname = "r"\nalgorithm = "%s"\nmetric = "%s"\n' % (algo, metric)
+    if algo != "noop":
+        r += "threshold = %d\n" % thr_ns
+    return r
+
+
 def run(args, work, pcap, packets, algo, thr_ns):
     name = "detred"
     sock = os.path.join(work, "sw.sock")
     out = os.path.join(work, "reports.pcap")
-    metric = "hop_latency" if algo == "per_hop" else "e2e_latency"
-    rule = 'name = "r"\nalgorithm = "%s"\nmetric = "%s"\n' % (algo, metric)
-    if algo != "noop":
-        rule += "threshold = %d\n" % thr_ns
     cfg = f"""name = "{name}"
 mode = "xconnect"
 [eal]
@@ -97,8 +107,8 @@ mac = "02:00:00:00:00:99"
 bind = "10.99.0.1:32766"
 [int.analytics]
 histogram_nodes = 0
-[[int.detect]]
-{rule}"""
+
+{rule(algo, thr_ns, args.rise_us * 1000)}"""
     conf = os.path.join(work, "c.toml")
     open(conf, "w").write(cfg)
     sw = subprocess.Popen(
@@ -131,7 +141,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--traces", default="web,cache,hadoop")
     ap.add_argument("--flows", default="1,1000")
-    ap.add_argument("--algorithms", default="per_hop,per_flow,ewma,noop")
+    ap.add_argument("--algorithms", default="per_hop,per_flow,ewma,rising,noop")
+    ap.add_argument("--rise-us", type=int, default=2, help="rising: R, the rise since the flow's previous packet (us)")
     ap.add_argument("--thresholds-us", default="1,2,5,10,20,50,100,200")
     ap.add_argument("--packets", type=int, default=65000, help="at most 65536 (reports name packets by IPv4 ID)")
     ap.add_argument("--seed", type=int, default=1)
