@@ -159,22 +159,36 @@ const INT_PORT: u16 = 17768;
 /// TSC ticks a second of the GPINT role's pipeline.
 const HZ: u64 = 1_000_000;
 
-/// A worker's whole pipeline (router mode, the test router's tables) with
-/// GPINT's SQR stage on, recovery included, in the domain's presence
-/// method: probes are acknowledged, measured, forwarded with a copy kept
-/// (4 slots: they fill) or delivered; the wheel expires copies as the
-/// clock moves on.
-struct GpintRole {
+/// A worker's whole pipeline with one feature stage on.
+///
+/// GPINT (`gpint`): router mode, the test router's tables, GPINT's SQR
+/// stage with recovery, in the domain's presence method: probes are
+/// acknowledged, measured, forwarded with a copy kept (4 slots: they fill)
+/// or delivered; the wheel expires copies as the clock moves on.
+///
+/// INT-label (`label`): cross-connect (every frame leaves by the other
+/// port), Base B with F1 and a rest time, a watchlist rule that exempts
+/// one destination port, a specific-flow rule; p1 an edge port (the last
+/// hop: labels exported, packet restored) or p0 (the first hop, where
+/// specific flows enter). Its label reports go to `labels`.
+struct WholeRole {
     t: Tables,
     pipe: WorkerPipeline,
     out: VecOut<VecBuf>,
     c: CounterValues,
     exports: rtrb::Consumer<GpintRecord>,
+    labels: crate::int::report_ring::ReportConsumer,
+    /// The label domain's presence and whether p1 is its edge.
+    label: Option<(Presence, bool)>,
 }
 
-impl GpintRole {
+/// The label domain's DS ID: the INT seeds' domain, so that they and
+/// their mutants are label packets too.
+const LABEL_DS: u16 = 7;
+
+impl WholeRole {
     /// `dscp`: the probe codepoint of the paper's mode (None: the INT port).
-    fn new(dscp: Option<u8>) -> GpintRole {
+    fn gpint(dscp: Option<u8>) -> WholeRole {
         let mut s = two_port_router();
         let dscp = dscp.map(|probe| crate::gpint::GpintDscp { probe, feedback: 0x19, notice: 0x21 });
         s.gpint = Some(GpintSpec {
@@ -187,19 +201,50 @@ impl GpintRole {
             mtu: [1500; crate::counters::MAX_PORTS],
             dscp,
         });
+        WholeRole::build(s, None)
+    }
+
+    /// A label switch in `presence`; `last_hop`: p1 is an edge port (else p0).
+    fn label(presence: Presence, last_hop: bool) -> WholeRole {
+        let mut s = two_port_router();
+        s.mode = Mode::CrossConnect;
+        let mut exempt = WatchRule::any("exempt", Role::None);
+        exempt.dst_port = Ternary::exact(5002);
+        exempt.priority = 1;
+        let mut specific = WatchRule::any("specific", Role::None);
+        specific.src_port = Ternary { value: 1, mask: 1 };
+        s.label = Some(crate::label::LabelSpec {
+            node_id: 60 + last_hop as u32,
+            ds_id: LABEL_DS,
+            presence,
+            bitmap: 0xfc00,
+            max_labels: 4,
+            times: crate::label::Times { interval: HZ / 200, rest: HZ / 1000 },
+            f: crate::label::Thresholds::new(&crate::label::LabelFn::F1, 5),
+            edge_ports: if last_hop { 0b10 } else { 0b01 },
+            mtu: [1500; crate::counters::MAX_PORTS],
+            truncate: 64,
+            watch: vec![exempt, WatchRule::any("all", Role::Transit)],
+            flows: vec![crate::label::FlowRule { rule: specific, interval_tsc: HZ / 100 }],
+        });
+        WholeRole::build(s, Some((presence, last_hop)))
+    }
+
+    fn build(s: crate::tables::TableSpec, label: Option<(Presence, bool)>) -> WholeRole {
         let (p, exports) = rtrb::RingBuffer::new(16);
+        let (reports, labels) = crate::int::report_ring::report_ring(16);
         let stages = StageSetup {
             analytics: AnalyticsSetup::interval_only(16),
             reports: crate::int::report_ring::report_ring(4).0,
             clock: crate::int::stage::WallClock::new(0, 1_700_000_000 * SEC, HZ),
             gpint: GpintSetup { slots: 4, exports: Some(p), worker: 0, workers: Vec::new() },
-            label: LabelSetup::off(),
+            label: LabelSetup { reports, ports: std::sync::Arc::default(), seed: 5 },
         };
         let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn: false, hash_seed: 1 };
         let macs = MacSetup { capacity: 64, aging_s: 0, share: false };
         let pipe = worker::pipeline(std::sync::Arc::new(WorkerShared::new(0)), flows, macs, stages, HZ);
         let t = Tables::build(&s, 1).expect("test tables");
-        GpintRole { t, pipe, out: VecOut::new(8, 8), c: CounterValues::default(), exports }
+        WholeRole { t, pipe, out: VecOut::new(8, 8), c: CounterValues::default(), exports, labels, label }
     }
 
     /// One frame in on `port` at `tsc`, then the stage's timer work; what
@@ -259,7 +304,7 @@ fn gpint_seeds() -> Vec<Vec<u8>> {
                     hops.iter().map(|&(p, f, n)| SrEntry { next_port: p, mea_first: f, mea_count: n }).collect();
                 let repr = ProbeRepr::new(7, RequestType::PortRx, 1, 0, entries).expect("a probe");
                 let probe = probe_frame(&a, &repr).expect("a probe frame");
-                let (sent, _) = GpintRole::new(dscp).run(&probe, 0, 1_000);
+                let (sent, _) = WholeRole::gpint(dscp).run(&probe, 0, 1_000);
                 v.push(probe);
                 v.extend(sent.into_iter().map(|(f, _)| f));
             }
@@ -433,7 +478,8 @@ pub struct Roles {
     /// Flow records and events the analytics sinks exported.
     analytics_read: (u64, u64),
     ampm_nodes: Vec<Mp>,
-    gpint: Vec<GpintRole>,
+    gpint: Vec<WholeRole>,
+    label: Vec<WholeRole>,
     c: CounterValues,
     n: u64,
 }
@@ -524,7 +570,8 @@ impl Roles {
             analytics,
             analytics_read: (0, 0),
             ampm_nodes: all_ampm_nodes(),
-            gpint: vec![GpintRole::new(None), GpintRole::new(Some(0x2e))],
+            gpint: vec![WholeRole::gpint(None), WholeRole::gpint(Some(0x2e))],
+            label: presences.iter().flat_map(|&p| [WholeRole::label(p, false), WholeRole::label(p, true)]).collect(),
             c: CounterValues::default(),
             n: 0,
         }
@@ -532,7 +579,7 @@ impl Roles {
 
     /// How many roles an input's first byte picks among.
     pub fn count(&self) -> usize {
-        self.envs.len() + self.int_nodes.len() + self.ampm_nodes.len() + self.gpint.len()
+        self.envs.len() + self.int_nodes.len() + self.ampm_nodes.len() + self.gpint.len() + self.label.len()
     }
 
     /// Runs `data[1..]` through the role `data[0]` picks; panics when an
@@ -616,6 +663,33 @@ impl Roles {
                 let f = r.frame.bytes();
                 assert!(parse(f, 0).is_ok(), "GPINT: an exported probe that does not parse: in {frame:02x?} {f:02x?}");
             }
+            return;
+        }
+        role -= self.gpint.len();
+        if let Some(l) = self.label.get_mut(role) {
+            let (presence, last_hop) = l.label.expect("a label role");
+            let sunk = l.c.events[Event::LabelSunk as usize];
+            let (sent, _) = l.run(frame, 0, self.n * HZ / 1000);
+            let restored = l.c.events[Event::LabelSunk as usize] > sunk;
+            for (out, v) in sent {
+                if !matches!(v, Verdict::Tx(_) | Verdict::Flood) {
+                    continue;
+                }
+                check_sent("INT-label", &before, frame, &out);
+                if let (true, Ok(m)) = (last_hop && restored, parse(&out, 0)) {
+                    assert!(
+                        int::find(&out, &m, presence).is_none(),
+                        "a last hop sent its labels on: in {frame:02x?} out {out:02x?}"
+                    );
+                }
+            }
+            let mut r = crate::int::stage::ReportRecord::empty();
+            while l.labels.pop_into(&mut r) {
+                assert!(
+                    r.domain_id == LABEL_DS && (r.len as usize) <= crate::int::stage::REPORT_MAX && last_hop,
+                    "a label report out of place: in {frame:02x?}"
+                );
+            }
         }
     }
 }
@@ -654,6 +728,19 @@ fn every_role_keeps_the_invariants_on_mutated_seeds() {
     let ev = |e: Event| roles.gpint.iter().map(|g| g.c.events[e as usize]).sum::<u64>();
     for e in [Event::GpintRx, Event::GpintFeedbackRx, Event::GpintDelivered, Event::SqrStored, Event::SqrTimeouts] {
         assert!(ev(e) > 10, "GPINT roles: {} {}", e.name(), ev(e));
+    }
+    // The label roles labeled by every rule, pushed onto labels carried,
+    // exported and restored.
+    let ev = |e: Event| roles.label.iter().map(|l| l.c.events[e as usize]).sum::<u64>();
+    for e in [
+        Event::LabelInterval,
+        Event::LabelProbabilistic,
+        Event::LabelSpecific,
+        Event::LabelSunk,
+        Event::LabelExported,
+        Event::LabelPassedMalformed,
+    ] {
+        assert!(ev(e) > 10, "label roles: {} {}", e.name(), ev(e));
     }
 }
 
