@@ -3,8 +3,9 @@
 //! restarted mid-run sees the reports it missed as a sequence gap while the
 //! switch goes on forwarding; the control core stalled for 2 s (its thread
 //! alone stopped with ptrace) leaves the workers forwarding, their report
-//! rings full and counted. (Clock steps: the AM-PM exporter's unit tests;
-//! export slower than the workers: int_reports' paused-export test.)
+//! rings full and counted; a collector that does not read loses reports
+//! only as counted sequence gaps. (Clock steps: the AM-PM exporter's unit
+//! tests; export paused: int_reports' paused-export test.)
 
 use std::fs::File;
 use std::path::Path;
@@ -60,10 +61,11 @@ fn sigkill(pid: u32) {
     assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
 }
 
-/// intcollector on `listen`, JSON lines into `log`.
-fn collector(listen: &str, log: &Path) -> KillOnDrop {
+/// intcollector on `listen`, JSON lines into `log`, with `extra` options.
+fn collector(listen: &str, log: &Path, extra: &[&str]) -> KillOnDrop {
     let child = Command::new(workspace_bin("intcollector"))
         .args(["--listen", listen, "--json", "--duration", "120"])
+        .args(extra)
         .stdout(File::create(log).unwrap())
         .stderr(Stdio::null())
         .spawn()
@@ -117,7 +119,7 @@ fn a_collector_killed_and_restarted_mid_run_sees_the_gap_and_forwarding_goes_on(
     let cfg = xconnect_config(&d, "faults-coll", &pcap, &sink);
     let sock = d.path("sw.sock");
     let (log1, log2) = (d.path("c1.jsonl"), d.path("c2.jsonl"));
-    let mut c1 = collector(&listen, &log1);
+    let mut c1 = collector(&listen, &log1, &[]);
     let sw = SwitchProcess::start(&cfg, None);
     wait_until("reports at the first collector", || collector_reports(&log1, 0).len() >= 50);
     sigkill(c1.0.id());
@@ -129,7 +131,7 @@ fn a_collector_killed_and_restarted_mid_run_sees_the_gap_and_forwarding_goes_on(
     std::thread::sleep(Duration::from_secs(1));
     let rx_back = p0_rx(&sock);
     assert!(rx_back > rx_gone, "forwarding stopped with the collector gone: {rx_gone} -> {rx_back}");
-    let mut c2 = collector(&listen, &log2);
+    let mut c2 = collector(&listen, &log2, &[]);
     wait_until("reports at the restarted collector", || collector_reports(&log2, 0).len() >= 50);
     let fin = sw.stop();
     sigkill(c2.0.id());
@@ -199,4 +201,89 @@ fn a_stalled_control_core_leaves_the_workers_forwarding_and_their_full_rings_cou
     // Every packet raised a report: taken by the control core or refused.
     let taken: u64 = r["rings"].as_array().unwrap().iter().map(|x| x["received"].as_u64().unwrap()).sum();
     assert_eq!(taken + full(r), ports[0]["rx_packets"].as_u64().unwrap(), "{r}");
+}
+
+/// Report export slower than the workers: the collector's socket, with a
+/// small receive buffer, is not read while the switch floods it
+/// (intcollector stopped with SIGSTOP, so its kernel buffer fills and the
+/// rest is dropped there). The workers
+/// forward every frame; every report the switch raised is accounted for
+/// exactly: refused by a full ring, a send error, or sent with a sequence
+/// number, and every sent one the collector lacks is a gap in those numbers
+/// (one report a packet, so packets and reports count alike).
+#[test]
+fn a_collector_that_does_not_read_loses_reports_only_as_counted_gaps() {
+    const FRAMES: u64 = 50_000;
+    let d = Scratch::new("faults-slow");
+    let pcap = d.path("int.pcap");
+    let args = ["--count", "50000", "--flows", "64", "--int-hops", "2", "--int-instructions", "node_id,hop_latency"];
+    gen(&pcap, &[&args[..], &["--int-rhc", "3"]].concat());
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    // A report of these frames is about 110 bytes: one a packet.
+    let sink = sink_section(&listen, "ring_size = 1024\nreport_max_packet = 200\n");
+    let cfg = xconnect_config(&d, "faults-slow", &pcap, &sink);
+    // Read once: a known number of frames, every one reported.
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(",infinite_rx=1", "");
+    std::fs::write(&cfg, text).unwrap();
+    let sock = d.path("sw.sock");
+    let log = d.path("c.jsonl");
+    // A small receive buffer (64 KiB asked; the kernel doubles it).
+    let mut c = collector(&listen, &log, &["--rcvbuf", "65536"]);
+    let signal = |sig: &str, pid: u32| {
+        assert!(Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
+    };
+    signal("-STOP", c.0.id());
+    let sw = SwitchProcess::start(&cfg, None);
+    wait_until("the trace replayed", || p0_rx(&sock) == FRAMES);
+    let fin = sw.stop();
+    signal("-CONT", c.0.id());
+    // The collector reads what its socket buffer kept, then goes quiet.
+    let mut seen = 0;
+    wait_until("the collector done reading", || {
+        std::thread::sleep(Duration::from_millis(500));
+        let n = std::fs::read_to_string(&log).unwrap().lines().count();
+        std::mem::replace(&mut seen, n) == n && n > 0
+    });
+    signal("-TERM", c.0.id());
+    wait_until("the collector's summary", || exited(&mut c.0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let summary: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let sequence = &summary["summary"]["sequence"][0];
+
+    let ports = fin["ports"].as_array().unwrap();
+    assert_eq!(
+        (ports[0]["rx_packets"].as_u64(), ports[1]["tx_packets"].as_u64()),
+        (Some(FRAMES), Some(FRAMES)),
+        "{fin}"
+    );
+    let r = &fin["int_reports"];
+    let sum = |k: &str| r["rings"].as_array().unwrap().iter().map(|x| x[k].as_u64().unwrap()).sum::<u64>();
+    let (taken, ring_full) = (sum("received"), sum("ring_full"));
+    let col = &r["collectors"][0];
+    let (sent, packets, errors, next) = (
+        col["reports"].as_u64().unwrap(),
+        col["packets"].as_u64().unwrap(),
+        col["send_errors"].as_u64().unwrap(),
+        col["next_seq"].as_u64().unwrap(),
+    );
+    assert_eq!(taken + ring_full, FRAMES, "every frame raised a report: {r}");
+    assert_eq!((sent, packets, next), (taken - errors, sent, sent), "one report a packet, each numbered: {r}");
+    let mut seqs: Vec<u64> = collector_reports(&log, 0).iter().map(|v| v["seq"].as_u64().expect("seq")).collect();
+    let got = seqs.len() as u64;
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len() as u64, got, "a sequence number twice");
+    assert!(seqs.last().is_some_and(|&s| s < next), "numbers the switch never sent: {:?} vs {next}", seqs.last());
+    // The collector's own count: gaps between the numbers it got, and after
+    // its last one those the switch says it sent (the tail of the flood).
+    let (gaps, last) = (sequence["gaps"].as_u64().unwrap(), sequence["last_seq"].as_u64().unwrap());
+    assert_eq!((summary["summary"]["reports"].as_u64(), last), (Some(got), *seqs.last().unwrap()), "{summary}");
+    let tail = next - 1 - last;
+    eprintln!(
+        "collector stopped during the replay: {FRAMES} reports raised = {got} delivered + {gaps} sequence gaps + \
+         {tail} after the last one delivered + {ring_full} ring full + {errors} send errors"
+    );
+    assert!(gaps + tail > 0, "the stopped collector lost nothing: {got} of {next}");
+    assert_eq!(got + gaps + tail + ring_full + errors, FRAMES);
 }
