@@ -697,11 +697,11 @@ pub fn sink_block(
     // 2). Restored from the other, the packet would leave still marked
     // (codepoint or INT port) for the next INT node to misread.
     let after_udp = meta.key.proto() == PROTO_UDP && blk == l4 + 8;
-    // Nor may NPT 1 give back the INT port itself: no source encodes a
-    // packet already to it (that is an INT packet), and restored it would
-    // leave looking like INT.
+    // Nor may NPT 1 give back the INT port itself, or NPT 0 the domain's
+    // own codepoint: no source encodes a packet already marked (that is an
+    // INT packet), and restored it would leave looking like INT.
     let encoding_fits = match presence {
-        Presence::Dscp { .. } => npt == 0,
+        Presence::Dscp { value, mask } => npt == 0 && ((saved as u8) >> 2) & mask != value & mask,
         Presence::UdpPort(port) => npt == 2 || (npt == 1 && saved != port),
     };
     if npt > 2 || (npt != 0 && !after_udp) || !encoding_fits {
@@ -1189,5 +1189,10 @@ pub(crate) mod tests {
         // restored, it would still be INT to the next node (found by the
         // pipeline fuzz target).
         refused(&udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 0x1368, b"x"), &params(), 44, 0x45);
+        // Nor NPT 0 saving the domain's own codepoint (0x17 << 2 in the
+        // shim's last byte): restored, the packet would still carry it (found
+        // by the pipeline fuzz target, through the analytics sink).
+        refused(&udp, &p, 45, 0x17 << 2);
+        refused(&udp, &p, 45, (0x17 << 2) | 1);
     }
 }
