@@ -496,3 +496,57 @@ fn every_ws16_session_completes_under_loss_with_one_recovery_a_lost_probe() {
     let (ok, msg) = tb.down();
     assert!(ok, "{msg}");
 }
+
+/// The dashboard's GPINT panel in a real browser: `gpint run --web` feeds
+/// it sessions over the gpint4 testbed (`--sessions 0`: until `--duration`),
+/// and headless Chromium, in the monitor's namespace where the page is
+/// served, draws the sessions' coverage.
+#[test]
+fn chromium_draws_the_gpint_sessions_panel() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use intswitch_tests::{KillOnDrop, Testbed};
+    let d = Scratch::new("gpintweb");
+    let topo = Testbed::shipped("gpint4");
+    let plan = plan_for(&d, &topo, &["--k", "1"]);
+    let tb = Testbed::up(&topo);
+    // The monitor's namespace is fresh: nothing else listens there.
+    let url = "http://127.0.0.1:8080/";
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &tb.ns("mon")]).arg(intswitch_tests::workspace_bin("intcollector"));
+    cmd.args(["gpint", "run", "--plan"]).arg(&plan);
+    for k in 1..=4 {
+        cmd.args(["--via", &format!("s{k}=10.77.{k}.1")]);
+    }
+    cmd.args(["--sessions", "0", "--profile", "fast", "--duration", "90", "--web", "127.0.0.1:8080"]);
+    let mon = cmd
+        .stdout(std::fs::File::create(d.path("mon.out")).unwrap())
+        .stderr(std::fs::File::create(d.path("mon.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut mon = KillOnDrop(mon);
+    let shot = d.path("gpint.png");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &tb.ns("mon"), "python3"])
+        .arg(intswitch_tests::repo_root().join("tests/browser.py"))
+        .args([url, shot.to_str().unwrap(), "gpint", "--timeout", "40"])
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout);
+    let err = std::fs::read_to_string(d.path("mon.err")).unwrap_or_default();
+    assert!(out.status.success(), "browser: {seen} {} / monitor: {err}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(seen.trim()).unwrap();
+    assert!(v["points"]["gpint"].as_u64().unwrap_or(0) > 0, "the GPINT chart drew nothing: {v}");
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "screenshot of {} bytes", png.len());
+    let _ = mon.0.kill();
+    let _ = mon.0.wait();
+    // What the page drew were real sessions: each covered the 4 switches.
+    let text = std::fs::read_to_string(d.path("mon.out")).unwrap();
+    let sessions: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l.get("session").is_some())
+        .collect();
+    assert!(!sessions.is_empty(), "no session line: {err}");
+    assert!(sessions.iter().all(|l| l["covered"].as_u64() == Some(4)), "{:?}", &sessions[..1]);
+}
