@@ -308,13 +308,7 @@ fn monitor_of(
     sessions: u64,
     switches: usize,
 ) -> (Vec<Value>, Value) {
-    let bin = intswitch_tests::workspace_bin("intcollector");
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &tb.ns("mon")]).arg(bin).args(["gpint", "run", "--plan"]).arg(plan);
-    for k in 1..=switches {
-        cmd.args(["--via", &format!("s{k}=10.77.{k}.1")]);
-    }
-    let out = cmd
+    let out = monitor_cmd(tb, plan, switches)
         .args(["--sessions", &sessions.to_string(), "--profile", "fast", "--duration", "120"])
         // (The dashboard runs beside the sessions; it must not disturb them.)
         .args(["--web", "127.0.0.1:0"])
@@ -326,6 +320,18 @@ fn monitor_of(
     let summary = lines.pop().expect("summary line");
     assert_eq!(summary["summary"], true);
     (lines, summary)
+}
+
+/// `intcollector gpint run --plan PLAN --via ...` in the testbed's mon
+/// namespace, over switches s1, s2, ... (options to add).
+fn monitor_cmd(tb: &intswitch_tests::Testbed, plan: &std::path::Path, switches: usize) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &tb.ns("mon")]).arg(intswitch_tests::workspace_bin("intcollector"));
+    cmd.args(["gpint", "run", "--plan"]).arg(plan);
+    for k in 1..=switches {
+        cmd.args(["--via", &format!("s{k}=10.77.{k}.1")]);
+    }
+    cmd
 }
 
 /// `intcollector gpint plan --topology TOPO ARGS` into `d`/plan.json.
@@ -511,14 +517,8 @@ fn chromium_draws_the_gpint_sessions_panel() {
     let tb = Testbed::up(&topo);
     // The monitor's namespace is fresh: nothing else listens there.
     let url = "http://127.0.0.1:8080/";
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &tb.ns("mon")]).arg(intswitch_tests::workspace_bin("intcollector"));
-    cmd.args(["gpint", "run", "--plan"]).arg(&plan);
-    for k in 1..=4 {
-        cmd.args(["--via", &format!("s{k}=10.77.{k}.1")]);
-    }
-    cmd.args(["--sessions", "0", "--profile", "fast", "--duration", "90", "--web", "127.0.0.1:8080"]);
-    let mon = cmd
+    let mon = monitor_cmd(&tb, &plan, 4)
+        .args(["--sessions", "0", "--profile", "fast", "--duration", "90", "--web", "127.0.0.1:8080"])
         .stdout(std::fs::File::create(d.path("mon.out")).unwrap())
         .stderr(std::fs::File::create(d.path("mon.err")).unwrap())
         .spawn()

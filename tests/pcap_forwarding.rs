@@ -342,6 +342,19 @@ fn routed_to_h2(f: &[u8]) -> Vec<u8> {
     want
 }
 
+/// The router on p0 and p1 (their pcaps in `d`) with `extra`, run 2.5 s:
+/// its final counters.
+fn run_router(d: &Scratch, name: &str, extra: &str) -> Value {
+    let cfg = format!(
+        "{}{}{}{extra}",
+        header(name, "router", d),
+        port_cfg("p0", 0, d, P0_ROUTER),
+        port_cfg("p1", 1, d, P1_ROUTER)
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    run_for(&d.path("c.toml"), 2.5)
+}
+
 /// A reply padded to Ethernet's 60 bytes carries zeros there, not what an
 /// earlier packet left in its buffer: 64 frames full of 0xee that the
 /// router drops (no route) come first, so the unpadded ARP request after
@@ -354,14 +367,7 @@ fn a_padded_reply_carries_zeros_not_an_earlier_packets_bytes() {
     frames.push(arp_request(H1, [10, 0, 1, 2], [10, 0, 1, 1]));
     write_pcap(&d.path("in0.pcap"), &frames);
     write_pcap(&d.path("in1.pcap"), &[]);
-    let cfg = format!(
-        "{}{}{}",
-        header("pad", "router", &d),
-        port_cfg("p0", 0, &d, P0_ROUTER),
-        port_cfg("p1", 1, &d, P1_ROUTER)
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let out = run_for(&d.path("c.toml"), 2.5);
+    let out = run_router(&d, "pad", "");
     assert_eq!((out["drops"]["no_route"].as_u64(), out["events"]["arp_replied"].as_u64()), (Some(64), Some(1)));
     let out0 = read_pcap(&d.path("out0.pcap"));
     assert_eq!(out0.len(), 1, "the ARP reply");
@@ -398,14 +404,7 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     let ping = pad60(ping);
     write_pcap(&d.path("in0.pcap"), &[fwd.clone(), ttl1, noroute, unresolved, badsum, fwd6.clone(), arp, ping]);
     write_pcap(&d.path("in1.pcap"), &[]);
-    let cfg = format!(
-        "{}{}{}{H2_NEIGHBOURS}",
-        header("rt", "router", &d),
-        port_cfg("p0", 0, &d, P0_ROUTER),
-        port_cfg("p1", 1, &d, P1_ROUTER)
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let out = run_for(&d.path("c.toml"), 2.5);
+    let out = run_router(&d, "rt", H2_NEIGHBOURS);
 
     let (want, want6) = (routed_to_h2(&fwd), routed_to_h2(&fwd6));
     // ARP request the router sent to resolve 10.0.2.3, from p1.
