@@ -519,7 +519,11 @@ fn shape(f: &[u8], m: &PacketMeta) -> Shape {
 /// IPv4 or IPv6 header is the tail of `input`, verbatim (the sink wrote
 /// none of it).
 fn carried_inner_header(input: &[u8], out: &[u8]) -> bool {
-    let l3 = 14;
+    // After the VLAN tags, if any.
+    let mut l3 = 14;
+    while matches!(out.get(l3 - 2..l3), Some([0x81, 0x00] | [0x88, 0xa8])) {
+        l3 += 4;
+    }
     let l4 = match out.get(l3).map(|b| b >> 4) {
         Some(4) => l3 + (out[l3] & 0x0f) as usize * 4,
         Some(6) => l3 + 40,
