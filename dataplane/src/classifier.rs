@@ -117,8 +117,21 @@ enum Lookup<A> {
 struct Group<A> {
     mask: Key,
     best: u32,
+    /// The bits every rule of the group has alike, and their values: a key
+    /// that differs there matches none (an IPv4 key and a group of IPv6
+    /// rules), so the search skips the group without hashing.
+    shared_mask: Key,
+    shared_value: Key,
     /// Masked value -> the best rule of equal keys.
     table: GroupTable<A>,
+}
+
+impl<A> Group<A> {
+    #[inline]
+    fn may_match(&self, k: &Key) -> bool {
+        let words = k.0.iter().zip(self.shared_mask.0.iter()).zip(self.shared_value.0.iter());
+        words.fold(0, |acc, ((k, m), v)| acc | ((k ^ v) & m)) == 0
+    }
 }
 
 /// A group's rules, by how many key words its mask cares about.
@@ -330,6 +343,9 @@ fn best_entry<'a, A>(groups: &'a [Group<A>], k: &Key) -> Option<&'a Entry<A>> {
         if best.is_some_and(|b| g.best < b.priority) {
             break;
         }
+        if !g.may_match(k) {
+            continue;
+        }
         if let Some(e) = g.table.get(k, &g.mask) {
             if best.is_none_or(|b| e.priority > b.priority || (e.priority == b.priority && e.index < b.index)) {
                 best = Some(e);
@@ -430,8 +446,13 @@ fn tuples<A: Clone>(rules: &[Rule<A>]) -> Lookup<A> {
                 None => GroupTable::Wide(PackedTable::wide(members.len())),
             };
             let mut best = 0;
+            let first = rules[members[0]].value;
+            let mut shared_mask = mask;
             // Members in rule order: an equal key of equal priority keeps the earlier rule.
             for &i in &members {
+                for ((s, v), f) in shared_mask.0.iter_mut().zip(rules[i].value.0.iter()).zip(first.0.iter()) {
+                    *s &= !(v ^ f);
+                }
                 best = best.max(rules[i].priority);
                 let e = Entry { priority: rules[i].priority, index: i as u32, action: rules[i].action.clone() };
                 match &mut table {
@@ -439,7 +460,11 @@ fn tuples<A: Clone>(rules: &[Rule<A>]) -> Lookup<A> {
                     GroupTable::Wide(t) => t.insert(&rules[i].value, &mask, e),
                 }
             }
-            Group { mask, best, table }
+            let mut shared_value = first;
+            for (v, m) in shared_value.0.iter_mut().zip(shared_mask.0.iter()) {
+                *v &= m;
+            }
+            Group { mask, best, shared_mask, shared_value, table }
         })
         .collect();
     groups.sort_by_key(|g| std::cmp::Reverse(g.best));
@@ -615,6 +640,48 @@ mod tests {
             }
         }
         assert!(won.iter().all(|&w| w > 100), "every table decides keys: {won:?}");
+    }
+
+    /// IPv4 and IPv6 flow rules of one priority make two tuple groups; a
+    /// key of one version cannot match the other group, so that group is
+    /// skipped without a probe, and every answer stays the linear scan's.
+    #[test]
+    fn a_group_the_key_cannot_match_is_skipped() {
+        let flow = |i: u64, v6: bool| {
+            let (mut value, mut mask) = (Key::default(), Key::default());
+            value.set_meta(field::IP_VERSION_SHIFT, 4, if v6 { 6 } else { 4 });
+            mask.set_meta(field::IP_VERSION_SHIFT, 4, 0xf);
+            // (IPv4 in the low 32 bits, as AM-PM's flow rules hold it.)
+            let (addr, bits) = if v6 {
+                (0x2001_0db8_0001_u128 << 80 | i as u128, u128::MAX)
+            } else {
+                (0x0a01_0000 | i as u128, 0xffff_ffff)
+            };
+            value.set_addr(field::SRC, addr);
+            mask.set_addr(field::SRC, bits);
+            value.0[field::PORTS] = 1024 + i;
+            mask.0[field::PORTS] = 0xffff;
+            (value, mask)
+        };
+        let rules: Vec<Rule<u32>> = (0..200u64)
+            .map(|i| {
+                let (value, mask) = flow(i / 2, i % 2 == 1);
+                Rule { name: format!("r{i}"), priority: 5, value, mask, action: i as u32 }
+            })
+            .collect();
+        let c = Classifier::new(rules.clone());
+        let Lookup::Tuples { groups } = &c.lookup else { panic!("{}", c.kind()) };
+        assert_eq!(groups.len(), 2);
+        let (v4, v6) = (flow(7, false).0, flow(7, true).0);
+        let (g4, g6) = if groups[0].may_match(&v4) { (&groups[0], &groups[1]) } else { (&groups[1], &groups[0]) };
+        assert!(g4.may_match(&v4) && !g4.may_match(&v6) && g6.may_match(&v6) && !g6.may_match(&v4));
+        for i in 0..120u64 {
+            for v6 in [false, true] {
+                let k = flow(i, v6).0;
+                assert_eq!(c.lookup_index(&k), scan(&rules, &k), "flow {i} v6 {v6}");
+            }
+        }
+        assert_eq!(c.lookup(&flow(3, true).0), Some(&7));
     }
 
     #[test]
