@@ -537,11 +537,16 @@ want int-sink-5x4-report-every-packet-via-port && export_line int-report-export-
 # terminator (reads, counts, clears).
 $gen gen-traffic --out "$work/ampm.pcap" --count $ampm_frames --flows $ampm_flows --size $size --dst-mac 02:00:00:00:00:02 \
   --src 10.1.0.0 --dst 10.2.0.1
-ampm_cfg() { # role
-  printf '[ampm]\nnode_id = 9\ninterval = "1s"\nmax_flows = 10000\n'
+ampm_cfg() { # role [v6]: with v6, each flow number also has an IPv6 rule (HBH)
+  local i rules=10000
+  [[ -z "${2:-}" ]] || rules=20000
+  printf '[ampm]\nnode_id = 9\ninterval = "1s"\nmax_flows = %d\n' $rules
   for i in $(seq 0 9999); do
     printf '[[ampm.flow]]\nname = "f%d"\nflow_mon_id = %d\nrole = "%s"\nmethod = "muxed"\ncarrier = "dscp"\nsrc = "10.1.%d.%d/32"\nproto = "udp"\nsrc_port = %d\n' \
       "$i" "$i" "$1" $((i / 256)) $((i % 256)) $((1024 + i))
+    [[ -z "${2:-}" ]] ||
+      printf '[[ampm.flow]]\nname = "g%d"\nflow_mon_id = %d\nrole = "%s"\nmethod = "muxed"\ncarrier = "ipv6_hbh"\nsrc = "2001:db8:1::%x/128"\nproto = "udp"\nsrc_port = %d\n' \
+        "$i" $((10000 + i)) "$1" $((16 + i)) $((1024 + i))
   done
 }
 config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg initiator)" >"$work/ampm-i.toml"
@@ -941,29 +946,17 @@ run_real ampm-terminator "$work/ampm-real" "$work/ampm-t-real.toml"
 # version, so each of the 10k monitored flow numbers has a rule for either
 # version (20k rules, 10k of them see traffic). The terminator reads marks
 # the initiator wrote: its trace is the initiator's output, one pass.
-ampm_cfg_mixed() { # role
-  printf '[ampm]\nnode_id = 9\ninterval = "1s"\nmax_flows = 20000\n'
-  for i in $(seq 0 9999); do
-    printf '[[ampm.flow]]\nname = "f%d"\nflow_mon_id = %d\nrole = "%s"\nmethod = "muxed"\ncarrier = "dscp"\nsrc = "10.1.%d.%d/32"\nproto = "udp"\nsrc_port = %d\n' \
-      "$i" "$i" "$1" $((i / 256)) $((i % 256)) $((1024 + i))
-    printf '[[ampm.flow]]\nname = "g%d"\nflow_mon_id = %d\nrole = "%s"\nmethod = "muxed"\ncarrier = "ipv6_hbh"\nsrc = "2001:db8:1::%x/128"\nproto = "udp"\nsrc_port = %d\n' \
-      "$i" $((10000 + i)) "$1" $((16 + i)) $((1024 + i))
-  done
-}
 if want ampm-initiator-v6hbh || want ampm-terminator-v6hbh || want ampm-initiator-v6hbh-imix || want ampm-terminator-v6hbh-imix; then
   real "$work/ampm-v6" $ampm_frames --flows $((ampm_flows * 2)) --dst-mac 02:00:00:00:00:02 \
     --src 10.1.0.0 --dst 10.2.0.1 --v6-share 0.5
-  ampm_cfg_mixed initiator >"$work/ampm-mixed-i.txt"
-  ampm_cfg_mixed terminator >"$work/ampm-mixed-t.txt"
-  config xconnect "$work/ampm-v6.pcap" 'peer = "p1"' 'peer = "p0"' "$(cat "$work/ampm-mixed-i.txt")" >"$work/ampm-i-v6.toml"
+  config xconnect "$work/ampm-v6.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg initiator v6)" >"$work/ampm-i-v6.toml"
   run_real ampm-initiator-v6hbh "$work/ampm-v6" "$work/ampm-i-v6.toml"
   for t in ampm-v6 ampm-v6-imix; do
     # One pass through the initiator (read once, written to a pcap).
     sed -e "s|$work/ampm-v6.pcap|$work/$t.pcap|" -e 's|infinite_rx=1||' \
-      -e "s|net_null0,no-rx=1|net_pcap1,tx_pcap=$work/$t-marked.pcap|" "$work/ampm-i-v6.toml" >"$work/$t-mark.toml"
+      -e "s|net_null0,no-rx=1|net_pcap1,tx_pcap=$work/${t/ampm-v6/ampm-v6-marked}.pcap|" "$work/ampm-i-v6.toml" >"$work/$t-mark.toml"
     timeout 60 "$bin" --config "$work/$t-mark.toml" --duration 3 --stats-interval 0 >/dev/null 2>&1 </dev/null || true
   done
-  mv "$work/ampm-v6-imix-marked.pcap" "$work/ampm-v6-marked-imix.pcap"
-  config xconnect "$work/ampm-v6-marked.pcap" 'peer = "p1"' 'peer = "p0"' "$(cat "$work/ampm-mixed-t.txt")" >"$work/ampm-t-v6.toml"
+  config xconnect "$work/ampm-v6-marked.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator v6)" >"$work/ampm-t-v6.toml"
   run_real ampm-terminator-v6hbh "$work/ampm-v6-marked" "$work/ampm-t-v6.toml"
 fi
