@@ -349,6 +349,20 @@ fn plan_for(d: &Scratch, topo: &std::path::Path, args: &[&str]) -> std::path::Pa
     plan
 }
 
+/// A scratch dir `name`, the shipped testbed `topo`, `gpint plan` over it
+/// with `args` (into the dir), and the testbed brought up.
+fn planned_testbed(
+    name: &str,
+    topo: &str,
+    args: &[&str],
+) -> (Scratch, std::path::PathBuf, std::path::PathBuf, intswitch_tests::Testbed) {
+    let d = Scratch::new(name);
+    let topo = intswitch_tests::Testbed::shipped(topo);
+    let plan = plan_for(&d, &topo, args);
+    let tb = intswitch_tests::Testbed::up(&topo);
+    (d, topo, plan, tb)
+}
+
 /// The same link emulation (netem words) on `link` both ways.
 fn impair_both(tb: &intswitch_tests::Testbed, link: &str, netem: &[&str]) {
     for rev in [false, true] {
@@ -372,11 +386,7 @@ fn impair_both(tb: &intswitch_tests::Testbed, link: &str, netem: &[&str]) {
 #[test]
 fn the_monitor_recovers_every_session_over_a_dead_link() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use intswitch_tests::Testbed;
-    let d = Scratch::new("gpintmon");
-    let topo = Testbed::shipped("gpint4");
-    let plan = plan_for(&d, &topo, &["--k", "1"]);
-    let tb = Testbed::up(&topo);
+    let (_d, topo, plan, tb) = planned_testbed("gpintmon", "gpint4", &["--k", "1"]);
     // Background UDP between h1 and h2 meanwhile, every datagram checked.
     const N: u64 = 1000;
     let (lines, summary) = std::thread::scope(|sc| {
@@ -462,12 +472,8 @@ fn the_monitor_recovers_every_session_over_a_dead_link() {
 /// dropped), within 10 %.
 #[test]
 fn every_ws16_session_completes_under_loss_with_one_recovery_a_lost_probe() {
-    use intswitch_tests::Testbed;
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let d = Scratch::new("gpintws16");
-    let topo = Testbed::shipped("ws16");
-    let plan = plan_for(&d, &topo, &[]);
-    let tb = Testbed::up(&topo);
+    let (_d, topo, plan, tb) = planned_testbed("gpintws16", "ws16", &[]);
     let text = std::fs::read_to_string(&topo).unwrap();
     let links: Vec<String> = text
         .lines()
@@ -510,11 +516,8 @@ fn every_ws16_session_completes_under_loss_with_one_recovery_a_lost_probe() {
 #[test]
 fn chromium_draws_the_gpint_sessions_panel() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use intswitch_tests::{KillOnDrop, Testbed};
-    let d = Scratch::new("gpintweb");
-    let topo = Testbed::shipped("gpint4");
-    let plan = plan_for(&d, &topo, &["--k", "1"]);
-    let tb = Testbed::up(&topo);
+    use intswitch_tests::KillOnDrop;
+    let (d, _, plan, tb) = planned_testbed("gpintweb", "gpint4", &["--k", "1"]);
     // The monitor's namespace is fresh: nothing else listens there.
     let url = "http://127.0.0.1:8080/";
     let mon = monitor_cmd(&tb, &plan, 4)
