@@ -12,14 +12,21 @@
 //! switch takes; `BENCH_KEEP=1 scripts/bench.sh` leaves its cases' configs
 //! and traces), named by the config's file name; a pair that differs in
 //! one config section shows that section's per-packet cost without the
-//! PMDs' noise. `STAGES_PASSES` (default 21) sets the timed passes, and
-//! `burst_packets` says how many packets ran in all: where even the
-//! fastest pass swings, `scripts/stage_instructions.sh` counts the
-//! instructions per packet under callgrind instead (exact, noise-free).
-//! Prints one line per case:
-//! `stage=<name> ns_per_packet=<x.x> mpps=<x.xx> handled=<share>`, the
-//! fastest of several timed passes over the case's frames, and the share of
-//! them the case's stage acted on (1.00: all of them).
+//! PMDs' noise.
+//!
+//! Criterion times each case (an iteration is one pass over the case's
+//! frames): its estimate with a 95 % confidence interval, its comparison
+//! with the previous run (or a named baseline: `STAGES_SAVE=NAME`, then
+//! `STAGES_BASELINE=NAME`) and its HTML report in
+//! `target/criterion/report/`. `STAGES_SECONDS` (default 3) and
+//! `STAGES_SAMPLES` (default 30) size the measurement. After criterion's
+//! own lines, one per case:
+//! `stage=<name> ns_per_packet=<x.x> ci95=<lo>..<hi> mpps=<x.xx> handled=<share>`,
+//! the share of the timed packets the case's stage acted on (1.00: all).
+//! `STAGES_PASSES=N` with `STAGES_RUN` times nothing: N passes after the
+//! warm-up and `burst_packets=<n>`, the packets run, for
+//! `scripts/stage_instructions.sh` (instructions per packet under
+//! callgrind: exact where even criterion's intervals are wide).
 //!
 //! Each packet is copied into its buffer first (what net_pcap's RX does) and
 //! handled by the worker's own pipeline (`worker::pipeline`): bursts of 32
@@ -30,7 +37,10 @@
 //! (the control core's work) is not counted.
 
 use std::hint::black_box;
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, Throughput};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -353,27 +363,6 @@ fn gpint_frames(feedbacks: bool) -> Vec<Vec<u8>> {
     out
 }
 
-/// Ns a worker loop's SQR poll takes with 64 copies waiting far from
-/// their deadline: the timer wheel's scan, which runs every loop, idle too.
-fn wheel_scan(case: &Case) -> f64 {
-    let mut w = Worker::new(case);
-    for chunk in case.frames[..64].chunks(BURST) {
-        w.burst(chunk);
-    }
-    assert_eq!(w.c.events[Event::SqrStored as usize], 64, "every slot busy");
-    let mut best = f64::MAX;
-    for _ in 0..21 {
-        let t0 = Instant::now();
-        for _ in 0..100_000 {
-            let now = dataplane::dpdk::tsc();
-            dataplane::pipeline::Stage::<VecBuf>::poll(&mut w.pipe.stages, w.t, black_box(now), &mut w.c);
-        }
-        best = best.min(t0.elapsed().as_nanos() as f64 / 100_000.0);
-    }
-    assert_eq!(w.c.events[Event::SqrTimeouts as usize], 0, "nothing expired");
-    best
-}
-
 /// The analytics as the config sizes them (flow cache, R_G and R_I with
 /// their far ends dropped: a full ring is counted, as the worker does;
 /// histograms), without aging (the trace is replayed faster than time).
@@ -478,89 +467,188 @@ impl<'a> Worker<'a> {
     }
 }
 
-/// Ns per packet of the fastest of `passes` timed passes of at least
-/// `min_packets` (what the machine does besides, a VM's steal time above
-/// all, only ever adds), and the share of the timed packets the case's stage
-/// handled (parse: those parsed).
-fn measure(case: &Case, passes: usize, min_packets: usize) -> (f64, f64) {
+/// What shows that the case's stage handled a packet, counted so far.
+fn acted(case: &Case, w: &Worker) -> u64 {
+    match case.acts {
+        Acts::Forwarded => w.forwarded,
+        Acts::Counted(e) => w.c.events[e as usize],
+        Acts::AmpmMeasured => w.measured(),
+    }
+}
+
+/// A worker that has run the case's frames once: it has learnt the flows
+/// and MACs and faulted the tables in.
+fn warmed(case: &Case) -> Worker<'_> {
     let mut w = Worker::new(case);
-    let mut rec = ReportRecord::empty();
-    let rounds = min_packets.div_ceil(case.frames.len()).max(1);
-    // Warm-up: learns the flows and MACs, faults the tables in.
     if !case.parse_only {
+        let mut rec = ReportRecord::empty();
         for chunk in case.frames.chunks(BURST) {
             w.burst(chunk);
             w.drain_reports(&mut rec);
         }
     }
-    let acted = |w: &Worker| match case.acts {
-        Acts::Forwarded => w.forwarded,
-        Acts::Counted(e) => w.c.events[e as usize],
-        Acts::AmpmMeasured => w.measured(),
-    };
-    let before = acted(&w);
-    let (mut parsed, mut total) = (0u64, 0u64);
-    let mut samples = Vec::with_capacity(passes);
-    for _ in 0..passes {
-        let mut packets = 0usize;
-        let mut excluded = Duration::ZERO;
-        let t0 = Instant::now();
-        for _ in 0..rounds {
-            for chunk in case.frames.chunks(BURST) {
-                if case.parse_only {
-                    for (b, f) in w.slots.iter_mut().flatten().zip(chunk) {
-                        b.load(f, 128);
-                        parsed += black_box(parse(b.bytes(), 0)).is_ok() as u64;
-                    }
-                } else {
-                    w.burst(chunk);
-                    excluded += w.drain_reports(&mut rec);
-                }
-                packets += chunk.len();
+    w
+}
+
+/// One pass over the case's frames; returns the time it took less the
+/// control core's part (draining the reports), and the frames parse
+/// accepted (parse only).
+fn pass(case: &Case, w: &mut Worker, rec: &mut ReportRecord) -> (Duration, u64) {
+    let mut excluded = Duration::ZERO;
+    let mut parsed = 0;
+    let t0 = Instant::now();
+    for chunk in case.frames.chunks(BURST) {
+        if case.parse_only {
+            for (b, f) in w.slots.iter_mut().flatten().zip(chunk) {
+                b.load(f, 128);
+                parsed += black_box(parse(b.bytes(), 0)).is_ok() as u64;
             }
+        } else {
+            w.burst(chunk);
+            excluded += w.drain_reports(rec);
         }
-        let ns = (t0.elapsed() - excluded).as_nanos() as f64;
-        samples.push(ns / packets as f64);
-        total += packets as u64;
     }
-    samples.sort_by(f64::total_cmp);
-    let handled = if case.parse_only { parsed } else { acted(&w) - before };
-    (samples[0], handled as f64 / total as f64)
+    (t0.elapsed() - excluded, parsed)
+}
+
+/// Times one case under criterion (an iteration is a pass over its
+/// frames, so throughput is in packets) and returns the share of the
+/// packets it ran that the case's stage handled (parse: those parsed).
+fn bench_case(c: &mut Criterion, name: &str, case: &Case) -> f64 {
+    let mut w = warmed(case);
+    let mut rec = ReportRecord::empty();
+    let before = acted(case, &w);
+    let (mut parsed, mut total) = (0u64, 0u64);
+    let mut group = c.benchmark_group("stages");
+    group.throughput(Throughput::Elements(case.frames.len() as u64));
+    if case.frames.len() >= 1 << 18 {
+        // A pass takes most of a second: ten of them, flat.
+        group.sample_size(10).sampling_mode(SamplingMode::Flat);
+    }
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let (t, p) = pass(case, &mut w, &mut rec);
+                spent += t;
+                parsed += p;
+                total += case.frames.len() as u64;
+            }
+            spent
+        })
+    });
+    group.finish();
+    let handled = if case.parse_only { parsed } else { acted(case, &w) - before };
+    handled as f64 / total.max(1) as f64
+}
+
+/// Ns a worker loop's SQR poll takes with 64 copies waiting far from
+/// their deadline: the timer wheel's scan, which runs every loop, idle too.
+fn bench_wheel_scan(c: &mut Criterion, name: &str, case: &Case) {
+    let mut w = Worker::new(case);
+    for chunk in case.frames[..64].chunks(BURST) {
+        w.burst(chunk);
+    }
+    assert_eq!(w.c.events[Event::SqrStored as usize], 64, "every slot busy");
+    c.benchmark_group("stages").bench_function(name, |b| {
+        b.iter(|| {
+            let now = dataplane::dpdk::tsc();
+            dataplane::pipeline::Stage::<VecBuf>::poll(&mut w.pipe.stages, w.t, black_box(now), &mut w.c);
+        })
+    });
+    assert_eq!(w.c.events[Event::SqrTimeouts as usize], 0, "nothing expired");
+}
+
+/// Criterion's estimate of one iteration of `stages/<name>` in ns, with
+/// its 95 % confidence interval: the slope of its linear sampling where
+/// it had one, else the mean (what its own report shows as `time`).
+fn estimate(dir: &Path, name: &str) -> Option<(f64, f64, f64)> {
+    let text = std::fs::read_to_string(dir.join("stages").join(name).join("new/estimates.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let e = if v["slope"].is_object() { &v["slope"] } else { &v["mean"] };
+    let ci = &e["confidence_interval"];
+    Some((e["point_estimate"].as_f64()?, ci["lower_bound"].as_f64()?, ci["upper_bound"].as_f64()?))
+}
+
+fn env_number(key: &str) -> Option<u64> {
+    std::env::var(key).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{key}={v}: need a whole number")))
+}
+
+/// `STAGES_PASSES=N`: N untimed passes of each `STAGES_RUN` pair after the
+/// warm-up, for `scripts/stage_instructions.sh` (callgrind counts them).
+fn count_passes(pairs: &[(String, Case)], passes: u64) {
+    for (name, case) in pairs {
+        let mut w = warmed(case);
+        let mut rec = ReportRecord::empty();
+        for _ in 0..passes {
+            pass(case, &mut w, &mut rec);
+        }
+        // Every packet `Worker::burst` ran, warm-up included: what
+        // instruction counts of it divide by.
+        let runs = (1 + passes as usize) * case.frames.len();
+        println!("stage={name} burst_packets={runs}");
+    }
 }
 
 fn main() {
     // `cargo bench` passes --bench; other arguments name cases to run.
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    if let Ok(run) = std::env::var("STAGES_RUN") {
-        let passes = std::env::var("STAGES_PASSES").ok().and_then(|p| p.parse().ok()).filter(|&p| p > 0).unwrap_or(21);
-        for pair in run.split(',').filter(|p| !p.is_empty()) {
-            let (config, trace) =
-                pair.split_once(':').unwrap_or_else(|| panic!("STAGES_RUN: {pair}: need CONFIG:TRACE"));
-            let name = std::path::Path::new(config).file_stem().map_or(config.into(), |s| s.to_string_lossy());
-            let case = from_files(config, trace);
-            let (ns, handled) = measure(&case, passes, 100_000);
-            // Every packet `Worker::burst` ran, warm-up included: what
-            // instruction counts of it divide by.
-            let runs = (1 + passes * 100_000usize.div_ceil(case.frames.len())) * case.frames.len();
-            println!(
-                "stage={name} ns_per_packet={ns:.1} mpps={:.2} handled={handled:.2} burst_packets={runs}",
-                1e3 / ns
-            );
-        }
+    let chosen = |name: &str| only.is_empty() || only.iter().any(|o| name.contains(o.as_str()));
+    let run: Option<Vec<(String, Case)>> = std::env::var("STAGES_RUN").ok().map(|run| {
+        run.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|pair| {
+                let (config, trace) =
+                    pair.split_once(':').unwrap_or_else(|| panic!("STAGES_RUN: {pair}: need CONFIG:TRACE"));
+                let name = Path::new(config).file_stem().map_or(config.into(), |s| s.to_string_lossy().into_owned());
+                (name, from_files(config, trace))
+            })
+            .collect()
+    });
+    if let (Some(pairs), Some(passes)) = (&run, env_number("STAGES_PASSES")) {
+        count_passes(pairs, passes);
         return;
     }
-    for name in CASES {
-        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
-            continue;
-        }
-        let case = build(name);
+    // The criterion home beside cargo's own scratch directory:
+    // `<target>/criterion`, its HTML report in `report/index.html`.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).with_file_name("criterion");
+    let mut c = Criterion::default()
+        .output_directory(&dir)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(env_number("STAGES_SECONDS").unwrap_or(3).max(1)))
+        .sample_size(env_number("STAGES_SAMPLES").unwrap_or(30).max(10) as usize);
+    if let Ok(b) = std::env::var("STAGES_SAVE") {
+        c = c.save_baseline(b);
+    }
+    if let Ok(b) = std::env::var("STAGES_BASELINE") {
+        c = c.retain_baseline(b, true);
+    }
+    let cases: Vec<(String, Case)> = match run {
+        Some(pairs) => pairs,
+        None => CASES.iter().filter(|n| chosen(n)).map(|&n| (n.to_string(), build(n))).collect(),
+    };
+    for (name, case) in &cases {
         if name == "gpint-wheel-scan-64-busy" {
-            println!("stage={name} ns_per_poll={:.1}", wheel_scan(&case));
+            bench_wheel_scan(&mut c, name, case);
+            if let Some((ns, lo, hi)) = estimate(&dir, name) {
+                println!("stage={name} ns_per_poll={ns:.1} ci95={lo:.1}..{hi:.1}");
+            }
             continue;
         }
-        let (ns, handled) = measure(&case, 21, 100_000);
-        println!("stage={name} ns_per_packet={ns:.1} mpps={:.2} handled={handled:.2}", 1e3 / ns);
+        let handled = bench_case(&mut c, name, case);
+        let n = case.frames.len() as f64;
+        match estimate(&dir, name) {
+            Some((ns, lo, hi)) => println!(
+                "stage={name} ns_per_packet={:.1} ci95={:.1}..{:.1} mpps={:.2} handled={handled:.2}",
+                ns / n,
+                lo / n,
+                hi / n,
+                1e3 * n / ns
+            ),
+            None => println!("stage={name} handled={handled:.2} (no estimate in {})", dir.display()),
+        }
         // Frames that miss the stage would time something else.
         assert!(handled > 0.0, "{name}: the stage handled none of the frames");
     }
+    c.final_summary();
 }
