@@ -224,16 +224,19 @@ intswitch_mpps() { # config [case]
 # as testpmd and the switch do: RX offloads limited to what the port has
 # (net_pcap has no checksum offload, which stock l3fwd asks for and fails
 # on), a pool of at least 200000 mbufs (infinite_rx holds the whole pcap in
-# mbufs; the same pool as testpmd's and the switch's), and room for 16k
-# IPv4 and 16k IPv6 LPM routes (stock: 1024 each).
+# mbufs; the same pool as testpmd's and the switch's), and room for a
+# full table: 1M IPv4 and 256k IPv6 LPM routes, 256k IPv6 tbl8 groups
+# (stock: 1024 routes each, 64k groups).
 build_l3fwd() {
   local d=$work/examples
   mkdir -p "$d"
   cp -r "$l3fwd_src/l3fwd" "$l3fwd_src/common" "$d/"
-  patch_l3fwd l3fwd_lpm.c 's/\(#define IPV4_L3FWD_LPM_MAX_RULES[[:space:]]*\)1024$/\116384/' \
-    'IPV4_L3FWD_LPM_MAX_RULES[[:space:]]*16384'
-  patch_l3fwd l3fwd_lpm.c 's/\(#define IPV6_L3FWD_LPM_MAX_RULES[[:space:]]*\)1024$/\116384/' \
-    'IPV6_L3FWD_LPM_MAX_RULES[[:space:]]*16384'
+  patch_l3fwd l3fwd_lpm.c 's/\(#define IPV4_L3FWD_LPM_MAX_RULES[[:space:]]*\)1024$/\11048576/' \
+    'IPV4_L3FWD_LPM_MAX_RULES[[:space:]]*1048576'
+  patch_l3fwd l3fwd_lpm.c 's/\(#define IPV6_L3FWD_LPM_MAX_RULES[[:space:]]*\)1024$/\1262144/' \
+    'IPV6_L3FWD_LPM_MAX_RULES[[:space:]]*262144'
+  patch_l3fwd l3fwd_lpm.c 's/\(#define IPV6_L3FWD_LPM_NUMBER_TBL8S[[:space:]]*\)(1 << 16)$/\1(1 << 18)/' \
+    'IPV6_L3FWD_LPM_NUMBER_TBL8S[[:space:]]*(1 << 18)'
   patch_l3fwd main.c 's/(unsigned)8192)/(unsigned)200000)/' '(unsigned)200000)'
   patch_l3fwd main.c 's/^\([[:space:]]*\)ret = config_port_max_pkt_len(&local_port_conf, &dev_info);/\1local_port_conf.rxmode.offloads \&= dev_info.rx_offload_capa;\n\1port_conf.rxmode.offloads \&= dev_info.rx_offload_capa;\n&/' \
     'port_conf.rxmode.offloads &= dev_info.rx_offload_capa'
@@ -256,7 +259,7 @@ patch_l3fwd() { # file sed-expression what-must-match-after
 # (the other figures skip their first two samples).
 l3fwd_mpps() { # -L|-E rules-v4 rules-v6 pcap
   local prefix=bench-l3-$$
-  timeout $((secs + 70)) "$l3fwd_bin" -l 1 "${tp_mem[@]}" --no-pci --file-prefix "$prefix" --log-level=error \
+  timeout $((secs + 330)) "$l3fwd_bin" -l 1 "${tp_mem[@]}" --no-pci --file-prefix "$prefix" --log-level=error \
     --vdev "net_pcap0,rx_pcap=$4,infinite_rx=1" --vdev "net_null0,no-rx=1" -- \
     -p 0x3 --config "(0,0,1),(1,0,1)" --parse-ptype "$1" --rule_ipv4 "$2" --rule_ipv6 "$3" \
     >"$work/l3fwd.log" 2>&1 </dev/null &
@@ -274,7 +277,7 @@ def sent():
     r = json.loads(s.recv(65536))
     s.close()
     return r["/ethdev/stats"]["opackets"]
-for _ in range(600):  # up to 60 s to start (hugepage zeroing, 100k routes)
+for _ in range(3000):  # up to 300 s to start (hugepage zeroing; a full table's 1.1M routes take minutes)
     os.kill(pid, 0)  # gone: no figure
     try:
         if sent() > 0:
@@ -663,6 +666,36 @@ if [[ "$l3fwd_ref" != 0 ]]; then
       run_l3fwd "l3fwd-lpm-$c" "$work/$t.pcap" -L "$work/lpm-real-v4.cfg" "$work/lpm-real-v6.cfg"
     fi
   done
+fi
+
+# Router with a full-size table (scripts/gen_routes.py: 900k IPv4 and 200k
+# IPv6 prefixes of today's Internet table's length mix, through the same 256
+# + 48 neighbours, a routes_file): destinations over the table (the file is
+# in random order), 20 % IPv6, 60 % TCP; 100k flows (Zipf 1) in the 4096-
+# frame trace, 1M in the 65536-frame one. l3fwd-lpm loads the same
+# prefixes (all to port 1).
+if want l3-router-full || want l3-router-full-imix || want l3-router-full-large || want l3-router-full-large-imix; then
+  python3 scripts/gen_routes.py --seed "$seed" >"$work/routes-full.txt"
+  real "$work/l3-full" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
+    --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes-full.txt"
+  real "$work/l3-full-large" 65536 --flows 1000000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
+    --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes-full.txt"
+  # The router case's config with the file in place of its [[route]]s.
+  router_cfg "$work/l3-full.pcap" | awk '/^\[\[route\]\]$/ { skip = 3; next } skip > 0 { skip--; next } { print }' |
+    sed "/^mode = /a routes_file = \"$work/routes-full.txt\"" >"$work/l3-full.toml"
+  run_real l3-router-full "$work/l3-full" "$work/l3-full.toml"
+  sed "s|$work/l3-full.pcap|$work/l3-full-large.pcap|" "$work/l3-full.toml" >"$work/l3-full-large.toml"
+  run_real l3-router-full-large "$work/l3-full-large" "$work/l3-full-large.toml"
+  if [[ "$l3fwd_ref" != 0 ]]; then
+    awk '!/^#/ && !/:/ { print "R" $1 " 1" }' "$work/routes-full.txt" >"$work/lpm-full-v4.cfg"
+    awk '!/^#/ && /:/ { print "R" $1 " 1" }' "$work/routes-full.txt" >"$work/lpm-full-v6.cfg"
+    for t in l3-full l3-full-imix l3-full-large l3-full-large-imix; do
+      c=${t/l3-full/l3-router-full}
+      if want "$c"; then
+        run_l3fwd "l3fwd-lpm-$c" "$work/$t.pcap" -L "$work/lpm-full-v4.cfg" "$work/lpm-full-v6.cfg"
+      fi
+    done
+  fi
 fi
 
 # INT on the router: the source marks every packet from p0 (five

@@ -38,6 +38,11 @@ pub struct Config {
     pub workers: Vec<WorkerConfig>,
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteConfig>,
+    /// Routes from a text file, one `PREFIX PORT [VIA]` a line (a full
+    /// Internet table does not fit TOML); relative to the config's
+    /// directory. `[[route]]` entries win over the file's for a prefix.
+    #[serde(default)]
+    pub routes_file: Option<String>,
     #[serde(default, rename = "neighbour")]
     pub neighbours: Vec<NeighbourConfig>,
     #[serde(default, rename = "flow")]
@@ -344,9 +349,7 @@ impl Plan {
             },
             label: self.label.as_ref().map(|l| l.spec(tsc_hz)),
         };
-        for r in &self.routes {
-            spec.upsert_route(*r);
-        }
+        spec.set_routes(&self.routes);
         for n in &self.neighbours {
             spec.upsert_neighbour(*n);
         }
@@ -370,7 +373,32 @@ impl Config {
 
     pub fn load(path: &str) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| cerr("", format!("cannot read config {path}: {e}")))?;
-        Config::from_toml(&text).map_err(|e| cerr(e.key, format!("{path}: {}", e.reason)))
+        let mut c = Config::from_toml(&text).map_err(|e| cerr(e.key, format!("{path}: {}", e.reason)))?;
+        if let Some(f) = c.routes_file.as_mut().filter(|f| !std::path::Path::new(f.as_str()).is_absolute()) {
+            let dir = std::path::Path::new(path).parent().unwrap_or(std::path::Path::new(""));
+            *f = dir.join(&*f).to_string_lossy().into_owned();
+        }
+        Ok(c)
+    }
+
+    /// The routes of `routes_file`, in file order.
+    fn file_routes(&self, names: &[String]) -> Result<Vec<RouteSpec>, ConfigError> {
+        let Some(path) = &self.routes_file else { return Ok(Vec::new()) };
+        let text =
+            std::fs::read_to_string(path).map_err(|e| cerr("routes_file", format!("cannot read {path}: {e}")))?;
+        let mut routes = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let words: Vec<&str> = line.split('#').next().unwrap_or("").split_whitespace().collect();
+            let at = |e: ConfigError| cerr("routes_file", format!("{path} line {}: {}: {}", n + 1, e.key, e.reason));
+            let r = match words[..] {
+                [] => continue,
+                [prefix, port] => RouteConfig { prefix: prefix.into(), port: port.into(), via: None },
+                [prefix, port, via] => RouteConfig { prefix: prefix.into(), port: port.into(), via: Some(via.into()) },
+                _ => return Err(at(cerr("line", "need PREFIX PORT [VIA]"))),
+            };
+            routes.push(r.to_spec(names).map_err(at)?);
+        }
+        Ok(routes)
     }
 
     /// Checks everything that can be checked before DPDK starts.
@@ -530,12 +558,10 @@ impl Config {
         fn at(what: &'static str, i: usize) -> impl Fn(ConfigError) -> ConfigError {
             move |e| cerr(format!("{what}[{i}].{}", e.key), e.reason)
         }
-        let routes = self
-            .routes
-            .iter()
-            .enumerate()
-            .map(|(i, r)| r.to_spec(&names).map_err(at("route", i)))
-            .collect::<Result<_, _>>()?;
+        let mut routes = self.file_routes(&names)?;
+        for (i, r) in self.routes.iter().enumerate() {
+            routes.push(r.to_spec(&names).map_err(at("route", i))?);
+        }
         let neighbours = self
             .neighbours
             .iter()
@@ -700,6 +726,48 @@ action = "drop"
             Ok(_) => panic!("expected an error"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn routes_file_lines_come_before_inline_routes_relative_to_the_config() {
+        let dir = std::env::temp_dir().join(format!("intswitch-routes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("full.txt"),
+            "# a comment\n198.51.100.0/24 p1 10.0.2.254\n\n172.16.0.0/12 p0   # replaced inline\n2001:db8:9::/48 p1\n",
+        )
+        .unwrap();
+        let cfg = dir.join("switch.toml");
+        std::fs::write(&cfg, BASE.replacen("mode = \"router\"", "mode = \"router\"\nroutes_file = \"full.txt\"", 1))
+            .unwrap();
+        let c = Config::load(cfg.to_str().unwrap()).unwrap();
+        assert_eq!(c.routes_file.as_deref(), dir.join("full.txt").to_str());
+        let p = c.validate().unwrap();
+        let spec = p.table_spec(&[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]], 1_000_000_000);
+        let got: Vec<(String, u8, u16, Option<IpAddr>)> =
+            spec.routes.iter().map(|r| (r.prefix.to_string(), r.len, r.port, r.gateway)).collect();
+        assert_eq!(
+            got,
+            [
+                ("198.51.100.0".into(), 24, 1, Some("10.0.2.254".parse().unwrap())),
+                ("172.16.0.0".into(), 12, 1, Some("10.0.2.254".parse().unwrap())),
+                ("2001:db8:9::".into(), 48, 1, None),
+            ]
+        );
+        for (line, want) in [
+            ("10.9.0.0/16 p9", "full.txt line 1: port: no port named 'p9'"),
+            ("10.9.0.0/33 p1", "full.txt line 1: prefix:"),
+            ("10.9.0.0/16 p1 10.0.2.254 extra", "full.txt line 1: line: need PREFIX PORT [VIA]"),
+            ("10.9.0.0/16 p1 2001:db8::1", "full.txt line 1: via: gateway and prefix"),
+        ] {
+            std::fs::write(dir.join("full.txt"), line).unwrap();
+            let e = Config::load(cfg.to_str().unwrap()).unwrap().validate().unwrap_err().to_string();
+            assert!(e.starts_with("routes_file:") && e.contains(want), "{line}: {e}");
+        }
+        std::fs::remove_file(dir.join("full.txt")).unwrap();
+        let e = Config::load(cfg.to_str().unwrap()).unwrap().validate().unwrap_err().to_string();
+        assert!(e.contains("routes_file: cannot read"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! hops and neighbours. Workers read it without locks; the control core
 //! builds the next one from its canonical `TableSpec`.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::counters::MAX_PORTS;
@@ -90,6 +92,23 @@ pub struct TableSpec {
 
 impl TableSpec {
     /// Adds a route or replaces the one for the same prefix.
+    /// Replaces the routes with `routes`, a later one winning over an
+    /// earlier one for the same prefix (what `upsert_route` of each in turn
+    /// does, in time linear in their number: a full table has a million).
+    pub fn set_routes(&mut self, routes: &[RouteSpec]) {
+        let mut at: HashMap<(IpAddr, u8), usize> = HashMap::with_capacity(routes.len());
+        self.routes.clear();
+        for r in routes {
+            match at.entry((r.prefix, r.len)) {
+                Entry::Occupied(i) => self.routes[*i.get()] = *r,
+                Entry::Vacant(v) => {
+                    v.insert(self.routes.len());
+                    self.routes.push(*r);
+                }
+            }
+        }
+    }
+
     pub fn upsert_route(&mut self, r: RouteSpec) {
         match self.routes.iter_mut().find(|x| x.prefix == r.prefix && x.len == r.len) {
             Some(x) => *x = r,
@@ -109,7 +128,7 @@ impl TableSpec {
 /// Where a route leads: its port and gateway, and the gateway's MAC as the
 /// generation's neighbour table knows it (an adjacency: a routed packet
 /// leaving by the route's port is rewritten without a neighbour lookup).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NextHop {
     pub port: u16,
     pub gateway: Option<IpAddr>,
@@ -152,13 +171,19 @@ pub struct Tables {
 }
 
 /// The index of `nh` in `nexthops`, added if new.
-fn nexthop_index(nexthops: &mut Vec<NextHop>, nh: NextHop) -> u32 {
-    match nexthops.iter().position(|n| *n == nh) {
-        Some(i) => i as u32,
-        None => {
-            nexthops.push(nh);
-            (nexthops.len() - 1) as u32
-        }
+/// The next hops and, for a build over a million routes, their indexes.
+#[derive(Default)]
+struct NextHops {
+    list: Vec<NextHop>,
+    index: HashMap<NextHop, u32>,
+}
+
+impl NextHops {
+    fn index(&mut self, nh: NextHop) -> u32 {
+        *self.index.entry(nh).or_insert_with(|| {
+            self.list.push(nh);
+            (self.list.len() - 1) as u32
+        })
     }
 }
 
@@ -190,17 +215,14 @@ impl Tables {
                 routes.insert(0, RouteSpec { prefix: IpAddr::from(*a), len: *l, port: i as u16, gateway: None });
             }
         }
-        let mut nexthops: Vec<NextHop> = Vec::new();
+        let mut hops = NextHops::default();
         let mut p4 = Vec::new();
         let mut p6 = Vec::new();
         for r in &routes {
             if r.port >= nports {
                 return Err(format!("route {}/{} uses port index {} of {}", r.prefix, r.len, r.port, nports));
             }
-            let idx = nexthop_index(
-                &mut nexthops,
-                NextHop { port: r.port, gateway: r.gateway, gateway_mac: None, local: false },
-            );
+            let idx = hops.index(NextHop { port: r.port, gateway: r.gateway, gateway_mac: None, local: false });
             match r.prefix {
                 IpAddr::V4(a) => p4.push(Prefix { addr: a.octets(), len: r.len, value: idx }),
                 IpAddr::V6(a) => p6.push(Prefix { addr: a.octets(), len: r.len, value: idx }),
@@ -210,8 +232,7 @@ impl Tables {
         // that they win over a configured route to the same address: one
         // lookup tells a packet to route from one for the switch.
         for (i, p) in spec.ports.iter().enumerate() {
-            let local =
-                nexthop_index(&mut nexthops, NextHop { port: i as u16, gateway: None, gateway_mac: None, local: true });
+            let local = hops.index(NextHop { port: i as u16, gateway: None, gateway_mac: None, local: true });
             p4.extend(p.ipv4.iter().map(|(a, _)| Prefix { addr: *a, len: 32, value: local }));
             p6.extend(p.ipv6.iter().map(|(a, _)| Prefix { addr: *a, len: 128, value: local }));
         }
@@ -227,6 +248,7 @@ impl Tables {
             }
             .map_err(|_| format!("neighbour table full at {}", n.ip))?;
         }
+        let mut nexthops = hops.list;
         for nh in &mut nexthops {
             nh.gateway_mac = match nh.gateway {
                 Some(IpAddr::V4(g)) => neigh4.get(&v4_key(g.octets())).map(|n| n.mac),
@@ -389,6 +411,36 @@ pub(crate) mod tests {
         assert_eq!(t.neigh4.get(&v4_key([10, 0, 2, 254])).unwrap().mac, [2, 0, 0, 0, 0, 0xfe]);
         assert_eq!(t.v4_source_for([10, 0, 2, 77]), Some((1, [10, 0, 2, 1])));
         assert!(t.lpm6.lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_some());
+    }
+
+    #[test]
+    fn set_routes_keeps_the_last_route_of_a_prefix_as_upserts_do() {
+        let r = |p: &str, len, port| RouteSpec { prefix: p.parse().unwrap(), len, port, gateway: None };
+        let list = [r("10.9.0.0", 16, 0), r("10.9.0.0", 24, 1), r("10.9.0.0", 16, 1), r("2001:db8::", 32, 0)];
+        let (mut bulk, mut one_by_one) = (two_port_router(), two_port_router());
+        bulk.set_routes(&list);
+        one_by_one.routes.clear();
+        for x in list {
+            one_by_one.upsert_route(x);
+        }
+        assert_eq!(bulk.routes, one_by_one.routes);
+        assert_eq!(bulk.routes.len(), 3);
+        assert_eq!(bulk.routes[0].port, 1, "the later /16 replaced the first in place");
+        // Many routes through a few gateways share their next hops.
+        let gw = |i: u32| Some(IpAddr::from([10, 0, 2, 200 + (i % 4) as u8]));
+        let many: Vec<RouteSpec> = (0..50_000u32)
+            .map(|i| RouteSpec {
+                prefix: IpAddr::from((0x1400_0000 + (i << 8)).to_be_bytes()),
+                len: 24,
+                port: 1,
+                gateway: gw(i),
+            })
+            .collect();
+        bulk.set_routes(&many);
+        let t = Tables::build(&bulk, 1).unwrap();
+        assert!(t.nexthops.len() < 10, "{} next hops", t.nexthops.len());
+        let nh = t.nexthops[t.lpm4.lookup(&[20, 0, 7, 1]).unwrap() as usize];
+        assert_eq!(nh.gateway, gw(7));
     }
 
     #[test]
