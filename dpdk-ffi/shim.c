@@ -6,6 +6,9 @@
 #include <rte_lcore.h>
 #include <rte_errno.h>
 #include <rte_pause.h>
+#include <rte_fib.h>
+#include <rte_fib6.h>
+#include <rte_lpm6.h>
 #include <stddef.h>
 #include "shim.h"
 
@@ -59,4 +62,26 @@ void shim_mbuf_layout(uint32_t out[5])
 	out[2] = offsetof(struct rte_mbuf, pkt_len);
 	out[3] = offsetof(struct rte_mbuf, data_len);
 	out[4] = sizeof(struct rte_mbuf);
+}
+
+struct rte_fib *shim_fib_create(const char *name, int socket_id, uint32_t max_routes, uint32_t num_tbl8)
+{
+	struct rte_fib_conf c = { .type = RTE_FIB_DIR24_8, .default_nh = SHIM_FIB_MISS, .max_routes = (int)max_routes };
+	c.dir24_8.nh_sz = RTE_FIB_DIR24_8_4B;
+	c.dir24_8.num_tbl8 = num_tbl8;
+	return rte_fib_create(name, socket_id, &c);
+}
+
+struct rte_fib6 *shim_fib6_create(const char *name, int socket_id, uint32_t max_routes, uint32_t num_tbl8)
+{
+	struct rte_fib6_conf c = { .type = RTE_FIB6_TRIE, .default_nh = SHIM_FIB_MISS, .max_routes = (int)max_routes };
+	c.trie.nh_sz = RTE_FIB6_TRIE_4B;
+	c.trie.num_tbl8 = num_tbl8;
+	return rte_fib6_create(name, socket_id, &c);
+}
+
+struct rte_lpm6 *shim_lpm6_create(const char *name, int socket_id, uint32_t max_rules, uint32_t num_tbl8)
+{
+	struct rte_lpm6_config c = { .max_rules = max_rules, .number_tbl8s = num_tbl8 };
+	return rte_lpm6_create(name, socket_id, &c);
 }

@@ -45,4 +45,18 @@ unsigned shim_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n);
 unsigned shim_ring_count(const struct rte_ring *r);
 uint64_t shim_rss_hf_5tuple(void);
 void shim_mbuf_layout(uint32_t out[5]);
+/* DPDK's LPM tables, to compare lookups with the switch's own LPM (their
+ * configs hold a union and enums bindgen renders awkwardly). */
+struct rte_fib;
+struct rte_fib6;
+struct rte_lpm6;
+/* What a FIB lookup without a route returns: the largest 4-byte next hop
+ * (the top bit marks an extended entry). */
+#define SHIM_FIB_MISS 0x7fffffffu
+/* DIR-24-8 with 4-byte next hops. */
+struct rte_fib *shim_fib_create(const char *name, int socket_id, uint32_t max_routes, uint32_t num_tbl8);
+/* Trie with 4-byte next hops. */
+struct rte_fib6 *shim_fib6_create(const char *name, int socket_id, uint32_t max_routes, uint32_t num_tbl8);
+struct rte_lpm6 *shim_lpm6_create(const char *name, int socket_id, uint32_t max_rules, uint32_t num_tbl8);
+
 #endif

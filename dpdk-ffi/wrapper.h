@@ -11,4 +11,7 @@
 #include <rte_ring.h>
 #include <rte_dev.h>
 #include <rte_version.h>
+#include <rte_fib.h>
+#include <rte_fib6.h>
+#include <rte_lpm6.h>
 #include "shim.h"

@@ -204,6 +204,118 @@ impl Eal {
     }
 }
 
+/// DPDK's own longest-prefix-match tables, only to compare lookups with
+/// `crate::lpm` on the same routes (`cargo bench -p control --bench lpm`):
+/// `rte_fib` (DIR-24-8, rte_lpm's tbl24/tbl8 layout, with a RIB that makes
+/// adds fast), `rte_fib6` (its trie) and `rte_lpm6`. Next hops are below
+/// `DpdkLpm::MISS`, which a lookup without a route returns.
+pub enum DpdkLpmKind {
+    Fib4,
+    Fib6,
+    Lpm6,
+}
+
+pub struct DpdkLpm {
+    kind: DpdkLpmKind,
+    ptr: NonNull<c_void>,
+    _eal: Eal,
+}
+
+impl DpdkLpm {
+    pub const MISS: u64 = ffi::SHIM_FIB_MISS as u64;
+
+    /// A table for `routes` prefixes with `tbl8` second-level groups.
+    pub fn new(eal: &Eal, kind: DpdkLpmKind, name: &str, routes: u32, tbl8: u32) -> Result<DpdkLpm, DpdkError> {
+        let cname = CString::new(name).map_err(|_| err("lpm create", -22))?;
+        let socket = eal.socket_id();
+        // SAFETY: cname is a valid C string; the sizes are plain values.
+        let p = unsafe {
+            match kind {
+                DpdkLpmKind::Fib4 => ffi::shim_fib_create(cname.as_ptr(), socket, routes, tbl8) as *mut c_void,
+                DpdkLpmKind::Fib6 => ffi::shim_fib6_create(cname.as_ptr(), socket, routes, tbl8) as *mut c_void,
+                DpdkLpmKind::Lpm6 => ffi::shim_lpm6_create(cname.as_ptr(), socket, routes, tbl8) as *mut c_void,
+            }
+        };
+        NonNull::new(p)
+            .map(|ptr| DpdkLpm { kind, ptr, _eal: eal.clone() })
+            .ok_or_else(|| last_err(format!("lpm create {name} ({routes} routes, {tbl8} tbl8 groups)")))
+    }
+
+    /// Adds a prefix (IPv4: the address in the first 4 bytes).
+    pub fn add(&mut self, addr: &[u8; 16], len: u8, next_hop: u32) -> Result<(), DpdkError> {
+        // SAFETY: ptr is the live table of `kind`; addr holds 16 bytes.
+        let rc = unsafe {
+            match self.kind {
+                DpdkLpmKind::Fib4 => ffi::rte_fib_add(
+                    self.ptr.as_ptr().cast(),
+                    u32::from_be_bytes([addr[0], addr[1], addr[2], addr[3]]),
+                    len,
+                    next_hop as u64,
+                ),
+                DpdkLpmKind::Fib6 => ffi::rte_fib6_add(self.ptr.as_ptr().cast(), addr.as_ptr(), len, next_hop as u64),
+                DpdkLpmKind::Lpm6 => ffi::rte_lpm6_add(self.ptr.as_ptr().cast(), addr.as_ptr(), len, next_hop),
+            }
+        };
+        if rc < 0 {
+            return Err(err("lpm add", rc));
+        }
+        Ok(())
+    }
+
+    /// IPv4 bulk lookup (Fib4): `out[i]` gets `ips[i]`'s next hop.
+    pub fn lookup4(&mut self, ips: &mut [u32], out: &mut [u64]) {
+        assert!(matches!(self.kind, DpdkLpmKind::Fib4) && out.len() >= ips.len());
+        // SAFETY: a live rte_fib; ips and out hold ips.len() elements each.
+        unsafe {
+            ffi::rte_fib_lookup_bulk(self.ptr.as_ptr().cast(), ips.as_mut_ptr(), out.as_mut_ptr(), ips.len() as c_int)
+        };
+    }
+
+    /// IPv6 bulk lookup (Fib6, Lpm6): `out[i]` gets `ips[i]`'s next hop.
+    pub fn lookup6(&mut self, ips: &mut [[u8; 16]], out: &mut [u64], scratch: &mut [i32]) {
+        assert!(out.len() >= ips.len() && scratch.len() >= ips.len());
+        match self.kind {
+            // SAFETY: a live rte_fib6; ips and out hold ips.len() elements each.
+            DpdkLpmKind::Fib6 => unsafe {
+                ffi::rte_fib6_lookup_bulk(
+                    self.ptr.as_ptr().cast(),
+                    ips.as_mut_ptr(),
+                    out.as_mut_ptr(),
+                    ips.len() as c_int,
+                );
+            },
+            DpdkLpmKind::Lpm6 => {
+                // SAFETY: a live rte_lpm6; ips and scratch hold ips.len() elements each.
+                unsafe {
+                    ffi::rte_lpm6_lookup_bulk_func(
+                        self.ptr.as_ptr().cast(),
+                        ips.as_mut_ptr(),
+                        scratch.as_mut_ptr(),
+                        ips.len() as u32,
+                    )
+                };
+                for (o, s) in out.iter_mut().zip(scratch.iter()) {
+                    *o = if *s < 0 { Self::MISS } else { *s as u64 };
+                }
+            }
+            DpdkLpmKind::Fib4 => panic!("lookup6 on an IPv4 table"),
+        }
+    }
+}
+
+impl Drop for DpdkLpm {
+    fn drop(&mut self) {
+        // SAFETY: the table is live and dropped once; EAL outlives it (_eal).
+        unsafe {
+            match self.kind {
+                DpdkLpmKind::Fib4 => ffi::rte_fib_free(self.ptr.as_ptr().cast()),
+                DpdkLpmKind::Fib6 => ffi::rte_fib6_free(self.ptr.as_ptr().cast()),
+                DpdkLpmKind::Lpm6 => ffi::rte_lpm6_free(self.ptr.as_ptr().cast()),
+            }
+        }
+    }
+}
+
 /// Hints the CPU to pull `r`'s cache line in (DPDK's rte_prefetch0), so a
 /// burst's table lookups overlap their memory latency.
 #[inline(always)]

@@ -156,6 +156,9 @@ pub struct Tables {
     pub xconnect: [Option<u16>; MAX_PORTS],
     pub lpm4: Lpm<4>,
     pub lpm6: Lpm<16>,
+    /// Either LPM is larger than the caches: a router burst is parsed and
+    /// its lookups prefetched first.
+    pub routes_beyond_cache: bool,
     pub nexthops: Vec<NextHop>,
     pub neigh4: FixedMap<u64, Neighbour>,
     pub neigh6: FixedMap<u128, Neighbour>,
@@ -286,6 +289,7 @@ impl Tables {
                 .filter(|(_, p)| !p.impair.is_none())
                 .fold(0, |m, (i, _)| m | 1 << i),
             xconnect,
+            routes_beyond_cache: lpm4.larger_than_cache() || lpm6.larger_than_cache(),
             lpm4,
             lpm6,
             nexthops,

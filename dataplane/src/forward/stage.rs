@@ -6,7 +6,7 @@
 use crate::counters::CounterValues;
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::mac_table::MacTable;
-use crate::parse::PacketMeta;
+use crate::parse::{L3Kind, PacketMeta};
 use crate::pipeline::{Burst, Cx, Depth, Output, Packet, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::{Mode, Tables};
@@ -78,14 +78,21 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
     }
 
     #[inline(always)]
-    fn prefetch_pass(&self, _t: &Tables) -> bool {
-        self.flows.len() >= PREFETCH_MIN_FLOWS
+    fn prefetch_pass(&self, t: &Tables) -> bool {
+        self.flows.len() >= PREFETCH_MIN_FLOWS || (t.mode == Mode::Router && t.routes_beyond_cache)
     }
 
     #[inline(always)]
-    fn prefetch(&self, _t: &Tables, _frame: &[u8], meta: &PacketMeta) {
+    fn prefetch(&self, t: &Tables, _frame: &[u8], meta: &PacketMeta) {
         if self.flows.len() >= PREFETCH_MIN_FLOWS {
             self.flows.prefetch(&meta.key);
+        }
+        if t.mode == Mode::Router && t.routes_beyond_cache {
+            match meta.l3 {
+                L3Kind::Ipv4 => t.lpm4.prefetch(&(meta.key.dst as u32).to_be_bytes()),
+                L3Kind::Ipv6 => t.lpm6.prefetch(&meta.key.dst.to_be_bytes()),
+                _ => {}
+            }
         }
     }
 
