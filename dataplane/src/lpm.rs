@@ -1,7 +1,11 @@
-//! Longest-prefix match over N-byte addresses: a multibit trie with 8-bit
-//! strides and prefix expansion. Built once from a route list and then
-//! read-only, so workers share it through a table generation. IPv4 lookups
-//! touch at most 4 nodes, IPv6 at most 16.
+//! Longest-prefix match over N-byte addresses: a multibit trie with prefix
+//! expansion, its root indexed by the first byte, 8-bit strides below.
+//! Built once from a route list and then read-only, so workers share it
+//! through a table generation. An IPv4 table of `WIDE_ROOT_MIN_ROUTES` or
+//! more gets a root of 2^24 slots (DIR-24-8, as rte_lpm and rte_fib lay it
+//! out: 64 MiB, one access for a prefix up to /24, two beyond): on a full
+//! table that halves a lookup's misses. IPv6 keeps the byte root, its upper
+//! levels cached (a 24-bit root there would add a miss to each lookup).
 
 /// A slot is one u32: with `CHILD` set, the index of the next level's
 /// node; else the value of the longest prefix covering it, or `NONE`. A
@@ -16,6 +20,9 @@ const NONE: u32 = CHILD - 1;
 /// are taken to stay cached: `prefetch` reads them and prefetches the slot
 /// of the first level beyond (half the L2 cache of the machines here).
 const HOT_BYTES: usize = 1 << 20;
+
+/// IPv4 routes from which the root indexes the first 24 bits.
+pub const WIDE_ROOT_MIN_ROUTES: usize = 65_536;
 
 /// A prefix and the value (e.g. next-hop index) it maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,10 +51,25 @@ impl std::fmt::Display for LpmError {
 }
 
 pub struct Lpm<const N: usize> {
+    /// The first level: 2^(8 x root_bytes) slots.
+    root: Vec<Slot>,
+    root_bytes: usize,
+    /// The levels below, a byte each; a child index points in here.
     nodes: Vec<[Slot; 256]>,
     routes: usize,
-    /// Levels whose nodes together take at most `HOT_BYTES`.
+    /// Levels (the root first) whose slots together take at most `HOT_BYTES`.
     hot_levels: usize,
+}
+
+/// `n` slots holding `value`, in memory backed by huge pages where the
+/// kernel has them (a 24-bit root is 64 MiB).
+fn slots(n: usize, value: Slot) -> Vec<Slot> {
+    let mut v = Vec::with_capacity(n);
+    if n * std::mem::size_of::<Slot>() > HOT_BYTES {
+        crate::dpdk::advise_hugepages(v.spare_capacity_mut());
+    }
+    v.resize(n, value);
+    v
 }
 
 /// Masks `addr` to its first `len` bits.
@@ -63,6 +85,11 @@ pub fn mask<const N: usize>(addr: [u8; N], len: u8) -> [u8; N] {
 impl<const N: usize> Lpm<N> {
     /// Builds the trie. Later duplicates of the same prefix win.
     pub fn build(prefixes: &[Prefix<N>]) -> Result<Lpm<N>, LpmError> {
+        let wide = N == 4 && prefixes.len() >= WIDE_ROOT_MIN_ROUTES;
+        Lpm::build_rooted(prefixes, if wide { 3 } else { 1 })
+    }
+
+    fn build_rooted(prefixes: &[Prefix<N>], root_bytes: usize) -> Result<Lpm<N>, LpmError> {
         let mut sorted: Vec<Prefix<N>> = Vec::with_capacity(prefixes.len());
         for p in prefixes {
             if p.len as usize > N * 8 {
@@ -77,15 +104,30 @@ impl<const N: usize> Lpm<N> {
         // covers, and new child nodes inherit the covering value. The sort
         // is stable, so of two equal prefixes the later is set last.
         sorted.sort_by_key(|p| p.len);
-        let mut lpm = Lpm { nodes: vec![[NONE; 256]], routes: sorted.len(), hot_levels: 0 };
+        let mut lpm = Lpm {
+            root: slots(1 << (8 * root_bytes), NONE),
+            root_bytes,
+            nodes: Vec::new(),
+            routes: sorted.len(),
+            hot_levels: 0,
+        };
+        // Slots of each level: the root's, then 256 a node.
         let mut per_level = [0usize; N];
-        per_level[0] = 1;
+        per_level[0] = lpm.root.len();
         for p in &sorted {
             lpm.insert(p, &mut per_level)?;
         }
+        if lpm.nodes.len() * std::mem::size_of::<[Slot; 256]>() > HOT_BYTES {
+            // Into memory backed by huge pages where the kernel has them:
+            // a lookup's TLB miss costs as much as its cache miss.
+            let mut nodes = Vec::with_capacity(lpm.nodes.len());
+            crate::dpdk::advise_hugepages(nodes.spare_capacity_mut());
+            nodes.extend_from_slice(&lpm.nodes);
+            lpm.nodes = nodes;
+        }
         let mut bytes = 0;
-        for n in per_level {
-            bytes += n * std::mem::size_of::<[Slot; 256]>();
+        for slots in &per_level[..lpm.levels()] {
+            bytes += slots * std::mem::size_of::<Slot>();
             if bytes > HOT_BYTES {
                 break;
             }
@@ -94,58 +136,98 @@ impl<const N: usize> Lpm<N> {
         Ok(lpm)
     }
 
-    fn insert(&mut self, p: &Prefix<N>, per_level: &mut [usize; N]) -> Result<(), LpmError> {
-        let mut node = 0usize;
-        let mut level = 0usize;
-        // Descend through full bytes of the prefix.
-        while (level + 1) * 8 < p.len as usize {
-            let s = p.addr[level] as usize;
-            let slot = self.nodes[node][s];
-            node = if slot & CHILD != 0 {
-                (slot & !CHILD) as usize
-            } else {
-                if self.nodes.len() >= NONE as usize {
-                    return Err(LpmError::TooManyNodes);
-                }
-                self.nodes.push([slot; 256]);
-                let child = self.nodes.len() - 1;
-                self.nodes[node][s] = CHILD | child as u32;
-                per_level[level + 1] += 1;
-                child
-            };
-            level += 1;
+    /// The root, then a level per byte after its bytes.
+    fn levels(&self) -> usize {
+        1 + N - self.root_bytes
+    }
+
+    /// The root slot of `addr`.
+    #[inline(always)]
+    fn root_index(&self, addr: &[u8; N]) -> usize {
+        addr[..self.root_bytes].iter().fold(0usize, |i, b| i << 8 | *b as usize)
+    }
+
+    /// The node a slot leads to, made (inheriting the slot's value) if none.
+    fn child(nodes: &mut Vec<[Slot; 256]>, slot: &mut Slot, count: &mut usize) -> Result<usize, LpmError> {
+        if *slot & CHILD != 0 {
+            return Ok((*slot & !CHILD) as usize);
         }
-        // Expand the remaining 0..=8 bits over a range of slots at this level.
-        let rem = p.len as usize - level * 8;
-        let (start, count) = if rem == 0 && p.len == 0 {
-            (0, 256)
-        } else {
-            let base = p.addr[level] as usize;
-            (base, 1usize << (8 - rem))
-        };
-        for s in start..start + count {
-            self.set_subtree(node, s, p.value);
+        if nodes.len() >= NONE as usize {
+            return Err(LpmError::TooManyNodes);
+        }
+        nodes.push([*slot; 256]);
+        *slot = CHILD | (nodes.len() - 1) as u32;
+        *count += 256;
+        Ok(nodes.len() - 1)
+    }
+
+    fn insert(&mut self, p: &Prefix<N>, per_level: &mut [usize; N]) -> Result<(), LpmError> {
+        let root_bits = 8 * self.root_bytes;
+        let len = p.len as usize;
+        if len <= root_bits {
+            // Expanded over a range of root slots.
+            let first = self.root_index(&p.addr);
+            for i in first..first + (1usize << (root_bits - len)) {
+                if self.root[i] & CHILD == 0 {
+                    self.root[i] = p.value;
+                } else {
+                    self.set_below((self.root[i] & !CHILD) as usize, p.value);
+                }
+            }
+            return Ok(());
+        }
+        let i = self.root_index(&p.addr);
+        let mut node = Self::child(&mut self.nodes, &mut self.root[i], &mut per_level[1])?;
+        // Descend through the further full bytes of the prefix.
+        let mut byte = self.root_bytes;
+        while (byte + 1) * 8 < len {
+            // `node` is on level byte - root_bytes + 1; its children one below.
+            let level = byte - self.root_bytes + 1;
+            let s = p.addr[byte] as usize;
+            let mut slot = self.nodes[node][s];
+            let next = Self::child(&mut self.nodes, &mut slot, &mut per_level[level + 1])?;
+            self.nodes[node][s] = slot;
+            node = next;
+            byte += 1;
+        }
+        // Expand the remaining 1..=8 bits over a range of slots of this node.
+        let rem = len - byte * 8;
+        let base = p.addr[byte] as usize;
+        for s in base..base + (1usize << (8 - rem)) {
+            let slot = self.nodes[node][s];
+            if slot & CHILD == 0 {
+                self.nodes[node][s] = p.value;
+            } else {
+                self.set_below((slot & !CHILD) as usize, p.value);
+            }
         }
         Ok(())
     }
 
-    /// Sets a slot, or every slot below it where it leads to a child.
-    fn set_subtree(&mut self, node: usize, s: usize, value: u32) {
-        let slot = self.nodes[node][s];
-        if slot & CHILD == 0 {
-            self.nodes[node][s] = value;
-            return;
-        }
+    /// Sets every slot under `node` that holds a value.
+    fn set_below(&mut self, node: usize, value: u32) {
         for c in 0..256 {
-            self.set_subtree((slot & !CHILD) as usize, c, value);
+            let slot = self.nodes[node][c];
+            if slot & CHILD == 0 {
+                self.nodes[node][c] = value;
+            } else {
+                self.set_below((slot & !CHILD) as usize, value);
+            }
         }
     }
 
     /// Value of the longest prefix containing `addr`.
     #[inline]
     pub fn lookup(&self, addr: &[u8; N]) -> Option<u32> {
-        let mut slot = self.nodes[0][addr[0] as usize];
-        for b in &addr[1..] {
+        // Two fixed shapes rather than a loop over `root_bytes`: each
+        // unrolls, and the branch goes the same way for every lookup.
+        let (first, rest) = if self.root_bytes == 1 {
+            (addr[0] as usize, &addr[1..])
+        } else {
+            ((addr[0] as usize) << 16 | (addr[1] as usize) << 8 | addr[2] as usize, &addr[3..])
+        };
+        let mut slot = self.root[first];
+        for b in rest {
             if slot & CHILD == 0 {
                 break;
             }
@@ -160,23 +242,36 @@ impl<const N: usize> Lpm<N> {
     /// misses (a no-op for a table that is cached whole).
     #[inline]
     pub fn prefetch(&self, addr: &[u8; N]) {
-        if self.hot_levels >= N {
+        if self.hot_levels >= self.levels() {
             return;
         }
-        let mut node = 0usize;
-        for b in &addr[..self.hot_levels] {
-            let slot = self.nodes[node][*b as usize];
+        let root = self.root_index(addr);
+        if self.hot_levels == 0 {
+            crate::dpdk::prefetch(&self.root[root]);
+            return;
+        }
+        let mut slot = self.root[root];
+        for level in 1..=self.hot_levels {
             if slot & CHILD == 0 {
                 return;
             }
-            node = (slot & !CHILD) as usize;
+            let at = &self.nodes[(slot & !CHILD) as usize][addr[self.root_bytes + level - 1] as usize];
+            if level == self.hot_levels {
+                crate::dpdk::prefetch(at);
+                return;
+            }
+            slot = *at;
         }
-        crate::dpdk::prefetch(&self.nodes[node][addr[self.hot_levels] as usize]);
     }
 
     /// Whether some of the table is expected to miss the caches.
     pub fn larger_than_cache(&self) -> bool {
-        self.hot_levels < N && self.nodes.len() * std::mem::size_of::<[Slot; 256]>() > HOT_BYTES
+        self.hot_levels < self.levels() && self.memory_bytes() > HOT_BYTES
+    }
+
+    /// Bits the root indexes (8, or 24 for a large IPv4 table).
+    pub fn root_bits(&self) -> usize {
+        8 * self.root_bytes
     }
 
     pub fn routes(&self) -> usize {
@@ -184,7 +279,7 @@ impl<const N: usize> Lpm<N> {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.nodes.len() * std::mem::size_of::<[Slot; 256]>()
+        self.root.len() * std::mem::size_of::<Slot>() + self.nodes.len() * std::mem::size_of::<[Slot; 256]>()
     }
 }
 
@@ -212,15 +307,17 @@ mod tests {
             if rev {
                 r.reverse();
             }
-            let l = Lpm::build(&r).unwrap();
-            assert_eq!(l.lookup(&[192, 168, 0, 1]), Some(1));
-            assert_eq!(l.lookup(&[10, 9, 9, 9]), Some(2));
-            assert_eq!(l.lookup(&[10, 1, 200, 1]), Some(3));
-            assert_eq!(l.lookup(&[10, 1, 15, 1]), Some(7));
-            assert_eq!(l.lookup(&[10, 1, 2, 1]), Some(4));
-            assert_eq!(l.lookup(&[10, 1, 2, 129]), Some(5));
-            assert_eq!(l.lookup(&[10, 1, 2, 200]), Some(6));
-            assert_eq!(l.lookup(&[10, 1, 2, 201]), Some(5));
+            for root in [1, 3] {
+                let l = Lpm::build_rooted(&r, root).unwrap();
+                assert_eq!(l.lookup(&[192, 168, 0, 1]), Some(1));
+                assert_eq!(l.lookup(&[10, 9, 9, 9]), Some(2));
+                assert_eq!(l.lookup(&[10, 1, 200, 1]), Some(3));
+                assert_eq!(l.lookup(&[10, 1, 15, 1]), Some(7));
+                assert_eq!(l.lookup(&[10, 1, 2, 1]), Some(4));
+                assert_eq!(l.lookup(&[10, 1, 2, 129]), Some(5));
+                assert_eq!(l.lookup(&[10, 1, 2, 200]), Some(6));
+                assert_eq!(l.lookup(&[10, 1, 2, 201]), Some(5));
+            }
         }
     }
 
@@ -269,7 +366,8 @@ mod tests {
         let mut rng = crate::rand::XorShift::new(0x1234_5678);
         let mut next = || rng.next_u64() as u32;
         let routes: Vec<Prefix<4>> = (0..2000).map(|i| p4(next().to_be_bytes(), (next() % 33) as u8, i)).collect();
-        let l = Lpm::build(&routes).unwrap();
+        let (l, wide) = (Lpm::build(&routes).unwrap(), Lpm::build_rooted(&routes, 3).unwrap());
+        assert_eq!((l.root_bits(), wide.root_bits()), (8, 24));
         for _ in 0..5000 {
             let a = next().to_be_bytes();
             // Reference: longest match, the later route winning ties.
@@ -280,6 +378,7 @@ mod tests {
                 }
             }
             assert_eq!(l.lookup(&a), best.map(|b| b.1), "{a:?}");
+            assert_eq!(wide.lookup(&a), best.map(|b| b.1), "wide root: {a:?}");
         }
     }
 
@@ -296,7 +395,10 @@ mod tests {
         let big: Vec<Prefix<4>> = (0..200_000).map(|i| p4((rng.next_u64() as u32).to_be_bytes(), 24, i)).collect();
         let l = Lpm::build(&big).unwrap();
         assert!(l.larger_than_cache(), "{} bytes", l.memory_bytes());
-        assert_eq!(l.hot_levels, 2, "the root and the second level stay cached");
+        assert_eq!((l.root_bits(), l.hot_levels), (24, 0), "DIR-24-8: the 64 MiB root is prefetched");
+        let l = Lpm::build_rooted(&big, 1).unwrap();
+        assert!(l.larger_than_cache(), "{} bytes", l.memory_bytes());
+        assert_eq!((l.root_bits(), l.hot_levels), (8, 2), "the root and the second level stay cached");
         for p in big.iter().step_by(97) {
             let a = [p.addr[0], p.addr[1], p.addr[2], 9];
             l.prefetch(&a);
