@@ -60,6 +60,7 @@
 # from dpdk-doc's sources, on the same vdevs and traffic: with the L3 case's
 # 10k routes (LPM) and 100k flows (exact match), with the realistic router
 # cases' 10k IPv4 and 2k IPv6 routes (LPM; lines l3fwd-lpm-l3-router...),
+# with the full-size table (FIB; lines l3fwd-fib-l3-router-full...),
 # and with the AM-PM cases' 10k flows (exact match). Its lines end in
 # build=l3fwd: a reference for what one table lookup a packet costs on this
 # harness.
@@ -168,8 +169,9 @@ tp_mem=(--no-huge -m 2048)
 tp_mbufs=200000
 if [[ "${BENCH_HUGEPAGES:-1}" != 0 && -w "$hp_file" ]]; then
   hp_before=$(cat "$hp_file")
-  # The 1M-flow analytics case holds a 1M-frame trace in mbufs: 3.5 GiB.
-  if [[ -z "${BENCH_CASES:-}" || ",$BENCH_CASES," == *",int-sink-analytics-5x4-1m-flows,"* ]]; then echo 1900 > "$hp_file" || true; else echo 1200 > "$hp_file" || true; fi
+  # The 1M-flow analytics case holds a 1M-frame trace in mbufs: 3.5 GiB;
+  # l3fwd's full-size FIB takes 3.5 GiB with its pool.
+  if [[ -z "${BENCH_CASES:-}" || ",$BENCH_CASES," == *",int-sink-analytics-5x4-1m-flows,"* || ",$BENCH_CASES," == *",l3-router-full"* ]]; then echo 1900 > "$hp_file" || true; else echo 1200 > "$hp_file" || true; fi
   # OVS-DPDK keeps 1 GiB of them (stopped) while the others take turns.
   if ovs_wanted; then echo $(( $(cat "$hp_file") + 600 )) > "$hp_file" || true; fi
   if (( $(cat "$hp_file") >= 1100 )); then
@@ -226,7 +228,8 @@ intswitch_mpps() { # config [case]
 # on), a pool of at least 200000 mbufs (infinite_rx holds the whole pcap in
 # mbufs; the same pool as testpmd's and the switch's), and room for a
 # full table: 1M IPv4 and 256k IPv6 LPM routes, 256k IPv6 tbl8 groups
-# (stock: 1024 routes each, 64k groups).
+# (stock: 1024 routes each, 64k groups); FIB (--lookup=fib): 1M IPv4 and
+# 256k IPv6 routes, 512k IPv6 tbl8 groups (stock: 64k routes, 32k groups).
 build_l3fwd() {
   local d=$work/examples
   mkdir -p "$d"
@@ -237,6 +240,12 @@ build_l3fwd() {
     'IPV6_L3FWD_LPM_MAX_RULES[[:space:]]*262144'
   patch_l3fwd l3fwd_lpm.c 's/\(#define IPV6_L3FWD_LPM_NUMBER_TBL8S[[:space:]]*\)(1 << 16)$/\1(1 << 18)/' \
     'IPV6_L3FWD_LPM_NUMBER_TBL8S[[:space:]]*(1 << 18)'
+  patch_l3fwd l3fwd_fib.c 's/config_ipv4.max_routes = (1 << 16);/config_ipv4.max_routes = (1 << 20);/' \
+    'config_ipv4.max_routes = (1 << 20);'
+  patch_l3fwd l3fwd_fib.c 's/config.max_routes = (1 << 16) - 1;/config.max_routes = (1 << 18);/' \
+    'config.max_routes = (1 << 18);'
+  patch_l3fwd l3fwd_fib.c 's/config.trie.num_tbl8 = (1 << 15);/config.trie.num_tbl8 = (1 << 19);/' \
+    'config.trie.num_tbl8 = (1 << 19);'
   patch_l3fwd main.c 's/(unsigned)8192)/(unsigned)200000)/' '(unsigned)200000)'
   patch_l3fwd main.c 's/^\([[:space:]]*\)ret = config_port_max_pkt_len(&local_port_conf, &dev_info);/\1local_port_conf.rxmode.offloads \&= dev_info.rx_offload_capa;\n\1port_conf.rxmode.offloads \&= dev_info.rx_offload_capa;\n&/' \
     'port_conf.rxmode.offloads &= dev_info.rx_offload_capa'
@@ -257,7 +266,7 @@ patch_l3fwd() { # file sed-expression what-must-match-after
 # l3fwd's TX rate on net_null (port 1), read through DPDK's telemetry
 # socket (l3fwd prints no rates), over the run less its first two seconds
 # (the other figures skip their first two samples).
-l3fwd_mpps() { # -L|-E rules-v4 rules-v6 pcap
+l3fwd_mpps() { # -L|-E|--lookup=fib rules-v4 rules-v6 pcap
   local prefix=bench-l3-$$
   timeout $((secs + 330)) "$l3fwd_bin" -l 1 "${tp_mem[@]}" --no-pci --file-prefix "$prefix" --log-level=error \
     --vdev "net_pcap0,rx_pcap=$4,infinite_rx=1" --vdev "net_null0,no-rx=1" -- \
@@ -305,7 +314,7 @@ em_rules() { # pcap
     sort -u | awk 'NF == 4 { printf "R%s %s %s %s 0x11 1\n", $2, $1, $4, $3 }'
 }
 
-run_l3fwd() { # name pcap -L|-E rules-v4 rules-v6 (build_l3fwd writes those)
+run_l3fwd() { # name pcap -L|-E|--lookup=fib rules-v4 rules-v6 (build_l3fwd writes those)
   [[ -n "${l3fwd_bin:-}" ]] || build_l3fwd
   local ours=() theirs=() r
   for ((r = 0; r < rounds; r++)); do
@@ -672,8 +681,11 @@ fi
 # IPv6 prefixes of today's Internet table's length mix, through the same 256
 # + 48 neighbours, a routes_file): destinations over the table (the file is
 # in random order), 20 % IPv6, 60 % TCP; 100k flows (Zipf 1) in the 4096-
-# frame trace, 1M in the 65536-frame one. l3fwd-lpm loads the same
-# prefixes (all to port 1).
+# frame trace, 1M in the 65536-frame one. l3fwd loads the same prefixes
+# (all to port 1) into rte_fib (l3fwd-fib-...: DIR-24-8, rte_lpm's lookup
+# layout); rte_lpm itself takes about 5 minutes a start to load them (its
+# add scans every rule of the prefix's length), BENCH_L3FWD_LPM_FULL=1
+# measures it too (l3fwd-lpm-...).
 if want l3-router-full || want l3-router-full-imix || want l3-router-full-large || want l3-router-full-large-imix; then
   python3 scripts/gen_routes.py --seed "$seed" >"$work/routes-full.txt"
   real "$work/l3-full" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
@@ -689,12 +701,18 @@ if want l3-router-full || want l3-router-full-imix || want l3-router-full-large 
   if [[ "$l3fwd_ref" != 0 ]]; then
     awk '!/^#/ && !/:/ { print "R" $1 " 1" }' "$work/routes-full.txt" >"$work/lpm-full-v4.cfg"
     awk '!/^#/ && /:/ { print "R" $1 " 1" }' "$work/routes-full.txt" >"$work/lpm-full-v6.cfg"
+    saved_tp_mem=("${tp_mem[@]}")
+    tp_mem=("${tp_mem[@]/2048/3584}")
     for t in l3-full l3-full-imix l3-full-large l3-full-large-imix; do
       c=${t/l3-full/l3-router-full}
       if want "$c"; then
-        run_l3fwd "l3fwd-lpm-$c" "$work/$t.pcap" -L "$work/lpm-full-v4.cfg" "$work/lpm-full-v6.cfg"
+        run_l3fwd "l3fwd-fib-$c" "$work/$t.pcap" --lookup=fib "$work/lpm-full-v4.cfg" "$work/lpm-full-v6.cfg"
+        if [[ "${BENCH_L3FWD_LPM_FULL:-0}" != 0 ]]; then
+          run_l3fwd "l3fwd-lpm-$c" "$work/$t.pcap" -L "$work/lpm-full-v4.cfg" "$work/lpm-full-v6.cfg"
+        fi
       fi
     done
+    tp_mem=("${saved_tp_mem[@]}")
   fi
 fi
 
