@@ -108,6 +108,9 @@ fn every_command_round_trips() {
     assert_eq!(intctl_json(&d, &["show", "workers"])[0]["lcore"], 1);
     let routes = intctl_json(&d, &["show", "routes"]);
     assert!(routes.as_array().unwrap().iter().any(|r| r["prefix"] == "198.51.100.0/24" && r["via"] == "10.0.2.254"));
+    let first = intctl_json(&d, &["show", "routes", "--max", "1"]);
+    assert_eq!(first.as_array().unwrap().len(), 1, "{first}");
+    assert_eq!(first[0]["kind"], "connected", "connected routes come first: {first}");
     assert_eq!(intctl_json(&d, &["show", "neighbours"]).as_array().unwrap().len(), 2);
 
     // Traffic is flowing and learned into the flow table.

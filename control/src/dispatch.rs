@@ -75,7 +75,7 @@ const ROUTES: &[(&str, Handler)] = &[
     (v::ShowWorkers::NAME, |cx, env| serve(env, |_: v::ShowWorkers| Ok(cx.sw.worker_views(&cx.sw.worker_counters())))),
     (v::ShowCounters::NAME, |cx, env| serve(env, |_: v::ShowCounters| Ok(cx.sw.counters_view()))),
     (v::ShowDrops::NAME, |cx, env| serve(env, |_: v::ShowDrops| Ok(cx.sw.drops_view()))),
-    (v::ShowRoutes::NAME, |cx, env| serve(env, |_: v::ShowRoutes| Ok(cx.sw.route_views()))),
+    (v::ShowRoutes::NAME, |cx, env| serve(env, |a: v::ShowRoutes| Ok(cx.sw.route_views(dump_max(a.max))))),
     (v::ShowNeighbours::NAME, |cx, env| serve(env, |_: v::ShowNeighbours| Ok(cx.sw.neighbour_views()))),
     (v::ShowFlows::NAME, |cx, env| serve(env, |a: v::ShowFlows| cx.sw.flow_views(dump_max(a.max)))),
     (v::ShowMacs::NAME, |cx, env| serve(env, |a: v::ShowMacs| cx.sw.mac_views(dump_max(a.max)))),

@@ -11,7 +11,7 @@ pub use super::Generation;
 use super::{command, no_args};
 use crate::config::{Config, FlowConfig, NeighbourConfig, RouteConfig};
 
-no_args!(ShowVersion, ShowConfig, ShowPorts, ShowWorkers, ShowCounters, ShowDrops, ShowRoutes, ShowNeighbours);
+no_args!(ShowVersion, ShowConfig, ShowPorts, ShowWorkers, ShowCounters, ShowDrops, ShowNeighbours);
 no_args!(ClearCounters, Metrics);
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,6 +142,15 @@ pub struct ShowFlows {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShowMacs {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+}
+
+/// The optional `max` of the route dump (connected routes first; default
+/// 1000: a full table has a million).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShowRoutes {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u64>,
 }

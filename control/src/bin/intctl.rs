@@ -142,7 +142,13 @@ enum Show {
         #[arg(long, default_value_t = 1000)]
         max: u64,
     },
-    Routes,
+    /// The routes: connected, then static (`routes_file`, `[[route]]`,
+    /// `route add`).
+    Routes {
+        /// At most this many routes.
+        #[arg(long, default_value_t = 1000)]
+        max: u64,
+    },
     Neighbours,
     Config,
     Version,
@@ -685,7 +691,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Show::Drops => call(c, j, &v::ShowDrops {}, print_drops),
             Show::Flows { max } => call(c, j, &v::ShowFlows { max: Some(*max) }, |r| print_flows(r)),
             Show::Macs { max } => call(c, j, &v::ShowMacs { max: Some(*max) }, |r| print_macs(r)),
-            Show::Routes => call(c, j, &v::ShowRoutes {}, |r| {
+            Show::Routes { max } => call(c, j, &v::ShowRoutes { max: Some(*max) }, |r| {
                 let rows = r.iter().map(|x| vec![x.prefix.clone(), x.port.clone(), opt(&x.via), x.kind.clone()]);
                 table(&["PREFIX", "PORT", "VIA", "KIND"], rows.collect())
             }),

@@ -331,7 +331,8 @@ impl Switch {
         }
     }
 
-    pub fn route_views(&self) -> Vec<RouteView> {
+    /// The first `max` routes: connected, then static in table order.
+    pub fn route_views(&self, max: usize) -> Vec<RouteView> {
         let connected = |name: &str, net: IpAddr, l: u8| RouteView {
             prefix: format!("{net}/{l}"),
             port: name.to_string(),
@@ -347,7 +348,9 @@ impl Switch {
                 v.push(connected(&p.name, IpAddr::from(dataplane::lpm::mask(*a, *l)), *l));
             }
         }
-        v.extend(self.spec.routes.iter().map(|r| RouteView {
+        v.truncate(max);
+        let room = max - v.len();
+        v.extend(self.spec.routes.iter().take(room).map(|r| RouteView {
             prefix: format!("{}/{}", r.prefix, r.len),
             port: self.port_name(r.port).unwrap_or_default(),
             via: r.gateway.map(|g| g.to_string()),
