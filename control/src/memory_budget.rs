@@ -1,14 +1,17 @@
-//! What a config's per-worker tables take from the heap, checked against
-//! what the machine has before any worker starts. Workers build their
-//! tables on their own lcores; a table larger than the machine would end
-//! the process there with an allocation failure. Checked here, it is a
-//! config error that names the keys and the memory they need.
+//! What a config's per-worker tables take from the heap, and the route
+//! tables all workers share, checked against what the machine has before
+//! any worker starts. Workers build their tables on their own lcores; a
+//! table larger than the machine would end the process there with an
+//! allocation failure. Checked here, it is a config error that names the
+//! keys and the memory they need.
 
 use crate::config::Plan;
 use crate::fields::{cerr, ConfigError};
 
 use dataplane::flow_table::FlowTable;
+use dataplane::lpm::{Lpm, Prefix};
 use dataplane::mac_table::MacTable;
+use std::net::IpAddr;
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -48,6 +51,27 @@ pub fn heap_needs(plan: &Plan) -> Vec<Need> {
     out
 }
 
+/// The shared route tables (both LPMs, built from the plan's routes as a
+/// table generation builds them), twice: while a new generation is built,
+/// the one in use stays. A full Internet table takes about 250 MiB.
+pub fn route_need(plan: &Plan) -> Need {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for r in &plan.routes {
+        match r.prefix {
+            IpAddr::V4(a) => v4.push(Prefix { addr: a.octets(), len: r.len, value: 0 }),
+            IpAddr::V6(a) => v6.push(Prefix { addr: a.octets(), len: r.len, value: 0 }),
+        }
+    }
+    // Lengths were checked with the config; a build that fails anyway
+    // counts nothing here and fails with its reason when the switch starts.
+    let bytes = Lpm::build(&v4).map_or(0, |l| l.memory_bytes()) + Lpm::build(&v6).map_or(0, |l| l.memory_bytes());
+    Need {
+        key: if plan.raw.routes_file.is_some() { "routes_file" } else { "route" },
+        value: format!("{} routes, two generations", plan.routes.len()),
+        bytes: Some(2 * bytes as u64),
+    }
+}
+
 /// Refuses a plan whose tables, for `workers` workers, need more than
 /// `available` bytes (the machine's MemAvailable; None: unknown, only
 /// sizes beyond the address space are refused). Returns the bytes needed.
@@ -61,24 +85,32 @@ pub fn check(plan: &Plan, workers: usize, available: Option<u64>) -> Result<u64,
             None => return Err(cerr(n.key, format!("{} = {} needs more memory than any machine has", n.key, n.value))),
         };
     }
+    let routes = route_need(plan);
+    let shared = routes.bytes.unwrap_or(0);
+    total = total.saturating_add(shared);
     let Some(avail) = available else { return Ok(total) };
     if total <= avail {
         return Ok(total);
     }
-    let biggest = needs.iter().max_by_key(|n| n.bytes.unwrap_or(u64::MAX)).expect("two needs at least");
+    let per_worker = |n: &Need| n.bytes.unwrap_or(0).saturating_mul(workers.max(1) as u64);
+    let biggest = needs.iter().max_by_key(|n| per_worker(n)).expect("two needs at least");
+    let key = if shared > per_worker(biggest) { routes.key } else { biggest.key };
     let listed: Vec<String> = needs
         .iter()
         .map(|n| format!("{} = {} ({:.1} MiB)", n.key, n.value, n.bytes.unwrap_or(0) as f64 / MIB))
         .collect();
     Err(cerr(
-        biggest.key,
+        key,
         format!(
-            "the tables need {:.1} MiB ({} per worker, x {} worker{}), more than the {:.1} MiB this machine has \
-             available (MemAvailable)",
+            "the tables need {:.1} MiB ({} per worker, x {} worker{}; shared: {} = {} ({:.1} MiB)), more than the \
+             {:.1} MiB this machine has available (MemAvailable)",
             total as f64 / MIB,
             listed.join(" + "),
             workers.max(1),
             if workers == 1 { "" } else { "s" },
+            routes.key,
+            routes.value,
+            shared as f64 / MIB,
             avail as f64 / MIB
         ),
     ))
@@ -133,10 +165,37 @@ mod tests {
     }
 
     #[test]
+    fn a_full_route_table_counts_once_for_two_generations() {
+        let dir = std::env::temp_dir().join(format!("intswitch-budget-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // 70k /24s: the IPv4 table gets its 64 MiB root.
+        let lines: String =
+            (0..70_000u32).map(|i| format!("{}.{}.{}.0/24 p1\n", 20 + i / 65536, (i >> 8) & 255, i & 255)).collect();
+        std::fs::write(dir.join("r.txt"), lines).unwrap();
+        let text = format!(
+            "name = \"m\"\nmode = \"router\"\nroutes_file = \"{}\"\n[[port]]\nname = \"p0\"\ndevice = \"net_null0\"\n\
+             ipv4 = [\"10.0.1.1/24\"]\n[[port]]\nname = \"p1\"\ndevice = \"net_null1\"\nipv4 = [\"10.0.2.1/24\"]\n",
+            dir.join("r.txt").display()
+        );
+        let p = Config::from_toml(&text).unwrap().validate().unwrap();
+        let r = route_need(&p);
+        assert_eq!(r.key, "routes_file");
+        assert!(r.bytes.unwrap() >= 2 * (64 << 20), "{r:?}");
+        // Shared: more workers add only their own tables.
+        let (one, two) = (check(&p, 1, None).unwrap(), check(&p, 2, None).unwrap());
+        assert!(two - one < r.bytes.unwrap(), "{one} {two}");
+        let e = check(&p, 1, Some(100 << 20)).unwrap_err();
+        assert_eq!(e.key, "routes_file", "{e:?}");
+        assert!(e.reason.contains("shared: routes_file = 70000 routes, two generations"), "{e:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn workers_multiply_the_tables() {
         let p = plan("[bridge]\nmac_capacity = 1000000");
-        let one = check(&p, 1, None).unwrap();
-        assert_eq!(check(&p, 4, None).unwrap(), 4 * one);
+        let shared = route_need(&p).bytes.unwrap();
+        let one = check(&p, 1, None).unwrap() - shared;
+        assert_eq!(check(&p, 4, None).unwrap(), 4 * one + shared);
         let e = check(&p, 4, Some(one * 3)).unwrap_err();
         assert_eq!(e.key, "bridge.mac_capacity", "{e:?}");
     }

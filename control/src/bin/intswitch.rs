@@ -31,7 +31,8 @@ struct Cli {
     /// Print the final counters as JSON.
     #[arg(long)]
     json: bool,
-    /// Validate the configuration (and that the workers' tables fit this machine's memory) and exit.
+    /// Validate the configuration (and that the workers' tables and the shared route tables fit this
+    /// machine's memory) and exit.
     #[arg(long)]
     check: bool,
     #[command(subcommand)]
