@@ -3,7 +3,9 @@
 //! the T threshold while the T events raised exceed the budget, and halves
 //! it again, never below the configured threshold, while they stay under
 //! half of it (the gap keeps it from swinging). Every change is logged and
-//! shown by `int event show`; it reaches the workers as a table generation.
+//! shown by `int event show`; it reaches the workers as a table generation,
+//! so the period after a change still holds events raised under the old
+//! threshold: it is measured but not acted on.
 
 use std::time::{Duration, Instant};
 
@@ -37,6 +39,8 @@ pub struct RateBudget {
     pub rate: [u64; METRICS],
     pub changes: [u64; METRICS],
     last: Option<(Instant, [u64; METRICS])>,
+    /// Changed in the last step: this period's rate mixes both thresholds.
+    settling: [bool; METRICS],
 }
 
 impl RateBudget {
@@ -69,11 +73,12 @@ impl RateBudget {
         let mut out = Vec::new();
         for m in 0..METRICS {
             self.rate[m] = (counts[m].saturating_sub(before[m]) as f64 / secs) as u64;
-            if self.budget[m] == 0 || current[m] == 0 {
+            if self.budget[m] == 0 || current[m] == 0 || std::mem::take(&mut self.settling[m]) {
                 continue;
             }
             if let Some(next) = adjust(current[m], self.rate[m], self.budget[m], self.base[m], max[m]) {
                 self.changes[m] += 1;
+                self.settling[m] = true;
                 out.push((m, current[m], next));
             }
         }
@@ -107,9 +112,14 @@ mod tests {
         let t1 = t0 + Duration::from_secs(1);
         assert_eq!(b.step(t1, [500, 3000, 0, 0, 0], [10, 100, 0, 0, 0], max), [(1, 100, 200)]);
         assert_eq!(b.rate, [500, 3000, 0, 0, 0]);
+        // The next period mixes both thresholds (the workers take the
+        // new one with a table generation): measured, not acted on.
+        let t15 = t1 + PERIOD;
+        assert!(b.step(t15, [500, 5000, 0, 0, 0], [10, 200, 0, 0, 0], max).is_empty(), "settling");
+        assert_eq!(b.rate[1], 2000);
         // 200 in the next 2 s: 100/s, under half: back to the base.
-        let t2 = t1 + Duration::from_secs(2);
-        assert_eq!(b.step(t2, [500, 3200, 0, 0, 0], [10, 200, 0, 0, 0], max), [(1, 200, 100)]);
+        let t2 = t15 + Duration::from_secs(2);
+        assert_eq!(b.step(t2, [500, 5200, 0, 0, 0], [10, 200, 0, 0, 0], max), [(1, 200, 100)]);
         assert_eq!(b.changes, [0, 2, 0, 0, 0]);
         assert!(!b.due(t2 + Duration::from_millis(500)) && b.due(t2 + PERIOD));
         // T off (threshold 0): left alone.
