@@ -23,6 +23,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
+
+mod common;
 use dataplane::dpdk::{DpdkLpm, DpdkLpmKind, Eal, EalArgs};
 use dataplane::lpm::{Lpm, Prefix};
 use dataplane::rand::XorShift;
@@ -98,14 +100,6 @@ fn bench(c: &mut Criterion, name: &str, mut one_pass: impl FnMut() -> u64) {
     g.finish();
 }
 
-fn estimate(dir: &Path, name: &str) -> Option<(f64, f64, f64)> {
-    let text = std::fs::read_to_string(dir.join("lpm").join(name).join("new/estimates.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let e = &v["mean"];
-    let ci = &e["confidence_interval"];
-    Some((e["point_estimate"].as_f64()?, ci["lower_bound"].as_f64()?, ci["upper_bound"].as_f64()?))
-}
-
 fn to16(a: &[u8; 4]) -> [u8; 16] {
     let mut x = [0u8; 16];
     x[..4].copy_from_slice(a);
@@ -164,9 +158,8 @@ fn main() {
     }
     println!("answers: all {} lookups of each table agree with ours", 2 * LOOKUPS);
 
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).with_file_name("criterion");
     let mut c = Criterion::default()
-        .output_directory(&dir)
+        .output_directory(&common::criterion_home())
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     let mut out = [0u64; BURST];
@@ -212,7 +205,7 @@ fn main() {
         });
     }
     for name in names {
-        if let Some((ns, lo, hi)) = estimate(&dir, name) {
+        if let Some((ns, lo, hi)) = common::estimate("lpm", name) {
             let n = LOOKUPS as f64;
             println!("lpm={name} ns_per_lookup={:.1} ci95={:.1}..{:.1}", ns / n, lo / n, hi / n);
         }

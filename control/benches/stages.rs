@@ -42,6 +42,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
 
+mod common;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -559,17 +561,6 @@ fn bench_wheel_scan(c: &mut Criterion, name: &str, case: &Case) {
     assert_eq!(w.c.events[Event::SqrTimeouts as usize], 0, "nothing expired");
 }
 
-/// Criterion's estimate of one iteration of `stages/<name>` in ns, with
-/// its 95 % confidence interval: the slope of its linear sampling where
-/// it had one, else the mean (what its own report shows as `time`).
-fn estimate(dir: &Path, name: &str) -> Option<(f64, f64, f64)> {
-    let text = std::fs::read_to_string(dir.join("stages").join(name).join("new/estimates.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let e = if v["slope"].is_object() { &v["slope"] } else { &v["mean"] };
-    let ci = &e["confidence_interval"];
-    Some((e["point_estimate"].as_f64()?, ci["lower_bound"].as_f64()?, ci["upper_bound"].as_f64()?))
-}
-
 fn env_number(key: &str) -> Option<u64> {
     std::env::var(key).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{key}={v}: need a whole number")))
 }
@@ -609,9 +600,7 @@ fn main() {
         count_passes(pairs, passes);
         return;
     }
-    // The criterion home beside cargo's own scratch directory:
-    // `<target>/criterion`, its HTML report in `report/index.html`.
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).with_file_name("criterion");
+    let dir = common::criterion_home();
     let mut c = Criterion::default()
         .output_directory(&dir)
         .warm_up_time(Duration::from_secs(1))
@@ -630,14 +619,14 @@ fn main() {
     for (name, case) in &cases {
         if name == "gpint-wheel-scan-64-busy" {
             bench_wheel_scan(&mut c, name, case);
-            if let Some((ns, lo, hi)) = estimate(&dir, name) {
+            if let Some((ns, lo, hi)) = common::estimate("stages", name) {
                 println!("stage={name} ns_per_poll={ns:.1} ci95={lo:.1}..{hi:.1}");
             }
             continue;
         }
         let handled = bench_case(&mut c, name, case);
         let n = case.frames.len() as f64;
-        match estimate(&dir, name) {
+        match common::estimate("stages", name) {
             Some((ns, lo, hi)) => println!(
                 "stage={name} ns_per_packet={:.1} ci95={:.1}..{:.1} mpps={:.2} handled={handled:.2}",
                 ns / n,

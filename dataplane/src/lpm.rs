@@ -141,10 +141,16 @@ impl<const N: usize> Lpm<N> {
         1 + N - self.root_bytes
     }
 
-    /// The root slot of `addr`.
+    /// `addr`'s root slot and the bytes the levels below take. Two fixed
+    /// shapes rather than a loop over `root_bytes`: each unrolls, and the
+    /// branch goes the same way for every lookup.
     #[inline(always)]
-    fn root_index(&self, addr: &[u8; N]) -> usize {
-        addr[..self.root_bytes].iter().fold(0usize, |i, b| i << 8 | *b as usize)
+    fn split<'a>(&self, addr: &'a [u8; N]) -> (usize, &'a [u8]) {
+        if self.root_bytes == 1 {
+            (addr[0] as usize, &addr[1..])
+        } else {
+            ((addr[0] as usize) << 16 | (addr[1] as usize) << 8 | addr[2] as usize, &addr[3..])
+        }
     }
 
     /// The node a slot leads to, made (inheriting the slot's value) if none.
@@ -164,19 +170,14 @@ impl<const N: usize> Lpm<N> {
     fn insert(&mut self, p: &Prefix<N>, per_level: &mut [usize; N]) -> Result<(), LpmError> {
         let root_bits = 8 * self.root_bytes;
         let len = p.len as usize;
+        let (i, _) = self.split(&p.addr);
         if len <= root_bits {
             // Expanded over a range of root slots.
-            let first = self.root_index(&p.addr);
-            for i in first..first + (1usize << (root_bits - len)) {
-                if self.root[i] & CHILD == 0 {
-                    self.root[i] = p.value;
-                } else {
-                    self.set_below((self.root[i] & !CHILD) as usize, p.value);
-                }
+            for i in i..i + (1usize << (root_bits - len)) {
+                self.root[i] = self.covered(self.root[i], p.value);
             }
             return Ok(());
         }
-        let i = self.root_index(&p.addr);
         let mut node = Self::child(&mut self.nodes, &mut self.root[i], &mut per_level[1])?;
         // Descend through the further full bytes of the prefix.
         let mut byte = self.root_bytes;
@@ -194,38 +195,33 @@ impl<const N: usize> Lpm<N> {
         let rem = len - byte * 8;
         let base = p.addr[byte] as usize;
         for s in base..base + (1usize << (8 - rem)) {
-            let slot = self.nodes[node][s];
-            if slot & CHILD == 0 {
-                self.nodes[node][s] = p.value;
-            } else {
-                self.set_below((slot & !CHILD) as usize, p.value);
-            }
+            self.nodes[node][s] = self.covered(self.nodes[node][s], p.value);
         }
         Ok(())
     }
 
-    /// Sets every slot under `node` that holds a value.
-    fn set_below(&mut self, node: usize, value: u32) {
+    /// `slot` once a prefix covering it sets `value`: the value where the
+    /// slot holds one; where it leads to a child, the slot itself, with
+    /// `value` set in every slot below that holds one.
+    #[inline(always)]
+    fn covered(&mut self, slot: Slot, value: u32) -> Slot {
+        if slot & CHILD == 0 {
+            return value;
+        }
+        self.cover_below((slot & !CHILD) as usize, value);
+        slot
+    }
+
+    fn cover_below(&mut self, node: usize, value: u32) {
         for c in 0..256 {
-            let slot = self.nodes[node][c];
-            if slot & CHILD == 0 {
-                self.nodes[node][c] = value;
-            } else {
-                self.set_below((slot & !CHILD) as usize, value);
-            }
+            self.nodes[node][c] = self.covered(self.nodes[node][c], value);
         }
     }
 
     /// Value of the longest prefix containing `addr`.
     #[inline]
     pub fn lookup(&self, addr: &[u8; N]) -> Option<u32> {
-        // Two fixed shapes rather than a loop over `root_bytes`: each
-        // unrolls, and the branch goes the same way for every lookup.
-        let (first, rest) = if self.root_bytes == 1 {
-            (addr[0] as usize, &addr[1..])
-        } else {
-            ((addr[0] as usize) << 16 | (addr[1] as usize) << 8 | addr[2] as usize, &addr[3..])
-        };
+        let (first, rest) = self.split(addr);
         let mut slot = self.root[first];
         for b in rest {
             if slot & CHILD == 0 {
@@ -245,23 +241,17 @@ impl<const N: usize> Lpm<N> {
         if self.hot_levels >= self.levels() {
             return;
         }
-        let root = self.root_index(addr);
-        if self.hot_levels == 0 {
-            crate::dpdk::prefetch(&self.root[root]);
-            return;
-        }
-        let mut slot = self.root[root];
-        for level in 1..=self.hot_levels {
-            if slot & CHILD == 0 {
+        let (first, rest) = self.split(addr);
+        // Read through the cached levels (fewer than all: rest has a byte
+        // for each level below the root).
+        let mut at = &self.root[first];
+        for b in &rest[..self.hot_levels] {
+            if *at & CHILD == 0 {
                 return;
             }
-            let at = &self.nodes[(slot & !CHILD) as usize][addr[self.root_bytes + level - 1] as usize];
-            if level == self.hot_levels {
-                crate::dpdk::prefetch(at);
-                return;
-            }
-            slot = *at;
+            at = &self.nodes[(*at & !CHILD) as usize][*b as usize];
         }
+        crate::dpdk::prefetch(at);
     }
 
     /// Whether some of the table is expected to miss the caches.

@@ -91,7 +91,6 @@ pub struct TableSpec {
 }
 
 impl TableSpec {
-    /// Adds a route or replaces the one for the same prefix.
     /// Replaces the routes with `routes`, a later one winning over an
     /// earlier one for the same prefix (what `upsert_route` of each in turn
     /// does, in time linear in their number: a full table has a million).
@@ -109,6 +108,7 @@ impl TableSpec {
         }
     }
 
+    /// Adds a route or replaces the one for the same prefix.
     pub fn upsert_route(&mut self, r: RouteSpec) {
         match self.routes.iter_mut().find(|x| x.prefix == r.prefix && x.len == r.len) {
             Some(x) => *x = r,
@@ -173,7 +173,6 @@ pub struct Tables {
     pub label: Option<crate::label::LabelSpec>,
 }
 
-/// The index of `nh` in `nexthops`, added if new.
 /// The next hops and, for a build over a million routes, their indexes.
 #[derive(Default)]
 struct NextHops {
@@ -182,6 +181,7 @@ struct NextHops {
 }
 
 impl NextHops {
+    /// The index of `nh`, added if new.
     fn index(&mut self, nh: NextHop) -> u32 {
         *self.index.entry(nh).or_insert_with(|| {
             self.list.push(nh);
@@ -209,19 +209,20 @@ impl Tables {
         for (i, p) in spec.xconnect.iter().enumerate().take(MAX_PORTS) {
             xconnect[i] = *p;
         }
-        let mut routes = spec.routes.clone();
+        // Connected routes first, so that a configured route to the same
+        // prefix wins (the later of equal prefixes does); reversed, so that
+        // of two ports on one subnet the first port's wins.
+        let mut connected = Vec::new();
         for (i, p) in spec.ports.iter().enumerate() {
-            for (a, l) in &p.ipv4 {
-                routes.insert(0, RouteSpec { prefix: IpAddr::from(*a), len: *l, port: i as u16, gateway: None });
-            }
-            for (a, l) in &p.ipv6 {
-                routes.insert(0, RouteSpec { prefix: IpAddr::from(*a), len: *l, port: i as u16, gateway: None });
-            }
+            let on = |a: IpAddr, len: u8| RouteSpec { prefix: a, len, port: i as u16, gateway: None };
+            connected.extend(p.ipv4.iter().map(|(a, l)| on(IpAddr::from(*a), *l)));
+            connected.extend(p.ipv6.iter().map(|(a, l)| on(IpAddr::from(*a), *l)));
         }
+        connected.reverse();
         let mut hops = NextHops::default();
         let mut p4 = Vec::new();
         let mut p6 = Vec::new();
-        for r in &routes {
+        for r in connected.iter().chain(&spec.routes) {
             if r.port >= nports {
                 return Err(format!("route {}/{} uses port index {} of {}", r.prefix, r.len, r.port, nports));
             }
