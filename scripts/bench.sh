@@ -666,15 +666,21 @@ ovs_kinds=routes run_real l3-router-large "$work/l3-real-large" "$work/l3-real-l
 # l3fwd-lpm on the same traces and routes (its LPM has the 10k IPv4 and
 # 2k IPv6 prefixes, all to port 1; it has no flow table and resolves no
 # next hop: what routing alone costs in DPDK's own example).
-if [[ "$l3fwd_ref" != 0 ]]; then
-  awk '!/:/ { print "R" $0 " 1" }' "$work/routes.txt" >"$work/lpm-real-v4.cfg"
-  awk '/:/ { print "R" $0 " 1" }' "$work/routes.txt" >"$work/lpm-real-v6.cfg"
-  for t in l3-real l3-real-imix l3-real-large l3-real-large-imix; do
-    c=${t/l3-real/l3-router}
+# l3fwd on a routes file's prefixes (all to port 1), on a trace and its
+# -imix, -large and -large-imix variants, each named after its case.
+l3fwd_routes() { # routes-file trace-stem case-stem line-prefix -L|--lookup=fib
+  local t c
+  awk '!/^#/ && NF && !/:/ { print "R" $1 " 1" }' "$1" >"$work/$3-v4.cfg"
+  awk '!/^#/ && /:/ { print "R" $1 " 1" }' "$1" >"$work/$3-v6.cfg"
+  for t in "$2" "$2-imix" "$2-large" "$2-large-imix"; do
+    c=$3${t#"$2"}
     if want "$c"; then
-      run_l3fwd "l3fwd-lpm-$c" "$work/$t.pcap" -L "$work/lpm-real-v4.cfg" "$work/lpm-real-v6.cfg"
+      run_l3fwd "$4-$c" "$work/$t.pcap" "$5" "$work/$3-v4.cfg" "$work/$3-v6.cfg"
     fi
   done
+}
+if [[ "$l3fwd_ref" != 0 ]]; then
+  l3fwd_routes "$work/routes.txt" l3-real l3-router l3fwd-lpm -L
 fi
 
 # Router with a full-size table (scripts/gen_routes.py: 900k IPv4 and 200k
@@ -699,19 +705,12 @@ if want l3-router-full || want l3-router-full-imix || want l3-router-full-large 
   sed "s|$work/l3-full.pcap|$work/l3-full-large.pcap|" "$work/l3-full.toml" >"$work/l3-full-large.toml"
   run_real l3-router-full-large "$work/l3-full-large" "$work/l3-full-large.toml"
   if [[ "$l3fwd_ref" != 0 ]]; then
-    awk '!/^#/ && !/:/ { print "R" $1 " 1" }' "$work/routes-full.txt" >"$work/lpm-full-v4.cfg"
-    awk '!/^#/ && /:/ { print "R" $1 " 1" }' "$work/routes-full.txt" >"$work/lpm-full-v6.cfg"
     saved_tp_mem=("${tp_mem[@]}")
     tp_mem=("${tp_mem[@]/2048/3584}")
-    for t in l3-full l3-full-imix l3-full-large l3-full-large-imix; do
-      c=${t/l3-full/l3-router-full}
-      if want "$c"; then
-        run_l3fwd "l3fwd-fib-$c" "$work/$t.pcap" --lookup=fib "$work/lpm-full-v4.cfg" "$work/lpm-full-v6.cfg"
-        if [[ "${BENCH_L3FWD_LPM_FULL:-0}" != 0 ]]; then
-          run_l3fwd "l3fwd-lpm-$c" "$work/$t.pcap" -L "$work/lpm-full-v4.cfg" "$work/lpm-full-v6.cfg"
-        fi
-      fi
-    done
+    l3fwd_routes "$work/routes-full.txt" l3-full l3-router-full l3fwd-fib --lookup=fib
+    if [[ "${BENCH_L3FWD_LPM_FULL:-0}" != 0 ]]; then
+      l3fwd_routes "$work/routes-full.txt" l3-full l3-router-full l3fwd-lpm -L
+    fi
     tp_mem=("${saved_tp_mem[@]}")
   fi
 fi
