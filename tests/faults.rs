@@ -4,7 +4,8 @@
 //! switch goes on forwarding; the control core stalled for 2 s (its thread
 //! alone stopped with ptrace) leaves the workers forwarding, their report
 //! rings full and counted; a collector that does not read loses reports
-//! only as counted sequence gaps. (Clock steps: the AM-PM exporter's unit
+//! only as counted sequence gaps, and one behind a DPDK port whose TX is
+//! full only as counted `tx_full` drops. (Clock steps: the AM-PM exporter's unit
 //! tests; export paused: int_reports' paused-export test.)
 
 use std::fs::File;
@@ -286,4 +287,69 @@ fn a_collector_that_does_not_read_loses_reports_only_as_counted_gaps() {
     );
     assert!(gaps + tail > 0, "the stopped collector lost nothing: {got} of {next}");
     assert_eq!(got + gaps + tail + ring_full + errors, FRAMES);
+}
+
+#[test]
+fn a_collector_behind_a_port_whose_tx_is_full_loses_reports_only_as_counted_drops() {
+    const FRAMES: u64 = 20_000;
+    let d = Scratch::new("faults-txfull");
+    let pcap = d.path("int.pcap");
+    let args = ["--count", "20000", "--flows", "64", "--int-hops", "2", "--int-instructions", "node_id,hop_latency"];
+    gen(&pcap, &[&args[..], &["--int-rhc", "3"]].concat());
+    // p2 is a memif server no client ever connects to: its TX refuses every
+    // frame, a link whose queue never drains. The collector is behind it.
+    let memif = d.path("memif.sock");
+    let extra = format!(
+        "[[port]]\nname = \"p2\"\ndevice = \"net_memif0,role=server,socket={}\"\nipv4 = [\"192.0.2.1/24\"]\npeer = \"p3\"\n\
+[[port]]\nname = \"p3\"\ndevice = \"net_null2,no-rx=1\"\npeer = \"p2\"\n\
+[int]\nnode_id = 3\nedge_ports = [\"p1\"]\nring_size = 1024\nreport_max_packet = 200\n\
+[[int.collector]]\naddress = \"192.0.2.50:32766\"\nport = \"p2\"\nmac = \"02:00:00:00:00:32\"\n",
+        memif.display()
+    );
+    let cfg = xconnect_config(&d, "faults-txfull", &pcap, &extra);
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(",infinite_rx=1", "");
+    std::fs::write(&cfg, text).unwrap();
+    let sock = d.path("sw.sock");
+    let sw = SwitchProcess::start(&cfg, None);
+    wait_until("the trace replayed", || p0_rx(&sock) == FRAMES);
+    // Until every report is in a packet and every packet with worker 0.
+    wait_until("the reports handed over", || {
+        let (c, r) = (intctl(&sock, &["show", "counters"]), intctl(&sock, &["show", "reports"]));
+        let col = &r["collectors"][0];
+        let done = col["reports"].as_u64().unwrap() + col["send_errors"].as_u64().unwrap();
+        let rings = r["rings"].as_array().unwrap();
+        let raised: u64 =
+            rings.iter().map(|x| x["received"].as_u64().unwrap() + x["ring_full"].as_u64().unwrap()).sum();
+        raised == FRAMES
+            && done + rings.iter().map(|x| x["ring_full"].as_u64().unwrap()).sum::<u64>() == FRAMES
+            && c["events"]["injected"].as_u64().unwrap_or(0) == col["packets"].as_u64().unwrap()
+    });
+    let fin = sw.stop();
+
+    let ports = fin["ports"].as_array().unwrap();
+    assert_eq!(
+        (ports[0]["rx_packets"].as_u64(), ports[1]["tx_packets"].as_u64(), ports[2]["tx_packets"].as_u64()),
+        (Some(FRAMES), Some(FRAMES), Some(0)),
+        "the workers forwarded every frame; nothing left p2: {fin}"
+    );
+    let r = &fin["int_reports"];
+    let sum = |k: &str| r["rings"].as_array().unwrap().iter().map(|x| x[k].as_u64().unwrap()).sum::<u64>();
+    let (taken, ring_full) = (sum("received"), sum("ring_full"));
+    let col = &r["collectors"][0];
+    let (sent, packets, errors) =
+        (col["reports"].as_u64().unwrap(), col["packets"].as_u64().unwrap(), col["send_errors"].as_u64().unwrap());
+    let injected = fin["events"]["injected"].as_u64().unwrap_or(0);
+    let tx_full = fin["drops"]["tx_full"].as_u64().unwrap_or(0);
+    eprintln!(
+        "collector behind a full port: {FRAMES} reports raised = {ring_full} ring full + {errors} send errors + \
+         {packets} handed to the port, of which {tx_full} refused by it ({injected} injected)"
+    );
+    assert_eq!(taken + ring_full, FRAMES, "every frame raised a report: {r}");
+    assert_eq!((sent, packets), (taken - errors, taken - errors), "one report a packet: {r}");
+    assert!(packets > 0, "some reports reached the port: {r}");
+    assert_eq!(
+        (injected, tx_full),
+        (packets, packets),
+        "each report packet handed over was refused and counted: {fin}"
+    );
 }

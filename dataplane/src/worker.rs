@@ -425,6 +425,9 @@ pub fn run(setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
         house.after_poll(got, &me, &mut pipe, &tables, &mut out, &mut c);
     }
     Stage::<Mbuf>::stop(&mut pipe.stages, &mut c);
+    // What the control core handed over before the stop still goes out
+    // (or is counted where the device refuses it).
+    inject(&me, &mut out, &tables, &mut c);
     out.flush(&mut c);
     // Packets still in link emulation are dropped at shutdown, counted.
     for imp in out.impair.iter_mut() {
@@ -482,15 +485,22 @@ fn control_messages(me: &WorkerShared, pipe: &mut WorkerPipeline, out: &mut Egre
             c.event(Event::MacSynced);
         }
     }
+    inject(me, out, t, c);
+}
+
+/// Sends the frames the control core built (reports, ARP/ND).
+fn inject(me: &WorkerShared, out: &mut Egress, t: &Tables, c: &mut CounterValues) {
     while let Some((port, m)) = me.inject.pop() {
         if (port as usize) < out.tx.len() {
             c.event(Event::Injected);
-            // What the control core sends (reports, ARP/ND) leaves the port
-            // too: a TX capture shows it as the pipeline's frames.
+            // What the control core sends leaves the port too: a TX capture
+            // shows it as the pipeline's frames.
             if out.capture().1 & (1 << port) != 0 {
                 out.mirror(&m, port, true, c);
             }
             out.send(port as usize, m, t, c, dpdk::tsc());
+        } else {
+            c.drop(DropReason::PortDown);
         }
     }
 }
