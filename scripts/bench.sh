@@ -663,6 +663,10 @@ router_cfg "$work/l3-real.pcap" >"$work/l3-real.toml"
 ovs_kinds=routes run_real l3-router "$work/l3-real" "$work/l3-real.toml"
 sed "s|$work/l3-real.pcap|$work/l3-real-large.pcap|" "$work/l3-real.toml" >"$work/l3-real-large.toml"
 ovs_kinds=routes run_real l3-router-large "$work/l3-real-large" "$work/l3-real-large.toml"
+# Routing only: the same trace, routes and neighbours with no flow table
+# (nothing learned), the work l3fwd-lpm does; compare with its line.
+sed 's/^learn = true$/learn = false/' "$work/l3-real.toml" >"$work/l3-route-only.toml"
+run_real l3-router-routing-only "$work/l3-real" "$work/l3-route-only.toml"
 # l3fwd-lpm on the same traces and routes (its LPM has the 10k IPv4 and
 # 2k IPv6 prefixes, all to port 1; it has no flow table and resolves no
 # next hop: what routing alone costs in DPDK's own example).

@@ -345,7 +345,7 @@ fn route_v4(
     let t = ctx.tables;
     let l3 = meta.l3_offset;
     let eth_multicast = frame[0] & 1 != 0;
-    let mut ip = Ipv4Packet::new_checked(&mut frame[l3..meta.l3_end]).expect("parsed");
+    let mut ip = Ipv4Packet::new_unchecked(&mut frame[l3..meta.l3_end]);
     if !ip.verify_checksum() {
         return Verdict::Drop(DropReason::Ipv4BadChecksum);
     }
@@ -398,7 +398,7 @@ where
     IpAddr: From<[u8; N]>,
 {
     let t = ctx.tables;
-    let nh = t.nexthops[route.ok_or(DropReason::NoRoute)? as usize];
+    let nh = &t.nexthops[route.ok_or(DropReason::NoRoute)? as usize];
     let out = match action {
         FlowAction::Forward(p) => p,
         _ => nh.port,
