@@ -56,13 +56,34 @@ fn capture(d: &Scratch, name: &str, input: &Path, extra: &str, port: &str, count
     frames
 }
 
+const DISSECTORS: [&str; 3] = ["int_md.lua", "telemetry_report.lua", "altmark.lua"];
+
 /// tshark with the three dissectors: per frame, field -> every occurrence.
+/// Run twice, the two ways README gives: loaded per run (`-X lua_script:`)
+/// and installed in the personal plugin folder (where the Wireshark GUI
+/// finds them too); both must show the same.
 fn tshark(pcap: &Path, fields: &[&str], prefs: &[&str]) -> Vec<BTreeMap<String, Vec<String>>> {
     let dir = repo().join("scripts/wireshark");
-    let mut cmd = Command::new("tshark");
-    for lua in ["int_md.lua", "telemetry_report.lua", "altmark.lua"] {
-        cmd.arg("-X").arg(format!("lua_script:{}", dir.join(lua).display()));
+    let mut per_run = Command::new("tshark");
+    for lua in DISSECTORS {
+        per_run.arg("-X").arg(format!("lua_script:{}", dir.join(lua).display()));
     }
+    let shown = tshark_run(per_run, pcap, fields, prefs);
+    // One folder a run: tests run in parallel threads of one process.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let home = Scratch::new(&format!("ws-home-{}", RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let plugins = home.path(".local/lib/wireshark/plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for lua in DISSECTORS {
+        std::fs::copy(dir.join(lua), plugins.join(lua)).unwrap();
+    }
+    let mut installed = Command::new("tshark");
+    installed.env("HOME", home.path("")).env_remove("XDG_CONFIG_HOME");
+    assert_eq!(tshark_run(installed, pcap, fields, prefs), shown, "installed as plugins, the dissectors show the same");
+    shown
+}
+
+fn tshark_run(mut cmd: Command, pcap: &Path, fields: &[&str], prefs: &[&str]) -> Vec<BTreeMap<String, Vec<String>>> {
     // The switch replays its trace in a loop, so a capture can hold a TCP
     // segment twice; sequence analysis would call it a retransmission and
     // keep its payload from the dissectors.
