@@ -333,7 +333,7 @@ impl Plan {
             mode: self.mode,
             ports: self.ports.iter().zip(port_macs).map(|(p, mac)| p.port_state(*mac)).collect(),
             xconnect: self.ports.iter().map(|p| p.peer).collect(),
-            routes: Vec::new(),
+            routes: Default::default(),
             neighbours: Vec::new(),
             static_macs: self.static_macs.clone(),
             int: self.int.as_ref().map(|ip| {

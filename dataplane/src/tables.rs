@@ -6,6 +6,9 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::counters::MAX_PORTS;
 use crate::fixed_map::FixedMap;
@@ -69,6 +72,89 @@ pub struct StaticMac {
     pub port: u16,
 }
 
+/// The configured routes, and a version that every change replaces with
+/// one never used before: a generation whose routes (and port addresses)
+/// are those of the one before shares its route tables instead of
+/// building them again (a second for a full table), so that neighbour and
+/// port changes cost what they change. Read as a slice; changed only
+/// through the methods, which keep the version true.
+#[derive(Debug, Clone)]
+pub struct Routes {
+    list: Vec<RouteSpec>,
+    version: u64,
+}
+
+/// Equal routes are equal whatever their versions.
+impl PartialEq for Routes {
+    fn eq(&self, other: &Routes) -> bool {
+        self.list == other.list
+    }
+}
+
+impl Eq for Routes {}
+
+fn next_routes_version() -> u64 {
+    static VERSIONS: AtomicU64 = AtomicU64::new(1);
+    VERSIONS.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Default for Routes {
+    fn default() -> Routes {
+        Routes { list: Vec::new(), version: next_routes_version() }
+    }
+}
+
+impl Deref for Routes {
+    type Target = [RouteSpec];
+    fn deref(&self) -> &[RouteSpec] {
+        &self.list
+    }
+}
+
+impl Routes {
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Replaces the routes with `routes`, a later one winning over an
+    /// earlier one for the same prefix (what `upsert` of each in turn does,
+    /// in time linear in their number: a full table has a million).
+    pub fn set(&mut self, routes: &[RouteSpec]) {
+        let mut at: HashMap<(IpAddr, u8), usize> = HashMap::with_capacity(routes.len());
+        self.list.clear();
+        for r in routes {
+            match at.entry((r.prefix, r.len)) {
+                Entry::Occupied(i) => self.list[*i.get()] = *r,
+                Entry::Vacant(v) => {
+                    v.insert(self.list.len());
+                    self.list.push(*r);
+                }
+            }
+        }
+        self.version = next_routes_version();
+    }
+
+    /// Adds a route or replaces the one for the same prefix.
+    pub fn upsert(&mut self, r: RouteSpec) {
+        match self.list.iter_mut().find(|x| x.prefix == r.prefix && x.len == r.len) {
+            Some(x) => *x = r,
+            None => self.list.push(r),
+        }
+        self.version = next_routes_version();
+    }
+
+    /// Removes the route to `prefix`/`len`; false when there is none.
+    pub fn remove(&mut self, prefix: IpAddr, len: u8) -> bool {
+        let n = self.list.len();
+        self.list.retain(|r| !(r.prefix == prefix && r.len == len));
+        if self.list.len() == n {
+            return false;
+        }
+        self.version = next_routes_version();
+        true
+    }
+}
+
 /// The control core's canonical description of the forwarding state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSpec {
@@ -76,7 +162,7 @@ pub struct TableSpec {
     pub ports: Vec<PortState>,
     /// Cross-connect peer of each port.
     pub xconnect: Vec<Option<u16>>,
-    pub routes: Vec<RouteSpec>,
+    pub routes: Routes,
     pub neighbours: Vec<NeighbourSpec>,
     /// Bridge mode: addresses pinned to ports.
     pub static_macs: Vec<StaticMac>,
@@ -92,28 +178,14 @@ pub struct TableSpec {
 
 impl TableSpec {
     /// Replaces the routes with `routes`, a later one winning over an
-    /// earlier one for the same prefix (what `upsert_route` of each in turn
-    /// does, in time linear in their number: a full table has a million).
+    /// earlier one for the same prefix.
     pub fn set_routes(&mut self, routes: &[RouteSpec]) {
-        let mut at: HashMap<(IpAddr, u8), usize> = HashMap::with_capacity(routes.len());
-        self.routes.clear();
-        for r in routes {
-            match at.entry((r.prefix, r.len)) {
-                Entry::Occupied(i) => self.routes[*i.get()] = *r,
-                Entry::Vacant(v) => {
-                    v.insert(self.routes.len());
-                    self.routes.push(*r);
-                }
-            }
-        }
+        self.routes.set(routes);
     }
 
     /// Adds a route or replaces the one for the same prefix.
     pub fn upsert_route(&mut self, r: RouteSpec) {
-        match self.routes.iter_mut().find(|x| x.prefix == r.prefix && x.len == r.len) {
-            Some(x) => *x = r,
-            None => self.routes.push(r),
-        }
+        self.routes.upsert(r);
     }
 
     /// Adds a neighbour or replaces the entry for the same address.
@@ -154,11 +226,14 @@ pub struct Tables {
     /// one test per packet sent instead of reading the impairment.
     pub emulated: u32,
     pub xconnect: [Option<u16>; MAX_PORTS],
-    pub lpm4: Lpm<4>,
-    pub lpm6: Lpm<16>,
+    /// The LPMs, shared with the generations before and after that have
+    /// the same routes and port addresses.
+    pub routes: Arc<RouteTables>,
     /// Either LPM is larger than the caches: a router burst is parsed and
     /// its lookups prefetched first.
     pub routes_beyond_cache: bool,
+    /// `routes.hops` with this generation's gateway MACs: what the LPMs'
+    /// values index.
     pub nexthops: Vec<NextHop>,
     pub neigh4: FixedMap<u64, Neighbour>,
     pub neigh6: FixedMap<u128, Neighbour>,
@@ -198,17 +273,28 @@ pub fn v6_key(a: [u8; 16]) -> u128 {
     u128::from_be_bytes(a)
 }
 
-impl Tables {
-    /// Builds a generation. Connected routes come from the port addresses.
-    pub fn build(spec: &TableSpec, generation: u64) -> Result<Tables, String> {
-        if spec.ports.len() > MAX_PORTS {
-            return Err(format!("{} ports configured, at most {MAX_PORTS} supported", spec.ports.len()));
-        }
+/// What the routes and the port addresses build into: the two LPMs and
+/// the next hops their values index (gateway MACs not yet resolved).
+pub struct RouteTables {
+    /// The `Routes::version` built from.
+    version: u64,
+    /// The port addresses the connected and local routes came from.
+    addresses: Vec<PortAddresses>,
+    pub lpm4: Lpm<4>,
+    pub lpm6: Lpm<16>,
+    hops: Vec<NextHop>,
+}
+
+type PortAddresses = (Vec<([u8; 4], u8)>, Vec<([u8; 16], u8)>);
+
+fn port_addresses(spec: &TableSpec) -> Vec<PortAddresses> {
+    spec.ports.iter().map(|p| (p.ipv4.clone(), p.ipv6.clone())).collect()
+}
+
+impl RouteTables {
+    /// Connected routes come from the port addresses.
+    fn build(spec: &TableSpec) -> Result<RouteTables, String> {
         let nports = spec.ports.len() as u16;
-        let mut xconnect = [None; MAX_PORTS];
-        for (i, p) in spec.xconnect.iter().enumerate().take(MAX_PORTS) {
-            xconnect[i] = *p;
-        }
         // Connected routes first, so that a configured route to the same
         // prefix wins (the later of equal prefixes does); reversed, so that
         // of two ports on one subnet the first port's wins.
@@ -222,7 +308,7 @@ impl Tables {
         let mut hops = NextHops::default();
         let mut p4 = Vec::new();
         let mut p6 = Vec::new();
-        for r in connected.iter().chain(&spec.routes) {
+        for r in connected.iter().chain(spec.routes.iter()) {
             if r.port >= nports {
                 return Err(format!("route {}/{} uses port index {} of {}", r.prefix, r.len, r.port, nports));
             }
@@ -240,8 +326,45 @@ impl Tables {
             p4.extend(p.ipv4.iter().map(|(a, _)| Prefix { addr: *a, len: 32, value: local }));
             p6.extend(p.ipv6.iter().map(|(a, _)| Prefix { addr: *a, len: 128, value: local }));
         }
-        let lpm4 = Lpm::build(&p4).map_err(|e| format!("IPv4 routes: {e}"))?;
-        let lpm6 = Lpm::build(&p6).map_err(|e| format!("IPv6 routes: {e}"))?;
+        Ok(RouteTables {
+            version: spec.routes.version(),
+            addresses: port_addresses(spec),
+            lpm4: Lpm::build(&p4).map_err(|e| format!("IPv4 routes: {e}"))?,
+            lpm6: Lpm::build(&p6).map_err(|e| format!("IPv6 routes: {e}"))?,
+            hops: hops.list,
+        })
+    }
+
+    /// Whether these were built from `spec`'s routes and port addresses.
+    fn hold_for(&self, spec: &TableSpec) -> bool {
+        self.version == spec.routes.version()
+            && self.addresses.len() == spec.ports.len()
+            && self.addresses.iter().zip(&spec.ports).all(|((v4, v6), p)| *v4 == p.ipv4 && *v6 == p.ipv6)
+    }
+}
+
+impl Tables {
+    /// Builds a generation from scratch.
+    pub fn build(spec: &TableSpec, generation: u64) -> Result<Tables, String> {
+        Tables::build_after(spec, generation, None)
+    }
+
+    /// Builds the generation after `previous`, sharing its route tables
+    /// where `spec`'s routes and port addresses are those it was built
+    /// from (a neighbour, port state or feature change).
+    pub fn build_after(spec: &TableSpec, generation: u64, previous: Option<&Tables>) -> Result<Tables, String> {
+        if spec.ports.len() > MAX_PORTS {
+            return Err(format!("{} ports configured, at most {MAX_PORTS} supported", spec.ports.len()));
+        }
+        let nports = spec.ports.len() as u16;
+        let mut xconnect = [None; MAX_PORTS];
+        for (i, p) in spec.xconnect.iter().enumerate().take(MAX_PORTS) {
+            xconnect[i] = *p;
+        }
+        let routes = match previous.map(|t| &t.routes).filter(|r| r.hold_for(spec)) {
+            Some(r) => r.clone(),
+            None => Arc::new(RouteTables::build(spec)?),
+        };
         let mut neigh4 = FixedMap::with_capacity(spec.neighbours.len().max(16));
         let mut neigh6 = FixedMap::with_capacity(spec.neighbours.len().max(16));
         for n in &spec.neighbours {
@@ -252,7 +375,7 @@ impl Tables {
             }
             .map_err(|_| format!("neighbour table full at {}", n.ip))?;
         }
-        let mut nexthops = hops.list;
+        let mut nexthops = routes.hops.clone();
         for nh in &mut nexthops {
             nh.gateway_mac = match nh.gateway {
                 Some(IpAddr::V4(g)) => neigh4.get(&v4_key(g.octets())).map(|n| n.mac),
@@ -290,9 +413,8 @@ impl Tables {
                 .filter(|(_, p)| !p.impair.is_none())
                 .fold(0, |m, (i, _)| m | 1 << i),
             xconnect,
-            routes_beyond_cache: lpm4.larger_than_cache() || lpm6.larger_than_cache(),
-            lpm4,
-            lpm6,
+            routes_beyond_cache: routes.lpm4.larger_than_cache() || routes.lpm6.larger_than_cache(),
+            routes,
             nexthops,
             neigh4,
             neigh6,
@@ -382,12 +504,15 @@ pub(crate) mod tests {
                 },
             ],
             xconnect: vec![Some(1), Some(0)],
-            routes: vec![RouteSpec {
-                prefix: "172.16.0.0".parse().unwrap(),
-                len: 12,
-                port: 1,
-                gateway: Some("10.0.2.254".parse().unwrap()),
-            }],
+            routes: Routes {
+                list: vec![RouteSpec {
+                    prefix: "172.16.0.0".parse().unwrap(),
+                    len: 12,
+                    port: 1,
+                    gateway: Some("10.0.2.254".parse().unwrap()),
+                }],
+                version: next_routes_version(),
+            },
             static_macs: Vec::new(),
             neighbours: vec![NeighbourSpec {
                 ip: "10.0.2.254".parse().unwrap(),
@@ -406,16 +531,16 @@ pub(crate) mod tests {
     fn builds_connected_and_static_routes() {
         let t = Tables::build(&two_port_router(), 7).unwrap();
         assert_eq!(t.generation, 7);
-        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 9]).unwrap() as usize];
+        let nh = t.nexthops[t.routes.lpm4.lookup(&[10, 0, 2, 9]).unwrap() as usize];
         assert_eq!(nh, NextHop { port: 1, gateway: None, gateway_mac: None, local: false });
-        let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
+        let nh = t.nexthops[t.routes.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
         assert_eq!(nh.gateway, Some("10.0.2.254".parse().unwrap()));
         assert_eq!(nh.gateway_mac, Some([2, 0, 0, 0, 0, 0xfe]), "the gateway's adjacency");
-        assert!(t.lpm4.lookup(&[8, 8, 8, 8]).is_none());
+        assert!(t.routes.lpm4.lookup(&[8, 8, 8, 8]).is_none());
         assert_eq!(t.local4.get(&v4_key([10, 0, 1, 1])), Some(&0));
         assert_eq!(t.neigh4.get(&v4_key([10, 0, 2, 254])).unwrap().mac, [2, 0, 0, 0, 0, 0xfe]);
         assert_eq!(t.v4_source_for([10, 0, 2, 77]), Some((1, [10, 0, 2, 1])));
-        assert!(t.lpm6.lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_some());
+        assert!(t.routes.lpm6.lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_some());
     }
 
     #[test]
@@ -424,7 +549,7 @@ pub(crate) mod tests {
         let list = [r("10.9.0.0", 16, 0), r("10.9.0.0", 24, 1), r("10.9.0.0", 16, 1), r("2001:db8::", 32, 0)];
         let (mut bulk, mut one_by_one) = (two_port_router(), two_port_router());
         bulk.set_routes(&list);
-        one_by_one.routes.clear();
+        one_by_one.set_routes(&[]);
         for x in list {
             one_by_one.upsert_route(x);
         }
@@ -444,7 +569,7 @@ pub(crate) mod tests {
         bulk.set_routes(&many);
         let t = Tables::build(&bulk, 1).unwrap();
         assert!(t.nexthops.len() < 10, "{} next hops", t.nexthops.len());
-        let nh = t.nexthops[t.lpm4.lookup(&[20, 0, 7, 1]).unwrap() as usize];
+        let nh = t.nexthops[t.routes.lpm4.lookup(&[20, 0, 7, 1]).unwrap() as usize];
         assert_eq!(nh.gateway, gw(7));
     }
 
@@ -452,14 +577,14 @@ pub(crate) mod tests {
     fn own_addresses_are_local_host_routes_that_win() {
         let mut s = two_port_router();
         // A configured host route to the switch's own address loses.
-        s.routes.push(RouteSpec { prefix: "10.0.2.1".parse().unwrap(), len: 32, port: 0, gateway: None });
+        s.upsert_route(RouteSpec { prefix: "10.0.2.1".parse().unwrap(), len: 32, port: 0, gateway: None });
         let t = Tables::build(&s, 1).unwrap();
-        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 1]).unwrap() as usize];
+        let nh = t.nexthops[t.routes.lpm4.lookup(&[10, 0, 2, 1]).unwrap() as usize];
         assert_eq!((nh.port, nh.local), (1, true));
-        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 2]).unwrap() as usize];
+        let nh = t.nexthops[t.routes.lpm4.lookup(&[10, 0, 2, 2]).unwrap() as usize];
         assert_eq!((nh.port, nh.local), (1, false), "the rest of the connected /24 is routed");
         let own6 = s.ports[0].ipv6[0].0;
-        assert!(t.nexthops[t.lpm6.lookup(&own6).unwrap() as usize].local);
+        assert!(t.nexthops[t.routes.lpm6.lookup(&own6).unwrap() as usize].local);
     }
 
     #[test]
@@ -467,14 +592,53 @@ pub(crate) mod tests {
         let mut s = two_port_router();
         s.neighbours.clear();
         let t = Tables::build(&s, 1).unwrap();
-        let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
+        let nh = t.nexthops[t.routes.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
         assert_eq!((nh.gateway.is_some(), nh.gateway_mac), (true, None));
+    }
+
+    #[test]
+    fn a_generation_shares_the_route_tables_while_routes_and_addresses_stay() {
+        let mut s = two_port_router();
+        let t1 = Tables::build(&s, 1).unwrap();
+        let gw = |t: &Tables| t.nexthops[t.routes.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize].gateway_mac;
+        // A neighbour changes: same LPMs, the adjacency follows.
+        s.neighbours[0].mac = [2, 0, 0, 0, 0, 0xfd];
+        let t2 = Tables::build_after(&s, 2, Some(&t1)).unwrap();
+        assert!(Arc::ptr_eq(&t1.routes, &t2.routes));
+        assert_eq!((gw(&t1), gw(&t2)), (Some([2, 0, 0, 0, 0, 0xfe]), Some([2, 0, 0, 0, 0, 0xfd])));
+        // So does a port going down, and removing a route that is not there.
+        s.ports[1].up = false;
+        assert!(!s.routes.remove("192.0.2.0".parse().unwrap(), 24));
+        let t3 = Tables::build_after(&s, 3, Some(&t2)).unwrap();
+        assert!(Arc::ptr_eq(&t2.routes, &t3.routes));
+        // A route added: built again, and it routes.
+        s.upsert_route(RouteSpec { prefix: "192.0.2.0".parse().unwrap(), len: 24, port: 0, gateway: None });
+        let t4 = Tables::build_after(&s, 4, Some(&t3)).unwrap();
+        assert!(!Arc::ptr_eq(&t3.routes, &t4.routes));
+        assert_eq!(t4.nexthops[t4.routes.lpm4.lookup(&[192, 0, 2, 9]).unwrap() as usize].port, 0);
+        assert!(t3.routes.lpm4.lookup(&[192, 0, 2, 9]).is_none());
+        // Removed again: built again, and gone.
+        assert!(s.routes.remove("192.0.2.0".parse().unwrap(), 24));
+        let t5 = Tables::build_after(&s, 5, Some(&t4)).unwrap();
+        assert!(!Arc::ptr_eq(&t4.routes, &t5.routes));
+        assert!(t5.routes.lpm4.lookup(&[192, 0, 2, 9]).is_none());
+        // A port address changes: its connected and local routes with it.
+        s.ports[0].ipv4 = vec![([10, 0, 9, 1], 24)];
+        let t6 = Tables::build_after(&s, 6, Some(&t5)).unwrap();
+        assert!(!Arc::ptr_eq(&t5.routes, &t6.routes));
+        assert!(t6.nexthops[t6.routes.lpm4.lookup(&[10, 0, 9, 1]).unwrap() as usize].local);
+        assert!(t6.routes.lpm4.lookup(&[10, 0, 1, 1]).is_none());
+        // A spec of its own (another config) never takes another's tables,
+        // even with equal routes.
+        let other = two_port_router();
+        let t7 = Tables::build_after(&other, 7, Some(&t1)).unwrap();
+        assert!(!Arc::ptr_eq(&t1.routes, &t7.routes));
     }
 
     #[test]
     fn rejects_route_to_missing_port() {
         let mut s = two_port_router();
-        s.routes[0].port = 5;
+        s.upsert_route(RouteSpec { port: 5, ..s.routes[0] });
         assert!(Tables::build(&s, 1).err().unwrap().contains("port index 5"));
     }
 }

@@ -418,7 +418,7 @@ impl Switch {
     /// every worker has acknowledged, so no worker ever reads freed tables.
     fn publish(&mut self) -> Result<u64, String> {
         let g = self.next_generation();
-        let t = Tables::build(&self.spec, g)?;
+        let t = Tables::build_after(&self.spec, g, Some(&self.shared.tables.load()))?;
         let old = self.shared.tables.swap(Arc::new(t));
         self.shared.table_generation.store(g, Ordering::Release);
         self.retired.push((g, old));

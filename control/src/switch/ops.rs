@@ -61,9 +61,7 @@ impl Switch {
     }
 
     pub fn route_del(&mut self, prefix: IpAddr, len: u8) -> Result<Generation, ApiError> {
-        let n = self.spec.routes.len();
-        self.spec.routes.retain(|r| !(r.prefix == prefix && r.len == len));
-        if self.spec.routes.len() == n {
+        if !self.spec.routes.remove(prefix, len) {
             return Err(ApiError::not_found("prefix", format!("no route {prefix}/{len}")));
         }
         self.commit()
