@@ -157,6 +157,25 @@ fn every_command_round_trips() {
         let (ok, _, err) = intctl(&d, args);
         assert!(ok, "{args:?}: {err}");
     }
+    // A routes file: added in one generation; with an error, nothing is.
+    std::fs::write(d.path("more.txt"), "# two more\n203.0.113.0/24 p1 10.0.2.253\n2001:db8:99::/48 p1\n").unwrap();
+    std::fs::write(d.path("bad.txt"), "192.0.2.0/24 p1\n192.0.2.0/99 p1\n").unwrap();
+    let more = d.path("more.txt").display().to_string();
+    let r = intctl_json(&d, &["route", "load", &more]);
+    assert_eq!(r["loaded"], 2, "{r}");
+    let shown = intctl_json(&d, &["show", "routes"]).to_string();
+    assert!(
+        shown.contains("203.0.113.0/24") && shown.contains("2001:db8:99::/48") && shown.contains("198.51.100.0/24")
+    );
+    let (ok, _, err) = intctl(&d, &["route", "load", &d.path("bad.txt").display().to_string()]);
+    assert!(!ok && err.contains("line 2"), "{err}");
+    assert!(!intctl_json(&d, &["show", "routes"]).to_string().contains("192.0.2.0/24"), "a bad file changes nothing");
+    // --replace: the file's routes instead of the configured ones.
+    std::fs::write(d.path("only.txt"), "198.51.100.0/24 p1 10.0.2.254\n").unwrap();
+    let (ok, out, err) = intctl(&d, &["route", "load", "--replace", &d.path("only.txt").display().to_string()]);
+    assert!(ok && out.contains("1 routes loaded, 1 configured"), "{out} {err}");
+    let shown = intctl_json(&d, &["show", "routes"]).to_string();
+    assert!(!shown.contains("203.0.113.0/24") && shown.contains("198.51.100.0/24"), "{shown}");
     assert_eq!(intctl_json(&d, &["show", "ports"])[1]["enabled"], false);
     assert!(eventually(|| intctl_json(&d, &["show", "drops"])["total"]["port_down"].as_u64().unwrap() > 0));
     assert!(intctl(&d, &["port", "enable", "p1"]).0);

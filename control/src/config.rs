@@ -357,6 +357,26 @@ impl Plan {
     }
 }
 
+/// The routes of a routes file (`PREFIX PORT [VIA]` lines, `#` comments),
+/// in file order, for ports named `names`; an error names `key`, the file
+/// and the line.
+pub fn read_routes_file(path: &str, names: &[String], key: &str) -> Result<Vec<RouteSpec>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| cerr(key, format!("cannot read {path}: {e}")))?;
+    let mut routes = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let words: Vec<&str> = line.split('#').next().unwrap_or("").split_whitespace().collect();
+        let at = |e: ConfigError| cerr(key, format!("{path} line {}: {}: {}", n + 1, e.key, e.reason));
+        let r = match words[..] {
+            [] => continue,
+            [prefix, port] => RouteConfig { prefix: prefix.into(), port: port.into(), via: None },
+            [prefix, port, via] => RouteConfig { prefix: prefix.into(), port: port.into(), via: Some(via.into()) },
+            _ => return Err(at(cerr("line", "need PREFIX PORT [VIA]"))),
+        };
+        routes.push(r.to_spec(names).map_err(at)?);
+    }
+    Ok(routes)
+}
+
 fn is_pci(dev: &str) -> bool {
     // dddd:bb:dd.f or bb:dd.f
     let d = dev.split(',').next().unwrap_or("");
@@ -384,21 +404,7 @@ impl Config {
     /// The routes of `routes_file`, in file order.
     fn file_routes(&self, names: &[String]) -> Result<Vec<RouteSpec>, ConfigError> {
         let Some(path) = &self.routes_file else { return Ok(Vec::new()) };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| cerr("routes_file", format!("cannot read {path}: {e}")))?;
-        let mut routes = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let words: Vec<&str> = line.split('#').next().unwrap_or("").split_whitespace().collect();
-            let at = |e: ConfigError| cerr("routes_file", format!("{path} line {}: {}: {}", n + 1, e.key, e.reason));
-            let r = match words[..] {
-                [] => continue,
-                [prefix, port] => RouteConfig { prefix: prefix.into(), port: port.into(), via: None },
-                [prefix, port, via] => RouteConfig { prefix: prefix.into(), port: port.into(), via: Some(via.into()) },
-                _ => return Err(at(cerr("line", "need PREFIX PORT [VIA]"))),
-            };
-            routes.push(r.to_spec(names).map_err(at)?);
-        }
-        Ok(routes)
+        read_routes_file(path, names, "routes_file")
     }
 
     /// Checks everything that can be checked before DPDK starts.

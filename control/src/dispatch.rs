@@ -93,6 +93,7 @@ const ROUTES: &[(&str, Handler)] = &[
             cx.sw.route_del(prefix, len)
         })
     }),
+    (v::RouteLoad::NAME, |cx, env| serve(env, |a: v::RouteLoad| cx.sw.route_load(&a.path, a.replace))),
     (v::NeighbourAdd::NAME, |cx, env| {
         serve(env, |a: v::NeighbourAdd| cx.sw.neighbour_add(a.0.to_spec(&cx.sw.port_names())?))
     }),

@@ -270,6 +270,27 @@ pub struct RouteDel {
     pub prefix: String,
 }
 
+/// A routes file the switch reads (`routes_file`'s format), its routes
+/// added (or, with `replace`, instead of all configured ones) in one
+/// generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteLoad {
+    /// An absolute path on the switch's machine.
+    pub path: String,
+    #[serde(default)]
+    pub replace: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutesLoaded {
+    pub generation: u64,
+    /// Routes the file held.
+    pub loaded: usize,
+    /// Configured routes now (connected ones not counted).
+    pub routes: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct NeighbourAdd(pub NeighbourConfig);
@@ -368,6 +389,7 @@ command!(FlowAdd, "flow_add", Generation);
 command!(FlowDel, "flow_del", Generation);
 command!(RouteAdd, "route_add", Generation);
 command!(RouteDel, "route_del", Generation);
+command!(RouteLoad, "route_load", RoutesLoaded);
 command!(NeighbourAdd, "neighbour_add", Generation);
 command!(NeighbourDel, "neighbour_del", Generation);
 command!(PortEnable, "port_enable", PortEnabled);

@@ -563,6 +563,15 @@ enum RouteOp {
     Del {
         prefix: String,
     },
+    /// Adds the routes of a file (`routes_file`'s format: PREFIX PORT [VIA]
+    /// lines), each replacing a route to its prefix, in one table
+    /// generation; with --replace, instead of every configured route. The
+    /// switch reads the file; a file with an error changes nothing.
+    Load {
+        file: std::path::PathBuf,
+        #[arg(long)]
+        replace: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -726,6 +735,14 @@ fn run(cli: Cli) -> Result<(), String> {
             call(c, j, &v::RouteAdd(r), done)
         }
         Cmd::Route { op: RouteOp::Del { prefix } } => call(c, j, &v::RouteDel { prefix: prefix.clone() }, done),
+        Cmd::Route { op: RouteOp::Load { file, replace } } => {
+            // The switch resolves nothing against our directory.
+            let path = std::path::absolute(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let load = v::RouteLoad { path: path.to_string_lossy().into_owned(), replace: *replace };
+            call(c, j, &load, |r: &v::RoutesLoaded| {
+                println!("ok: {} routes loaded, {} configured (generation {})", r.loaded, r.routes, r.generation)
+            })
+        }
         Cmd::Neighbour { op: NeighbourOp::Add { ip, mac, port } } => {
             let n = NeighbourConfig { ip: ip.clone(), mac: mac.clone(), port: port.clone() };
             call(c, j, &v::NeighbourAdd(n), done)

@@ -16,7 +16,7 @@ use dataplane::DropReason;
 use super::Switch;
 use crate::api::views::{
     Cleared, CountersView, DropsView, EthdevView, FlowView, Generation, Impaired, LinkView, MacView, NeighbourView,
-    PortCounters, PortEnabled, PortView, ResolutionCounters, RouteView, Version, WorkerView,
+    PortCounters, PortEnabled, PortView, ResolutionCounters, RouteView, RoutesLoaded, Version, WorkerView,
 };
 use crate::api::{ApiError, PROTOCOL_VERSION};
 use crate::fields::format_mac;
@@ -65,6 +65,25 @@ impl Switch {
             return Err(ApiError::not_found("prefix", format!("no route {prefix}/{len}")));
         }
         self.commit()
+    }
+
+    /// A routes file's routes added, each replacing a route to its prefix
+    /// (or, with `replace`, instead of every configured route), in one
+    /// generation: one build of the route tables however many lines. A
+    /// file with an error changes nothing.
+    pub fn route_load(&mut self, path: &str, replace: bool) -> Result<RoutesLoaded, ApiError> {
+        if !std::path::Path::new(path).is_absolute() {
+            return Err(ApiError::bad_argument("path", format!("{path}: need an absolute path (the switch's)")));
+        }
+        let loaded = crate::config::read_routes_file(path, &self.port_names(), "path")?;
+        if replace {
+            self.spec.set_routes(&loaded);
+        } else {
+            let all: Vec<RouteSpec> = self.spec.routes.iter().chain(&loaded).copied().collect();
+            self.spec.set_routes(&all);
+        }
+        let g = self.commit()?;
+        Ok(RoutesLoaded { generation: g.generation, loaded: loaded.len(), routes: self.spec.routes.len() })
     }
 
     pub fn neighbour_add(&mut self, n: NeighbourSpec) -> Result<Generation, ApiError> {
