@@ -47,8 +47,14 @@ fn xconnect_config(d: &Scratch, name: &str, pcap: &Path, extra: &str) -> std::pa
 
 /// 256 frames of 64 flows, each carrying two INT hops.
 fn int_trace(d: &Scratch) -> std::path::PathBuf {
+    int_frames(d, 256)
+}
+
+/// `count` frames of 64 flows, each carrying two INT hops.
+fn int_frames(d: &Scratch, count: u64) -> std::path::PathBuf {
     let pcap = d.path("int.pcap");
-    let args = ["--count", "256", "--flows", "64", "--int-hops", "2", "--int-instructions", "node_id,hop_latency"];
+    let count = count.to_string();
+    let args = ["--count", &count, "--flows", "64", "--int-hops", "2", "--int-instructions", "node_id,hop_latency"];
     gen(&pcap, &[&args[..], &["--int-rhc", "3"]].concat());
     pcap
 }
@@ -216,9 +222,7 @@ fn a_stalled_control_core_leaves_the_workers_forwarding_and_their_full_rings_cou
 fn a_collector_that_does_not_read_loses_reports_only_as_counted_gaps() {
     const FRAMES: u64 = 50_000;
     let d = Scratch::new("faults-slow");
-    let pcap = d.path("int.pcap");
-    let args = ["--count", "50000", "--flows", "64", "--int-hops", "2", "--int-instructions", "node_id,hop_latency"];
-    gen(&pcap, &[&args[..], &["--int-rhc", "3"]].concat());
+    let pcap = int_frames(&d, FRAMES);
     let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     // A report of these frames is about 110 bytes: one a packet.
@@ -293,9 +297,7 @@ fn a_collector_that_does_not_read_loses_reports_only_as_counted_gaps() {
 fn a_collector_behind_a_port_whose_tx_is_full_loses_reports_only_as_counted_drops() {
     const FRAMES: u64 = 20_000;
     let d = Scratch::new("faults-txfull");
-    let pcap = d.path("int.pcap");
-    let args = ["--count", "20000", "--flows", "64", "--int-hops", "2", "--int-instructions", "node_id,hop_latency"];
-    gen(&pcap, &[&args[..], &["--int-rhc", "3"]].concat());
+    let pcap = int_frames(&d, FRAMES);
     // p2 is a memif server no client ever connects to: its TX refuses every
     // frame, a link whose queue never drains. The collector is behind it.
     let memif = d.path("memif.sock");
