@@ -349,7 +349,7 @@ impl Plan {
             },
             label: self.label.as_ref().map(|l| l.spec(tsc_hz)),
         };
-        spec.set_routes(&self.routes);
+        spec.routes.set(&self.routes);
         for n in &self.neighbours {
             spec.upsert_neighbour(*n);
         }

@@ -177,17 +177,6 @@ pub struct TableSpec {
 }
 
 impl TableSpec {
-    /// Replaces the routes with `routes`, a later one winning over an
-    /// earlier one for the same prefix.
-    pub fn set_routes(&mut self, routes: &[RouteSpec]) {
-        self.routes.set(routes);
-    }
-
-    /// Adds a route or replaces the one for the same prefix.
-    pub fn upsert_route(&mut self, r: RouteSpec) {
-        self.routes.upsert(r);
-    }
-
     /// Adds a neighbour or replaces the entry for the same address.
     pub fn upsert_neighbour(&mut self, n: NeighbourSpec) {
         match self.neighbours.iter_mut().find(|x| x.ip == n.ip) {
@@ -544,14 +533,14 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn set_routes_keeps_the_last_route_of_a_prefix_as_upserts_do() {
+    fn routes_set_keeps_the_last_route_of_a_prefix_as_upserts_do() {
         let r = |p: &str, len, port| RouteSpec { prefix: p.parse().unwrap(), len, port, gateway: None };
         let list = [r("10.9.0.0", 16, 0), r("10.9.0.0", 24, 1), r("10.9.0.0", 16, 1), r("2001:db8::", 32, 0)];
         let (mut bulk, mut one_by_one) = (two_port_router(), two_port_router());
-        bulk.set_routes(&list);
-        one_by_one.set_routes(&[]);
+        bulk.routes.set(&list);
+        one_by_one.routes.set(&[]);
         for x in list {
-            one_by_one.upsert_route(x);
+            one_by_one.routes.upsert(x);
         }
         assert_eq!(bulk.routes, one_by_one.routes);
         assert_eq!(bulk.routes.len(), 3);
@@ -566,7 +555,7 @@ pub(crate) mod tests {
                 gateway: gw(i),
             })
             .collect();
-        bulk.set_routes(&many);
+        bulk.routes.set(&many);
         let t = Tables::build(&bulk, 1).unwrap();
         assert!(t.nexthops.len() < 10, "{} next hops", t.nexthops.len());
         let nh = t.nexthops[t.routes.lpm4.lookup(&[20, 0, 7, 1]).unwrap() as usize];
@@ -577,7 +566,7 @@ pub(crate) mod tests {
     fn own_addresses_are_local_host_routes_that_win() {
         let mut s = two_port_router();
         // A configured host route to the switch's own address loses.
-        s.upsert_route(RouteSpec { prefix: "10.0.2.1".parse().unwrap(), len: 32, port: 0, gateway: None });
+        s.routes.upsert(RouteSpec { prefix: "10.0.2.1".parse().unwrap(), len: 32, port: 0, gateway: None });
         let t = Tables::build(&s, 1).unwrap();
         let nh = t.nexthops[t.routes.lpm4.lookup(&[10, 0, 2, 1]).unwrap() as usize];
         assert_eq!((nh.port, nh.local), (1, true));
@@ -612,7 +601,7 @@ pub(crate) mod tests {
         let t3 = Tables::build_after(&s, 3, Some(&t2)).unwrap();
         assert!(Arc::ptr_eq(&t2.routes, &t3.routes));
         // A route added: built again, and it routes.
-        s.upsert_route(RouteSpec { prefix: "192.0.2.0".parse().unwrap(), len: 24, port: 0, gateway: None });
+        s.routes.upsert(RouteSpec { prefix: "192.0.2.0".parse().unwrap(), len: 24, port: 0, gateway: None });
         let t4 = Tables::build_after(&s, 4, Some(&t3)).unwrap();
         assert!(!Arc::ptr_eq(&t3.routes, &t4.routes));
         assert_eq!(t4.nexthops[t4.routes.lpm4.lookup(&[192, 0, 2, 9]).unwrap() as usize].port, 0);
@@ -638,7 +627,7 @@ pub(crate) mod tests {
     #[test]
     fn rejects_route_to_missing_port() {
         let mut s = two_port_router();
-        s.upsert_route(RouteSpec { port: 5, ..s.routes[0] });
+        s.routes.upsert(RouteSpec { port: 5, ..s.routes[0] });
         assert!(Tables::build(&s, 1).err().unwrap().contains("port index 5"));
     }
 }

@@ -56,7 +56,7 @@ impl Switch {
     }
 
     pub fn route_add(&mut self, r: RouteSpec) -> Result<Generation, ApiError> {
-        self.spec.upsert_route(r);
+        self.spec.routes.upsert(r);
         self.commit()
     }
 
@@ -77,10 +77,10 @@ impl Switch {
         }
         let loaded = crate::config::read_routes_file(path, &self.port_names(), "path")?;
         if replace {
-            self.spec.set_routes(&loaded);
+            self.spec.routes.set(&loaded);
         } else {
             let all: Vec<RouteSpec> = self.spec.routes.iter().chain(&loaded).copied().collect();
-            self.spec.set_routes(&all);
+            self.spec.routes.set(&all);
         }
         let g = self.commit()?;
         Ok(RoutesLoaded { generation: g.generation, loaded: loaded.len(), routes: self.spec.routes.len() })
