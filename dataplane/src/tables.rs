@@ -76,13 +76,22 @@ pub struct StaticMac {
 /// one never used before: a generation whose routes (and port addresses)
 /// are those of the one before shares its route tables instead of
 /// building them again (a second for a full table), so that neighbour and
-/// port changes cost what they change. Read as a slice; changed only
-/// through the methods, which keep the version true.
+/// port changes cost what they change; one a few route changes later
+/// rebuilds only their prefixes' regions, from the log of the last
+/// changes. Read as a slice; changed only through the methods, which keep
+/// the version and the log true.
 #[derive(Debug, Clone)]
 pub struct Routes {
     list: Vec<RouteSpec>,
     version: u64,
+    /// The last changes since the last `set`: the version each changed and
+    /// the prefix it changed, oldest first, at most `ROUTE_LOG` of them.
+    log: std::collections::VecDeque<(u64, IpAddr, u8)>,
 }
+
+/// Route changes remembered: a generation that many changes or more after
+/// its route tables' builds them again instead of rebuilding regions.
+pub const ROUTE_LOG: usize = 64;
 
 /// Equal routes are equal whatever their versions.
 impl PartialEq for Routes {
@@ -100,7 +109,7 @@ fn next_routes_version() -> u64 {
 
 impl Default for Routes {
     fn default() -> Routes {
-        Routes { list: Vec::new(), version: next_routes_version() }
+        Routes { list: Vec::new(), version: next_routes_version(), log: Default::default() }
     }
 }
 
@@ -132,6 +141,26 @@ impl Routes {
             }
         }
         self.version = next_routes_version();
+        self.log.clear();
+    }
+
+    /// A new version, after a change to the routes to `prefix`/`len`.
+    fn changed(&mut self, prefix: IpAddr, len: u8) {
+        if self.log.len() == ROUTE_LOG {
+            self.log.pop_front();
+        }
+        self.log.push_back((self.version, prefix, len));
+        self.version = next_routes_version();
+    }
+
+    /// The prefixes whose routes changed since `version` (empty: none), or
+    /// None when that is not known (a `set` since, or too long ago).
+    pub fn changes_since(&self, version: u64) -> Option<Vec<(IpAddr, u8)>> {
+        if version == self.version {
+            return Some(Vec::new());
+        }
+        let from = self.log.iter().position(|(v, _, _)| *v == version)?;
+        Some(self.log.iter().skip(from).map(|(_, p, l)| (*p, *l)).collect())
     }
 
     /// Adds a route or replaces the one for the same prefix.
@@ -140,7 +169,7 @@ impl Routes {
             Some(x) => *x = r,
             None => self.list.push(r),
         }
-        self.version = next_routes_version();
+        self.changed(r.prefix, r.len);
     }
 
     /// Removes the route to `prefix`/`len`; false when there is none.
@@ -150,7 +179,7 @@ impl Routes {
         if self.list.len() == n {
             return false;
         }
-        self.version = next_routes_version();
+        self.changed(prefix, len);
         true
     }
 }
@@ -218,6 +247,10 @@ pub struct Tables {
     /// The LPMs, shared with the generations before and after that have
     /// the same routes and port addresses.
     pub routes: Arc<RouteTables>,
+    /// `routes`' LPMs, read here by the workers: a field of the generation
+    /// rather than of `routes`, so that a lookup takes no further pointer.
+    pub lpm4: Arc<Lpm<4>>,
+    pub lpm6: Arc<Lpm<16>>,
     /// Either LPM is larger than the caches: a router burst is parsed and
     /// its lookups prefetched first.
     pub routes_beyond_cache: bool,
@@ -269,8 +302,10 @@ pub struct RouteTables {
     version: u64,
     /// The port addresses the connected and local routes came from.
     addresses: Vec<PortAddresses>,
-    pub lpm4: Lpm<4>,
-    pub lpm6: Lpm<16>,
+    /// Each in an Arc of its own: a change to the routes of one family
+    /// copies that family's LPM only.
+    lpm4: Arc<Lpm<4>>,
+    lpm6: Arc<Lpm<16>>,
     hops: Vec<NextHop>,
 }
 
@@ -280,55 +315,187 @@ fn port_addresses(spec: &TableSpec) -> Vec<PortAddresses> {
     spec.ports.iter().map(|p| (p.ipv4.clone(), p.ipv6.clone())).collect()
 }
 
-impl RouteTables {
-    /// Connected routes come from the port addresses.
-    fn build(spec: &TableSpec) -> Result<RouteTables, String> {
-        let nports = spec.ports.len() as u16;
-        // Connected routes first, so that a configured route to the same
-        // prefix wins (the later of equal prefixes does); reversed, so that
-        // of two ports on one subnet the first port's wins.
-        let mut connected = Vec::new();
-        for (i, p) in spec.ports.iter().enumerate() {
-            let on = |a: IpAddr, len: u8| RouteSpec { prefix: a, len, port: i as u16, gateway: None };
-            connected.extend(p.ipv4.iter().map(|(a, l)| on(IpAddr::from(*a), *l)));
-            connected.extend(p.ipv6.iter().map(|(a, l)| on(IpAddr::from(*a), *l)));
+/// Every route the LPMs hold and where it leads, in the order a build
+/// inserts them (of two routes to one prefix the later wins): connected
+/// routes from the port addresses, reversed so that of two ports on one
+/// subnet the first port's wins; the configured routes, which so win over
+/// a connected one to the same prefix; the switch's own addresses as host
+/// routes, which win over any route to the same address (one lookup tells
+/// a packet to route from one for the switch).
+fn each_route(spec: &TableSpec, mut f: impl FnMut(IpAddr, u8, NextHop) -> Result<(), String>) -> Result<(), String> {
+    let nports = spec.ports.len() as u16;
+    let hop = |port: u16, gateway: Option<IpAddr>| NextHop { port, gateway, gateway_mac: None, local: false };
+    for (i, p) in spec.ports.iter().enumerate().rev() {
+        let port = i as u16;
+        for (a, l) in p.ipv6.iter().rev() {
+            f(IpAddr::from(*a), *l, hop(port, None))?;
         }
-        connected.reverse();
+        for (a, l) in p.ipv4.iter().rev() {
+            f(IpAddr::from(*a), *l, hop(port, None))?;
+        }
+    }
+    for r in spec.routes.iter() {
+        if r.port >= nports {
+            return Err(format!("route {}/{} uses port index {} of {}", r.prefix, r.len, r.port, nports));
+        }
+        f(r.prefix, r.len, hop(r.port, r.gateway))?;
+    }
+    for (i, p) in spec.ports.iter().enumerate() {
+        let local = NextHop { port: i as u16, gateway: None, gateway_mac: None, local: true };
+        for (a, _) in &p.ipv4 {
+            f(IpAddr::from(*a), 32, local)?;
+        }
+        for (a, _) in &p.ipv6 {
+            f(IpAddr::from(*a), 128, local)?;
+        }
+    }
+    Ok(())
+}
+
+/// Route changes a generation applies region by region; more are built
+/// from scratch (each region costs a pass over every route).
+const MAX_REGIONS: usize = 16;
+
+/// An address left-aligned in 128 bits, so that one mask test serves
+/// both families.
+fn wide(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(a) => (u32::from(a) as u128) << 96,
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+fn wide_mask(len: u8) -> u128 {
+    u128::MAX.checked_shl(128 - len as u32).unwrap_or(0)
+}
+
+/// A changed prefix's region of an LPM and what rebuilds it: the routes
+/// inside, and the longest route around it (its length and value).
+struct Region<const N: usize> {
+    at: [u8; N],
+    len: u8,
+    /// `at`, left-aligned and masked.
+    key: u128,
+    inside: Vec<Prefix<N>>,
+    cover: Option<(u8, u32)>,
+}
+
+impl<const N: usize> Region<N> {
+    fn new(at: [u8; N], len: u8, key: u128) -> Region<N> {
+        Region { at, len, key: key & wide_mask(len), inside: Vec::new(), cover: None }
+    }
+
+    /// Takes a route of this family (`key` its address left-aligned) if it
+    /// lies inside or around the region.
+    fn take(&mut self, addr: [u8; N], len: u8, key: u128, value: impl FnOnce() -> u32) {
+        if len >= self.len {
+            if key & wide_mask(self.len) == self.key {
+                self.inside.push(Prefix { addr, len, value: value() });
+            }
+        } else if self.key & wide_mask(len) == key & wide_mask(len) && self.cover.is_none_or(|(l, _)| len >= l) {
+            self.cover = Some((len, value()));
+        }
+    }
+
+    fn rebuild(&self, lpm: &mut Lpm<N>, routes: usize) -> Result<(), crate::lpm::LpmError> {
+        lpm.rebuild_region(self.at, self.len, self.cover.map(|c| c.1), &self.inside, routes)
+    }
+}
+
+/// `lpm` itself without regions to rebuild, else a copy with them rebuilt.
+fn rebuilt<const N: usize>(
+    lpm: &Arc<Lpm<N>>,
+    regions: &[Region<N>],
+    routes: usize,
+) -> Result<Arc<Lpm<N>>, crate::lpm::LpmError> {
+    if regions.is_empty() {
+        return Ok(lpm.clone());
+    }
+    let mut copy = lpm.duplicate();
+    for r in regions {
+        r.rebuild(&mut copy, routes)?;
+    }
+    Ok(Arc::new(copy))
+}
+
+impl RouteTables {
+    fn build(spec: &TableSpec) -> Result<RouteTables, String> {
         let mut hops = NextHops::default();
         let mut p4 = Vec::new();
         let mut p6 = Vec::new();
-        for r in connected.iter().chain(spec.routes.iter()) {
-            if r.port >= nports {
-                return Err(format!("route {}/{} uses port index {} of {}", r.prefix, r.len, r.port, nports));
+        each_route(spec, |prefix, len, nh| {
+            let value = hops.index(nh);
+            match prefix {
+                IpAddr::V4(a) => p4.push(Prefix { addr: a.octets(), len, value }),
+                IpAddr::V6(a) => p6.push(Prefix { addr: a.octets(), len, value }),
             }
-            let idx = hops.index(NextHop { port: r.port, gateway: r.gateway, gateway_mac: None, local: false });
-            match r.prefix {
-                IpAddr::V4(a) => p4.push(Prefix { addr: a.octets(), len: r.len, value: idx }),
-                IpAddr::V6(a) => p6.push(Prefix { addr: a.octets(), len: r.len, value: idx }),
-            }
-        }
-        // The switch's own addresses as host routes, after the others so
-        // that they win over a configured route to the same address: one
-        // lookup tells a packet to route from one for the switch.
-        for (i, p) in spec.ports.iter().enumerate() {
-            let local = hops.index(NextHop { port: i as u16, gateway: None, gateway_mac: None, local: true });
-            p4.extend(p.ipv4.iter().map(|(a, _)| Prefix { addr: *a, len: 32, value: local }));
-            p6.extend(p.ipv6.iter().map(|(a, _)| Prefix { addr: *a, len: 128, value: local }));
-        }
+            Ok(())
+        })?;
         Ok(RouteTables {
             version: spec.routes.version(),
             addresses: port_addresses(spec),
-            lpm4: Lpm::build(&p4).map_err(|e| format!("IPv4 routes: {e}"))?,
-            lpm6: Lpm::build(&p6).map_err(|e| format!("IPv6 routes: {e}"))?,
+            lpm4: Arc::new(Lpm::build(&p4).map_err(|e| format!("IPv4 routes: {e}"))?),
+            lpm6: Arc::new(Lpm::build(&p6).map_err(|e| format!("IPv6 routes: {e}"))?),
             hops: hops.list,
         })
     }
 
-    /// Whether these were built from `spec`'s routes and port addresses.
-    fn hold_for(&self, spec: &TableSpec) -> bool {
-        self.version == spec.routes.version()
-            && self.addresses.len() == spec.ports.len()
-            && self.addresses.iter().zip(&spec.ports).all(|((v4, v6), p)| *v4 == p.ipv4 && *v6 == p.ipv6)
+    /// The route tables of `spec`, from these where they were built from
+    /// its port addresses: these themselves when its routes are those they
+    /// were built from; after a few route changes, a copy with the changed
+    /// prefixes' regions rebuilt; else built from scratch.
+    fn after(self: &Arc<RouteTables>, spec: &TableSpec) -> Result<Arc<RouteTables>, String> {
+        let same_addresses = self.addresses.len() == spec.ports.len()
+            && self.addresses.iter().zip(&spec.ports).all(|((v4, v6), p)| *v4 == p.ipv4 && *v6 == p.ipv6);
+        match spec.routes.changes_since(self.version).filter(|_| same_addresses) {
+            Some(changes) if changes.is_empty() => Ok(self.clone()),
+            Some(changes) if changes.len() <= MAX_REGIONS => Ok(Arc::new(self.rebuilt(spec, &changes)?)),
+            _ => Ok(Arc::new(RouteTables::build(spec)?)),
+        }
+    }
+
+    /// A copy with the regions of the `changed` prefixes rebuilt from
+    /// `spec`'s routes (a family without changes is copied as it is).
+    fn rebuilt(&self, spec: &TableSpec, changed: &[(IpAddr, u8)]) -> Result<RouteTables, String> {
+        let mut hops = NextHops::default();
+        for nh in &self.hops {
+            hops.index(*nh);
+        }
+        let mut r4: Vec<Region<4>> = Vec::new();
+        let mut r6: Vec<Region<16>> = Vec::new();
+        for (prefix, len) in changed {
+            let key = wide(*prefix);
+            match prefix {
+                IpAddr::V4(a) => r4.push(Region::new(a.octets(), *len, key)),
+                IpAddr::V6(a) => r6.push(Region::new(a.octets(), *len, key)),
+            }
+        }
+        let (mut n4, mut n6) = (0, 0);
+        each_route(spec, |prefix, len, nh| {
+            let key = wide(prefix);
+            match prefix {
+                IpAddr::V4(a) => {
+                    n4 += 1;
+                    for r in &mut r4 {
+                        r.take(a.octets(), len, key, || hops.index(nh));
+                    }
+                }
+                IpAddr::V6(a) => {
+                    n6 += 1;
+                    for r in &mut r6 {
+                        r.take(a.octets(), len, key, || hops.index(nh));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(RouteTables {
+            version: spec.routes.version(),
+            addresses: self.addresses.clone(),
+            lpm4: rebuilt(&self.lpm4, &r4, n4).map_err(|e| format!("IPv4 routes: {e}"))?,
+            lpm6: rebuilt(&self.lpm6, &r6, n6).map_err(|e| format!("IPv6 routes: {e}"))?,
+            hops: hops.list,
+        })
     }
 }
 
@@ -350,8 +517,8 @@ impl Tables {
         for (i, p) in spec.xconnect.iter().enumerate().take(MAX_PORTS) {
             xconnect[i] = *p;
         }
-        let routes = match previous.map(|t| &t.routes).filter(|r| r.hold_for(spec)) {
-            Some(r) => r.clone(),
+        let routes = match previous {
+            Some(t) => t.routes.after(spec)?,
             None => Arc::new(RouteTables::build(spec)?),
         };
         let mut neigh4 = FixedMap::with_capacity(spec.neighbours.len().max(16));
@@ -403,6 +570,8 @@ impl Tables {
                 .fold(0, |m, (i, _)| m | 1 << i),
             xconnect,
             routes_beyond_cache: routes.lpm4.larger_than_cache() || routes.lpm6.larger_than_cache(),
+            lpm4: routes.lpm4.clone(),
+            lpm6: routes.lpm6.clone(),
             routes,
             nexthops,
             neigh4,
@@ -501,6 +670,7 @@ pub(crate) mod tests {
                     gateway: Some("10.0.2.254".parse().unwrap()),
                 }],
                 version: next_routes_version(),
+                log: Default::default(),
             },
             static_macs: Vec::new(),
             neighbours: vec![NeighbourSpec {
@@ -520,16 +690,16 @@ pub(crate) mod tests {
     fn builds_connected_and_static_routes() {
         let t = Tables::build(&two_port_router(), 7).unwrap();
         assert_eq!(t.generation, 7);
-        let nh = t.nexthops[t.routes.lpm4.lookup(&[10, 0, 2, 9]).unwrap() as usize];
+        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 9]).unwrap() as usize];
         assert_eq!(nh, NextHop { port: 1, gateway: None, gateway_mac: None, local: false });
-        let nh = t.nexthops[t.routes.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
+        let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
         assert_eq!(nh.gateway, Some("10.0.2.254".parse().unwrap()));
         assert_eq!(nh.gateway_mac, Some([2, 0, 0, 0, 0, 0xfe]), "the gateway's adjacency");
-        assert!(t.routes.lpm4.lookup(&[8, 8, 8, 8]).is_none());
+        assert!(t.lpm4.lookup(&[8, 8, 8, 8]).is_none());
         assert_eq!(t.local4.get(&v4_key([10, 0, 1, 1])), Some(&0));
         assert_eq!(t.neigh4.get(&v4_key([10, 0, 2, 254])).unwrap().mac, [2, 0, 0, 0, 0, 0xfe]);
         assert_eq!(t.v4_source_for([10, 0, 2, 77]), Some((1, [10, 0, 2, 1])));
-        assert!(t.routes.lpm6.lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_some());
+        assert!(t.lpm6.lookup(&[0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_some());
     }
 
     #[test]
@@ -558,7 +728,7 @@ pub(crate) mod tests {
         bulk.routes.set(&many);
         let t = Tables::build(&bulk, 1).unwrap();
         assert!(t.nexthops.len() < 10, "{} next hops", t.nexthops.len());
-        let nh = t.nexthops[t.routes.lpm4.lookup(&[20, 0, 7, 1]).unwrap() as usize];
+        let nh = t.nexthops[t.lpm4.lookup(&[20, 0, 7, 1]).unwrap() as usize];
         assert_eq!(nh.gateway, gw(7));
     }
 
@@ -568,12 +738,12 @@ pub(crate) mod tests {
         // A configured host route to the switch's own address loses.
         s.routes.upsert(RouteSpec { prefix: "10.0.2.1".parse().unwrap(), len: 32, port: 0, gateway: None });
         let t = Tables::build(&s, 1).unwrap();
-        let nh = t.nexthops[t.routes.lpm4.lookup(&[10, 0, 2, 1]).unwrap() as usize];
+        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 1]).unwrap() as usize];
         assert_eq!((nh.port, nh.local), (1, true));
-        let nh = t.nexthops[t.routes.lpm4.lookup(&[10, 0, 2, 2]).unwrap() as usize];
+        let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 2]).unwrap() as usize];
         assert_eq!((nh.port, nh.local), (1, false), "the rest of the connected /24 is routed");
         let own6 = s.ports[0].ipv6[0].0;
-        assert!(t.nexthops[t.routes.lpm6.lookup(&own6).unwrap() as usize].local);
+        assert!(t.nexthops[t.lpm6.lookup(&own6).unwrap() as usize].local);
     }
 
     #[test]
@@ -581,7 +751,7 @@ pub(crate) mod tests {
         let mut s = two_port_router();
         s.neighbours.clear();
         let t = Tables::build(&s, 1).unwrap();
-        let nh = t.nexthops[t.routes.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
+        let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
         assert_eq!((nh.gateway.is_some(), nh.gateway_mac), (true, None));
     }
 
@@ -589,7 +759,7 @@ pub(crate) mod tests {
     fn a_generation_shares_the_route_tables_while_routes_and_addresses_stay() {
         let mut s = two_port_router();
         let t1 = Tables::build(&s, 1).unwrap();
-        let gw = |t: &Tables| t.nexthops[t.routes.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize].gateway_mac;
+        let gw = |t: &Tables| t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize].gateway_mac;
         // A neighbour changes: same LPMs, the adjacency follows.
         s.neighbours[0].mac = [2, 0, 0, 0, 0, 0xfd];
         let t2 = Tables::build_after(&s, 2, Some(&t1)).unwrap();
@@ -600,23 +770,25 @@ pub(crate) mod tests {
         assert!(!s.routes.remove("192.0.2.0".parse().unwrap(), 24));
         let t3 = Tables::build_after(&s, 3, Some(&t2)).unwrap();
         assert!(Arc::ptr_eq(&t2.routes, &t3.routes));
-        // A route added: built again, and it routes.
+        // A route added: its region rebuilt in a copy of the IPv4 LPM, the
+        // IPv6 one shared; and it routes.
         s.routes.upsert(RouteSpec { prefix: "192.0.2.0".parse().unwrap(), len: 24, port: 0, gateway: None });
         let t4 = Tables::build_after(&s, 4, Some(&t3)).unwrap();
         assert!(!Arc::ptr_eq(&t3.routes, &t4.routes));
-        assert_eq!(t4.nexthops[t4.routes.lpm4.lookup(&[192, 0, 2, 9]).unwrap() as usize].port, 0);
-        assert!(t3.routes.lpm4.lookup(&[192, 0, 2, 9]).is_none());
-        // Removed again: built again, and gone.
+        assert!(!Arc::ptr_eq(&t3.lpm4, &t4.lpm4) && Arc::ptr_eq(&t3.lpm6, &t4.lpm6));
+        assert_eq!(t4.nexthops[t4.lpm4.lookup(&[192, 0, 2, 9]).unwrap() as usize].port, 0);
+        assert!(t3.lpm4.lookup(&[192, 0, 2, 9]).is_none());
+        // Removed again: rebuilt again, and gone.
         assert!(s.routes.remove("192.0.2.0".parse().unwrap(), 24));
         let t5 = Tables::build_after(&s, 5, Some(&t4)).unwrap();
         assert!(!Arc::ptr_eq(&t4.routes, &t5.routes));
-        assert!(t5.routes.lpm4.lookup(&[192, 0, 2, 9]).is_none());
+        assert!(t5.lpm4.lookup(&[192, 0, 2, 9]).is_none());
         // A port address changes: its connected and local routes with it.
         s.ports[0].ipv4 = vec![([10, 0, 9, 1], 24)];
         let t6 = Tables::build_after(&s, 6, Some(&t5)).unwrap();
         assert!(!Arc::ptr_eq(&t5.routes, &t6.routes));
-        assert!(t6.nexthops[t6.routes.lpm4.lookup(&[10, 0, 9, 1]).unwrap() as usize].local);
-        assert!(t6.routes.lpm4.lookup(&[10, 0, 1, 1]).is_none());
+        assert!(t6.nexthops[t6.lpm4.lookup(&[10, 0, 9, 1]).unwrap() as usize].local);
+        assert!(t6.lpm4.lookup(&[10, 0, 1, 1]).is_none());
         // A spec of its own (another config) never takes another's tables,
         // even with equal routes.
         let other = two_port_router();
@@ -629,5 +801,110 @@ pub(crate) mod tests {
         let mut s = two_port_router();
         s.routes.upsert(RouteSpec { port: 5, ..s.routes[0] });
         assert!(Tables::build(&s, 1).err().unwrap().contains("port index 5"));
+    }
+
+    /// Where `a` leads in `t`: the next hop itself, since a region rebuilt
+    /// and a whole build may number the next hops differently.
+    fn hop(t: &Tables, a: IpAddr) -> Option<NextHop> {
+        let v = match a {
+            IpAddr::V4(a) => t.lpm4.lookup(&a.octets()),
+            IpAddr::V6(a) => t.lpm6.lookup(&a.octets()),
+        };
+        v.map(|v| t.nexthops[v as usize])
+    }
+
+    #[test]
+    fn route_changes_rebuild_their_regions_as_a_whole_build_does() {
+        let mut rng = crate::rand::XorShift::new(0xfeed);
+        let mut s = two_port_router();
+        // Addresses near the ports' subnets and the switch's own, so that
+        // routes nest in the connected and local ones.
+        let v6 = s.ports[1].ipv6[0].0;
+        let addr = |rng: &mut crate::rand::XorShift| -> IpAddr {
+            let x = rng.next_u64();
+            if x % 5 == 0 {
+                let mut a = v6;
+                a[15] = (x >> 8) as u8 % 4;
+                a[6] = (x >> 16) as u8 % 3;
+                IpAddr::from(a)
+            } else {
+                IpAddr::from([10, 0, 1 + (x >> 8) as u8 % 3, (x >> 16) as u8 % 8])
+            }
+        };
+        let route = |rng: &mut crate::rand::XorShift| {
+            let a = addr(rng);
+            let x = rng.next_u64();
+            let (max, gw): (u64, IpAddr) = match a {
+                IpAddr::V4(_) => (33, "10.0.2.254".parse().unwrap()),
+                IpAddr::V6(_) => (129, "2001:db8:2::fe".parse().unwrap()),
+            };
+            RouteSpec {
+                prefix: a,
+                len: (x % max) as u8,
+                port: (x >> 8) as u16 % 2,
+                gateway: (x & 1 << 20 != 0).then_some(gw),
+            }
+        };
+        let list: Vec<RouteSpec> = (0..200).map(|_| route(&mut rng)).collect();
+        s.routes.set(&list);
+        let mut t = Tables::build(&s, 1).unwrap();
+        let (mut regions, mut whole) = (0, 0);
+        for g in 2..250u64 {
+            // One to three changes a generation: added, replaced or removed.
+            let mut changed = Vec::new();
+            for _ in 0..1 + rng.next_u64() % 3 {
+                let r = route(&mut rng);
+                if rng.next_u64() % 3 == 0 && !s.routes.is_empty() {
+                    let old = s.routes[rng.next_u64() as usize % s.routes.len()];
+                    assert!(s.routes.remove(old.prefix, old.len));
+                    changed.push(old);
+                } else {
+                    s.routes.upsert(r);
+                    changed.push(r);
+                }
+            }
+            if s.routes.changes_since(t.routes.version).is_some() {
+                regions += 1;
+            }
+            let next = Tables::build_after(&s, g, Some(&t)).unwrap();
+            let fresh = Tables::build(&s, g).unwrap();
+            whole += 1;
+            let mut probes: Vec<IpAddr> = (0..100).map(|_| addr(&mut rng)).collect();
+            for r in &changed {
+                // The changed region's first and last addresses, and those
+                // just outside.
+                let (k, m) = (wide(r.prefix), wide_mask(r.len));
+                let bits = if r.prefix.is_ipv4() { 96 } else { 0 };
+                for x in [(k & m).wrapping_sub(1 << bits), k & m, k | !m, (k | !m).wrapping_add(1 << bits)] {
+                    probes.push(match r.prefix {
+                        IpAddr::V4(_) => IpAddr::from(((x >> 96) as u32).to_be_bytes()),
+                        IpAddr::V6(_) => IpAddr::from(x.to_be_bytes()),
+                    });
+                }
+            }
+            for a in probes {
+                assert_eq!(hop(&next, a), hop(&fresh, a), "generation {g}: {a}");
+            }
+            assert_eq!(next.lpm4.routes() + next.lpm6.routes(), fresh.lpm4.routes() + fresh.lpm6.routes());
+            t = next;
+        }
+        assert_eq!((regions, whole), (248, 248), "every generation rebuilt regions only");
+        // A set forgets the log (a whole build follows), and so do more
+        // changes than it keeps.
+        let v = s.routes.version();
+        s.routes.set(&list);
+        assert_eq!(s.routes.changes_since(v), None);
+        let v = s.routes.version();
+        for i in 0..ROUTE_LOG as u8 {
+            s.routes.upsert(RouteSpec { prefix: IpAddr::from([192, 0, 2, i]), len: 32, port: 0, gateway: None });
+        }
+        assert_eq!(s.routes.changes_since(v).map(|c| c.len()), Some(ROUTE_LOG));
+        s.routes.upsert(RouteSpec { prefix: IpAddr::from([192, 0, 3, 0]), len: 32, port: 0, gateway: None });
+        assert_eq!(s.routes.changes_since(v), None);
+        assert_eq!(s.routes.changes_since(s.routes.version()), Some(Vec::new()));
+        // A changed route to a missing port is refused on the way too.
+        let t2 = Tables::build(&s, 300).unwrap();
+        s.routes.upsert(RouteSpec { prefix: IpAddr::from([192, 0, 4, 0]), len: 24, port: 7, gateway: None });
+        assert!(Tables::build_after(&s, 301, Some(&t2)).err().unwrap().contains("port index 7"));
     }
 }

@@ -350,7 +350,7 @@ fn route_v4(
         return Verdict::Drop(DropReason::Ipv4BadChecksum);
     }
     let dst = ip.dst();
-    let route = t.routes.lpm4.lookup(&dst);
+    let route = t.lpm4.lookup(&dst);
     if route.is_some_and(|i| t.nexthops[i as usize].local) {
         if ip.protocol() != PROTO_ICMP || ip.frag_offset() != 0 || ip.more_fragments() {
             return Verdict::Drop(DropReason::LocalUnhandled);
@@ -459,7 +459,7 @@ fn route_v6(
             return nd_input(ctx, frame, in_port, meta, our_mac, src, dst, hop_limit);
         }
     }
-    let route = t.routes.lpm6.lookup(&dst);
+    let route = t.lpm6.lookup(&dst);
     if route.is_some_and(|i| t.nexthops[i as usize].local) {
         if !direct_icmp {
             return Verdict::Drop(DropReason::LocalUnhandled);

@@ -89,8 +89,8 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
         }
         if t.mode == Mode::Router && t.routes_beyond_cache {
             match meta.l3 {
-                L3Kind::Ipv4 => t.routes.lpm4.prefetch(&(meta.key.dst as u32).to_be_bytes()),
-                L3Kind::Ipv6 => t.routes.lpm6.prefetch(&meta.key.dst.to_be_bytes()),
+                L3Kind::Ipv4 => t.lpm4.prefetch(&(meta.key.dst as u32).to_be_bytes()),
+                L3Kind::Ipv6 => t.lpm6.prefetch(&meta.key.dst.to_be_bytes()),
                 _ => {}
             }
         }
