@@ -11,6 +11,7 @@ use crate::fields::{cerr, ConfigError};
 use dataplane::flow_table::FlowTable;
 use dataplane::lpm::{Lpm, Prefix};
 use dataplane::mac_table::MacTable;
+use dataplane::tables::RouteSpec;
 use std::net::IpAddr;
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -51,24 +52,43 @@ pub fn heap_needs(plan: &Plan) -> Vec<Need> {
     out
 }
 
-/// The shared route tables (both LPMs, built from the plan's routes as a
-/// table generation builds them), twice: while a new generation is built,
-/// the one in use stays. A full Internet table takes about 250 MiB.
-pub fn route_need(plan: &Plan) -> Need {
+/// What the route tables of `routes` take: both LPMs, as a generation
+/// builds them (counted, not built: a tenth of a second for a full table).
+pub fn route_bytes(routes: &[RouteSpec]) -> u64 {
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
-    for r in &plan.routes {
+    for r in routes {
         match r.prefix {
             IpAddr::V4(a) => v4.push(Prefix { addr: a.octets(), len: r.len, value: 0 }),
             IpAddr::V6(a) => v6.push(Prefix { addr: a.octets(), len: r.len, value: 0 }),
         }
     }
-    // Lengths were checked with the config; a build that fails anyway
-    // counts nothing here and fails with its reason when the switch starts.
-    let bytes = Lpm::build(&v4).map_or(0, |l| l.memory_bytes()) + Lpm::build(&v6).map_or(0, |l| l.memory_bytes());
+    (Lpm::bytes_for(&v4) + Lpm::bytes_for(&v6)) as u64
+}
+
+/// The shared route tables, twice: while a new generation is built, the
+/// one in use stays. A full Internet table takes about 250 MiB.
+pub fn route_need(plan: &Plan) -> Need {
     Need {
         key: if plan.raw.routes_file.is_some() { "routes_file" } else { "route" },
         value: format!("{} routes, two generations", plan.routes.len()),
-        bytes: Some(2 * bytes as u64),
+        bytes: Some(2 * route_bytes(&plan.routes)),
+    }
+}
+
+/// Refuses, before any is built, routes whose tables need more than the
+/// `available` bytes (MemAvailable, which leaves out the tables in use
+/// beside which they are built; None: unknown, nothing refused).
+pub fn check_routes(routes: &[RouteSpec], available: Option<u64>) -> Result<(), String> {
+    let need = route_bytes(routes);
+    match available {
+        Some(avail) if need > avail => Err(format!(
+            "{} routes need {:.1} MiB of route tables, more than the {:.1} MiB this machine has available \
+             (MemAvailable)",
+            routes.len(),
+            need as f64 / MIB,
+            avail as f64 / MIB
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -187,6 +207,11 @@ mod tests {
         let e = check(&p, 1, Some(100 << 20)).unwrap_err();
         assert_eq!(e.key, "routes_file", "{e:?}");
         assert!(e.reason.contains("shared: routes_file = 70000 routes, two generations"), "{e:?}");
+        // At run time (route load): the new tables beside those in use.
+        assert_eq!(route_bytes(&p.routes), r.bytes.unwrap() / 2);
+        assert!(check_routes(&p.routes, Some(r.bytes.unwrap())).is_ok());
+        let e = check_routes(&p.routes, Some(50 << 20)).unwrap_err();
+        assert!(e.contains("70000 routes need 64.0 MiB") && e.contains("than the 50.0 MiB"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -76,12 +76,13 @@ impl Switch {
             return Err(ApiError::bad_argument("path", format!("{path}: need an absolute path (the switch's)")));
         }
         let loaded = crate::config::read_routes_file(path, &self.port_names(), "path")?;
-        if replace {
-            self.spec.routes.set(&loaded);
-        } else {
-            let all: Vec<RouteSpec> = self.spec.routes.iter().chain(&loaded).copied().collect();
-            self.spec.routes.set(&all);
-        }
+        let all: Vec<RouteSpec> = match replace {
+            true => loaded.clone(),
+            false => self.spec.routes.iter().chain(&loaded).copied().collect(),
+        };
+        crate::memory_budget::check_routes(&all, crate::memory_budget::mem_available())
+            .map_err(|e| ApiError::bad_argument("path", format!("{path}: {e}")))?;
+        self.spec.routes.set(&all);
         let g = self.commit()?;
         Ok(RoutesLoaded { generation: g.generation, loaded: loaded.len(), routes: self.spec.routes.len() })
     }
