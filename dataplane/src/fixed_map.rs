@@ -50,35 +50,78 @@ impl MapKey for u128 {
     }
 }
 
-/// A slot on cache lines of its own: a probe of a slot of up to 64 bytes
-/// reads one line, never two (slots packed at 16-byte alignment straddle).
-#[repr(align(64))]
-struct Line<T>(T);
+/// How a slot lies in memory: aligned to its own size, so that a probe
+/// reads one cache line, never two (slots packed at 16-byte alignment
+/// straddle lines).
+pub trait Packing<T> {
+    fn new(t: T) -> Self;
+    fn get(&self) -> &T;
+    fn get_mut(&mut self) -> &mut T;
+}
 
-/// One slot: empty, or a key and its value.
-type Slot<K, V> = Line<Option<(K, V)>>;
+/// A slot on a cache line of its own (slots of up to 64 bytes).
+#[repr(align(64))]
+pub struct Line<T>(T);
+
+/// A slot on half a cache line, for slots of up to 32 bytes: a table of
+/// them takes half the cache of `Line`'s (a bridge's MAC tables, looked up
+/// for every frame).
+#[repr(align(32))]
+pub struct HalfLine<T>(T);
+
+macro_rules! packing {
+    ($line:ident) => {
+        impl<T> Packing<T> for $line<T> {
+            #[inline(always)]
+            fn new(t: T) -> Self {
+                $line(t)
+            }
+            #[inline(always)]
+            fn get(&self) -> &T {
+                &self.0
+            }
+            #[inline(always)]
+            fn get_mut(&mut self) -> &mut T {
+                &mut self.0
+            }
+        }
+    };
+}
+packing!(Line);
+packing!(HalfLine);
+
+/// A map whose slots lie on half cache lines (`HalfLine`).
+pub type CompactMap<K, V, C = ()> = FixedMap<K, V, C, HalfLine<Option<(K, V)>>>;
 
 /// `C` is per-entry data kept off the lookup path in a parallel array (read
 /// and written by slot, moved with its entry): a slot then holds only what
-/// every lookup needs.
-pub struct FixedMap<K, V, C = ()> {
-    slots: Box<[Slot<K, V>]>,
+/// every lookup needs. `L` lays each slot (empty, or a key and its value)
+/// out in memory.
+pub struct FixedMap<K, V, C = (), L = Line<Option<(K, V)>>> {
+    slots: Box<[L]>,
     cold: Box<[C]>,
     mask: usize,
     len: usize,
     max_len: usize,
     /// Mixed into every key's hash (`MapKey::hash_seeded`).
     seed: u64,
+    entries: std::marker::PhantomData<(K, V)>,
 }
 
-impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
+impl<K: MapKey, V, C: Default, L: Packing<Option<(K, V)>>> FixedMap<K, V, C, L> {
     /// A map holding up to `capacity` entries (the slot array is at least
     /// twice that, so probes stay short).
     pub fn with_capacity(capacity: usize) -> Self {
+        debug_assert!(
+            std::mem::size_of::<L>() == std::mem::align_of::<L>(),
+            "a slot of {} bytes straddles lines of {}",
+            std::mem::size_of::<L>(),
+            std::mem::align_of::<L>()
+        );
         let slots = (capacity.max(1) * 2).next_power_of_two();
-        let mut v: Vec<Slot<K, V>> = Vec::with_capacity(slots);
+        let mut v: Vec<L> = Vec::with_capacity(slots);
         crate::dpdk::advise_hugepages(v.spare_capacity_mut());
-        v.resize_with(slots, || Line(None));
+        v.resize_with(slots, || L::new(None));
         let mut cold: Vec<C> = Vec::with_capacity(slots);
         crate::dpdk::advise_hugepages(cold.spare_capacity_mut());
         cold.resize_with(slots, C::default);
@@ -89,6 +132,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
             len: 0,
             max_len: capacity.max(1),
             seed: 0,
+            entries: std::marker::PhantomData,
         }
     }
 
@@ -96,7 +140,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
     /// (None: more than the address space holds).
     pub fn bytes_for(capacity: usize) -> Option<u64> {
         let slots = capacity.max(1).checked_mul(2)?.checked_next_power_of_two()?;
-        let each = std::mem::size_of::<Slot<K, V>>() + std::mem::size_of::<C>();
+        let each = std::mem::size_of::<L>() + std::mem::size_of::<C>();
         (slots as u64).checked_mul(each as u64)
     }
 
@@ -128,7 +172,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
     fn find(&self, k: &K) -> Result<usize, usize> {
         let mut i = k.hash_seeded(self.seed) as usize & self.mask;
         loop {
-            match &self.slots[i].0 {
+            match self.slots[i].get() {
                 Some((kk, _)) if kk == k => return Ok(i),
                 Some(_) => i = (i + 1) & self.mask,
                 None => return Err(i),
@@ -148,13 +192,13 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
 
     #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
-        self.find(k).ok().and_then(|i| self.slots[i].0.as_ref().map(|(_, v)| v))
+        self.find(k).ok().and_then(|i| self.slots[i].get().as_ref().map(|(_, v)| v))
     }
 
     #[inline]
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         match self.find(k) {
-            Ok(i) => self.slots[i].0.as_mut().map(|(_, v)| v),
+            Ok(i) => self.slots[i].get_mut().as_mut().map(|(_, v)| v),
             Err(_) => None,
         }
     }
@@ -168,19 +212,19 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
     /// The value in slot `i` (one [`FixedMap::slot_of`] returned).
     #[inline]
     pub fn at_mut(&mut self, i: usize) -> Option<&mut V> {
-        self.slots.get_mut(i)?.0.as_mut().map(|(_, v)| v)
+        self.slots.get_mut(i)?.get_mut().as_mut().map(|(_, v)| v)
     }
 
     /// The entry in slot `i` with its cold part.
     pub fn at(&self, i: usize) -> Option<(&K, &V, &C)> {
-        let (k, v) = self.slots.get(i)?.0.as_ref()?;
+        let (k, v) = self.slots.get(i)?.get().as_ref()?;
         Some((k, v, &self.cold[i]))
     }
 
     /// The cold part of the entry in slot `i` (None for an empty slot).
     #[inline]
     pub fn cold_mut(&mut self, i: usize) -> Option<&mut C> {
-        self.slots.get(i)?.0.as_ref()?;
+        self.slots.get(i)?.get().as_ref()?;
         Some(&mut self.cold[i])
     }
 
@@ -202,7 +246,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
             }
         };
         self.cold[i] = C::default();
-        Ok((i, self.slots[i].0.replace((k, v)).map(|(_, old)| old)))
+        Ok((i, self.slots[i].get_mut().replace((k, v)).map(|(_, old)| old)))
     }
 
     pub fn remove(&mut self, k: &K) -> Option<V> {
@@ -219,20 +263,20 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
     /// Empties slot `i` and shifts later members of the probe run back so no
     /// lookup stops early.
     fn remove_at(&mut self, mut i: usize) -> (K, V, C) {
-        let (k, v) = self.slots[i].0.take().expect("occupied slot");
+        let (k, v) = self.slots[i].get_mut().take().expect("occupied slot");
         let c = std::mem::take(&mut self.cold[i]);
         self.len -= 1;
         let mut j = i;
         loop {
             j = (j + 1) & self.mask;
-            let home = match &self.slots[j].0 {
+            let home = match self.slots[j].get() {
                 None => break,
                 Some((k, _)) => k.hash_seeded(self.seed) as usize & self.mask,
             };
             // Move j into the hole at i unless its home lies cyclically in (i, j].
             let in_range = if i <= j { i < home && home <= j } else { i < home || home <= j };
             if !in_range {
-                self.slots[i].0 = self.slots[j].0.take();
+                *self.slots[i].get_mut() = self.slots[j].get_mut().take();
                 self.cold.swap(i, j);
                 i = j;
             }
@@ -241,17 +285,17 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.slots.iter().filter_map(|s| s.0.as_ref().map(|(k, v)| (k, v)))
+        self.slots.iter().filter_map(|s| s.get().as_ref().map(|(k, v)| (k, v)))
     }
 
     /// Every entry with its cold part.
     pub fn entries(&self) -> impl Iterator<Item = (&K, &V, &C)> {
-        self.slots.iter().zip(self.cold.iter()).filter_map(|(s, c)| s.0.as_ref().map(|(k, v)| (k, v, c)))
+        self.slots.iter().zip(self.cold.iter()).filter_map(|(s, c)| s.get().as_ref().map(|(k, v)| (k, v, c)))
     }
 
     pub fn clear(&mut self) {
         for s in self.slots.iter_mut() {
-            s.0 = None;
+            *s.get_mut() = None;
         }
         self.len = 0;
     }
@@ -268,7 +312,7 @@ impl<K: MapKey, V, C: Default> FixedMap<K, V, C> {
         let mut i = cursor & self.mask;
         let mut removed = 0;
         for _ in 0..budget.min(self.slots.len()) {
-            let drop_it = match &mut self.slots[i].0 {
+            let drop_it = match self.slots[i].get_mut() {
                 Some((k, v)) => !keep(k, v, &mut self.cold[i]),
                 None => false,
             };
@@ -377,22 +421,34 @@ mod tests {
 
     #[test]
     fn randomized_against_std_hashmap() {
-        let mut m: FixedMap<u64, u64> = FixedMap::with_capacity(300);
-        let mut r = std::collections::HashMap::new();
-        let mut rng = crate::rand::XorShift::new(12345);
-        for _ in 0..20_000 {
-            let x = rng.next_u64();
-            let k = x % 500;
-            if x % 3 == 0 {
-                assert_eq!(m.remove(&k), r.remove(&k));
-            } else if r.len() < 300 || r.contains_key(&k) {
-                assert_eq!(m.insert(k, x).unwrap(), r.insert(k, x));
+        fn run<L: Packing<Option<(u64, u64)>>>(mut m: FixedMap<u64, u64, (), L>) {
+            let mut r = std::collections::HashMap::new();
+            let mut rng = crate::rand::XorShift::new(12345);
+            for _ in 0..20_000 {
+                let x = rng.next_u64();
+                let k = x % 500;
+                if x % 3 == 0 {
+                    assert_eq!(m.remove(&k), r.remove(&k));
+                } else if r.len() < 300 || r.contains_key(&k) {
+                    assert_eq!(m.insert(k, x).unwrap(), r.insert(k, x));
+                }
+                assert_eq!(m.len(), r.len());
             }
-            assert_eq!(m.len(), r.len());
+            for (k, v) in &r {
+                assert_eq!(m.get(k), Some(v));
+            }
         }
-        for (k, v) in &r {
-            assert_eq!(m.get(k), Some(v));
-        }
+        run(FixedMap::<u64, u64>::with_capacity(300));
+        run(CompactMap::<u64, u64>::with_capacity(300));
+    }
+
+    #[test]
+    fn compact_slots_take_half_a_line_and_never_straddle_two() {
+        let m: CompactMap<u64, u16> = CompactMap::with_capacity(100);
+        assert_eq!(std::mem::size_of_val(&m.slots[0]), 32);
+        assert_eq!(m.slots.as_ptr() as usize % 32, 0);
+        assert_eq!(CompactMap::<u64, u16>::bytes_for(100), Some(256 * 32));
+        assert_eq!(FixedMap::<u64, u16>::bytes_for(100), Some(256 * 64));
     }
 
     #[test]

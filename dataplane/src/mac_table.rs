@@ -4,7 +4,7 @@
 //! `sync_key`, so a worker that never sees a host's frames still forwards
 //! to it instead of flooding.
 
-use crate::fixed_map::FixedMap;
+use crate::fixed_map::{CompactMap, HalfLine};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MacEntry {
@@ -15,8 +15,19 @@ pub struct MacEntry {
     pub announced: u64,
 }
 
+/// What every frame reads and writes of an entry; `announced` is the
+/// entry's cold part, read only with peers: a slot then takes half a cache
+/// line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hot {
+    port: u16,
+    last_seen: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<HalfLine<Option<(u64, Hot)>>>() == 32);
+
 pub struct MacTable {
-    map: FixedMap<u64, MacEntry>,
+    map: CompactMap<u64, Hot, u64>,
     aging: u64,
     /// Other workers keep tables too: what this one learns is announced.
     peers: bool,
@@ -72,12 +83,12 @@ impl Learned {
 impl MacTable {
     /// `aging` in TSC ticks; 0 disables aging.
     pub fn new(capacity: usize, aging: u64) -> MacTable {
-        MacTable { map: FixedMap::with_capacity(capacity), aging, peers: false, renew: 0, cursor: 0 }
+        MacTable { map: CompactMap::with_capacity(capacity), aging, peers: false, renew: 0, cursor: 0 }
     }
 
     /// The heap a table of `capacity` entries takes (None: beyond any machine).
     pub fn bytes_for(capacity: usize) -> Option<u64> {
-        FixedMap::<u64, MacEntry>::bytes_for(capacity)
+        CompactMap::<u64, Hot, u64>::bytes_for(capacity)
     }
 
     /// The same (empty) table with its keys hashed under `seed`.
@@ -130,25 +141,36 @@ impl MacTable {
     #[inline]
     pub fn refresh_key(&mut self, k: u64, port: u16, now: u64) -> Option<Learned> {
         let renew = self.renew;
-        let e = self.map.get_mut(&k)?;
+        let i = self.map.slot_of(&k)?;
+        let e = self.map.at_mut(i)?;
         e.last_seen = now;
-        if e.port != port {
+        let learned = if e.port != port {
             e.port = port;
-            e.announced = now;
-            return Some(Learned::Moved);
+            Learned::Moved
+        } else if renew != 0 {
+            Learned::Renewed
+        } else {
+            return Some(Learned::Refreshed);
+        };
+        // A move or a renewal due: the cold part, with peers only.
+        let announced = self.map.cold_mut(i)?;
+        if learned == Learned::Renewed && now.wrapping_sub(*announced) < renew {
+            return Some(Learned::Refreshed);
         }
-        if renew != 0 && now.wrapping_sub(e.announced) >= renew {
-            e.announced = now;
-            return Some(Learned::Renewed);
-        }
-        Some(Learned::Refreshed)
+        *announced = now;
+        Some(learned)
     }
 
     /// `learn_key` for an address `refresh_key` did not find.
     #[inline]
     pub fn insert_key(&mut self, k: u64, port: u16, now: u64) -> Learned {
-        match self.map.insert(k, MacEntry { port, last_seen: now, announced: now }) {
-            Ok(_) => Learned::New,
+        match self.map.insert_slot(k, Hot { port, last_seen: now }) {
+            Ok((i, _)) => {
+                if let Some(announced) = self.map.cold_mut(i) {
+                    *announced = now;
+                }
+                Learned::New
+            }
             Err(_) => Learned::Full,
         }
     }
@@ -158,16 +180,16 @@ impl MacTable {
     /// announcements that cross (a host moving between ports) settle on
     /// where it was seen last. Returns whether the table changed.
     pub fn sync_key(&mut self, k: u64, port: u16, seen: u64) -> bool {
-        if let Some(e) = self.map.get_mut(&k) {
-            if seen <= e.last_seen {
-                return false;
-            }
+        if let Some(i) = self.map.slot_of(&k) {
+            let Some(e) = self.map.at_mut(i).filter(|e| seen > e.last_seen) else { return false };
             e.port = port;
             e.last_seen = seen;
-            e.announced = e.announced.max(seen);
+            if let Some(announced) = self.map.cold_mut(i) {
+                *announced = (*announced).max(seen);
+            }
             return true;
         }
-        self.map.insert(k, MacEntry { port, last_seen: seen, announced: seen }).is_ok()
+        self.insert_key(k, port, seen) == Learned::New
     }
 
     #[inline]
@@ -187,9 +209,10 @@ impl MacTable {
     }
 
     pub fn entries(&self) -> impl Iterator<Item = (u16, [u8; 6], MacEntry)> + '_ {
-        self.map.iter().map(|(k, e)| {
+        self.map.entries().map(|(k, e, announced)| {
             let b = k.to_le_bytes();
-            (u16::from_le_bytes([b[6], b[7]]), b[..6].try_into().unwrap(), *e)
+            let entry = MacEntry { port: e.port, last_seen: e.last_seen, announced: *announced };
+            (u16::from_le_bytes([b[6], b[7]]), b[..6].try_into().unwrap(), entry)
         })
     }
 

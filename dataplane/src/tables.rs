@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::counters::MAX_PORTS;
-use crate::fixed_map::FixedMap;
+use crate::fixed_map::{CompactMap, FixedMap};
 use crate::lpm::{Lpm, Prefix};
 
 /// How the switch forwards.
@@ -263,7 +263,7 @@ pub struct Tables {
     pub local4: FixedMap<u64, u16>,
     pub local6: FixedMap<u128, u16>,
     /// Static bridge entries: `mac_table::key(vlan, mac)` -> port.
-    pub static_macs: FixedMap<u64, u16>,
+    pub static_macs: CompactMap<u64, u16>,
     pub int: Option<crate::int::watch::IntSpec>,
     pub ampm: Option<crate::ampm::AmpmSpec>,
     pub gpint: Option<crate::gpint::GpintSpec>,
@@ -549,7 +549,7 @@ impl Tables {
                 local6.insert(v6_key(*a), i as u16).map_err(|_| "too many local IPv6 addresses".to_string())?;
             }
         }
-        let mut static_macs = FixedMap::with_capacity(spec.static_macs.len().max(1));
+        let mut static_macs = CompactMap::with_capacity(spec.static_macs.len().max(1));
         for s in &spec.static_macs {
             if s.port >= nports {
                 return Err(format!("static MAC on port index {} of {}", s.port, nports));
