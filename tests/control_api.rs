@@ -144,6 +144,18 @@ fn every_command_round_trips() {
         assert!(ok, "{args:?}: {err}");
     }
     assert!(intctl_json(&d, &["show", "routes"]).to_string().contains("203.0.113.0/24"));
+    // route get: the configuration's longest match and the workers' next hop.
+    let g = intctl_json(&d, &["route", "get", "203.0.113.77"]);
+    let named = |g: &serde_json::Value, k: &str| g[k].as_str().map(str::to_string);
+    assert_eq!(
+        ["route", "kind", "port", "via", "via_mac"].map(|k| named(&g, k)),
+        ["203.0.113.0/24", "static", "p1", "10.0.2.253", "02:00:00:00:02:fd"].map(|v| Some(v.to_string())),
+        "{g}"
+    );
+    let (ok, out, err) = intctl(&d, &["route", "get", "10.0.1.1"]);
+    assert!(ok && out.contains("10.0.1.1 local on p0, route 10.0.1.1/32 (local)"), "{out} {err}");
+    let (ok, out, err) = intctl(&d, &["route", "get", "10.0.2.99"]);
+    assert!(ok && out.contains("10.0.2.99 dev p1, route 10.0.2.0/24 (connected)"), "{out} {err}");
     assert!(intctl_json(&d, &["show", "neighbours"]).to_string().contains("10.0.2.9"));
     assert!(eventually(|| intctl_json(&d, &["show", "drops"])["total"]["flow_drop"].as_u64().unwrap() > 0));
     let flows = intctl_json(&d, &["show", "flows", "--max", "100000"]);
@@ -157,6 +169,8 @@ fn every_command_round_trips() {
         let (ok, _, err) = intctl(&d, args);
         assert!(ok, "{args:?}: {err}");
     }
+    let (ok, out, err) = intctl(&d, &["route", "get", "203.0.113.77"]);
+    assert!(ok && out.starts_with("203.0.113.77: no route (generation "), "{out} {err}");
     // A routes file: added in one generation; with an error, nothing is.
     std::fs::write(d.path("more.txt"), "# two more\n203.0.113.0/24 p1 10.0.2.253\n2001:db8:99::/48 p1\n").unwrap();
     std::fs::write(d.path("bad.txt"), "192.0.2.0/24 p1\n192.0.2.0/99 p1\n").unwrap();
@@ -211,6 +225,7 @@ fn every_command_round_trips() {
         (&["route", "add", "10.9.0.0/16", "--port", "p9"][..], "port: no port named 'p9'"),
         (&["route", "add", "10.9.0.0/33", "--port", "p1"], "prefix"),
         (&["route", "del", "192.0.2.0/24"], "no route 192.0.2.0/24"),
+        (&["route", "get", "203.0.113"], "'203.0.113' is not an IP address"),
         (&["neighbour", "add", "10.0.2.7", "zz:00", "--port", "p1"], "mac"),
         (
             &[

@@ -94,6 +94,7 @@ const ROUTES: &[(&str, Handler)] = &[
         })
     }),
     (v::RouteLoad::NAME, |cx, env| serve(env, |a: v::RouteLoad| cx.sw.route_load(&a.path, a.replace))),
+    (v::RouteGet::NAME, |cx, env| serve(env, |a: v::RouteGet| Ok(cx.sw.route_get(ip_arg("address", &a.address)?)))),
     (v::NeighbourAdd::NAME, |cx, env| {
         serve(env, |a: v::NeighbourAdd| cx.sw.neighbour_add(a.0.to_spec(&cx.sw.port_names())?))
     }),

@@ -315,41 +315,85 @@ fn port_addresses(spec: &TableSpec) -> Vec<PortAddresses> {
     spec.ports.iter().map(|p| (p.ipv4.clone(), p.ipv6.clone())).collect()
 }
 
-/// Every route the LPMs hold and where it leads, in the order a build
-/// inserts them (of two routes to one prefix the later wins): connected
-/// routes from the port addresses, reversed so that of two ports on one
-/// subnet the first port's wins; the configured routes, which so win over
-/// a connected one to the same prefix; the switch's own addresses as host
-/// routes, which win over any route to the same address (one lookup tells
-/// a packet to route from one for the switch).
-fn each_route(spec: &TableSpec, mut f: impl FnMut(IpAddr, u8, NextHop) -> Result<(), String>) -> Result<(), String> {
+/// Where a route comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    /// A port address's subnet.
+    Connected,
+    /// Configured: `[[route]]`, `routes_file`, `route add` / `load`.
+    Static,
+    /// One of the switch's own addresses (a host route).
+    Local,
+}
+
+impl RouteKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteKind::Connected => "connected",
+            RouteKind::Static => "static",
+            RouteKind::Local => "local",
+        }
+    }
+}
+
+/// Every route the LPMs hold, where it leads and where it comes from, in
+/// the order a build inserts them (of two routes to one prefix the later
+/// wins): connected routes from the port addresses, reversed so that of
+/// two ports on one subnet the first port's wins; the configured routes,
+/// which so win over a connected one to the same prefix; the switch's own
+/// addresses as host routes, which win over any route to the same address
+/// (one lookup tells a packet to route from one for the switch).
+fn each_route(
+    spec: &TableSpec,
+    mut f: impl FnMut(IpAddr, u8, NextHop, RouteKind) -> Result<(), String>,
+) -> Result<(), String> {
     let nports = spec.ports.len() as u16;
     let hop = |port: u16, gateway: Option<IpAddr>| NextHop { port, gateway, gateway_mac: None, local: false };
     for (i, p) in spec.ports.iter().enumerate().rev() {
         let port = i as u16;
         for (a, l) in p.ipv6.iter().rev() {
-            f(IpAddr::from(*a), *l, hop(port, None))?;
+            f(IpAddr::from(*a), *l, hop(port, None), RouteKind::Connected)?;
         }
         for (a, l) in p.ipv4.iter().rev() {
-            f(IpAddr::from(*a), *l, hop(port, None))?;
+            f(IpAddr::from(*a), *l, hop(port, None), RouteKind::Connected)?;
         }
     }
     for r in spec.routes.iter() {
         if r.port >= nports {
             return Err(format!("route {}/{} uses port index {} of {}", r.prefix, r.len, r.port, nports));
         }
-        f(r.prefix, r.len, hop(r.port, r.gateway))?;
+        f(r.prefix, r.len, hop(r.port, r.gateway), RouteKind::Static)?;
     }
     for (i, p) in spec.ports.iter().enumerate() {
         let local = NextHop { port: i as u16, gateway: None, gateway_mac: None, local: true };
         for (a, _) in &p.ipv4 {
-            f(IpAddr::from(*a), 32, local)?;
+            f(IpAddr::from(*a), 32, local, RouteKind::Local)?;
         }
         for (a, _) in &p.ipv6 {
-            f(IpAddr::from(*a), 128, local)?;
+            f(IpAddr::from(*a), 128, local, RouteKind::Local)?;
         }
     }
     Ok(())
+}
+
+/// The route of `spec` that `addr` matches longest (as a build's LPM
+/// answers it), with its prefix masked: what `intctl route get` names.
+/// A pass over every route.
+pub fn longest_match(spec: &TableSpec, addr: IpAddr) -> Option<(IpAddr, u8, NextHop, RouteKind)> {
+    let key = wide(addr);
+    let mut best: Option<(IpAddr, u8, NextHop, RouteKind)> = None;
+    let _ = each_route(spec, |prefix, len, nh, kind| {
+        let m = wide_mask(len);
+        if prefix.is_ipv4() == addr.is_ipv4() && wide(prefix) & m == key & m && best.is_none_or(|b| len >= b.1) {
+            let masked = match prefix {
+                IpAddr::V4(a) => IpAddr::from(crate::lpm::mask(a.octets(), len)),
+                IpAddr::V6(a) => IpAddr::from(crate::lpm::mask(a.octets(), len)),
+            };
+            best = Some((masked, len, nh, kind));
+        }
+        Ok(())
+    });
+    best
 }
 
 /// Route changes a generation applies region by region; more are built
@@ -423,7 +467,7 @@ impl RouteTables {
         let mut hops = NextHops::default();
         let mut p4 = Vec::new();
         let mut p6 = Vec::new();
-        each_route(spec, |prefix, len, nh| {
+        each_route(spec, |prefix, len, nh, _| {
             let value = hops.index(nh);
             match prefix {
                 IpAddr::V4(a) => p4.push(Prefix { addr: a.octets(), len, value }),
@@ -471,7 +515,7 @@ impl RouteTables {
             }
         }
         let (mut n4, mut n6) = (0, 0);
-        each_route(spec, |prefix, len, nh| {
+        each_route(spec, |prefix, len, nh, _| {
             let key = wide(prefix);
             match prefix {
                 IpAddr::V4(a) => {
@@ -584,6 +628,16 @@ impl Tables {
             gpint: spec.gpint,
             label: spec.label.clone(),
         })
+    }
+
+    /// The next hop this generation's LPMs give `addr` (gateway MAC as
+    /// resolved in it), if any route matches.
+    pub fn route_lookup(&self, addr: IpAddr) -> Option<&NextHop> {
+        let v = match addr {
+            IpAddr::V4(a) => self.lpm4.lookup(&a.octets()),
+            IpAddr::V6(a) => self.lpm6.lookup(&a.octets()),
+        }?;
+        self.nexthops.get(v as usize)
     }
 
     /// The peer a cross-connect passes `in_port`'s frames to untouched,
@@ -806,11 +860,7 @@ pub(crate) mod tests {
     /// Where `a` leads in `t`: the next hop itself, since a region rebuilt
     /// and a whole build may number the next hops differently.
     fn hop(t: &Tables, a: IpAddr) -> Option<NextHop> {
-        let v = match a {
-            IpAddr::V4(a) => t.lpm4.lookup(&a.octets()),
-            IpAddr::V6(a) => t.lpm6.lookup(&a.octets()),
-        };
-        v.map(|v| t.nexthops[v as usize])
+        t.route_lookup(a).copied()
     }
 
     #[test]
@@ -884,6 +934,9 @@ pub(crate) mod tests {
             }
             for a in probes {
                 assert_eq!(hop(&next, a), hop(&fresh, a), "generation {g}: {a}");
+                // What `route get` names leads where the LPM does.
+                let named = longest_match(&s, a).map(|(_, _, nh, _)| (nh.port, nh.gateway, nh.local));
+                assert_eq!(named, hop(&next, a).map(|nh| (nh.port, nh.gateway, nh.local)), "generation {g}: {a}");
             }
             assert_eq!(next.lpm4.routes() + next.lpm6.routes(), fresh.lpm4.routes() + fresh.lpm6.routes());
             t = next;
@@ -906,5 +959,22 @@ pub(crate) mod tests {
         let t2 = Tables::build(&s, 300).unwrap();
         s.routes.upsert(RouteSpec { prefix: IpAddr::from([192, 0, 4, 0]), len: 24, port: 7, gateway: None });
         assert!(Tables::build_after(&s, 301, Some(&t2)).err().unwrap().contains("port index 7"));
+    }
+
+    #[test]
+    fn longest_match_names_the_route_and_its_kind() {
+        let s = two_port_router();
+        let named =
+            |a: &str| longest_match(&s, a.parse().unwrap()).map(|(p, l, nh, k)| (format!("{p}/{l}"), nh.port, k));
+        assert_eq!(named("10.0.2.9"), Some(("10.0.2.0/24".into(), 1, RouteKind::Connected)));
+        assert_eq!(named("10.0.2.1"), Some(("10.0.2.1/32".into(), 1, RouteKind::Local)));
+        assert_eq!(named("172.20.0.1"), Some(("172.16.0.0/12".into(), 1, RouteKind::Static)));
+        assert_eq!(named("2001:db8:2::77"), Some(("2001:db8:2::/64".into(), 1, RouteKind::Connected)));
+        assert_eq!(named("8.8.8.8"), None);
+        assert_eq!(named("2001:db8:3::1"), None);
+        let t = Tables::build(&s, 1).unwrap();
+        let nh = t.route_lookup("172.20.0.1".parse().unwrap()).unwrap();
+        assert_eq!((nh.port, nh.gateway_mac), (1, Some([2, 0, 0, 0, 0, 0xfe])));
+        assert!(t.route_lookup("8.8.8.8".parse().unwrap()).is_none());
     }
 }

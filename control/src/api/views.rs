@@ -282,6 +282,34 @@ pub struct RouteLoad {
     pub replace: bool,
 }
 
+/// Where the switch sends a packet to `address` (`ip route get`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteGet {
+    pub address: String,
+}
+
+/// The answer to `route_get`: the route the configuration matches longest
+/// (`route`, `kind`), and the next hop the published generation's LPM
+/// gives (`port`, `via`, `via_mac`, `local`): what the workers do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteLookup {
+    pub address: String,
+    /// The generation looked up in.
+    pub generation: u64,
+    /// PREFIX/LEN; None: no route matches.
+    pub route: Option<String>,
+    /// "connected", "static" or "local".
+    pub kind: Option<String>,
+    pub port: Option<String>,
+    pub via: Option<String>,
+    /// The gateway's MAC as the generation resolved it; None with a
+    /// gateway: unresolved (packets wait for ARP/ND).
+    pub via_mac: Option<String>,
+    /// One of the switch's own addresses: delivered to the switch.
+    pub local: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoutesLoaded {
     pub generation: u64,
@@ -390,6 +418,7 @@ command!(FlowDel, "flow_del", Generation);
 command!(RouteAdd, "route_add", Generation);
 command!(RouteDel, "route_del", Generation);
 command!(RouteLoad, "route_load", RoutesLoaded);
+command!(RouteGet, "route_get", RouteLookup);
 command!(NeighbourAdd, "neighbour_add", Generation);
 command!(NeighbourDel, "neighbour_del", Generation);
 command!(PortEnable, "port_enable", PortEnabled);

@@ -572,6 +572,12 @@ enum RouteOp {
         #[arg(long)]
         replace: bool,
     },
+    /// Where a packet to ADDRESS goes (as `ip route get`): the route the
+    /// configuration matches longest and the next hop (port, gateway and its
+    /// MAC, or the switch itself) of the table generation the workers use.
+    Get {
+        address: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -669,6 +675,21 @@ fn call<C: Command>(c: &mut Client, json: bool, cmd: &C, text: impl FnOnce(&C::R
     Ok(())
 }
 
+/// `route get`'s answer on one line, as `ip route get` prints it.
+fn route_line(r: &v::RouteLookup) -> String {
+    let (Some(route), Some(port)) = (&r.route, &r.port) else {
+        return format!("{}: no route (generation {})", r.address, r.generation);
+    };
+    let hop = match (&r.via, &r.via_mac) {
+        _ if r.local => format!("local on {port}"),
+        (Some(via), Some(mac)) => format!("via {via} ({mac}) dev {port}"),
+        (Some(via), None) => format!("via {via} (unresolved) dev {port}"),
+        (None, _) => format!("dev {port}"),
+    };
+    let kind = r.kind.as_deref().unwrap_or("");
+    format!("{} {hop}, route {route} ({kind}), generation {}", r.address, r.generation)
+}
+
 /// What a change prints.
 fn done<T: Serialize>(_: &T) {
     println!("ok");
@@ -735,6 +756,9 @@ fn run(cli: Cli) -> Result<(), String> {
             call(c, j, &v::RouteAdd(r), done)
         }
         Cmd::Route { op: RouteOp::Del { prefix } } => call(c, j, &v::RouteDel { prefix: prefix.clone() }, done),
+        Cmd::Route { op: RouteOp::Get { address } } => {
+            call(c, j, &v::RouteGet { address: address.clone() }, |r: &v::RouteLookup| println!("{}", route_line(r)))
+        }
         Cmd::Route { op: RouteOp::Load { file, replace } } => {
             // The switch resolves nothing against our directory.
             let path = std::path::absolute(file).map_err(|e| format!("{}: {e}", file.display()))?;

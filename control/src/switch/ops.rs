@@ -16,7 +16,7 @@ use dataplane::DropReason;
 use super::Switch;
 use crate::api::views::{
     Cleared, CountersView, DropsView, EthdevView, FlowView, Generation, Impaired, LinkView, MacView, NeighbourView,
-    PortCounters, PortEnabled, PortView, ResolutionCounters, RouteView, RoutesLoaded, Version, WorkerView,
+    PortCounters, PortEnabled, PortView, ResolutionCounters, RouteLookup, RouteView, RoutesLoaded, Version, WorkerView,
 };
 use crate::api::{ApiError, PROTOCOL_VERSION};
 use crate::fields::format_mac;
@@ -85,6 +85,24 @@ impl Switch {
         self.spec.routes.set(&all);
         let g = self.commit()?;
         Ok(RoutesLoaded { generation: g.generation, loaded: loaded.len(), routes: self.spec.routes.len() })
+    }
+
+    /// Where a packet to `addr` goes: the configuration's longest match,
+    /// and the next hop of the generation the workers have.
+    pub fn route_get(&self, addr: IpAddr) -> RouteLookup {
+        let t = self.shared.tables.load();
+        let named = dataplane::tables::longest_match(&self.spec, addr);
+        let hop = t.route_lookup(addr);
+        RouteLookup {
+            address: addr.to_string(),
+            generation: t.generation,
+            route: named.map(|(p, l, _, _)| format!("{p}/{l}")),
+            kind: named.map(|(_, _, _, k)| k.name().to_string()),
+            port: hop.and_then(|h| self.port_name(h.port)),
+            via: hop.and_then(|h| h.gateway).map(|g| g.to_string()),
+            via_mac: hop.and_then(|h| h.gateway_mac).map(|m| format_mac(&m)),
+            local: hop.is_some_and(|h| h.local),
+        }
     }
 
     pub fn neighbour_add(&mut self, n: NeighbourSpec) -> Result<Generation, ApiError> {
