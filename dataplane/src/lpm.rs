@@ -2,8 +2,8 @@
 //! expansion, its root indexed by the first byte, 8-bit strides below.
 //! Built from a route list and then read-only, so workers share it
 //! through a table generation; a route change rebuilds the region of its
-//! prefix in a copy (`duplicate`, `rebuild_region`), not the whole table. An IPv4 table of `WIDE_ROOT_MIN_ROUTES` or
-//! more gets a root of 2^24 slots (DIR-24-8, as rte_lpm and rte_fib lay it
+//! prefix in a copy (`duplicate`, `rebuild_region`), not the whole table.
+//! An IPv4 table of `WIDE_ROOT_MIN_ROUTES` or more gets a root of 2^24 slots (DIR-24-8, as rte_lpm and rte_fib lay it
 //! out: 64 MiB, one access for a prefix up to /24, two beyond): on a full
 //! table that halves a lookup's misses. IPv6 keeps the byte root, its upper
 //! levels cached (a 24-bit root there would add a miss to each lookup).

@@ -89,8 +89,8 @@ pub struct Routes {
     log: std::collections::VecDeque<(u64, IpAddr, u8)>,
 }
 
-/// Route changes remembered: a generation that many changes or more after
-/// its route tables' builds them again instead of rebuilding regions.
+/// Route changes remembered: a generation more changes than this after
+/// its route tables builds them whole instead of rebuilding regions.
 pub const ROUTE_LOG: usize = 64;
 
 /// Equal routes are equal whatever their versions.
@@ -491,7 +491,13 @@ impl RouteTables {
     fn after(self: &Arc<RouteTables>, spec: &TableSpec) -> Result<Arc<RouteTables>, String> {
         let same_addresses = self.addresses.len() == spec.ports.len()
             && self.addresses.iter().zip(&spec.ports).all(|((v4, v6), p)| *v4 == p.ipv4 && *v6 == p.ipv6);
-        match spec.routes.changes_since(self.version).filter(|_| same_addresses) {
+        let changed = spec.routes.changes_since(self.version).filter(|_| same_addresses).map(|mut c| {
+            // A prefix changed twice is one region.
+            c.sort_unstable();
+            c.dedup();
+            c
+        });
+        match changed {
             Some(changes) if changes.is_empty() => Ok(self.clone()),
             Some(changes) if changes.len() <= MAX_REGIONS => Ok(Arc::new(self.rebuilt(spec, &changes)?)),
             _ => Ok(Arc::new(RouteTables::build(spec)?)),
@@ -942,6 +948,24 @@ pub(crate) mod tests {
             t = next;
         }
         assert_eq!((regions, whole), (248, 248), "every generation rebuilt regions only");
+        // One prefix changed 20 times is one region (the IPv6 LPM stays
+        // shared); 17 prefixes are more regions than rebuilt: a whole build.
+        for i in 0..20u8 {
+            s.routes.upsert(RouteSpec {
+                prefix: IpAddr::from([192, 0, 2, 0]),
+                len: 24,
+                port: (i % 2) as u16,
+                gateway: None,
+            });
+        }
+        let next = Tables::build_after(&s, 250, Some(&t)).unwrap();
+        assert!(Arc::ptr_eq(&t.lpm6, &next.lpm6) && !Arc::ptr_eq(&t.lpm4, &next.lpm4));
+        for i in 0..=MAX_REGIONS as u8 {
+            s.routes.upsert(RouteSpec { prefix: IpAddr::from([192, 0, 3, i]), len: 32, port: 0, gateway: None });
+        }
+        let whole = Tables::build_after(&s, 251, Some(&next)).unwrap();
+        assert!(!Arc::ptr_eq(&next.lpm6, &whole.lpm6));
+        assert_eq!(hop(&whole, IpAddr::from([192, 0, 3, 16])).map(|h| h.port), Some(0));
         // A set forgets the log (a whole build follows), and so do more
         // changes than it keeps.
         let v = s.routes.version();
