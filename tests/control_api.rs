@@ -181,6 +181,9 @@ fn every_command_round_trips() {
     assert!(
         shown.contains("203.0.113.0/24") && shown.contains("2001:db8:99::/48") && shown.contains("198.51.100.0/24")
     );
+    // A load this small rebuilds its routes' regions: the workers' LPM has them.
+    let (ok, out, err) = intctl(&d, &["route", "get", "2001:db8:99::1"]);
+    assert!(ok && out.contains("dev p1, route 2001:db8:99::/48 (static)"), "{out} {err}");
     let (ok, _, err) = intctl(&d, &["route", "load", &d.path("bad.txt").display().to_string()]);
     assert!(!ok && err.contains("line 2"), "{err}");
     assert!(!intctl_json(&d, &["show", "routes"]).to_string().contains("192.0.2.0/24"), "a bad file changes nothing");

@@ -398,7 +398,7 @@ pub fn longest_match(spec: &TableSpec, addr: IpAddr) -> Option<(IpAddr, u8, Next
 
 /// Route changes a generation applies region by region; more are built
 /// from scratch (each region costs a pass over every route).
-const MAX_REGIONS: usize = 16;
+pub const MAX_REGIONS: usize = 16;
 
 /// An address left-aligned in 128 bits, so that one mask test serves
 /// both families.

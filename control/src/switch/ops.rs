@@ -69,20 +69,29 @@ impl Switch {
 
     /// A routes file's routes added, each replacing a route to its prefix
     /// (or, with `replace`, instead of every configured route), in one
-    /// generation: one build of the route tables however many lines. A
-    /// file with an error changes nothing.
+    /// generation: one build of the route tables however many lines, or
+    /// for a few added routes their regions rebuilt. A file with an error,
+    /// or whose whole build would not fit the machine, changes nothing.
     pub fn route_load(&mut self, path: &str, replace: bool) -> Result<RoutesLoaded, ApiError> {
         if !std::path::Path::new(path).is_absolute() {
             return Err(ApiError::bad_argument("path", format!("{path}: need an absolute path (the switch's)")));
         }
         let loaded = crate::config::read_routes_file(path, &self.port_names(), "path")?;
-        let all: Vec<RouteSpec> = match replace {
-            true => loaded.clone(),
-            false => self.spec.routes.iter().chain(&loaded).copied().collect(),
-        };
-        crate::memory_budget::check_routes(&all, crate::memory_budget::mem_available())
-            .map_err(|e| ApiError::bad_argument("path", format!("{path}: {e}")))?;
-        self.spec.routes.set(&all);
+        if !replace && loaded.len() <= dataplane::tables::MAX_REGIONS {
+            // A few routes: each rebuilds its region of a copy of the tables
+            // in use (as `route add` does), not a whole build.
+            for r in &loaded {
+                self.spec.routes.upsert(*r);
+            }
+        } else {
+            let all: Vec<RouteSpec> = match replace {
+                true => loaded.clone(),
+                false => self.spec.routes.iter().chain(&loaded).copied().collect(),
+            };
+            crate::memory_budget::check_routes(&all, crate::memory_budget::mem_available())
+                .map_err(|e| ApiError::bad_argument("path", format!("{path}: {e}")))?;
+            self.spec.routes.set(&all);
+        }
         let g = self.commit()?;
         Ok(RoutesLoaded { generation: g.generation, loaded: loaded.len(), routes: self.spec.routes.len() })
     }
