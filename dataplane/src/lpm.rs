@@ -104,8 +104,35 @@ pub fn mask<const N: usize>(addr: [u8; N], len: u8) -> [u8; N] {
 impl<const N: usize> Lpm<N> {
     /// Builds the trie. Later duplicates of the same prefix win.
     pub fn build(prefixes: &[Prefix<N>]) -> Result<Lpm<N>, LpmError> {
-        let wide = N == 4 && prefixes.len() >= WIDE_ROOT_MIN_ROUTES;
-        Lpm::build_rooted(prefixes, if wide { 3 } else { 1 })
+        Lpm::build_rooted(prefixes, Self::root_bytes_for(prefixes.len()))
+    }
+
+    /// The root's bytes a build of `routes` routes takes.
+    fn root_bytes_for(routes: usize) -> usize {
+        if N == 4 && routes >= WIDE_ROOT_MIN_ROUTES {
+            3
+        } else {
+            1
+        }
+    }
+
+    /// `prefixes` masked to their lengths and in the order they are
+    /// inserted: shorter first, so that a longer one then overwrites the
+    /// slots it covers and new child nodes inherit the covering value; the
+    /// sort is stable, so of two equal prefixes the later is set last.
+    fn sorted(prefixes: &[Prefix<N>]) -> Result<Vec<Prefix<N>>, LpmError> {
+        let mut sorted: Vec<Prefix<N>> = Vec::with_capacity(prefixes.len());
+        for p in prefixes {
+            if p.len as usize > N * 8 {
+                return Err(LpmError::BadLength { len: p.len, max: N * 8 });
+            }
+            if p.value >= NONE {
+                return Err(LpmError::ValueReserved);
+            }
+            sorted.push(Prefix { addr: mask(p.addr, p.len), ..*p });
+        }
+        sorted.sort_by_key(|p| p.len);
+        Ok(sorted)
     }
 
     /// What `build` of `prefixes` takes (its `memory_bytes`), counted
@@ -113,7 +140,7 @@ impl<const N: usize> Lpm<N> {
     /// leading bytes that a longer prefix descends through. A tenth of a
     /// build's time on a full table; prefixes `build` refuses count nothing.
     pub fn bytes_for(prefixes: &[Prefix<N>]) -> usize {
-        let root_bytes = if N == 4 && prefixes.len() >= WIDE_ROOT_MIN_ROUTES { 3 } else { 1 };
+        let root_bytes = Self::root_bytes_for(prefixes.len());
         let mut keys: Vec<(u8, [u8; N])> = Vec::new();
         for p in prefixes.iter().filter(|p| p.len as usize <= N * 8) {
             let a = mask(p.addr, p.len);
@@ -132,20 +159,7 @@ impl<const N: usize> Lpm<N> {
     }
 
     fn build_rooted(prefixes: &[Prefix<N>], root_bytes: usize) -> Result<Lpm<N>, LpmError> {
-        let mut sorted: Vec<Prefix<N>> = Vec::with_capacity(prefixes.len());
-        for p in prefixes {
-            if p.len as usize > N * 8 {
-                return Err(LpmError::BadLength { len: p.len, max: N * 8 });
-            }
-            if p.value >= NONE {
-                return Err(LpmError::ValueReserved);
-            }
-            sorted.push(Prefix { addr: mask(p.addr, p.len), ..*p });
-        }
-        // Shorter prefixes first: a longer one then overwrites the slots it
-        // covers, and new child nodes inherit the covering value. The sort
-        // is stable, so of two equal prefixes the later is set last.
-        sorted.sort_by_key(|p| p.len);
+        let sorted = Self::sorted(prefixes)?;
         let mut lpm = Lpm {
             root: slots(1 << (8 * root_bytes), NONE),
             root_bytes,
@@ -295,20 +309,10 @@ impl<const N: usize> Lpm<N> {
             return Err(LpmError::ValueReserved);
         }
         let at = mask(at, len);
-        let mut sorted = Vec::with_capacity(inside.len());
-        for p in inside {
-            if p.len as usize > max {
-                return Err(LpmError::BadLength { len: p.len, max });
-            }
-            if p.value >= NONE {
-                return Err(LpmError::ValueReserved);
-            }
-            if p.len < len || mask(p.addr, len) != at {
-                return Err(LpmError::OutsideRegion);
-            }
-            sorted.push(Prefix { addr: mask(p.addr, p.len), ..*p });
+        let sorted = Self::sorted(inside)?;
+        if sorted.iter().any(|p| p.len < len || mask(p.addr, len) != at) {
+            return Err(LpmError::OutsideRegion);
         }
-        sorted.sort_by_key(|p| p.len);
         let cover = cover.unwrap_or(NONE);
         // Level sizes only matter to a build's choice of hot levels, kept.
         let mut per_level = [0usize; N];

@@ -383,8 +383,7 @@ pub fn longest_match(spec: &TableSpec, addr: IpAddr) -> Option<(IpAddr, u8, Next
     let key = wide(addr);
     let mut best: Option<(IpAddr, u8, NextHop, RouteKind)> = None;
     let _ = each_route(spec, |prefix, len, nh, kind| {
-        let m = wide_mask(len);
-        if prefix.is_ipv4() == addr.is_ipv4() && wide(prefix) & m == key & m && best.is_none_or(|b| len >= b.1) {
+        if prefix.is_ipv4() == addr.is_ipv4() && holds(wide(prefix), len, key) && best.is_none_or(|b| len >= b.1) {
             let masked = match prefix {
                 IpAddr::V4(a) => IpAddr::from(crate::lpm::mask(a.octets(), len)),
                 IpAddr::V6(a) => IpAddr::from(crate::lpm::mask(a.octets(), len)),
@@ -413,6 +412,11 @@ fn wide_mask(len: u8) -> u128 {
     u128::MAX.checked_shl(128 - len as u32).unwrap_or(0)
 }
 
+/// Whether the prefix `key`/`len` (left-aligned) holds the address `addr`.
+fn holds(key: u128, len: u8, addr: u128) -> bool {
+    (key ^ addr) & wide_mask(len) == 0
+}
+
 /// A changed prefix's region of an LPM and what rebuilds it: the routes
 /// inside, and the longest route around it (its length and value).
 struct Region<const N: usize> {
@@ -433,10 +437,10 @@ impl<const N: usize> Region<N> {
     /// lies inside or around the region.
     fn take(&mut self, addr: [u8; N], len: u8, key: u128, value: impl FnOnce() -> u32) {
         if len >= self.len {
-            if key & wide_mask(self.len) == self.key {
+            if holds(self.key, self.len, key) {
                 self.inside.push(Prefix { addr, len, value: value() });
             }
-        } else if self.key & wide_mask(len) == key & wide_mask(len) && self.cover.is_none_or(|(l, _)| len >= l) {
+        } else if holds(key, len, self.key) && self.cover.is_none_or(|(l, _)| len >= l) {
             self.cover = Some((len, value()));
         }
     }
