@@ -376,6 +376,17 @@ fn l4_payload(b: &[u8], meta: &PacketMeta) -> Option<usize> {
     }
 }
 
+/// Whether the packet may carry an INT block by `presence`, from the parse
+/// and (by DSCP) one byte: false rules a block out without reading further.
+#[inline(always)]
+pub fn may_carry(b: &[u8], meta: &PacketMeta, presence: Presence) -> bool {
+    let k = &meta.key;
+    match presence {
+        Presence::UdpPort(port) => k.proto() == PROTO_UDP && k.dst_port() == port,
+        Presence::Dscp { value, mask } => matches!(k.proto(), PROTO_UDP | PROTO_TCP) && dscp(b, meta) & mask == value,
+    }
+}
+
 /// Offset of the INT block, when the packet carries one by `presence`.
 #[inline(always)]
 pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {

@@ -323,13 +323,7 @@ pub fn may_act(spec: &IntSpec, b: &[u8], meta: &PacketMeta, in_port: u16) -> boo
     if k.ip_version() == 0 {
         return false;
     }
-    let may_carry = match spec.presence {
-        int::Presence::UdpPort(port) => k.proto() == crate::parse::PROTO_UDP && k.dst_port() == port,
-        int::Presence::Dscp { value, mask } => {
-            matches!(k.proto(), crate::parse::PROTO_UDP | crate::parse::PROTO_TCP) && int::dscp(b, meta) & mask == value
-        }
-    };
-    may_carry || (!spec.watch.is_empty() && spec.is_edge(in_port as usize))
+    int::may_carry(b, meta, spec.presence) || (!spec.watch.is_empty() && spec.is_edge(in_port as usize))
 }
 
 /// Runs the INT stage on a packet that leaves by the hop's output port.

@@ -88,6 +88,13 @@ impl Thresholds {
         ((base as u128 * elapsed as u128) / t.max(1) as u128).min(ONE as u128) as u64
     }
 
+    /// Whether a packet carrying no labels can be labeled by chance (f(0)
+    /// above 0: only an explicit table has it).
+    #[inline]
+    pub fn draws_unlabeled(&self) -> bool {
+        self.thr[0] > 0
+    }
+
     /// The probability a threshold stands for (for display and tests).
     pub fn probability(&self, n: usize) -> f64 {
         self.thr[n.min(self.max_index)] as f64 / ONE as f64
@@ -205,6 +212,16 @@ impl LabelPorts {
             return Some(Claim { port, kind: Kind::Probabilistic, prev: lt, ct });
         }
         None
+    }
+
+    /// Whether port `port` is due for its interval label at `ct` (T >> S
+    /// since its last label, or S labels every packet): `decide`'s first
+    /// test, reading LT and S and changing nothing.
+    #[inline]
+    pub fn due(&self, port: usize, ct: u64, times: Times) -> bool {
+        let Some(p) = self.ports.get(port) else { return false };
+        let s = p.shift.load(Relaxed);
+        s == SHIFT_EVERY_PACKET || ct.saturating_sub(p.lt.load(Relaxed)) > times.interval >> s.min(MAX_SHIFT)
     }
 
     /// A specific flow's label: always, and it refreshes LT.

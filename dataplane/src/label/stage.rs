@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::counters::{CounterValues, Event};
+use crate::counters::{CounterValues, Event, MAX_PORTS};
 use crate::forward::Verdict;
 use crate::int::stage::{
     watch_fields, BurstClock, HopSource, ReportRecord, ReportSink, StageHop, WallClock, REPORT_MAX,
@@ -294,6 +294,8 @@ pub struct LabelStage<R: ReportSink> {
     clock: WallClock,
     times: BurstClock,
     slots: Box<[(u64, u64)]>,
+    /// This burst's `quiet_ports`.
+    quiet: u32,
 }
 
 impl<R: ReportSink> LabelStage<R> {
@@ -305,8 +307,30 @@ impl<R: ReportSink> LabelStage<R> {
             clock,
             times: BurstClock::new(0),
             slots: vec![(0, 0); FLOW_SLOTS].into_boxed_slice(),
+            quiet: 0,
         }
     }
+}
+
+/// The ports (a bit each) whose packets without a label get nothing from
+/// the stage in a burst from `in_port` at `ct`: f(0) = 0, no specific flow
+/// can enter there, and the port is not due for its interval label. LT only
+/// grows, so a port not due at the burst's start stays so for the burst.
+/// Most packets of a core switch then pass on a bit test and the presence
+/// check; an earlier stage's resize leaves that right, as it never touches
+/// a label packet, and a block it added or took away is another domain's.
+fn quiet_ports(spec: &LabelSpec, ports: &LabelPorts, port_count: usize, in_port: u16, ct: u64) -> u32 {
+    if spec.f.draws_unlabeled() || (spec.is_edge(in_port as usize) && !spec.flows.is_empty()) {
+        return 0;
+    }
+    (0..port_count.min(MAX_PORTS)).filter(|&p| !ports.due(p, ct, spec.times)).fold(0, |m, p| m | 1 << p)
+}
+
+/// The quick pass: whether a packet leaving by `out_port`, one of the
+/// `quiet` ports, carries no label (by the presence method).
+#[inline(always)]
+fn passes_quietly(spec: &LabelSpec, quiet: u32, b: &[u8], meta: &PacketMeta, out_port: u16) -> bool {
+    out_port < 32 && quiet & 1 << out_port != 0 && !int::may_carry(b, meta, spec.presence)
 }
 
 /// Whether an earlier stage changed the packet's IP length since it was
@@ -329,8 +353,10 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
     }
 
     #[inline(always)]
-    fn begin(&mut self, _t: &Tables, burst: &Burst) {
+    fn begin(&mut self, t: &Tables, burst: &Burst) {
         self.times = BurstClock::new(burst.rx_tsc);
+        self.quiet =
+            t.label.as_ref().map_or(0, |spec| quiet_ports(spec, &self.ports, t.ports.len(), burst.in_port, burst.now));
     }
 
     /// Labels a forwarded packet by its egress port (dropped and flooded
@@ -340,6 +366,9 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
         let (Some(spec), Ok(meta)) = (cx.tables.label.as_ref(), &p.meta) else { return Step::Next };
         let Verdict::Tx(out_port) = p.verdict else { return Step::Next };
         let in_port = cx.burst.in_port;
+        if passes_quietly(spec, self.quiet, m.bytes(), meta, out_port) {
+            return Step::Next;
+        }
         let reparsed;
         let meta = if cx.tables.int.is_some() && resized(m.bytes(), meta) {
             match crate::parse::parse(m.bytes(), in_port) {
@@ -376,7 +405,7 @@ mod tests {
     use crate::int::stage::Hop;
     use crate::int::tests::{checksums_valid, tcp};
     use crate::int::watch::{Presence, Role, Ternary, WatchRule};
-    use crate::label::{LabelFn, Thresholds, Times};
+    use crate::label::{LabelFn, Thresholds, Times, SHIFT_EVERY_PACKET};
     use crate::parse::parse;
     use crate::parse::tests::{udp4, udp6};
     use crate::pktbuf::VecBuf;
@@ -408,12 +437,15 @@ mod tests {
         reports: Vec<ReportRecord>,
         rng: XorShift,
         slots: Vec<(u64, u64)>,
+        /// Whether `run` takes the stage's quick pass (`quiet_ports`), as
+        /// the worker does.
+        quick: bool,
     }
 
     impl Node {
         fn new(spec: LabelSpec) -> Node {
             let (ports, c, rng) = (LabelPorts::default(), CounterValues::default(), XorShift::new(3));
-            Node { spec, ports, c, reports: Vec::new(), rng, slots: vec![(0, 0); 64] }
+            Node { spec, ports, c, reports: Vec::new(), rng, slots: vec![(0, 0); 64], quick: true }
         }
 
         /// Runs the stage on `b` from port 0 to port 1 at `ct`.
@@ -421,6 +453,10 @@ mod tests {
             let meta = parse(b.bytes(), 0).unwrap();
             let hop = Hop { in_port: 0, out_port: 1, rx_tsc: ct, tx_tsc: ct + 100, ..Default::default() };
             let clock = WallClock::new(0, 1_000_000_000, 1_000_000_000);
+            let quiet = if self.quick { quiet_ports(&self.spec, &self.ports, 2, 0, ct) } else { 0 };
+            if passes_quietly(&self.spec, quiet, b.bytes(), &meta, 1) {
+                return Ok(());
+            }
             let mut ctx = LabelCtx {
                 spec: &self.spec,
                 ports: &self.ports,
@@ -635,5 +671,81 @@ mod tests {
         let mut b = VecBuf::new(&web, 512);
         s1.run(&mut b, 10 * T).unwrap();
         assert_eq!(b.bytes(), &web[..]);
+    }
+
+    /// The stage's quick pass (a quiet port: a packet without a label gets
+    /// none) changes nothing: two nodes, one taking it and one not, see the
+    /// same packets at the same times and must write the same bytes, the
+    /// same counters, the same LT and reports. Plain and labeled packets,
+    /// IPv4, IPv6 and TCP, at a transit and a last hop, under F1, F2, a
+    /// table with f(0) > 0, specific flows, and Pro's shifts.
+    #[test]
+    fn the_quick_pass_changes_nothing() {
+        let plain = [
+            udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"x"),
+            udp6([0x20; 16], [0x30; 16], 4000, 5001, b"six"),
+            tcp(false, 10, 8, b"tcp"),
+        ];
+        let mut first = Node::new(spec(9, 0));
+        let labeled: Vec<Vec<u8>> = plain
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut b = VecBuf::new(f, 512);
+                first.run(&mut b, (i as u64 + 1) * 2 * T).unwrap();
+                b.bytes().to_vec()
+            })
+            .collect();
+        assert!(labeled.iter().all(|f| decode(f).is_some()));
+        let mut variants = Vec::new();
+        for edge in [0, 0b10, 0b01] {
+            for f in [LabelFn::F1, LabelFn::F2, LabelFn::Table(vec![0.05, 0.5])] {
+                variants.push(LabelSpec { f: Thresholds::new(&f, 5), ..spec(2, edge) });
+            }
+        }
+        let mut specific = spec(2, 0b01);
+        let mut rule = WatchRule::any("vip", Role::Transit);
+        rule.dst_port = Ternary::exact(5001);
+        specific.flows.push(crate::label::FlowRule { rule, interval_tsc: T / 3 });
+        variants.push(specific);
+        let mut quiet_plain = 0;
+        for (v, sp) in variants.into_iter().enumerate() {
+            let (mut quick, mut full) = (Node::new(sp.clone()), Node::new(sp));
+            full.quick = false;
+            let mut rng = XorShift::new(v as u64 + 7);
+            let mut ct = 10 * T;
+            for i in 0..3000u64 {
+                ct += rng.next_u64() % (T / 8);
+                if i % 500 == 250 {
+                    let s = [3, SHIFT_EVERY_PACKET, 0][(i / 500 % 3) as usize];
+                    quick.ports.set_shift(1, s).unwrap();
+                    full.ports.set_shift(1, s).unwrap();
+                }
+                let r = rng.next_u64() as usize;
+                let orig = if r % 4 == 0 { &labeled[r / 4 % 3] } else { &plain[r / 4 % 3] };
+                quiet_plain += (r % 4 != 0 && quiet_ports(&quick.spec, &quick.ports, 2, 0, ct) & 0b10 != 0) as u32;
+                let (mut a, mut b) = (VecBuf::new(orig, 512), VecBuf::new(orig, 512));
+                assert_eq!(quick.run(&mut a, ct), full.run(&mut b, ct), "variant {v}, packet {i}");
+                assert_eq!(a.bytes(), b.bytes(), "variant {v}, packet {i}");
+                assert_eq!(
+                    (quick.ports.state(1), quick.c.events, quick.c.labels),
+                    (full.ports.state(1), full.c.events, full.c.labels)
+                );
+                assert_eq!(quick.reports.len(), full.reports.len());
+            }
+            assert!(full.c.labels[1] > 0, "variant {v} labeled");
+        }
+        assert!(quiet_plain > 5_000, "plain packets on a quiet port: {quiet_plain}");
+        // Where a plain packet may be labeled by chance, or a specific flow
+        // enter, no port is quiet.
+        let ports = LabelPorts::default();
+        let by_chance = LabelSpec { f: Thresholds::new(&LabelFn::Table(vec![0.1, 1.0]), 5), ..spec(2, 0) };
+        assert_eq!(quiet_ports(&by_chance, &ports, 2, 0, T / 2), 0);
+        let mut specific = spec(2, 0b01);
+        specific.flows.push(crate::label::FlowRule { rule: WatchRule::any("vip", Role::Transit), interval_tsc: 1_000 });
+        assert_eq!(quiet_ports(&specific, &ports, 2, 0, T / 2), 0);
+        assert_eq!(quiet_ports(&specific, &ports, 2, 1, T / 2), 0b11, "specific flows enter at edge port 0 only");
+        assert_eq!(quiet_ports(&spec(2, 0), &ports, 2, 0, T / 2), 0b11);
+        assert_eq!(quiet_ports(&spec(2, 0), &ports, 2, 0, T + 1), 0, "due");
     }
 }
