@@ -315,7 +315,8 @@ impl<R: ReportSink> LabelStage<R> {
 /// The ports (a bit each) whose packets without a label get nothing from
 /// the stage in a burst from `in_port` at `ct`: f(0) = 0, no specific flow
 /// can enter there, and the port is not due for its interval label. LT only
-/// grows, so a port not due at the burst's start stays so for the burst.
+/// grows, so a port not due at the burst's start stays so for the burst (a
+/// shift the control core sets meanwhile counts from the next burst).
 /// Most packets of a core switch then pass on a bit test and the presence
 /// check; an earlier stage's resize leaves that right, as it never touches
 /// a label packet, and a block it added or took away is another domain's.
@@ -440,12 +441,15 @@ mod tests {
         /// Whether `run` takes the stage's quick pass (`quiet_ports`), as
         /// the worker does.
         quick: bool,
+        /// The quiet ports of the burst `run` is in (the worker computes
+        /// them at a burst's start); None: of a burst of one packet.
+        burst_quiet: Option<u32>,
     }
 
     impl Node {
         fn new(spec: LabelSpec) -> Node {
             let (ports, c, rng) = (LabelPorts::default(), CounterValues::default(), XorShift::new(3));
-            Node { spec, ports, c, reports: Vec::new(), rng, slots: vec![(0, 0); 64], quick: true }
+            Node { spec, ports, c, reports: Vec::new(), rng, slots: vec![(0, 0); 64], quick: true, burst_quiet: None }
         }
 
         /// Runs the stage on `b` from port 0 to port 1 at `ct`.
@@ -453,7 +457,11 @@ mod tests {
             let meta = parse(b.bytes(), 0).unwrap();
             let hop = Hop { in_port: 0, out_port: 1, rx_tsc: ct, tx_tsc: ct + 100, ..Default::default() };
             let clock = WallClock::new(0, 1_000_000_000, 1_000_000_000);
-            let quiet = if self.quick { quiet_ports(&self.spec, &self.ports, 2, 0, ct) } else { 0 };
+            let quiet = match (self.quick, self.burst_quiet) {
+                (false, _) => 0,
+                (true, Some(q)) => q,
+                (true, None) => quiet_ports(&self.spec, &self.ports, 2, 0, ct),
+            };
             if passes_quietly(&self.spec, quiet, b.bytes(), &meta, 1) {
                 return Ok(());
             }
@@ -715,15 +723,21 @@ mod tests {
             let mut rng = XorShift::new(v as u64 + 7);
             let mut ct = 10 * T;
             for i in 0..3000u64 {
-                ct += rng.next_u64() % (T / 8);
-                if i % 500 == 250 {
-                    let s = [3, SHIFT_EVERY_PACKET, 0][(i / 500 % 3) as usize];
+                // Bursts of 1 to 8 packets: one receive time, the quiet
+                // ports computed at the burst's start.
+                // Bursts of about 4 packets: one receive time, the quiet
+                // ports computed at the burst's start, where a new shift
+                // takes effect (the control core's `set-shift`).
+                if i == 0 || rng.next_u64() % 4 == 0 {
+                    ct += rng.next_u64() % (T / 2);
+                    let s = [0, 3, SHIFT_EVERY_PACKET, 0, 1, 0][(i / 500) as usize];
                     quick.ports.set_shift(1, s).unwrap();
                     full.ports.set_shift(1, s).unwrap();
+                    quick.burst_quiet = Some(quiet_ports(&quick.spec, &quick.ports, 2, 0, ct));
                 }
                 let r = rng.next_u64() as usize;
                 let orig = if r % 4 == 0 { &labeled[r / 4 % 3] } else { &plain[r / 4 % 3] };
-                quiet_plain += (r % 4 != 0 && quiet_ports(&quick.spec, &quick.ports, 2, 0, ct) & 0b10 != 0) as u32;
+                quiet_plain += (r % 4 != 0 && quick.burst_quiet.is_some_and(|q| q & 0b10 != 0)) as u32;
                 let (mut a, mut b) = (VecBuf::new(orig, 512), VecBuf::new(orig, 512));
                 assert_eq!(quick.run(&mut a, ct), full.run(&mut b, ct), "variant {v}, packet {i}");
                 assert_eq!(a.bytes(), b.bytes(), "variant {v}, packet {i}");
