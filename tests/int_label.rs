@@ -1,6 +1,6 @@
-//! INT-label end to end: labels on the chain3 path leave hosts' payloads
-//! byte for byte (UDP and TCP, IPv4 and IPv6) and decode with the
-//! independent decoder; on the paper's Clos the controller covers the 25
+//! INT-label end to end: labels on the chain3 path and on the leaf-spine
+//! leave hosts' payloads byte for byte (UDP and TCP, IPv4 and IPv6), and on
+//! chain3 decode with the independent decoder; on the paper's Clos the controller covers the 25
 //! active ports, the single-hop path, a route change, and Pro raises a
 //! lossy port's S and lowers it again.
 
@@ -145,6 +145,89 @@ fn chain3_labels_keep_payloads_byte_identical_and_decode_independently() {
     assert!(whole >= 50, "{whole} of {} reports carry all three labels", reports.len());
     let full = reports.iter().filter(|r| r["m"] == true).count() as u64;
     assert!(counter(&s3, "label_skipped_mtu") >= full.min(1), "{s3}");
+}
+
+/// Labels at every hop of the leaf-spine (T = 1 us: every packet, F1), the
+/// leaves' host ports its last hops: UDP and TCP over IPv4 and IPv6, both
+/// spines, both directions, reach the hosts byte for byte with the TOS
+/// they were sent with; what sp1 sends on carries lf1's label and its own
+/// (the independent decoder), and each leaf accounted for every label it
+/// sank.
+#[test]
+fn leafspine_labels_keep_payloads_byte_identical() {
+    let _serial = serial();
+    let d = Scratch::new("labells");
+    let file = relabeled("leafspine", "labells", &d, |sw| {
+        let (node, leaf) = match sw {
+            "lf1" => (1, true),
+            "lf2" => (2, true),
+            "sp1" => (3, false),
+            _ => (4, false),
+        };
+        let edge =
+            if leaf { "edge_ports = [\"p0\", \"p1\"]\n[[int.collector]]\naddress = \"127.0.0.1:9\"\n" } else { "" };
+        format!("[int]\nnode_id = {node}\n{edge}[label]\ninterval_ms = 0.001\n")
+    });
+    let tb = Testbed::up(&file);
+    let h = |n: &str| tb.ns(n);
+    for to in ["10.33.3.2", "2001:db8:33:3::2", "10.33.4.2", "2001:db8:33:4::2"] {
+        let _ = ns_try(&h("h1"), &["ping", "-c", "2", "-i", "0.2", "-W", "2", to]);
+    }
+    // What sp1 sends on to lf2: label packets, for the independent decoder.
+    let pcap = d.path("sp1-tx.pcap");
+    let (sock, out) = (tb.socket("sp1"), pcap.clone());
+    let capture = std::thread::spawn(move || {
+        Command::new(intctl_bin())
+            .arg("--socket")
+            .arg(sock)
+            .args(["capture", "p1", "--tx", "--count", "40", "--timeout", "60", "--out"])
+            .arg(out)
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // h1 -> h3 by sp1, h2 -> h4 by sp2, and back the other way.
+    udp_exchange(&h("h1"), &h("h3"), "10.33.3.2", 5001, 200, 0);
+    udp_exchange(&h("h1"), &h("h3"), "2001:db8:33:3::2", 5002, 200, 0);
+    udp_exchange(&h("h4"), &h("h2"), "2001:db8:33:2::2", 5003, 200, 0);
+    tcp_transfer(&h("h2"), &h("h4"), "10.33.4.2", 1 << 20);
+    tcp_transfer(&h("h2"), &h("h4"), "2001:db8:33:4::2", 1 << 20);
+    tcp_transfer(&h("h3"), &h("h1"), "2001:db8:33:1::2", 1 << 20);
+    let cap = capture.join().unwrap();
+    assert!(cap.status.success(), "capture: {}", String::from_utf8_lossy(&cap.stderr));
+    let dec =
+        Command::new("python3").arg(decoder()).arg("pcap").arg(&pcap).args(["--int-dscp", "0x17"]).output().unwrap();
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&dec.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let labeled: Vec<&Value> = lines.iter().filter(|v| v.get("hops").is_some()).collect();
+    assert!(labeled.len() >= 20, "decoded {}: {}", lines.len(), String::from_utf8_lossy(&dec.stdout));
+    // sp1's label newest, then lf1's; a packet behind another of its burst
+    // at lf1 (one label a port per burst) carries sp1's alone.
+    let mut both = 0;
+    for v in &labeled {
+        let nodes: Vec<u64> = v["hops"].as_array().unwrap().iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
+        assert!(nodes == [3, 1] || nodes == [3], "sp1 then lf1 labeled, newest first: {v}");
+        both += (nodes.len() == 2) as usize;
+        assert_eq!(v["domain_id"].as_u64(), Some(0x4c42), "{v}");
+        for ok in ["ip_checksum_ok", "udp_checksum_ok", "tcp_checksum_ok", "udp_length_ok"] {
+            assert!(v.get(ok).is_none_or(|b| b == true), "{ok}: {v}");
+        }
+    }
+    assert!(both * 2 >= labeled.len(), "{both} of {} carry both labels", labeled.len());
+    for sp in ["sp1", "sp2"] {
+        let c = tb.intctl(sp, &["show", "label"]);
+        assert!(counter(&c, "label_interval") + counter(&c, "label_probabilistic") >= 150, "{sp}: {c}");
+        assert_eq!(counter(&c, "label_sunk"), 0, "{sp} is no last hop: {c}");
+    }
+    for lf in ["lf1", "lf2"] {
+        let c = tb.intctl(lf, &["show", "label"]);
+        assert!(counter(&c, "label_sunk") >= 150, "{lf}: {c}");
+        assert_eq!(
+            counter(&c, "label_sunk"),
+            counter(&c, "label_exported") + counter(&c, "label_report_ring_full"),
+            "{lf}: {c}"
+        );
+    }
 }
 
 /// The Clos's 25 ports that the paper's 14 paths cross, as (node ID, port):

@@ -66,12 +66,14 @@ fn leafspine_every_host_reaches_every_other() {
         for (j, _) in hosts.iter().enumerate() {
             if i != j {
                 ping(&tb.ns(a), &format!("10.33.{}.2", j + 1));
+                ping(&tb.ns(a), &format!("2001:db8:33:{}::2", j + 1));
             }
         }
     }
     for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
         tcp_transfer(&tb.ns(hosts[a]), &tb.ns(hosts[b]), &format!("10.33.{}.2", b + 1), 1 << 20);
     }
+    tcp_transfer(&tb.ns("h2"), &tb.ns("h3"), "2001:db8:33:3::2", 1 << 20);
     // Both spines carried traffic (the static routes split the paths).
     for sp in ["sp1", "sp2"] {
         let c = tb.intctl(sp, &["show", "counters"]);
