@@ -1,8 +1,9 @@
-//! INT-label end to end: labels on the chain3 path and on the leaf-spine
-//! leave hosts' payloads byte for byte (UDP and TCP, IPv4 and IPv6), and on
-//! chain3 decode with the independent decoder; on the paper's Clos the controller covers the 25
-//! active ports, the single-hop path, a route change, and Pro raises a
-//! lossy port's S and lowers it again.
+//! INT-label end to end: labels on the chain3 path, on the leaf-spine and
+//! on the paper's Clos leave hosts' payloads byte for byte (UDP and TCP,
+//! IPv4 and IPv6), and on chain3 and the leaf-spine decode with the
+//! independent decoder; on the Clos the controller covers the 25 active
+//! ports, the single-hop path, a route change, and Pro raises a lossy
+//! port's S and lowers it again.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -449,6 +450,17 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     rerun_until(3.0, 1.5, &|| shift_now() == Some(0));
     println!("clos: tor1 p2 S changes (window, S) {:?}", p2_changes());
     assert_eq!(shift_now(), Some(0), "S back to 0 after the loss");
+
+    // 4. TCP over IPv4 and IPv6 and UDP over IPv6 cross the Clos (h8 and
+    // h1 in the two pods, five switches) byte for byte, the TOS as sent;
+    // tor1, their last hop toward h1, exported labels of them.
+    let sunk = |v: &Value| counter(v, "label_sunk");
+    let tor1_before = tb.intctl("tor1", &["show", "label"]);
+    udp_exchange(&tb.ns("h8"), &tb.ns("h1"), "2001:db8:40:1::2", 5003, 200, 0);
+    tcp_transfer(&tb.ns("h8"), &tb.ns("h1"), "10.40.1.2", 1 << 20);
+    tcp_transfer(&tb.ns("h8"), &tb.ns("h1"), "2001:db8:40:1::2", 1 << 20);
+    let tor1_after = tb.intctl("tor1", &["show", "label"]);
+    assert!(sunk(&tor1_after) >= sunk(&tor1_before) + 10, "{tor1_before}\n{tor1_after}");
     let _ = collector.0.kill();
     let _ = collector.0.wait();
 }
