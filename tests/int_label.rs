@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use intswitch_tests::{intctl_bin, ns_try, tcp_transfer, udp_exchange, KillOnDrop, Scratch, Testbed};
@@ -47,6 +47,38 @@ fn relabeled(shipped: &str, name: &str, d: &Scratch, int: impl Fn(&str) -> Strin
     path
 }
 
+/// `intctl capture PORT --tx` of `switch` into `pcap` (`count` frames, at
+/// most 60 s), started before the traffic it is to see.
+fn capture_tx(tb: &Testbed, switch: &str, port: &str, count: u32, pcap: &Path) -> std::thread::JoinHandle<Output> {
+    let mut cmd = Command::new(intctl_bin());
+    cmd.arg("--socket").arg(tb.socket(switch)).args(["capture", port, "--tx", "--count", &count.to_string()]);
+    cmd.args(["--timeout", "60", "--out"]).arg(pcap);
+    let capture = std::thread::spawn(move || cmd.output().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    capture
+}
+
+/// The label packets (DSCP 0x17) of a finished capture, as the independent
+/// decoder reads them.
+fn decoded_labels(capture: std::thread::JoinHandle<Output>, pcap: &Path) -> Vec<Value> {
+    let cap = capture.join().unwrap();
+    assert!(cap.status.success(), "capture: {}", String::from_utf8_lossy(&cap.stderr));
+    let dec =
+        Command::new("python3").arg(decoder()).arg("pcap").arg(pcap).args(["--int-dscp", "0x17"]).output().unwrap();
+    String::from_utf8_lossy(&dec.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("hops").is_some())
+        .collect()
+}
+
+/// The decoder found every checksum and length of a packet right.
+fn checksums_ok(v: &Value) {
+    for ok in ["ip_checksum_ok", "udp_checksum_ok", "tcp_checksum_ok", "udp_length_ok"] {
+        assert!(v.get(ok).is_none_or(|b| b == true), "{ok}: {v}");
+    }
+}
+
 /// Lines of an intcollector `--json` log that parse.
 fn json_lines(log: &Path) -> Vec<Value> {
     std::fs::read_to_string(log)
@@ -82,38 +114,20 @@ fn chain3_labels_keep_payloads_byte_identical_and_decode_independently() {
     }
     // What s2 sends on to s3: label packets, for the independent decoder.
     let pcap = d.path("s2-tx.pcap");
-    let (sock, out) = (tb.socket("s2"), pcap.clone());
-    let capture = std::thread::spawn(move || {
-        Command::new(intctl_bin())
-            .arg("--socket")
-            .arg(sock)
-            .args(["capture", "p1", "--tx", "--count", "20", "--timeout", "60", "--out"])
-            .arg(out)
-            .output()
-            .unwrap()
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let capture = capture_tx(&tb, "s2", "p1", 20, &pcap);
     let (h1, h2) = (tb.ns("h1"), tb.ns("h2"));
     udp_exchange(&h1, &h2, "10.31.2.2", 5001, 200, 0);
     udp_exchange(&h1, &h2, "2001:db8:31:2::2", 5002, 200, 0);
     tcp_transfer(&h1, &h2, "10.31.2.2", 1 << 20);
     tcp_transfer(&h1, &h2, "2001:db8:31:2::2", 1 << 20);
-    let cap = capture.join().unwrap();
-    assert!(cap.status.success(), "capture: {}", String::from_utf8_lossy(&cap.stderr));
-    let dec =
-        Command::new("python3").arg(decoder()).arg("pcap").arg(&pcap).args(["--int-dscp", "0x17"]).output().unwrap();
-    let lines: Vec<Value> =
-        String::from_utf8_lossy(&dec.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let labeled: Vec<&Value> = lines.iter().filter(|v| v.get("hops").is_some()).collect();
-    assert!(labeled.len() >= 10, "decoded {}: {}", lines.len(), String::from_utf8_lossy(&dec.stdout));
+    let labeled = decoded_labels(capture, &pcap);
+    assert!(labeled.len() >= 10, "{} label packets decoded", labeled.len());
     for v in &labeled {
         assert_eq!((v["domain_id"].as_u64(), v["ds_flags"].as_u64()), (Some(0x4c42), Some(0)), "{v}");
         assert_eq!(v["bitmap"].as_u64(), Some(0xfc00), "{v}");
         let nodes: Vec<u64> = v["hops"].as_array().unwrap().iter().map(|h| h["node_id"].as_u64().unwrap()).collect();
         assert_eq!(nodes, [2, 1], "s2 then s1 labeled, newest first: {v}");
-        for ok in ["ip_checksum_ok", "udp_checksum_ok", "tcp_checksum_ok", "udp_length_ok"] {
-            assert!(v.get(ok).is_none_or(|b| b == true), "{ok}: {v}");
-        }
+        checksums_ok(v);
     }
     // s3 exported every label packet it restored; the collector decoded
     // them as labels, three a report, the path in order.
@@ -176,17 +190,7 @@ fn leafspine_labels_keep_payloads_byte_identical() {
     }
     // What sp1 sends on to lf2: label packets, for the independent decoder.
     let pcap = d.path("sp1-tx.pcap");
-    let (sock, out) = (tb.socket("sp1"), pcap.clone());
-    let capture = std::thread::spawn(move || {
-        Command::new(intctl_bin())
-            .arg("--socket")
-            .arg(sock)
-            .args(["capture", "p1", "--tx", "--count", "40", "--timeout", "60", "--out"])
-            .arg(out)
-            .output()
-            .unwrap()
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let capture = capture_tx(&tb, "sp1", "p1", 40, &pcap);
     // h1 -> h3 by sp1, h2 -> h4 by sp2, and back the other way.
     udp_exchange(&h("h1"), &h("h3"), "10.33.3.2", 5001, 200, 0);
     udp_exchange(&h("h1"), &h("h3"), "2001:db8:33:3::2", 5002, 200, 0);
@@ -194,14 +198,8 @@ fn leafspine_labels_keep_payloads_byte_identical() {
     tcp_transfer(&h("h2"), &h("h4"), "10.33.4.2", 1 << 20);
     tcp_transfer(&h("h2"), &h("h4"), "2001:db8:33:4::2", 1 << 20);
     tcp_transfer(&h("h3"), &h("h1"), "2001:db8:33:1::2", 1 << 20);
-    let cap = capture.join().unwrap();
-    assert!(cap.status.success(), "capture: {}", String::from_utf8_lossy(&cap.stderr));
-    let dec =
-        Command::new("python3").arg(decoder()).arg("pcap").arg(&pcap).args(["--int-dscp", "0x17"]).output().unwrap();
-    let lines: Vec<Value> =
-        String::from_utf8_lossy(&dec.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let labeled: Vec<&Value> = lines.iter().filter(|v| v.get("hops").is_some()).collect();
-    assert!(labeled.len() >= 20, "decoded {}: {}", lines.len(), String::from_utf8_lossy(&dec.stdout));
+    let labeled = decoded_labels(capture, &pcap);
+    assert!(labeled.len() >= 20, "{} label packets decoded", labeled.len());
     // sp1's label newest, then lf1's; a packet behind another of its burst
     // at lf1 (one label a port per burst) carries sp1's alone.
     let mut both = 0;
@@ -210,9 +208,7 @@ fn leafspine_labels_keep_payloads_byte_identical() {
         assert!(nodes == [3, 1] || nodes == [3], "sp1 then lf1 labeled, newest first: {v}");
         both += (nodes.len() == 2) as usize;
         assert_eq!(v["domain_id"].as_u64(), Some(0x4c42), "{v}");
-        for ok in ["ip_checksum_ok", "udp_checksum_ok", "tcp_checksum_ok", "udp_length_ok"] {
-            assert!(v.get(ok).is_none_or(|b| b == true), "{ok}: {v}");
-        }
+        checksums_ok(v);
     }
     assert!(both * 2 >= labeled.len(), "{both} of {} carry both labels", labeled.len());
     for sp in ["sp1", "sp2"] {
