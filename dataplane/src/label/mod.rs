@@ -169,6 +169,14 @@ pub struct Times {
     pub rest: u64,
 }
 
+impl Times {
+    /// The interval a port with shift S labels at: T >> S (Pro).
+    #[inline]
+    pub fn interval_at(&self, s: u8) -> u64 {
+        self.interval >> s.min(MAX_SHIFT)
+    }
+}
+
 impl LabelPorts {
     /// Whether port `port` labels a packet carrying `n` labels at `ct`
     /// (Base A, then Base B with `f` when it has any probability; Pro by the
@@ -193,8 +201,7 @@ impl LabelPorts {
         }
         // Another worker's later label reads as "just labeled".
         let elapsed = ct.saturating_sub(lt);
-        let s = s.min(MAX_SHIFT) as u32;
-        if elapsed > times.interval >> s {
+        if elapsed > times.interval_at(s) {
             // The interval label: exactly one worker wins it.
             p.lt.compare_exchange(lt, ct, Relaxed, Relaxed).ok()?;
             let kind = if elapsed > times.interval { Kind::Interval } else { Kind::Pro };
@@ -202,7 +209,7 @@ impl LabelPorts {
         }
         // T1 = 0 is no rest at all, also for a packet of the burst whose
         // label set LT (CT is the burst's receive time).
-        let rest = times.rest >> s;
+        let rest = times.rest >> s.min(MAX_SHIFT);
         if f.any && (rest == 0 || elapsed > rest) && {
             // No draw where f(n) is 0 (an unlabeled packet under F1-F3).
             let thr = f.threshold(n, elapsed, times.interval);
@@ -221,7 +228,7 @@ impl LabelPorts {
     pub fn due(&self, port: usize, ct: u64, times: Times) -> bool {
         let Some(p) = self.ports.get(port) else { return false };
         let s = p.shift.load(Relaxed);
-        s == SHIFT_EVERY_PACKET || ct.saturating_sub(p.lt.load(Relaxed)) > times.interval >> s.min(MAX_SHIFT)
+        s == SHIFT_EVERY_PACKET || ct.saturating_sub(p.lt.load(Relaxed)) > times.interval_at(s)
     }
 
     /// A specific flow's label: always, and it refreshes LT.

@@ -723,8 +723,6 @@ mod tests {
             let mut rng = XorShift::new(v as u64 + 7);
             let mut ct = 10 * T;
             for i in 0..3000u64 {
-                // Bursts of 1 to 8 packets: one receive time, the quiet
-                // ports computed at the burst's start.
                 // Bursts of about 4 packets: one receive time, the quiet
                 // ports computed at the burst's start, where a new shift
                 // takes effect (the control core's `set-shift`).
