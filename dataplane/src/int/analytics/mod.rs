@@ -468,13 +468,12 @@ fn raise(rule: &events::EventRule, v: u32, prev: Option<u32>, disarmed: &mut u64
 
 /// A present value `v` of metric `m` at hop `at` (path index, node ID),
 /// with the flow's previous one there where tracked: histograms (`binned`:
-/// the writer and the node's slot), detection's sums, the per_hop and cnf
-/// passes. (A function, not a closure, so that it is always inlined.)
+/// the writer and the node's slot), the per_hop and cnf passes. (A
+/// function, not a closure, so that it is always inlined.)
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn seen_value(
     binned: Option<(&HistWriter, usize)>,
-    sums: &mut Sums,
     cnf: Option<&mut CnfPass>,
     per_hop: Option<&mut PerHopPass>,
     at: (usize, Option<u32>),
@@ -485,7 +484,6 @@ fn seen_value(
     if let Some((h, s)) = binned {
         h.add(s, m, v);
     }
-    sums.sum[m] += v as u64;
     if let Some(x) = cnf {
         x.hop(at.0, m, v, prev);
     }
@@ -530,6 +528,9 @@ fn update(
     let n = if n * l.hop_len <= stack.len() { n } else { 0 };
     let tracked = n.min(aggs.len());
     let (mut e2e, mut any, mut absent) = (0u64, false, 0u64);
+    // Detection's sums, summed here (constant indexes: in registers; as
+    // `sums` behind its reference each add waited on the last one's store).
+    let mut sum = [0u64; METRICS];
     let mut path = n as u32;
     let first = e.packets == 0;
     for m in 0..METRICS {
@@ -576,7 +577,7 @@ fn update(
         };
         let binned = hist.as_deref().zip(slot);
         let mut seen = |m: usize, v: u32, prev: Option<u32>| {
-            seen_value(binned, sums, cnf.as_deref_mut(), per_hop.as_mut(), (p, node_id), m, v, prev)
+            seen_value(binned, cnf.as_deref_mut(), per_hop.as_mut(), (p, node_id), m, v, prev)
         };
         if p < tracked {
             let a = &mut aggs[p];
@@ -601,6 +602,7 @@ fn update(
                                 bits |= if t { bit::t(M) } else { 0 } | if ch { bit::c(M) } else { 0 };
                             }
                             present |= 1 << M;
+                            sum[M] += v as u64;
                             seen(M, v, prev);
                             a.last[M] = v;
                             a.sum[M] += v as u64;
@@ -667,19 +669,29 @@ fn update(
             }
         } else {
             // Beyond the tracked hops: the e2e sum, histograms, detection.
-            for m in 0..METRICS {
-                match l.value(hop, m) {
-                    Some(Some(v)) => {
-                        seen(m, v, None);
-                        if m == HOP_LATENCY {
-                            (e2e, any) = (e2e + v as u64, true);
+            macro_rules! untracked {
+                ($m:expr) => {{
+                    const M: usize = $m;
+                    match l.value(hop, M) {
+                        Some(Some(v)) => {
+                            sum[M] += v as u64;
+                            seen(M, v, None);
+                            if M == HOP_LATENCY {
+                                (e2e, any) = (e2e + v as u64, true);
+                            }
                         }
+                        Some(None) => absent += 1,
+                        None => {}
                     }
-                    Some(None) => absent += 1,
-                    None => {}
-                }
+                }};
             }
+            untracked!(HOP_LATENCY);
+            untracked!(QUEUE);
+            untracked!(TX_UTIL);
         }
+    }
+    for (s, v) in sums.sum.iter_mut().zip(sum) {
+        *s += v;
     }
     if n > tracked {
         c.event_n(Event::IntHopsUntracked, (n - tracked) as u64);
