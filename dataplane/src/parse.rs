@@ -70,6 +70,13 @@ impl FlowKey {
         (self.tuple >> 32) as u8
     }
 
+    /// Whether the packet is UDP to `port`: protocol and destination port
+    /// in one masked compare of the packed tuple.
+    #[inline(always)]
+    pub fn is_udp_to(&self, port: u16) -> bool {
+        self.tuple & 0xff_ffff_0000 == (PROTO_UDP as u64) << 32 | (port as u64) << 16
+    }
+
     /// 4, 6, or 0 for non-IP frames.
     pub fn ip_version(&self) -> u8 {
         (self.tuple >> 40) as u8
@@ -246,6 +253,20 @@ pub(crate) mod tests {
         assert_eq!((m.l3_offset, m.l4_offset, m.l3_end, m.ttl), (14, 34, f.len(), 64));
         let want = FlowKey::v4([10, 0, 0, 1], [10, 0, 1, 2], 17, 1234, 80).with_scope(3, 0);
         assert_eq!(m.key, want);
+    }
+
+    #[test]
+    fn udp_to_a_port_is_protocol_and_destination_port_only() {
+        let k = FlowKey::new(1, 2, PROTO_UDP, 0xffff, 5000, 6, 0xffff, 0xffff);
+        assert!(k.is_udp_to(5000));
+        assert!(!k.is_udp_to(5001) && !k.is_udp_to(5000 ^ 0x8000) && !k.is_udp_to(0));
+        // The source port, IP version and scope around the fields do not count.
+        assert!(FlowKey::v4([1; 4], [2; 4], PROTO_UDP, 5000, 7).is_udp_to(7));
+        assert!(!FlowKey::v4([1; 4], [2; 4], PROTO_UDP, 7, 5000).is_udp_to(7));
+        for proto in [PROTO_TCP, 0, 16, 18, 17 | 0x80] {
+            assert!(!FlowKey::v4([1; 4], [2; 4], proto, 1, 7).is_udp_to(7), "protocol {proto}");
+        }
+        assert!(!FlowKey::default().is_udp_to(0));
     }
 
     #[test]

@@ -382,7 +382,7 @@ fn l4_payload(b: &[u8], meta: &PacketMeta) -> Option<usize> {
 pub fn may_carry(b: &[u8], meta: &PacketMeta, presence: Presence) -> bool {
     let k = &meta.key;
     match presence {
-        Presence::UdpPort(port) => k.proto() == PROTO_UDP && k.dst_port() == port,
+        Presence::UdpPort(port) => k.is_udp_to(port),
         Presence::Dscp { value, mask } => matches!(k.proto(), PROTO_UDP | PROTO_TCP) && dscp(b, meta) & mask == value,
     }
 }
@@ -400,9 +400,7 @@ pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
 #[inline(always)]
 pub(crate) fn find_applicable(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
     let at = match presence {
-        Presence::UdpPort(port) => {
-            (meta.key.proto() == PROTO_UDP && meta.key.dst_port() == port).then_some(meta.l4_offset + 8)?
-        }
+        Presence::UdpPort(port) => meta.key.is_udp_to(port).then_some(meta.l4_offset + 8)?,
         Presence::Dscp { value, mask } => {
             if dscp(b, meta) & mask != value {
                 return None;
