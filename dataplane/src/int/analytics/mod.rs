@@ -528,8 +528,8 @@ fn update(
     let n = if n * l.hop_len <= stack.len() { n } else { 0 };
     let tracked = n.min(aggs.len());
     let (mut e2e, mut any, mut absent) = (0u64, false, 0u64);
-    // Detection's sums, summed here (constant indexes: in registers; as
-    // `sums` behind its reference each add waited on the last one's store).
+    // Detection's sums, kept in locals (constant indexes) while the hops
+    // are read and added to `sums` once, at the end of the packet.
     let mut sum = [0u64; METRICS];
     let mut path = n as u32;
     let first = e.packets == 0;
