@@ -175,6 +175,12 @@ impl Times {
     pub fn interval_at(&self, s: u8) -> u64 {
         self.interval >> s.min(MAX_SHIFT)
     }
+
+    /// The rest time T1 >> S that goes with it.
+    #[inline]
+    pub fn rest_at(&self, s: u8) -> u64 {
+        self.rest >> s.min(MAX_SHIFT)
+    }
 }
 
 impl LabelPorts {
@@ -209,7 +215,7 @@ impl LabelPorts {
         }
         // T1 = 0 is no rest at all, also for a packet of the burst whose
         // label set LT (CT is the burst's receive time).
-        let rest = times.rest >> s.min(MAX_SHIFT);
+        let rest = times.rest_at(s);
         if f.any && (rest == 0 || elapsed > rest) && {
             // No draw where f(n) is 0 (an unlabeled packet under F1-F3).
             let thr = f.threshold(n, elapsed, times.interval);

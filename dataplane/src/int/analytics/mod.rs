@@ -579,6 +579,17 @@ fn update(
         let mut seen = |m: usize, v: u32, prev: Option<u32>| {
             seen_value(binned, cnf.as_deref_mut(), per_hop.as_mut(), (p, node_id), m, v, prev)
         };
+        // What every present value feeds, tracked hop or not: detection's
+        // sums and passes, the histograms, the end-to-end latency.
+        macro_rules! present {
+            ($m:expr, $v:expr, $prev:expr) => {{
+                sum[$m] += $v as u64;
+                seen($m, $v, $prev);
+                if $m == HOP_LATENCY {
+                    (e2e, any) = (e2e + $v as u64, true);
+                }
+            }};
+        }
         if p < tracked {
             let a = &mut aggs[p];
             if let Some(id) = node_id {
@@ -602,14 +613,10 @@ fn update(
                                 bits |= if t { bit::t(M) } else { 0 } | if ch { bit::c(M) } else { 0 };
                             }
                             present |= 1 << M;
-                            sum[M] += v as u64;
-                            seen(M, v, prev);
+                            present!(M, v, prev);
                             a.last[M] = v;
                             a.sum[M] += v as u64;
                             a.count[M] += 1;
-                            if M == HOP_LATENCY {
-                                (e2e, any) = (e2e + v as u64, true);
-                            }
                         }
                         Some(None) => absent += 1,
                         None => {}
@@ -673,13 +680,7 @@ fn update(
                 ($m:expr) => {{
                     const M: usize = $m;
                     match l.value(hop, M) {
-                        Some(Some(v)) => {
-                            sum[M] += v as u64;
-                            seen(M, v, None);
-                            if M == HOP_LATENCY {
-                                (e2e, any) = (e2e + v as u64, true);
-                            }
-                        }
+                        Some(Some(v)) => present!(M, v, None),
                         Some(None) => absent += 1,
                         None => {}
                     }
