@@ -459,33 +459,37 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         }
         // Received bytes add up in a register, counted after the burst.
         let mut rx_bytes = 0u64;
+        // One context for the burst: built per packet, its five words cost
+        // as much as a stage that has nothing to do.
+        let cx = &mut Cx { tables: t, c: &mut *c, burst, out: &mut *out, load };
         for (slot, p) in pkts.iter_mut().zip(self.packets.iter_mut()) {
             let mut m = slot.take().expect("received");
             rx_bytes += m.frame_len() as u64;
             if !two_pass {
                 // Below Full no stage reads it.
-                p.meta = if full { parse_frame(&m, in_port) } else { Err(DropReason::EthTruncated) };
+                if full {
+                    p.meta = parse_frame(&m, in_port);
+                } else {
+                    p.meta = Err(DropReason::EthTruncated);
+                }
             }
             p.verdict = Verdict::Consumed;
-            let step = {
-                let mut cx = Cx { tables: t, c: &mut *c, burst, out: &mut *out, load };
-                p.claimed = claiming != 0 && p.meta.is_ok() && self.stages.claim_active(claiming, &mut cx, &mut m, p);
-                if p.claimed {
-                    self.stages.packet_active(after_claim, &mut cx, &mut m, p)
-                } else {
-                    match self.forward.packet(&mut cx, &mut m, p) {
-                        Step::Next => self.stages.packet_active(active, &mut cx, &mut m, p),
-                        hold => hold,
-                    }
+            p.claimed = claiming != 0 && p.meta.is_ok() && self.stages.claim_active(claiming, cx, &mut m, p);
+            let step = if p.claimed {
+                self.stages.packet_active(after_claim, cx, &mut m, p)
+            } else {
+                match self.forward.packet(cx, &mut m, p) {
+                    Step::Next => self.stages.packet_active(active, cx, &mut m, p),
+                    hold => hold,
                 }
             };
             match step {
-                Step::Next => out.deliver(m, p.verdict, in_port, t, c, burst.now),
-                Step::Hold(hop) => match out.hold(in_port, hop, burst.rx_time(), m) {
-                    Ok(()) => c.event(crate::counters::Event::Held),
+                Step::Next => cx.out.deliver(m, p.verdict, in_port, t, cx.c, burst.now),
+                Step::Hold(hop) => match cx.out.hold(in_port, hop, burst.rx_time(), m) {
+                    Ok(()) => cx.c.event(crate::counters::Event::Held),
                     // `can_hold` said there was room; should it be gone, the
                     // packet is dropped as it would have been without room.
-                    Err(_) => c.drop(DropReason::NeighbourUnresolved),
+                    Err(_) => cx.c.drop(DropReason::NeighbourUnresolved),
                 },
             }
         }

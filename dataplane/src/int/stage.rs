@@ -319,11 +319,15 @@ fn report_len(spec: &IntSpec, meta: &PacketMeta, int_end: usize, counters: &mut 
 /// of a transit node) without gathering a hop.
 #[inline(always)]
 pub fn may_act(spec: &IntSpec, b: &[u8], meta: &PacketMeta, in_port: u16) -> bool {
-    let k = &meta.key;
-    if k.ip_version() == 0 {
-        return false;
-    }
-    int::may_carry(b, meta, spec.presence) || (!spec.watch.is_empty() && spec.is_edge(in_port as usize))
+    may_act_from(spec, b, meta, spec.may_source_at(in_port))
+}
+
+/// [`may_act`] with `may_source` (whether watch rules may source packets
+/// from the input port) decided once for the burst. `may_carry` already
+/// rules out a packet that is not IP (its key's protocol is 0).
+#[inline(always)]
+fn may_act_from(spec: &IntSpec, b: &[u8], meta: &PacketMeta, may_source: bool) -> bool {
+    int::may_carry(b, meta, spec.presence) || (may_source && meta.key.ip_version() != 0)
 }
 
 /// Runs the INT stage on a packet that leaves by the hop's output port.
@@ -486,11 +490,14 @@ pub struct IntStage<R: ReportSink> {
     clock: WallClock,
     /// The burst's receive time and egress clock.
     times: BurstClock,
+    /// Whether watch rules may source the burst's packets (its input port
+    /// is an edge port).
+    may_source: bool,
 }
 
 impl<R: ReportSink> IntStage<R> {
     pub fn new(reports: R, flows: Analytics, clock: WallClock) -> IntStage<R> {
-        IntStage { reports, flows, clock, times: BurstClock::new(0) }
+        IntStage { reports, flows, clock, times: BurstClock::new(0), may_source: false }
     }
 }
 
@@ -563,8 +570,9 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     }
 
     #[inline(always)]
-    fn begin(&mut self, _t: &Tables, burst: &Burst) {
+    fn begin(&mut self, t: &Tables, burst: &Burst) {
         self.times = BurstClock::new(burst.rx_tsc);
+        self.may_source = t.int.as_ref().is_some_and(|s| s.may_source_at(burst.in_port));
     }
 
     /// Ages the sink's flow cache a few rows at a time.
@@ -585,6 +593,10 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     #[inline(always)]
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
         let (Some(spec), Ok(meta)) = (cx.tables.int.as_ref(), &p.meta) else { return Step::Next };
+        // Most packets of a transit: nothing to do, whatever the verdict.
+        if !may_act_from(spec, m.bytes(), meta, self.may_source) {
+            return Step::Next;
+        }
         let in_port = cx.burst.in_port;
         let out_port = match p.verdict {
             Verdict::Tx(port) => port,
@@ -592,16 +604,11 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
             // A flood has no one egress port to decide sink or transit by
             // (and to name in a hop): its copies leave as they came.
             Verdict::Flood => {
-                if may_act(spec, m.bytes(), meta, in_port) {
-                    cx.c.event(Event::IntFlooded);
-                }
+                cx.c.event(Event::IntFlooded);
                 return Step::Next;
             }
             _ => return Step::Next,
         };
-        if !may_act(spec, m.bytes(), meta, in_port) {
-            return Step::Next;
-        }
         let hop = StageHop::new(&self.times, &*cx.out, cx.load, in_port, out_port);
         let mut ictx =
             IntCtx { spec, clock: &self.clock, flows: &mut self.flows, counters: cx.c, reports: &mut self.reports };

@@ -187,6 +187,13 @@ impl IntSpec {
         port < 32 && self.edge_ports & (1 << port) != 0
     }
 
+    /// Whether a watch rule may make this switch the source of a packet
+    /// that came in on `in_port` (an edge port).
+    #[inline]
+    pub fn may_source_at(&self, in_port: u16) -> bool {
+        !self.watch.is_empty() && self.is_edge(in_port as usize)
+    }
+
     /// The first rule (by priority) that matches.
     #[inline]
     pub fn lookup(&self, f: &WatchFields) -> Option<&WatchRule> {
