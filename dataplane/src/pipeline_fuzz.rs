@@ -599,8 +599,7 @@ impl Roles {
             let before = meta.as_ref().ok().map(|m| shape(&f, m));
             let input = f.clone();
             let mut ctl = Discard;
-            let mut memo = forward::BridgeMemo::default();
-            let mut ctx = Ctx::new(t, flows, macs, &mut self.c, &mut ctl, self.n, self.n % 2 == 0, &mut memo);
+            let mut ctx = Ctx::new(t, flows, macs, &mut self.c, &mut ctl, self.n, self.n % 2 == 0);
             let v = forward::process_parsed(&mut ctx, &mut f, 0, &meta);
             match (v, before) {
                 (forward::Verdict::Tx(_) | forward::Verdict::Flood, Some(b)) => check_sent("forward", &b, &input, &f),
@@ -775,8 +774,7 @@ fn mutated_frames_never_panic_any_stage() {
             let mut frame = f.clone();
             frame.resize(frame.len().max(128), 0);
             let mut ctl = Discard;
-            let mut memo = forward::BridgeMemo::default();
-            let mut ctx = Ctx::new(t, flows, macs, &mut c, &mut ctl, i, i % 2 == 0, &mut memo);
+            let mut ctx = Ctx::new(t, flows, macs, &mut c, &mut ctl, i, i % 2 == 0);
             let m = parse(&frame, 0);
             forward::process_parsed(&mut ctx, &mut frame, 0, &m);
         }

@@ -715,7 +715,6 @@ impl L2Burst {
     ) -> usize {
         let ip = self.in_port as usize;
         let now = if t.emulated == 0 { self.now } else { dpdk::tsc() };
-        fwd.new_burst();
         let n = rxq.rx_burst_into(self.max, pkts);
         if n == 0 {
             return 0;

@@ -64,22 +64,6 @@ pub struct Ctx<'a> {
     pub learn_flows: bool,
     /// Set to the next hop a `NeighbourUnresolved` verdict waits for.
     pub unresolved: Option<IpAddr>,
-    /// Bridge lookups this burst already made.
-    bridged: &'a mut BridgeMemo,
-}
-
-/// The bridge's last source and destination of this burst, as MAC-table
-/// keys. Consecutive frames of a burst usually share them (one flow, or a
-/// link between two routers), and `now` is the burst's time: learning the
-/// same source on the same port again changes nothing, and the
-/// destination's port holds until a learn changes the table. Made anew for
-/// each burst.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct BridgeMemo {
-    /// Source handled (learned, refreshed, or static) on this port.
-    src: Option<(u64, u16)>,
-    /// Destination and the port it resolved to (None: unknown, flooded).
-    dst: Option<(u64, Option<u16>)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -92,9 +76,8 @@ impl<'a> Ctx<'a> {
         control: &'a mut dyn ControlSink,
         now: u64,
         learn_flows: bool,
-        bridged: &'a mut BridgeMemo,
     ) -> Ctx<'a> {
-        Ctx { tables, flows, macs, counters, control, now, learn_flows, unresolved: None, bridged }
+        Ctx { tables, flows, macs, counters, control, now, learn_flows, unresolved: None }
     }
 
     fn notify(&mut self, ev: ControlEvent) {
@@ -231,24 +214,19 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     // A static address is never learned (nor moved by a frame that claims
     // it from another port). Static entries are fixed for the process (the
     // config's), so an address the table already holds is not static: only
-    // a new one is looked up among them.
-    if !ethernet::is_multicast(src) && ctx.bridged.src != Some((src_key, in_port)) {
+    // a new one is looked up among them. Every frame looks its MACs up:
+    // remembering a burst's last pair paid only on one-pair traces and cost
+    // traffic of many hosts.
+    if !ethernet::is_multicast(src) {
         let learned = match ctx.macs.refresh_key(src_key, in_port, ctx.now) {
             Some(l) => Some(l),
             None if ctx.tables.static_port(src_key).is_none() => Some(ctx.macs.insert_key(src_key, in_port, ctx.now)),
             None => None,
         };
         if let Some(learned) = learned {
-            // A new or moved address may be this burst's destination.
             match learned {
-                Learned::New => {
-                    ctx.counters.event(Event::MacLearned);
-                    ctx.bridged.dst = None;
-                }
-                Learned::Moved => {
-                    ctx.counters.event(Event::MacMoved);
-                    ctx.bridged.dst = None;
-                }
+                Learned::New => ctx.counters.event(Event::MacLearned),
+                Learned::Moved => ctx.counters.event(Event::MacMoved),
                 Learned::Full => ctx.counters.event(Event::MacTableFull),
                 Learned::Refreshed | Learned::Renewed => {}
             }
@@ -256,7 +234,6 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
                 ctx.notify(ControlEvent::MacLearned(Sighting { key: src_key, port: in_port, seen: ctx.now }));
             }
         }
-        ctx.bridged.src = Some((src_key, in_port));
     }
     if let FlowAction::Forward(p) = action {
         return tx_if_up(ctx.tables, p);
@@ -265,14 +242,7 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
         return Verdict::Flood;
     }
     let dst_key = mac_table::key(vlan, dst);
-    let out = match ctx.bridged.dst {
-        Some((k, out)) if k == dst_key => out,
-        _ => {
-            let out = ctx.tables.static_port(dst_key).or_else(|| ctx.macs.lookup_key(dst_key));
-            ctx.bridged.dst = Some((dst_key, out));
-            out
-        }
-    };
+    let out = ctx.tables.static_port(dst_key).or_else(|| ctx.macs.lookup_key(dst_key));
     match out {
         Some(p) if p == in_port => Verdict::Drop(DropReason::L2SameSegment),
         Some(p) => tx_if_up(ctx.tables, p),
@@ -624,27 +594,24 @@ mod tests {
                 learn: false,
             }
         }
-        /// A context on these tables at time 10, lookups memoised in `memo`.
-        fn ctx<'a>(&'a mut self, memo: &'a mut BridgeMemo) -> Ctx<'a> {
-            Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn, memo)
+        /// A context on these tables at time 10.
+        fn ctx(&mut self) -> Ctx<'_> {
+            Ctx::new(&self.t, &mut self.flows, &mut self.macs, &mut self.c, &mut self.sink, 10, self.learn)
         }
 
         fn run(&mut self, f: &mut [u8], port: u16) -> Verdict {
-            let mut memo = BridgeMemo::default();
-            let mut ctx = self.ctx(&mut memo);
+            let mut ctx = self.ctx();
             process(&mut ctx, f, port)
         }
 
         /// Frames as one burst: one Ctx for all.
         fn run_burst(&mut self, frames: &[(Vec<u8>, u16)]) -> Vec<Verdict> {
-            let mut memo = BridgeMemo::default();
-            let mut ctx = self.ctx(&mut memo);
+            let mut ctx = self.ctx();
             frames.iter().map(|(f, port)| bridge_l2(&mut ctx, f, *port)).collect()
         }
 
         fn run_l2(&mut self, f: &[u8], port: u16) -> Verdict {
-            let mut memo = BridgeMemo::default();
-            let mut ctx = self.ctx(&mut memo);
+            let mut ctx = self.ctx();
             bridge_l2(&mut ctx, f, port)
         }
     }

@@ -7,12 +7,12 @@ use crate::counters::CounterValues;
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::mac_table::MacTable;
 use crate::parse::{L3Kind, PacketMeta};
-use crate::pipeline::{Burst, Cx, Depth, Output, Packet, Stage, Step};
+use crate::pipeline::{Cx, Depth, Output, Packet, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::{Mode, Tables};
 use crate::DropReason;
 
-use super::{BridgeMemo, ControlSink, Ctx, Verdict};
+use super::{ControlSink, Ctx, Verdict};
 
 /// Flow-table size from which a burst is parsed and prefetched first.
 pub const PREFETCH_MIN_FLOWS: usize = 4096;
@@ -25,12 +25,11 @@ pub struct ForwardStage<C: ControlSink> {
     pub learn: bool,
     /// Where requests to the control core go (neighbours, resolution, MACs).
     pub control: C,
-    memo: BridgeMemo,
 }
 
 impl<C: ControlSink> ForwardStage<C> {
     pub fn new(flows: FlowTable, macs: MacTable, learn: bool, control: C) -> ForwardStage<C> {
-        ForwardStage { flows, macs, learn, control, memo: BridgeMemo::default() }
+        ForwardStage { flows, macs, learn, control }
     }
 
     /// Whether the flow table has anything to do (entries, or learning).
@@ -55,14 +54,8 @@ impl<C: ControlSink> ForwardStage<C> {
         if t.mode == Mode::CrossConnect {
             return super::cross_connect(t, in_port, FlowAction::Normal);
         }
-        let mut ctx = Ctx::new(t, &mut self.flows, &mut self.macs, c, &mut self.control, now, false, &mut self.memo);
+        let mut ctx = Ctx::new(t, &mut self.flows, &mut self.macs, c, &mut self.control, now, false);
         super::bridge_l2(&mut ctx, frame, in_port)
-    }
-
-    /// Starts a burst: lookups remembered from the last one no longer hold.
-    #[inline(always)]
-    pub fn new_burst(&mut self) {
-        self.memo = BridgeMemo::default();
     }
 }
 
@@ -97,27 +90,13 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
     }
 
     #[inline(always)]
-    fn begin(&mut self, _t: &Tables, _burst: &Burst) {
-        self.new_burst();
-    }
-
-    #[inline(always)]
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
         let (t, burst) = (cx.tables, cx.burst);
         if burst.depth < Depth::Full {
             p.verdict = self.l2_verdict(t, cx.c, m.bytes(), burst.in_port, burst.now);
             return Step::Next;
         }
-        let mut ctx = Ctx::new(
-            t,
-            &mut self.flows,
-            &mut self.macs,
-            cx.c,
-            &mut self.control,
-            burst.now,
-            self.learn,
-            &mut self.memo,
-        );
+        let mut ctx = Ctx::new(t, &mut self.flows, &mut self.macs, cx.c, &mut self.control, burst.now, self.learn);
         p.verdict = super::process_parsed(&mut ctx, m.bytes_mut(), burst.in_port, &p.meta);
         if p.verdict == Verdict::Drop(DropReason::NeighbourUnresolved) {
             // Held while the control core resolves the next hop; once only
