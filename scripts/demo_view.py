@@ -89,6 +89,8 @@ if __name__ == "__main__":
         live()
     elif mode == "summary":
         summary()
+    elif mode in ("-h", "--help"):
+        print(__doc__)
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

@@ -12,8 +12,10 @@
    failed sessions without recovery against 1 - (1 - p)^h (sweep.csv,
    sweep.svg).
 
-Usage: scripts/gpint_eval.sh [OUT_DIR]   (GPINT_EVAL_SESSIONS, default 20;
-GPINT_EVAL_LOSSES, default 5,10,15,20). Needs root (network namespaces).
+Usage: scripts/gpint_eval.sh [--planner-only] [OUT_DIR]
+(GPINT_EVAL_SESSIONS, default 20; GPINT_EVAL_LOSSES, default 5,10,15,20;
+--planner-only: the planner's figures alone). Needs root (network
+namespaces) for the sweep.
 """
 
 import json
@@ -210,11 +212,35 @@ def svg(path, title, xlabel, ylabel, series):
 
 STATE = os.environ.setdefault("INTSWITCH_TESTBED_DIR", "/run/intswitch-testbed")
 
+def env_ints(name, default):
+    """A comma-separated list of integers from the environment."""
+    v = os.environ.get(name, default)
+    try:
+        return [int(x) for x in v.split(",")]
+    except ValueError:
+        sys.exit(f"gpint_eval.py: {name}={v!r}: not integers separated by commas")
+
+
+def parse_args(argv):
+    """(output folder, planner only) from the command line."""
+    flags = [a for a in argv if a.startswith("-")]
+    if any(f in ("-h", "--help") for f in flags):
+        print(__doc__)
+        sys.exit(0)
+    unknown = [f for f in flags if f != "--planner-only"]
+    if unknown:
+        sys.exit(f"gpint_eval.py: unknown option {unknown[0]} (see --help)")
+    dirs = [a for a in argv if not a.startswith("-")]
+    if len(dirs) > 1:
+        sys.exit("gpint_eval.py: one OUT_DIR at most (see --help)")
+    return (dirs[0] if dirs else os.path.join(ROOT, "target", "gpint-eval")), "--planner-only" in flags
+
+
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "gpint-eval")
+    out, planner_only = parse_args(sys.argv[1:])
+    sessions = env_ints("GPINT_EVAL_SESSIONS", "20")[0]
+    losses = env_ints("GPINT_EVAL_LOSSES", "5,10,15,20")
     os.makedirs(out, exist_ok=True)
-    sessions = int(os.environ.get("GPINT_EVAL_SESSIONS", "20"))
-    losses = [int(x) for x in os.environ.get("GPINT_EVAL_LOSSES", "5,10,15,20").split(",")]
     planner(out)
-    if "--planner-only" not in sys.argv:
+    if not planner_only:
         sweep(out, sessions, losses)

@@ -161,8 +161,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=None, help="traffic per point (default 10, quick 3)")
     ap.add_argument("--kinds", default=None,
                     help="only these kinds of point, comma-separated: " + ",".join(KINDS) + " (default all)")
-    ap.add_argument("--congestion", default=CONGESTION, help=f"netem on the core's egress (default \"{CONGESTION}\")")
-    ap.add_argument("--iid-loss", default=IID_LOSS, help=f"netem on every switch link (default \"{IID_LOSS}\")")
+    # argparse formats help with %: the defaults' percent signs doubled.
+    ap.add_argument("--congestion", default=CONGESTION,
+                    help=f"netem on the core's egress (default \"{CONGESTION}\")".replace("%", "%%"))
+    ap.add_argument("--iid-loss", default=IID_LOSS,
+                    help=f"netem on every switch link (default \"{IID_LOSS}\")".replace("%", "%%"))
     a = ap.parse_args()
     kinds = set(a.kinds.split(",")) if a.kinds else set(KINDS)
     if not kinds <= set(KINDS):

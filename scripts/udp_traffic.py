@@ -75,6 +75,9 @@ def sink(ports, v6, seconds):
 
 
 def main(argv):
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if len(argv) < 2 or argv[0] not in ("send", "sink"):
         print(__doc__, file=sys.stderr)
         return 2

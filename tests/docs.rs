@@ -103,3 +103,31 @@ fn the_word_check_needs_whole_words() {
     assert_eq!(missing("a `int_sink_report` b", ["int_sink"]), vec!["int_sink"]);
     assert!(missing("counts (`int_sink`, x)", ["int_sink"]).is_empty());
 }
+
+/// Every Python script under scripts/ answers `--help` with its usage on
+/// stdout and exit status 0, and starts nothing (no output folder made of
+/// the word `--help`, no percent sign that breaks argparse's formatting).
+#[test]
+fn every_script_answers_help() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts");
+    let mut scripts: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    scripts.sort();
+    assert!(scripts.len() >= 5, "scripts found: {scripts:?}");
+    let cwd = std::env::temp_dir().join(format!("intswitch-help-{}", std::process::id()));
+    std::fs::create_dir_all(&cwd).unwrap();
+    let mut failed = Vec::new();
+    for s in &scripts {
+        let out = std::process::Command::new("python3").arg(s).arg("--help").current_dir(&cwd).output().unwrap();
+        if !out.status.success() || out.stdout.is_empty() {
+            failed.push(format!("{}: {} {}", s.display(), out.status, String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(&cwd).unwrap().map(|e| e.unwrap().file_name()).collect();
+    std::fs::remove_dir_all(&cwd).unwrap();
+    assert!(failed.is_empty(), "--help failed: {failed:#?}");
+    assert!(left.is_empty(), "--help left {left:?} in its working folder");
+}
