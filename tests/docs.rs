@@ -131,3 +131,25 @@ fn every_script_answers_help() {
     assert!(failed.is_empty(), "--help failed: {failed:#?}");
     assert!(left.is_empty(), "--help left {left:?} in its working folder");
 }
+
+/// The long-running shell scripts (settings in environment variables)
+/// answer `--help` with their header comment and refuse other arguments,
+/// rather than starting a benchmark, a soak or a build.
+#[test]
+fn long_running_scripts_answer_help_and_refuse_arguments() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts");
+    let run = |script: &str, arg: &str| {
+        std::process::Command::new("timeout").args(["20", "bash", &format!("{dir}/{script}"), arg]).output().unwrap()
+    };
+    for script in ["bench.sh", "soak.sh", "pgo.sh", "bench_ab.sh"] {
+        let help = run(script, "--help");
+        assert!(help.status.success(), "{script} --help: {}", help.status);
+        let text = String::from_utf8_lossy(&help.stdout);
+        assert!(text.lines().count() >= 3 && !text.contains("#!/"), "{script} --help printed {text:?}");
+    }
+    for script in ["bench.sh", "soak.sh", "pgo.sh"] {
+        let other = run(script, "--rounds=3");
+        assert_eq!(other.status.code(), Some(2), "{script} --rounds=3: {}", other.status);
+        assert!(String::from_utf8_lossy(&other.stderr).contains("environment"), "{script}: {other:?}");
+    }
+}
