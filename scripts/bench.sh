@@ -65,16 +65,7 @@
 # build=l3fwd: a reference for what one table lookup a packet costs on this
 # harness.
 set -euo pipefail
-# Settings are environment variables: --help prints the comment above, and
-# any other argument is refused rather than taken for a run.
-if (( $# > 0 )); then
-  if [[ "$1" == -h || "$1" == --help ]]; then
-    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
-    exit 0
-  fi
-  echo "bench.sh: takes no arguments ($1); settings are environment variables, see --help" >&2
-  exit 2
-fi
+source "$(dirname "$0")/env_settings.sh" "$@"
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
 rounds=${BENCH_ROUNDS:-1}

@@ -23,16 +23,7 @@
 # rustup is installed) or LLVM_PROFDATA=/path/to/llvm-profdata.
 # PGO_SECONDS (default 4) sets each training run's length.
 set -euo pipefail
-# Settings are environment variables: --help prints the comment above, and
-# any other argument is refused rather than taken for a run.
-if (( $# > 0 )); then
-  if [[ "$1" == -h || "$1" == --help ]]; then
-    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
-    exit 0
-  fi
-  echo "pgo.sh: takes no arguments ($1); settings are environment variables, see --help" >&2
-  exit 2
-fi
+source "$(dirname "$0")/env_settings.sh" "$@"
 cd "$(dirname "$0")/.."
 secs=${PGO_SECONDS:-4}
 if ! [[ "$secs" =~ ^[0-9]+$ ]] || (( secs < 3 )); then
