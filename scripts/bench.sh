@@ -65,7 +65,8 @@
 # build=l3fwd: a reference for what one table lookup a packet costs on this
 # harness.
 set -euo pipefail
-source "$(dirname "$0")/env_settings.sh" "$@"
+source "$(dirname "$0")/usage.sh" "$@"
+no_arguments "$@"
 cd "$(dirname "$0")/.."
 secs=${BENCH_SECONDS:-8}
 rounds=${BENCH_ROUNDS:-1}

@@ -16,10 +16,7 @@
 # a temporary directory (removed at exit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
-  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
-  exit 0
-fi
+source "$(dirname "$0")/usage.sh" "$@"
 if (( $# < 1 || $# > 2 )); then
   echo "usage: scripts/bench_ab.sh REV_A [REV_B]  (B defaults to the working tree)" >&2
   exit 2

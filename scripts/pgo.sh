@@ -23,7 +23,8 @@
 # rustup is installed) or LLVM_PROFDATA=/path/to/llvm-profdata.
 # PGO_SECONDS (default 4) sets each training run's length.
 set -euo pipefail
-source "$(dirname "$0")/env_settings.sh" "$@"
+source "$(dirname "$0")/usage.sh" "$@"
+no_arguments "$@"
 cd "$(dirname "$0")/.."
 secs=${PGO_SECONDS:-4}
 if ! [[ "$secs" =~ ^[0-9]+$ ]] || (( secs < 3 )); then

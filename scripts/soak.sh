@@ -14,10 +14,7 @@
 # tests/soak.rs runs a short version in CI (a few million packets a role,
 # workers in idle mode).
 set -euo pipefail
-if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
-  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
-  exit 0
-fi
+source "$(dirname "$0")/usage.sh" "$@"
 cd "$(dirname "$0")/.."
 minutes=${1:-2}
 if ! [[ "$minutes" =~ ^[0-9]+([.][0-9]+)?$ ]] || [[ "$minutes" =~ ^0+([.]0*)?$ ]]; then
