@@ -459,14 +459,16 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         }
         // Received bytes add up in a register, counted after the burst.
         let mut rx_bytes = 0u64;
-        // One context for the burst: built per packet, its five words cost
-        // as much as a stage that has nothing to do.
+        // One context for the whole burst: rebuilt for every packet, its
+        // five references cost as much as a stage with nothing to do.
         let cx = &mut Cx { tables: t, c: &mut *c, burst, out: &mut *out, load };
         for (slot, p) in pkts.iter_mut().zip(self.packets.iter_mut()) {
             let mut m = slot.take().expect("received");
             rx_bytes += m.frame_len() as u64;
             if !two_pass {
-                // Below Full no stage reads it.
+                // Below Full no stage reads it. An assignment in each arm: a
+                // select between the parse and the error copied the whole
+                // result for every frame.
                 if full {
                     p.meta = parse_frame(&m, in_port);
                 } else {
