@@ -466,34 +466,6 @@ fn raise(rule: &events::EventRule, v: u32, prev: Option<u32>, disarmed: &mut u64
     tc
 }
 
-/// A present value `v` of metric `m` at hop `at` (path index, node ID),
-/// with the flow's previous one there where tracked: histograms (`binned`:
-/// the writer and the node's slot), the per_hop and cnf passes. (A
-/// function, not a closure, so that it is always inlined.)
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn seen_value(
-    binned: Option<(&HistWriter, usize)>,
-    cnf: Option<&mut CnfPass>,
-    per_hop: Option<&mut PerHopPass>,
-    at: (usize, Option<u32>),
-    m: usize,
-    v: u32,
-    prev: Option<u32>,
-) {
-    if let Some((h, s)) = binned {
-        h.add(s, m, v);
-    }
-    if let Some(x) = cnf {
-        x.hop(at.0, m, v, prev);
-    }
-    if let Some(ph) = per_hop {
-        if ph.metric == m {
-            ph.hop(at.0, at.1, v);
-        }
-    }
-}
-
 /// What a packet's update does besides the entry: events, histograms, the
 /// per_hop and cnf detection passes, and the sums detection decides on.
 struct Side<'a, 'b> {
@@ -506,11 +478,63 @@ struct Side<'a, 'b> {
     link_prev: &'b mut [u32],
 }
 
+/// Hops decoded at a time.
+const CHUNK: usize = 8;
+
+/// Up to `CHUNK` hops of a stack, in path order, decoded once for the
+/// passes that read them.
+#[derive(Default)]
+struct Decoded {
+    /// Node IDs (where the layout has them).
+    node: [u32; CHUNK],
+    /// Values by metric, 0 where absent; bit m of `has` says whether value
+    /// m is present.
+    value: [[u32; METRICS]; CHUNK],
+    has: [u8; CHUNK],
+}
+
+impl Decoded {
+    /// Hops `p0..p0 + k` (path order) of a stack of `n` hops by `l`;
+    /// returns the values that were absent (all ones).
+    #[inline(always)]
+    fn read(&mut self, l: &HopLayout, stack: &[u8], n: usize, p0: usize, k: usize) -> u64 {
+        let mut absent = 0;
+        for j in 0..k {
+            let p = p0 + j;
+            let hop = &stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len];
+            if let Some(o) = l.node_id {
+                let o = o as usize;
+                self.node[j] = u32::from_be_bytes(hop[o..o + 4].try_into().expect("4 bytes"));
+            }
+            let mut has = 0;
+            for m in 0..METRICS {
+                let (v, h) = match l.value(hop, m) {
+                    Some(Some(v)) => (v, 1),
+                    Some(None) => {
+                        absent += 1;
+                        (0, 0)
+                    }
+                    None => (0, 0),
+                };
+                (self.value[j][m], has) = (v, has | h << m);
+            }
+            self.has[j] = has;
+        }
+        absent
+    }
+}
+
 /// Adds one packet's stack to its flow's entry: the first `aggs.len()` hops
 /// in path order (the stack holds the newest first), and the sum of all
 /// hops' latencies; with `ev`, raises the packet's events against the
 /// entry's previous values (tracked hops, end to end, path); with `hist`,
 /// bins every hop's values by its node, and the end-to-end latency.
+///
+/// The hops are decoded once, a chunk at a time, and each of those jobs is
+/// its own pass over the chunk, taken only when it is on: one loop doing
+/// all of them kept too many values live and spilled them on every value.
+/// The passes that read the entry's previous values (events, detection)
+/// run before the one that writes them.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn update(
@@ -527,169 +551,60 @@ fn update(
     // (The block was checked: `n` hops of `hop_len` bytes fill the stack.)
     let n = if n * l.hop_len <= stack.len() { n } else { 0 };
     let tracked = n.min(aggs.len());
-    let (mut e2e, mut any, mut absent) = (0u64, false, 0u64);
-    // Detection's sums, kept in locals (constant indexes) while the hops
-    // are read and added to `sums` once, at the end of the packet.
-    let mut sum = [0u64; METRICS];
-    let mut path = n as u32;
     let first = e.packets == 0;
     for m in 0..METRICS {
         sums.carried[m] = l.metric[m].is_some();
     }
-    // Link latencies only while their events are on (their previous values
-    // then start over, as for a new flow); the previous hop's egress
-    // timestamp gives the link into this one.
-    let links = ev.as_ref().is_some_and(|x| !x.spec.link.is_off());
-    // Which per-hop rules can raise (an off rule neither raises nor moves
-    // its edge state).
-    let hop_on = ev.as_ref().map_or([false; METRICS], |x| x.spec.hop.map(|r| !r.is_off()));
+    let hop_events_on = ev.as_ref().is_some_and(|x| !x.spec.link.is_off() || x.spec.hop.iter().any(|r| !r.is_off()));
+    let detecting = cnf.is_some() || per_hop.is_some();
+    let (mut e2e, mut any, mut absent) = (0u64, false, 0u64);
+    let mut sum = [0u64; METRICS];
+    let mut path = n as u32;
+    // The previous hop's egress timestamp, for the link into the next.
     let mut egress: Option<u64> = None;
-    for p in 0..n {
-        let hop = &stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len];
-        let ts = if links { l.timestamps(hop) } else { None };
-        // Into hop p from hop p - 1; negative (clocks apart) or from 2^32 - 1
-        // up is absent.
-        let link = match (egress, ts) {
-            (Some(e), Some((i, _))) => Some(u32::try_from(i.wrapping_sub(e) as i64).ok().filter(|&v| v != u32::MAX)),
-            _ => None,
-        };
-        egress = ts.map(|t| t.1);
-        let node_id = l.node_id.map(|o| {
-            let o = o as usize;
-            u32::from_be_bytes(hop[o..o + 4].try_into().expect("4 bytes"))
-        });
-        if let Some(id) = node_id {
-            path = path_step(path, id);
+    let mut d = Decoded::default();
+    let mut p0 = 0;
+    while p0 < n {
+        let k = (n - p0).min(CHUNK);
+        absent += d.read(l, stack, n, p0, k);
+        if let Some(x) = ev.as_mut().filter(|_| hop_events_on && p0 < tracked) {
+            let hops = Hops { d: &d, p0, k: k.min(tracked - p0), l, stack, n };
+            absent += hop_events(x, e, aggs, &hops, &mut egress, now, link_prev, c);
         }
-        let slot = match (&mut *hist, node_id) {
-            (None, _) => None,
-            (Some(h), Some(id)) => match h.slot(id) {
-                NodeSlot::Slot(s) => Some(s),
-                NodeSlot::Untracked => {
-                    c.event(Event::IntHistNodeUntracked);
-                    None
-                }
-            },
-            (Some(_), None) => {
-                c.event(Event::IntHistNoNodeId);
-                None
-            }
-        };
-        let binned = hist.as_deref().zip(slot);
-        let mut seen = |m: usize, v: u32, prev: Option<u32>| {
-            seen_value(binned, cnf.as_deref_mut(), per_hop.as_mut(), (p, node_id), m, v, prev)
-        };
-        // What every present value feeds, tracked hop or not: detection's
-        // sums and passes, the histograms, the end-to-end latency.
-        macro_rules! present {
-            ($m:expr, $v:expr, $prev:expr) => {{
-                sum[$m] += $v as u64;
-                seen($m, $v, $prev);
-                if $m == HOP_LATENCY {
-                    (e2e, any) = (e2e + $v as u64, true);
-                }
-            }};
+        if detecting {
+            detect_hops(cnf.as_deref_mut(), per_hop.as_mut(), aggs, l.node_id.is_some(), &d, p0, k);
         }
-        if p < tracked {
-            let a = &mut aggs[p];
-            if let Some(id) = node_id {
-                a.node_id = id;
+        // The entry's aggregates, detection's sums, the end-to-end latency
+        // and the path hash.
+        for j in 0..k {
+            let p = p0 + j;
+            let has = d.has[j];
+            let v = d.value[j];
+            if l.node_id.is_some() {
+                path = path_step(path, d.node[j]);
             }
-            // The hop's event record is built only when a bit is raised:
-            // from the entry's values before and after this packet.
-            let (old_last, old_count) = (a.last, a.count);
-            let (mut bits, mut present) = (0u16, 0u8);
-            let (mut link_v, mut link_pv) = (0u32, 0u32);
-            // Each metric stamped out with its index constant (the compiler
-            // then drops the branches on it).
-            macro_rules! metric {
-                ($m:expr) => {{
-                    const M: usize = $m;
-                    let prev = (old_count[M] > 0).then_some(old_last[M]);
-                    match l.value(hop, M) {
-                        Some(Some(v)) => {
-                            if let Some(x) = ev.as_ref().filter(|_| hop_on[M]) {
-                                let (t, ch) = raise(&x.spec.hop[M], v, prev, &mut e.disarmed, 1 << (3 * p + M));
-                                bits |= if t { bit::t(M) } else { 0 } | if ch { bit::c(M) } else { 0 };
-                            }
-                            present |= 1 << M;
-                            present!(M, v, prev);
-                            a.last[M] = v;
-                            a.sum[M] += v as u64;
-                            a.count[M] += 1;
-                        }
-                        Some(None) => absent += 1,
-                        None => {}
-                    }
-                }};
+            // (An absent value is 0.)
+            for m in 0..METRICS {
+                sum[m] += v[m] as u64;
             }
-            const _: () = assert!(METRICS == 3 && HOP_LATENCY == 0 && QUEUE == 1 && TX_UTIL == 2);
-            metric!(HOP_LATENCY);
-            metric!(QUEUE);
-            metric!(TX_UTIL);
-            if let Some(v) = link {
-                let slot = link_prev.get_mut(p);
-                match v {
-                    Some(v) => {
-                        let prev = slot.as_deref().and_then(|x| x.checked_sub(1));
-                        if let Some(x) = &ev {
-                            let (t, ch) = raise(&x.spec.link, v, prev, &mut e.disarmed, cache::link_disarmed(p));
-                            bits |= if t { bit::LINK_T } else { 0 } | if ch { bit::LINK_C } else { 0 };
-                            (link_v, present) = (v, present | events::LINK_PRESENT);
-                            if let Some(pv) = prev {
-                                (link_pv, present) = (pv, present | events::LINK_PREV_PRESENT);
-                            }
-                        }
-                        if let Some(s) = slot {
-                            *s = v + 1;
-                        }
+            (e2e, any) = (e2e + v[HOP_LATENCY] as u64, any | (has & 1 << HOP_LATENCY != 0));
+            if let Some(a) = aggs.get_mut(p) {
+                if l.node_id.is_some() {
+                    a.node_id = d.node[j];
+                }
+                for (m, &vm) in v.iter().enumerate() {
+                    if has & 1 << m != 0 {
+                        a.last[m] = vm;
+                        a.sum[m] += vm as u64;
+                        a.count[m] += 1;
                     }
-                    None => absent += 1,
                 }
             }
-            if let Some(x) = ev {
-                if bits != 0 {
-                    let (mut value, mut prev) = ([0u32; METRICS], [0u32; METRICS]);
-                    for m in 0..METRICS {
-                        if present & (1 << m) != 0 {
-                            value[m] = a.last[m];
-                        }
-                        if old_count[m] > 0 {
-                            (prev[m], present) = (old_last[m], present | 1 << (4 + m));
-                        }
-                    }
-                    let r = EventRecord {
-                        key: e.key,
-                        sink_ns: x.clock.ns(now),
-                        rx_tsc: now,
-                        value,
-                        prev,
-                        node_id: a.node_id,
-                        link: link_v,
-                        link_prev: link_pv,
-                        bits,
-                        present,
-                        hop: p as u8,
-                    };
-                    x.emit(r, c);
-                }
-            }
-        } else {
-            // Beyond the tracked hops: the e2e sum, histograms, detection.
-            macro_rules! untracked {
-                ($m:expr) => {{
-                    const M: usize = $m;
-                    match l.value(hop, M) {
-                        Some(Some(v)) => present!(M, v, None),
-                        Some(None) => absent += 1,
-                        None => {}
-                    }
-                }};
-            }
-            untracked!(HOP_LATENCY);
-            untracked!(QUEUE);
-            untracked!(TX_UTIL);
         }
+        if let Some(h) = hist.as_deref_mut() {
+            bin_hops(h, l.node_id.is_some(), &d, k, c);
+        }
+        p0 += k;
     }
     for (s, v) in sums.sum.iter_mut().zip(sum) {
         *s += v;
@@ -724,7 +639,7 @@ fn update(
     }
     if any {
         e.e2e.add(e2e);
-        if let Some(h) = &hist {
+        if let Some(h) = hist {
             h.add_e2e(e2e);
         }
     }
@@ -733,6 +648,174 @@ fn update(
     e.last_tsc = now;
     e.hops = n.min(u8::MAX as usize) as u8;
     e.tracked = e.tracked.max(tracked as u8);
+}
+
+/// A decoded chunk of tracked hops, with where their bytes lie (for the
+/// timestamps, which only link events read).
+struct Hops<'a> {
+    d: &'a Decoded,
+    /// The chunk's first hop (path order) and its tracked hops.
+    p0: usize,
+    k: usize,
+    l: &'a HopLayout,
+    stack: &'a [u8],
+    n: usize,
+}
+
+/// The per-hop and link events of a chunk of tracked hops, against the
+/// entry's values before this packet. Returns the links whose latency was
+/// absent.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn hop_events(
+    x: &mut Raise,
+    e: &mut FlowEntry,
+    aggs: &[HopAgg],
+    hops: &Hops,
+    egress: &mut Option<u64>,
+    now: u64,
+    link_prev: &mut [u32],
+    c: &mut CounterValues,
+) -> u64 {
+    // Link latencies only while their events are on (their previous values
+    // then start over, as for a new flow); the previous hop's egress
+    // timestamp gives the link into this one.
+    let links = !x.spec.link.is_off();
+    // Which per-hop rules can raise (an off rule neither raises nor moves
+    // its edge state).
+    let hop_on = x.spec.hop.map(|r| !r.is_off());
+    let Hops { d, p0, k, l, stack, n } = *hops;
+    let aggs = &aggs[p0..p0 + k];
+    // Each rule over the chunk's hops in turn (its fields stay in
+    // registers); a hop's record is built only when a bit is raised.
+    let mut bits = [0u16; CHUNK];
+    for (m, rule) in x.spec.hop.iter().enumerate() {
+        if !hop_on[m] {
+            continue;
+        }
+        for (j, a) in aggs.iter().enumerate() {
+            if d.has[j] & 1 << m != 0 {
+                let pv = (a.count[m] > 0).then_some(a.last[m]);
+                let (t, ch) = raise(rule, d.value[j][m], pv, &mut e.disarmed, 1 << (3 * (p0 + j) + m));
+                bits[j] |= if t { bit::t(m) } else { 0 } | if ch { bit::c(m) } else { 0 };
+            }
+        }
+    }
+    let mut absent = 0;
+    let (mut link, mut link_prev_v, mut link_present) = ([0u32; CHUNK], [0u32; CHUNK], [0u8; CHUNK]);
+    if links {
+        for j in 0..aggs.len() {
+            let p = p0 + j;
+            let ts = l.timestamps(&stack[(n - 1 - p) * l.hop_len..(n - p) * l.hop_len]);
+            // Into hop p from hop p - 1; negative (clocks apart) or from
+            // 2^32 - 1 up is absent.
+            let into = match (*egress, ts) {
+                (Some(e), Some((i, _))) => {
+                    Some(u32::try_from(i.wrapping_sub(e) as i64).ok().filter(|&v| v != u32::MAX))
+                }
+                _ => None,
+            };
+            *egress = ts.map(|t| t.1);
+            let Some(v) = into else { continue };
+            let Some(v) = v else {
+                absent += 1;
+                continue;
+            };
+            let slot = link_prev.get_mut(p);
+            let pv = slot.as_deref().and_then(|x| x.checked_sub(1));
+            let (t, ch) = raise(&x.spec.link, v, pv, &mut e.disarmed, cache::link_disarmed(p));
+            bits[j] |= if t { bit::LINK_T } else { 0 } | if ch { bit::LINK_C } else { 0 };
+            (link[j], link_present[j]) = (v, events::LINK_PRESENT);
+            if let Some(pv) = pv {
+                (link_prev_v[j], link_present[j]) = (pv, events::LINK_PRESENT | events::LINK_PREV_PRESENT);
+            }
+            if let Some(s) = slot {
+                *s = v + 1;
+            }
+        }
+    }
+    for (j, a) in aggs.iter().enumerate() {
+        if bits[j] == 0 {
+            continue;
+        }
+        let has = d.has[j];
+        let mut present = has | link_present[j];
+        let (value, mut prev) = (d.value[j], [0u32; METRICS]);
+        for (m, pm) in prev.iter_mut().enumerate() {
+            if a.count[m] > 0 {
+                (*pm, present) = (a.last[m], present | 1 << (4 + m));
+            }
+        }
+        let r = EventRecord {
+            key: e.key,
+            sink_ns: x.clock.ns(now),
+            rx_tsc: now,
+            value,
+            prev,
+            node_id: if l.node_id.is_some() { d.node[j] } else { a.node_id },
+            link: link[j],
+            link_prev: link_prev_v[j],
+            bits: bits[j],
+            present,
+            hop: (p0 + j) as u8,
+        };
+        x.emit(r, c);
+    }
+    absent
+}
+
+/// The per_hop and cnf detection passes over a decoded chunk (hops
+/// `p0..p0 + k`), with the entry's previous values at the hops it tracks.
+#[inline]
+fn detect_hops(
+    mut cnf: Option<&mut CnfPass>,
+    mut per_hop: Option<&mut PerHopPass>,
+    aggs: &[HopAgg],
+    named: bool,
+    d: &Decoded,
+    p0: usize,
+    k: usize,
+) {
+    for j in 0..k {
+        let p = p0 + j;
+        let a = aggs.get(p);
+        for m in 0..METRICS {
+            if d.has[j] & 1 << m == 0 {
+                continue;
+            }
+            let v = d.value[j][m];
+            if let Some(x) = cnf.as_deref_mut() {
+                let prev = a.and_then(|a| (a.count[m] > 0).then_some(a.last[m]));
+                x.hop(p, m, v, prev);
+            }
+            if let Some(ph) = per_hop.as_deref_mut() {
+                if ph.metric == m {
+                    ph.hop(p, named.then_some(d.node[j]), v);
+                }
+            }
+        }
+    }
+}
+
+/// Bins every value of a decoded chunk's `k` hops by the hop's node
+/// (`named`: the layout has node IDs).
+#[inline]
+fn bin_hops(h: &mut HistWriter, named: bool, d: &Decoded, k: usize, c: &mut CounterValues) {
+    if !named {
+        c.event_n(Event::IntHistNoNodeId, k as u64);
+        return;
+    }
+    for j in 0..k {
+        let NodeSlot::Slot(s) = h.slot(d.node[j]) else {
+            c.event(Event::IntHistNodeUntracked);
+            continue;
+        };
+        for m in 0..METRICS {
+            if d.has[j] & 1 << m != 0 {
+                h.add(s, m, d.value[j][m]);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1011,6 +1094,41 @@ mod tests {
         assert_eq!(c.events[Event::IntEventQueueT as usize], 1);
         assert_eq!(c.events[Event::IntEventQueueC as usize], 2);
         assert_eq!((c.events[Event::IntEventExported as usize], c.events[Event::IntEventRingFull as usize]), (3, 0));
+    }
+
+    #[test]
+    fn stacks_longer_than_a_decoded_chunk_keep_every_hop_in_path_order() {
+        // 2 x CHUNK - 3 hops, all but the last tracked: the second chunk
+        // holds tracked hops and the untracked one.
+        let n = 2 * CHUNK - 3;
+        let (mut a, _f, mut ring) = with_events(n - 1);
+        let mut c = CounterValues::default();
+        let mut spec = EventSpec::default();
+        spec.hop[QUEUE] = events::EventRule { threshold: 100, ..Default::default() };
+        let k = key(3);
+        let path = |hot: usize| -> Vec<(u32, u32, u32, Option<u32>)> {
+            (0..n as u32).map(|p| (100 + p, 10 * p, if p as usize == hot { 500 } else { p }, Some(p))).collect()
+        };
+        for (now, hot) in [(10, CHUNK + 1), (20, n - 1)] {
+            let st = stack(BITMAP, &path(hot));
+            a.packet(&k, k.hash64(), now, &st, (BITMAP, 4, n), 0, (&spec, &DetectSpec::default()), no_fields, &mut c);
+        }
+        // The hot queue of the first packet sits in the second chunk; the
+        // second packet's is on the untracked hop: no event.
+        let got = drain(&mut ring);
+        assert_eq!(
+            got.iter().map(|r| (r.hop as usize, r.node_id, r.value[QUEUE])).collect::<Vec<_>>(),
+            [(CHUNK + 1, 100 + CHUNK as u32 + 1, 500)]
+        );
+        let snap = a.show(&k).expect("the flow's entry");
+        assert_eq!((snap.head.hops as usize, snap.head.tracked as usize), (n, n - 1));
+        for (p, h) in snap.hops[..n - 1].iter().enumerate() {
+            let q = if p == CHUNK + 1 { 500 + p as u64 } else { 2 * p as u64 };
+            assert_eq!((h.node_id, h.metric(HOP_LATENCY).sum, h.metric(QUEUE).sum), (100 + p as u32, 20 * p as u64, q));
+        }
+        let lat: u64 = (0..n as u64).map(|p| 10 * p).sum();
+        assert_eq!((snap.head.e2e.last as u64, snap.head.e2e.count), (lat, 2));
+        assert_eq!(c.events[Event::IntHopsUntracked as usize], 2);
     }
 
     #[test]
