@@ -456,6 +456,10 @@ fn path_step(h: u32, node_id: u32) -> u32 {
 /// T and C of one value under `rule`, with the entry's edge state at `bit`.
 #[inline(always)]
 fn raise(rule: &events::EventRule, v: u32, prev: Option<u32>, disarmed: &mut u64, bit: u64) -> (bool, bool) {
+    if !rule.edge {
+        // (Only edge mode reads and moves the state.)
+        return check(rule, v, prev, &mut true);
+    }
     let mut armed = *disarmed & bit == 0;
     let tc = check(rule, v, prev, &mut armed);
     if armed {
