@@ -240,7 +240,13 @@ pub trait Stage<B: PacketBuf> {
 
     /// Starts loading what `packet` will read for this parsed packet.
     #[inline(always)]
-    fn prefetch(&self, _t: &Tables, _frame: &[u8], _meta: &PacketMeta) {}
+    fn prefetch(&mut self, _t: &Tables, _frame: &[u8], _meta: &PacketMeta) {}
+
+    /// After the burst's `prefetch` pass: starts loading what the lines
+    /// that pass loaded point to (a flow cache's row says where the flow's
+    /// entry lies), while the burst's first packets run.
+    #[inline(always)]
+    fn prefetch_deeper(&mut self, _t: &Tables) {}
 
     /// Once per burst, before its packets.
     #[inline(always)]
@@ -270,8 +276,12 @@ macro_rules! tuple_stages {
                 false $(|| self.$i.prefetch_pass(t))*
             }
             #[inline(always)]
-            fn prefetch(&self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
+            fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
                 $(self.$i.prefetch(t, frame, meta);)*
+            }
+            #[inline(always)]
+            fn prefetch_deeper(&mut self, t: &Tables) {
+                $(self.$i.prefetch_deeper(t);)*
             }
             #[inline(always)]
             fn begin(&mut self, t: &Tables, burst: &Burst) {
@@ -452,10 +462,11 @@ impl<C: ControlSink, F> Pipeline<C, F> {
                 let m = m.as_ref().expect("received");
                 p.meta = parse_frame(m, in_port);
                 if let Ok(meta) = &p.meta {
-                    Stage::<B>::prefetch(&self.forward, t, m.bytes(), meta);
+                    Stage::<B>::prefetch(&mut self.forward, t, m.bytes(), meta);
                     self.stages.prefetch(t, m.bytes(), meta);
                 }
             }
+            self.stages.prefetch_deeper(t);
         }
         // Received bytes add up in a register, counted after the burst.
         let mut rx_bytes = 0u64;

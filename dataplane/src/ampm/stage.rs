@@ -42,7 +42,7 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
     }
 
     #[inline(always)]
-    fn prefetch(&self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
+    fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
         if let Some(a) = t.ampm.as_ref().filter(|a| a.flows.len() >= PREFETCH_MIN_FLOWS) {
             super::prefetch(a, frame, meta);
         }

@@ -8,6 +8,7 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::counters::{CounterValues, Event};
+use crate::dpdk::MAX_BURST;
 use crate::forward::Verdict;
 use crate::int::analytics::Analytics;
 use crate::int::watch::{mapped_v4, IntSpec, Role, WatchFields};
@@ -493,11 +494,23 @@ pub struct IntStage<R: ReportSink> {
     /// Whether watch rules may source the burst's packets (its input port
     /// is an edge port).
     may_source: bool,
+    /// The flow hashes whose cache rows the burst's prefetch pass loads,
+    /// for `prefetch_deeper` to load their entries.
+    prefetched: [u64; MAX_BURST],
+    prefetched_len: usize,
 }
 
 impl<R: ReportSink> IntStage<R> {
     pub fn new(reports: R, flows: Analytics, clock: WallClock) -> IntStage<R> {
-        IntStage { reports, flows, clock, times: BurstClock::new(0), may_source: false }
+        IntStage {
+            reports,
+            flows,
+            clock,
+            times: BurstClock::new(0),
+            may_source: false,
+            prefetched: [0; MAX_BURST],
+            prefetched_len: 0,
+        }
     }
 }
 
@@ -548,16 +561,16 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
         t.int.as_ref().map(|_| Depth::Full)
     }
 
-    /// A sink looks each packet's flow up in a flow cache of many
-    /// megabytes (analytics, or the report interval): the burst's rows load
-    /// together first.
+    /// A sink looks each packet's flow up in a flow cache whose flows in
+    /// use hold many megabytes (analytics, or the report interval): the
+    /// burst's rows load together first, then the entries they point to.
     #[inline(always)]
     fn prefetch_pass(&self, t: &Tables) -> bool {
         t.int.as_ref().is_some_and(|s| s.edge_ports != 0 && self.flows.worth_prefetching(s.report.flow_interval_tsc))
     }
 
     #[inline(always)]
-    fn prefetch(&self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
+    fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
         let Some(spec) =
             t.int.as_ref().filter(|s| s.edge_ports != 0 && self.flows.worth_prefetching(s.report.flow_interval_tsc))
         else {
@@ -565,8 +578,23 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
         };
         let Some(blk) = int::find(frame, meta, spec.presence) else { return };
         if let Ok(block) = int::Block::read(frame, meta, blk) {
-            self.flows.cache.prefetch_row(original_flow(frame, meta, &block).hash64());
+            let hash = original_flow(frame, meta, &block).hash64();
+            self.flows.cache.prefetch_row(hash);
+            if let Some(h) = self.prefetched.get_mut(self.prefetched_len) {
+                (*h, self.prefetched_len) = (hash, self.prefetched_len + 1);
+            }
         }
+    }
+
+    /// The rows have had the rest of the pass to arrive: the entries
+    /// their tags point to (and the entries' hops) start loading now, not
+    /// when each packet reaches its lookup.
+    #[inline(always)]
+    fn prefetch_deeper(&mut self, _t: &Tables) {
+        for &h in &self.prefetched[..self.prefetched_len] {
+            self.flows.cache.prefetch_entry(h);
+        }
+        self.prefetched_len = 0;
     }
 
     #[inline(always)]

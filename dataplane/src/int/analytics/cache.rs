@@ -272,16 +272,38 @@ impl FlowCache {
         crate::dpdk::prefetch(&self.rows[hash as usize & self.mask]);
     }
 
-    /// The way of `row` holding `key`: the tags compared all at once (no
-    /// branch per way), then the key of each way whose tag matched.
+    /// Starts loading the entry (and its hops) that `hash`'s row names by
+    /// its tag: the second level of a burst's prefetch, once the row is in.
     #[inline(always)]
-    fn find_in(&self, r: usize, tag: u32, key: &FlowKey) -> Option<usize> {
+    pub fn prefetch_entry(&self, hash: u64) {
+        let (r, tag) = self.split(hash);
+        let hits = self.tag_hits(r, tag);
+        if hits != 0 {
+            let i = r * self.ways + hits.trailing_zeros() as usize;
+            crate::dpdk::prefetch_all(&self.entries[i]);
+            for h in &self.hops[i * self.max_hops..(i + 1) * self.max_hops] {
+                crate::dpdk::prefetch(h);
+            }
+        }
+    }
+
+    /// The valid ways of row `r` whose tag is `tag`, as bits: the tags
+    /// compared all at once (no branch per way).
+    #[inline(always)]
+    fn tag_hits(&self, r: usize, tag: u32) -> u16 {
         let row = &self.rows[r];
         let mut hits = 0u16;
         for (w, t) in row.tags.iter().enumerate() {
             hits |= ((*t == tag) as u16) << w;
         }
-        hits &= row.valid;
+        hits & row.valid
+    }
+
+    /// The way of `row` holding `key`: the key of each way whose tag
+    /// matched.
+    #[inline(always)]
+    fn find_in(&self, r: usize, tag: u32, key: &FlowKey) -> Option<usize> {
+        let mut hits = self.tag_hits(r, tag);
         let base = r * self.ways;
         while hits != 0 {
             let w = hits.trailing_zeros() as usize;
@@ -308,12 +330,6 @@ impl FlowCache {
         let ways = self.ways;
         if let Some(w) = self.find_in(r, tag, key) {
             let i = r * ways + w;
-            // The entry's second line and its hops load together, not one
-            // after the other as the update reaches them.
-            crate::dpdk::prefetch_all(&self.entries[i]);
-            for h in &self.hops[i * self.max_hops..(i + 1) * self.max_hops] {
-                crate::dpdk::prefetch(h);
-            }
             self.rows[r].move_to_front(w, ways);
             return (i, Touch::Hit);
         }

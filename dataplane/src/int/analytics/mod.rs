@@ -100,7 +100,9 @@ pub(crate) fn bump(c: &std::sync::atomic::AtomicU64) {
     c.store(c.load(Relaxed) + 1, Relaxed);
 }
 
-/// A flow cache past this many bytes of entries gets a prefetch pass.
+/// A flow cache whose flows in use hold more than this many bytes (row,
+/// entry, hops) gets a burst prefetch pass: fewer of them stay in a core's
+/// caches between their packets.
 const PREFETCH_BYTES: usize = 4 << 20;
 
 /// Node IDs the per_hop registers hold per worker.
@@ -209,11 +211,14 @@ impl Analytics {
     }
 
     /// Whether a sink's packets look the cache up (tracking, or a report
-    /// interval) in a cache larger than a core's L2, so that a burst's
-    /// rows are worth prefetching.
+    /// interval) and its flows in use hold more than a core's caches keep,
+    /// so that a burst's rows and entries are worth prefetching. (By the
+    /// flows in use, not the cache's size: a few thousand flows in a cache
+    /// of millions of entries stay in cache.)
     #[inline(always)]
     pub fn worth_prefetching(&self, interval: u64) -> bool {
-        (self.tracking() || interval > 0) && self.cache.capacity() * std::mem::size_of::<FlowEntry>() > PREFETCH_BYTES
+        let per_flow = 64 + std::mem::size_of::<FlowEntry>() + self.max_hops * std::mem::size_of::<HopAgg>();
+        (self.tracking() || interval > 0) && self.cache.len() * per_flow > PREFETCH_BYTES
     }
 
     /// One INT packet of flow `key` (hash `hash`) reaching the sink at `now`
@@ -1098,6 +1103,31 @@ mod tests {
         assert_eq!(c.events[Event::IntEventQueueT as usize], 1);
         assert_eq!(c.events[Event::IntEventQueueC as usize], 2);
         assert_eq!((c.events[Event::IntEventExported as usize], c.events[Event::IntEventRingFull as usize]), (3, 0));
+    }
+
+    #[test]
+    fn the_prefetch_pass_follows_the_flows_in_use_not_the_cache_size() {
+        // 4096 x 12 entries of 5 hops: far more than PREFETCH_BYTES, but
+        // a few flows stay in a core's caches.
+        let (mut a, _f) = analytics(4096, 12, 5);
+        let mut c = CounterValues::default();
+        let st = stack(BITMAP, &[(1, 2, 3, Some(4))]);
+        let per_flow = 64 + std::mem::size_of::<FlowEntry>() + 5 * std::mem::size_of::<HopAgg>();
+        let enough = (PREFETCH_BYTES / per_flow + 1) as u16;
+        for i in 0..enough {
+            if i == 100 {
+                assert!(!a.worth_prefetching(0), "100 flows");
+            }
+            plain(&mut a, &key(i), 1, &st, (BITMAP, 4, 1), &mut c);
+        }
+        assert!(a.cache.len() > (enough - 100) as usize);
+        assert_eq!(a.worth_prefetching(0), a.cache.len() == enough as usize);
+        let (mut off, _f) = analytics(4096, 12, 5);
+        for i in 0..enough {
+            plain(&mut off, &key(i), 1, &st, (BITMAP, 4, 1), &mut c);
+        }
+        off.ring = None;
+        assert!(!off.worth_prefetching(0), "no tracking and no report interval: no lookups to prefetch");
     }
 
     #[test]
