@@ -103,7 +103,7 @@ pub(crate) fn bump(c: &std::sync::atomic::AtomicU64) {
 /// A flow cache whose flows in use hold more than this many bytes (row,
 /// entry, hops) gets a burst prefetch pass: fewer of them stay in a core's
 /// caches between their packets.
-const PREFETCH_BYTES: usize = 4 << 20;
+const PREFETCH_BYTES: usize = 1 << 20;
 
 /// Node IDs the per_hop registers hold per worker.
 pub const PER_HOP_NODES: usize = 4096;
