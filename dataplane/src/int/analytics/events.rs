@@ -47,7 +47,13 @@ pub struct EventSpec {
 impl EventSpec {
     /// Whether any event is on (packets skip the checks otherwise).
     pub fn any(&self) -> bool {
-        self.hop.iter().any(|r| !r.is_off()) || !self.e2e.is_off() || self.path_change || !self.link.is_off()
+        self.on_hops() || !self.e2e.is_off() || self.path_change
+    }
+
+    /// Whether a per-hop or link rule is on (events a packet's hops raise
+    /// one by one).
+    pub fn on_hops(&self) -> bool {
+        self.hop.iter().any(|r| !r.is_off()) || !self.link.is_off()
     }
 }
 

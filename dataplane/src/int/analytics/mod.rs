@@ -564,7 +564,7 @@ fn update(
     for m in 0..METRICS {
         sums.carried[m] = l.metric[m].is_some();
     }
-    let hop_events_on = ev.as_ref().is_some_and(|x| !x.spec.link.is_off() || x.spec.hop.iter().any(|r| !r.is_off()));
+    let hop_events_on = ev.as_ref().is_some_and(|x| x.spec.on_hops());
     let detecting = cnf.is_some() || per_hop.is_some();
     let (mut e2e, mut any, mut absent) = (0u64, false, 0u64);
     let mut sum = [0u64; METRICS];
