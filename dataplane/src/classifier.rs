@@ -230,13 +230,24 @@ impl<A, const N: usize> PackedTable<A, N> {
         })
     }
 
+    /// Each word times an odd constant of its own, summed, then one
+    /// finalizer: words that differ in one place never share a home, and
+    /// every bit reaches the index. (A finalizer per word cost about 40
+    /// instructions a lookup, twice a packet with the prefetch pass.)
     #[inline]
     fn home(words: &[u64; N]) -> usize {
-        let mut h = 0u64;
-        for (i, w) in words.iter().enumerate() {
-            h ^= w.hash64().rotate_left(i as u32 * 7);
-        }
-        h as usize
+        const K: [u64; KEY_WORDS] = [
+            0x9e37_79b9_7f4a_7c15,
+            0xbf58_476d_1ce4_e5b9,
+            0x94d0_49bb_1331_11eb,
+            0xd6e8_feb8_6659_fd93,
+            0xa076_1d64_78bd_642f,
+            0xe703_7ed1_a0b4_28db,
+            0x8ebc_6af0_9c88_c6e3,
+            0x5899_65cc_7537_4cc3,
+        ];
+        let sum = words.iter().zip(K.iter()).fold(0u64, |h, (w, k)| h.wrapping_add(w.wrapping_mul(*k)));
+        sum.hash64() as usize
     }
 
     /// The slot holding `words`, or the empty slot where they would go.
@@ -682,6 +693,45 @@ mod tests {
             }
         }
         assert_eq!(c.lookup(&flow(3, true).0), Some(&7));
+    }
+
+    /// Keys that differ in one word never share a home, wherever the
+    /// difference lies; and AM-PM's flow rules (source address and port,
+    /// consecutive numbers) spread over the table: a probe reads about one
+    /// slot.
+    #[test]
+    fn homes_separate_one_word_differences_and_flow_rules_probe_short() {
+        let base = [0x0a01_0203u64, 17 << 24 | 4 << 48, 1024 | 80 << 16, 0xffff_0000_0000];
+        let h0 = PackedTable::<u32, 4>::home(&base);
+        for w in 0..4 {
+            for bit in 0..64 {
+                let mut k = base;
+                k[w] ^= 1 << bit;
+                assert_ne!(PackedTable::<u32, 4>::home(&k), h0, "word {w} bit {bit}");
+            }
+        }
+        let rules: Vec<Rule<u32>> = (0..10_000u64)
+            .map(|i| {
+                let (mut value, mut mask) = (Key::default(), Key::default());
+                value.set_addr(field::SRC, 0x0a01_0000 | i as u128);
+                mask.set_addr(field::SRC, 0xffff_ffff);
+                value.0[field::PORTS] = 1024 + i;
+                mask.0[field::PORTS] = 0xffff;
+                Rule { name: format!("f{i}"), priority: 1, value, mask, action: i as u32 }
+            })
+            .collect();
+        let c = Classifier::new(rules.clone());
+        let Lookup::Tuples { groups } = &c.lookup else { panic!("{}", c.kind()) };
+        let GroupTable::Narrow(t) = &groups[0].table else { panic!("a 2-word mask packs narrow") };
+        let mut probes = 0;
+        for r in &rules {
+            let words = t.pack(&r.value, &groups[0].mask);
+            let (home, at) = (PackedTable::<u32, 4>::home(&words) & t.index_mask, t.find(&words));
+            probes += (at.wrapping_sub(home) & t.index_mask) + 1;
+            assert_eq!(c.lookup(&r.value), Some(&r.action));
+        }
+        let mean = probes as f64 / rules.len() as f64;
+        assert!(mean < 1.5, "{mean} slots a lookup");
     }
 
     #[test]
