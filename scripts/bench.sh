@@ -61,6 +61,8 @@
 # 10k routes (LPM) and 100k flows (exact match), with the realistic router
 # cases' 10k IPv4 and 2k IPv6 routes (LPM; lines l3fwd-lpm-l3-router...),
 # with the full-size table (FIB; lines l3fwd-fib-l3-router-full...),
+# with the realistic router and AM-PM traces' own TCP and UDP flows, IPv4
+# and IPv6 (exact match; lines l3fwd-em-l3-router..., l3fwd-em-ampm...),
 # and with the AM-PM cases' 10k flows (exact match). Its lines end in
 # build=l3fwd: a reference for what one table lookup a packet costs on this
 # harness.
@@ -253,9 +255,8 @@ build_l3fwd() {
     'port_conf.rxmode.offloads &= dev_info.rx_offload_capa'
   make -s -C "$d/l3fwd" >"$work/l3fwd-build.log" 2>&1 || { cat "$work/l3fwd-build.log" >&2; exit 1; }
   l3fwd_bin=$d/l3fwd/build/l3fwd
-  # l3fwd wants IPv6 rules too: one each, which no packet here matches.
+  # l3fwd wants IPv6 routes too: one, which no packet here matches.
   echo "R2001:db8::/32 1" >"$work/lpm-v6.cfg"
-  echo "R2001:db8::1 2001:db8::2 1 1 0x11 1" >"$work/em-v6.cfg"
 }
 patch_l3fwd() { # file sed-expression what-must-match-after
   sed -i "$2" "$work/examples/l3fwd/$1"
@@ -309,11 +310,22 @@ EOF2
   rm -f /dev/hugepages/${prefix}map_* 2>/dev/null || true
 }
 
-# The 5-tuples of a pcap's IPv4/UDP packets as l3fwd exact-match rules,
-# all to port 1 ("R<dst> <src> <dst port> <src port> <proto> <port>").
-em_rules() { # pcap
-  tshark -r "$1" -T fields -e ip.src -e ip.dst -e udp.srcport -e udp.dstport 2>/dev/null |
-    sort -u | awk 'NF == 4 { printf "R%s %s %s %s 0x11 1\n", $2, $1, $4, $3 }'
+# The 5-tuples of a pcap's TCP and UDP packets, IPv4 and IPv6, as l3fwd
+# exact-match rules, all to port 1 ("R<dst> <src> <dst port> <src port>
+# <proto> <port>"). l3fwd wants a file of each version: one that no packet
+# matches stands in for a version the trace lacks.
+em_rules() { # pcap v4-rules v6-rules
+  tshark -r "$1" -T fields -E separator=, -E occurrence=f -e ip.src -e ip.dst -e ipv6.src -e ipv6.dst \
+    -e ip.proto -e ipv6.nxt -e tcp.srcport -e tcp.dstport -e udp.srcport -e udp.dstport 2>/dev/null | sort -u |
+    awk -F, -v v4="$2" -v v6="$3" '
+      { p = ($5 != "") ? $5 : $6; s = (p == 6) ? $7 : $9; d = (p == 6) ? $8 : $10 }
+      (p != 6 && p != 17) || s == "" { next }
+      $1 != "" { printf "R%s %s %s %s %d 1\n", $2, $1, d, s, p > v4; n4++ }
+      $1 == "" && $3 != "" { printf "R%s %s %s %s %d 1\n", $4, $3, d, s, p > v6; n6++ }
+      END {
+        if (!n4) print "R192.0.2.1 192.0.2.2 1 1 17 1" > v4
+        if (!n6) print "R2001:db8::1 2001:db8::2 1 1 17 1" > v6
+      }'
 }
 
 run_l3fwd() { # name pcap -L|-E|--lookup=fib rules-v4 rules-v6 (build_l3fwd writes those)
@@ -486,9 +498,9 @@ $gen gen-traffic --out "$work/l3.pcap" --count $l3_frames --flows $l3_frames --s
 run_case l3-10k-routes-100k-flows-seq "$work/l3.pcap" "$work/l3.toml"
 if [[ "$l3fwd_ref" != 0 ]] && want l3-10k-routes-100k-flows-seq; then
   for i in $(seq 0 9999); do printf 'R20.%d.%d.0/24 1\n' $((i / 256)) $((i % 256)); done >"$work/lpm-v4.cfg"
-  em_rules "$work/l3.pcap" >"$work/em-l3.cfg"
+  em_rules "$work/l3.pcap" "$work/em-l3.cfg" "$work/em-l3-v6.cfg"
   run_l3fwd l3fwd-lpm-10k-routes "$work/l3.pcap" -L "$work/lpm-v4.cfg" "$work/lpm-v6.cfg"
-  run_l3fwd l3fwd-em-100k-flows "$work/l3.pcap" -E "$work/em-l3.cfg" "$work/em-v6.cfg"
+  run_l3fwd l3fwd-em-100k-flows "$work/l3.pcap" -E "$work/em-l3.cfg" "$work/em-l3-v6.cfg"
 fi
 
 # INT: 64-byte UDP frames (plus the INT they carry) from p0 to p1.
@@ -568,8 +580,8 @@ run_case ampm-initiator-1flow "$work/ampm.pcap" "$work/ampm-i.toml"
 config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t.toml"
 run_case ampm-terminator-1flow "$work/ampm.pcap" "$work/ampm-t.toml"
 if [[ "$l3fwd_ref" != 0 ]] && { want ampm-initiator-1flow || want ampm-terminator-1flow; }; then
-  em_rules "$work/ampm.pcap" >"$work/em-ampm.cfg"
-  run_l3fwd l3fwd-em-10k-flows "$work/ampm.pcap" -E "$work/em-ampm.cfg" "$work/em-v6.cfg"
+  em_rules "$work/ampm.pcap" "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg"
+  run_l3fwd l3fwd-em-10k-flows "$work/ampm.pcap" -E "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg"
 fi
 
 # ---- The realistic cases: many hosts and flows, shuffled, each at 64-byte
@@ -685,8 +697,25 @@ l3fwd_routes() { # routes-file trace-stem case-stem line-prefix -L|--lookup=fib
     fi
   done
 }
+# l3fwd-em with a trace's own TCP and UDP 5-tuples as its rules (its hash
+# table holds each flow of the trace, as the router's flow table learns
+# them), on the trace and its -imix, -large and -large-imix variants, when
+# one of the cases given runs on it; lines l3fwd-em-<name>[-imix|...].
+l3fwd_flows() { # name trace-stem case-stem...
+  local name=$1 stem=$2 t v c hit
+  shift 2
+  for t in "$stem" "$stem-imix" "$stem-large" "$stem-large-imix"; do
+    v=${t#"$stem"} hit=0
+    for c in "$@"; do want "$c$v" && hit=1; done
+    if ((hit)) && [[ -f "$work/$t.pcap" ]]; then
+      em_rules "$work/$t.pcap" "$work/em-$t.cfg" "$work/em-$t-v6.cfg"
+      run_l3fwd "l3fwd-em-$name$v" "$work/$t.pcap" -E "$work/em-$t.cfg" "$work/em-$t-v6.cfg"
+    fi
+  done
+}
 if [[ "$l3fwd_ref" != 0 ]]; then
   l3fwd_routes "$work/routes.txt" l3-real l3-router l3fwd-lpm -L
+  l3fwd_flows l3-router l3-real l3-router
 fi
 
 # Router with a full-size table (scripts/gen_routes.py: 900k IPv4 and 200k
@@ -996,6 +1025,9 @@ config xconnect "$work/ampm-real.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg i
 run_real ampm-initiator "$work/ampm-real" "$work/ampm-i-real.toml"
 config xconnect "$work/ampm-real.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t-real.toml"
 run_real ampm-terminator "$work/ampm-real" "$work/ampm-t-real.toml"
+if [[ "$l3fwd_ref" != 0 ]]; then
+  l3fwd_flows ampm ampm-real ampm-initiator ampm-terminator
+fi
 
 # AM-PM with half the monitored flows in IPv6, marked in a Hop-by-Hop
 # AltMark option (the IPv4 half on a DSCP bit): the trace draws each flow's
