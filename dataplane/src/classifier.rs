@@ -231,9 +231,9 @@ impl<A, const N: usize> PackedTable<A, N> {
     }
 
     /// Each word times an odd constant of its own, summed, then one
-    /// finalizer: words that differ in one place never share a home, and
-    /// every bit reaches the index. (A finalizer per word cost about 40
-    /// instructions a lookup, twice a packet with the prefetch pass.)
+    /// finalizer (not one per word: a lookup hashes twice a packet with the
+    /// prefetch pass): words that differ in one place never share a home,
+    /// and every bit reaches the index.
     #[inline]
     fn home(words: &[u64; N]) -> usize {
         const K: [u64; KEY_WORDS] = [
