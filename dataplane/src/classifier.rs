@@ -253,7 +253,13 @@ impl<A, const N: usize> PackedTable<A, N> {
     /// The slot holding `words`, or the empty slot where they would go.
     #[inline]
     fn find(&self, words: &[u64; N]) -> usize {
-        let mut i = Self::home(words) & self.index_mask;
+        self.find_from(Self::home(words), words)
+    }
+
+    /// `find` with the home already known.
+    #[inline]
+    fn find_from(&self, home: usize, words: &[u64; N]) -> usize {
+        let mut i = home & self.index_mask;
         loop {
             let s = &self.slots[i];
             if s.entry.is_none() || s.words == *words {
@@ -284,6 +290,17 @@ impl<A, const N: usize> PackedTable<A, N> {
         }
     }
 }
+
+/// A lookup begun by [`Classifier::probe`]: the key's packed words and
+/// the slot its probe starts at.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Probe {
+    words: [u64; 4],
+    /// `NO_PROBE`: the shared-bits screen ruled the key out.
+    home: u32,
+}
+
+const NO_PROBE: u32 = u32::MAX;
 
 /// A compiled rule set.
 pub struct Classifier<A> {
@@ -323,14 +340,50 @@ impl<A: Clone> Classifier<A> {
         }
     }
 
-    /// Starts loading what a lookup of `k` reads first (the best group's
-    /// slot), so a lookup a few packets later finds it in the cache.
+    /// Starts loading what a lookup of `k` reads first (the slot of the
+    /// best group it may match), so a lookup a few packets later finds it
+    /// in the cache.
     #[inline]
     pub fn prefetch(&self, k: &Key) {
         if let Lookup::Tuples { groups } = &self.lookup {
-            if let Some(g) = groups.first() {
+            if let Some(g) = groups.iter().find(|g| g.may_match(k)) {
                 g.table.prefetch(k, &g.mask);
             }
+        }
+    }
+
+    /// `prefetch` for a rule set of one narrow tuple group (per-flow rules
+    /// of one shape), keeping what the lookup needs: `lookup_probe` then
+    /// neither builds, packs nor hashes the key again. None for other rule
+    /// sets (look them up by key).
+    #[inline]
+    pub fn probe(&self, k: &Key) -> Option<Probe> {
+        let (g, t) = self.single_narrow()?;
+        if !g.may_match(k) {
+            return Some(Probe { words: [0; 4], home: NO_PROBE });
+        }
+        let words = t.pack(k, &g.mask);
+        let home = PackedTable::<A, 4>::home(&words) & t.index_mask;
+        crate::dpdk::prefetch(&t.slots[home]);
+        Some(Probe { words, home: home as u32 })
+    }
+
+    /// The winning rule's action for the key `p` was probed with, by this
+    /// rule set's `probe`.
+    #[inline]
+    pub fn lookup_probe(&self, p: &Probe) -> Option<&A> {
+        let (_, t) = self.single_narrow().filter(|_| p.home != NO_PROBE)?;
+        t.slots[t.find_from(p.home as usize, &p.words)].entry.as_ref().map(|e| &e.action)
+    }
+
+    #[inline]
+    fn single_narrow(&self) -> Option<(&Group<A>, &PackedTable<A, 4>)> {
+        match &self.lookup {
+            Lookup::Tuples { groups } => match groups.as_slice() {
+                [g @ Group { table: GroupTable::Narrow(t), .. }] => Some((g, t)),
+                _ => None,
+            },
+            Lookup::Direct { .. } => None,
         }
     }
 
@@ -732,6 +785,51 @@ mod tests {
         }
         let mean = probes as f64 / rules.len() as f64;
         assert!(mean < 1.5, "{mean} slots a lookup");
+    }
+
+    /// A rule set of one narrow group (AM-PM's flow rules) gives probes
+    /// that answer as its key lookups do: flows found, keys that pass the
+    /// shared-bits screen and miss, keys the screen rules out. Other rule
+    /// sets give none.
+    #[test]
+    fn probes_answer_as_key_lookups() {
+        let flow = |i: u64, proto: u64| {
+            let (mut value, mut mask) = (Key::default(), Key::default());
+            value.set_addr(field::SRC, 0x0a01_0000 | i as u128);
+            mask.set_addr(field::SRC, 0xffff_ffff);
+            value.0[field::PORTS] = 1024 + i;
+            mask.0[field::PORTS] = 0xffff;
+            value.set_meta(field::PROTO_SHIFT, 8, proto);
+            mask.set_meta(field::PROTO_SHIFT, 8, 0xff);
+            (value, mask)
+        };
+        let rules: Vec<Rule<u32>> = (0..5000u64)
+            .map(|i| {
+                let (value, mask) = flow(i, 17);
+                Rule { name: format!("f{i}"), priority: 1 + (i % 3) as u32, value, mask, action: i as u32 }
+            })
+            .collect();
+        let c = Classifier::new(rules.clone());
+        let (mut found, mut screened) = (0, 0);
+        for i in (0..12_000u64).step_by(7) {
+            for proto in [17, 6] {
+                let mut k = flow(i, proto).0;
+                k.0[field::TS_NS] = i * 977; // a word no rule looks at
+                let p = c.probe(&k).expect("one narrow group");
+                assert_eq!(c.lookup_probe(&p), c.lookup(&k), "flow {i} proto {proto}");
+                found += c.lookup(&k).is_some() as u32;
+                screened += (p.home == NO_PROBE) as u32;
+            }
+        }
+        assert!(found > 600 && screened > 1000, "found {found} screened {screened}");
+        // Two groups, a direct table, a wide group: no probes.
+        let mut two = rules.clone();
+        two.push(rule("port-only", 0, field::PORTS, 80, 0xffff));
+        assert!(Classifier::new(two).probe(&flow(1, 17).0).is_none());
+        assert!(Classifier::new(vec![rule("d", 1, 2, 1, 1)]).probe(&key(2, 1)).is_none());
+        let wide =
+            Rule { name: "w".into(), priority: 1, value: Key([1; KEY_WORDS]), mask: Key([!0; KEY_WORDS]), action: 0 };
+        assert!(Classifier::new(vec![wide]).probe(&key(2, 1)).is_none());
     }
 
     #[test]

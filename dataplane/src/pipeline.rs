@@ -112,12 +112,15 @@ pub struct Packet {
     /// ([`Stage::claim`]): forwarding and the other feature stages never
     /// see it, only those that declare [`Stage::SEES_CLAIMED`].
     pub claimed: bool,
+    /// Its place in the burst, as the prefetch pass gave it to
+    /// [`Stage::prefetch`] (a stage keeps what that pass found by it).
+    pub index: u8,
 }
 
 impl Packet {
     /// A slot with no packet yet.
     pub const EMPTY: Packet =
-        Packet { meta: Err(DropReason::EthTruncated), verdict: Verdict::Consumed, claimed: false };
+        Packet { meta: Err(DropReason::EthTruncated), verdict: Verdict::Consumed, claimed: false, index: 0 };
 }
 
 /// What a stage tells the pipeline after a packet.
@@ -238,9 +241,10 @@ pub trait Stage<B: PacketBuf> {
         false
     }
 
-    /// Starts loading what `packet` will read for this parsed packet.
+    /// Starts loading what `packet` will read for this parsed packet, the
+    /// burst's `index`th ([`Packet::index`]).
     #[inline(always)]
-    fn prefetch(&mut self, _t: &Tables, _frame: &[u8], _meta: &PacketMeta) {}
+    fn prefetch(&mut self, _t: &Tables, _frame: &[u8], _meta: &PacketMeta, _index: usize) {}
 
     /// After the burst's `prefetch` pass: starts loading what the lines
     /// that pass loaded point to (a flow cache's row says where the flow's
@@ -276,8 +280,8 @@ macro_rules! tuple_stages {
                 false $(|| self.$i.prefetch_pass(t))*
             }
             #[inline(always)]
-            fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
-                $(self.$i.prefetch(t, frame, meta);)*
+            fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta, index: usize) {
+                $(self.$i.prefetch(t, frame, meta, index);)*
             }
             #[inline(always)]
             fn prefetch_deeper(&mut self, t: &Tables) {
@@ -391,7 +395,8 @@ pub struct Pipeline<C: ControlSink, F> {
 
 impl<C: ControlSink, F> Pipeline<C, F> {
     pub fn new(forward: ForwardStage<C>, stages: F) -> Pipeline<C, F> {
-        Pipeline { forward, stages, packets: [Packet::EMPTY; MAX_BURST] }
+        let packets = std::array::from_fn(|i| Packet { index: i as u8, ..Packet::EMPTY });
+        Pipeline { forward, stages, packets }
     }
 
     /// How a burst from `in_port` may be handled, and the pipeline's depth
@@ -458,12 +463,12 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         // an array costs ~7 ns a packet).
         let two_pass = full && (Stage::<B>::prefetch_pass(&self.forward, t) || self.stages.prefetch_pass(t));
         if two_pass {
-            for (p, m) in self.packets.iter_mut().zip(pkts.iter()) {
+            for (i, (p, m)) in self.packets.iter_mut().zip(pkts.iter()).enumerate() {
                 let m = m.as_ref().expect("received");
                 p.meta = parse_frame(m, in_port);
                 if let Ok(meta) = &p.meta {
-                    Stage::<B>::prefetch(&mut self.forward, t, m.bytes(), meta);
-                    self.stages.prefetch(t, m.bytes(), meta);
+                    Stage::<B>::prefetch(&mut self.forward, t, m.bytes(), meta, i);
+                    self.stages.prefetch(t, m.bytes(), meta, i);
                 }
             }
             self.stages.prefetch_deeper(t);
@@ -600,7 +605,7 @@ impl<B: PacketBuf + Clone> Output<B> for VecOut<B> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::*;
@@ -612,6 +617,12 @@ mod tests {
     use crate::worker::{self, FlowSetup, MacSetup, StageSetup, WorkerPipeline, WorkerShared};
 
     fn pipeline(learn: bool) -> WorkerPipeline {
+        pipeline_sharing(learn, Arc::new(WorkerShared::new(0)))
+    }
+
+    /// A worker's pipeline whose shared state (AM-PM's counters) the
+    /// caller keeps.
+    pub(crate) fn pipeline_sharing(learn: bool, shared: Arc<WorkerShared>) -> WorkerPipeline {
         let (reports, _) = report_ring(4);
         let stages = StageSetup {
             analytics: crate::int::analytics::AnalyticsSetup::interval_only(16),
@@ -622,7 +633,7 @@ mod tests {
         };
         let flows = FlowSetup { capacity: 64, idle_timeout_s: 0, learn, hash_seed: 1 };
         let macs = MacSetup { capacity: 64, aging_s: 0, share: false };
-        worker::pipeline(Arc::new(WorkerShared::new(0)), flows, macs, stages, 1_000)
+        worker::pipeline(shared, flows, macs, stages, 1_000)
     }
 
     /// The shortcuts of ports 0 and 1.

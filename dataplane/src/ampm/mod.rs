@@ -17,7 +17,7 @@ pub mod stage;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::classifier::{self, field, Classifier, Key, Rule};
+use crate::classifier::{self, field, Classifier, Key, Probe, Rule};
 use crate::counters::{CounterValues, Event};
 use crate::parse::{L3Kind, PacketMeta};
 use crate::pktbuf::PacketBuf;
@@ -599,6 +599,9 @@ pub struct AmpmCtx<'a> {
     pub now: &'a BurstTime,
     /// Slot-table answers already found in this burst (one per `now`).
     pub memo: &'a mut SlotMemo,
+    /// The packet's flow lookup as the burst's prefetch pass began it
+    /// ([`prefetch`]), if it did.
+    pub probe: Option<&'a Probe>,
 }
 
 /// The slot-table answer of the last packet, kept for the rest of one
@@ -652,12 +655,21 @@ fn dscp_of(b: &[u8], meta: &PacketMeta) -> u8 {
 }
 
 /// Starts loading the packet's per-flow rule (a burst's first pass calls
-/// this so `apply` finds it in the cache).
+/// this so `apply` finds it in the cache). The probe it returns, handed to
+/// `apply` as `AmpmCtx::probe`, spares that lookup the key: valid while
+/// the packet's addresses, protocol, ports and DSCP stay as they were,
+/// which the stages before AM-PM (forwarding, SQR) never change.
 #[inline]
-pub fn prefetch(spec: &AmpmSpec, b: &[u8], meta: &PacketMeta) {
-    if matches!(meta.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
-        spec.flow_rules.prefetch(&flow_key(b, meta));
+pub fn prefetch(spec: &AmpmSpec, b: &[u8], meta: &PacketMeta) -> Option<Probe> {
+    if !matches!(meta.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
+        return None;
     }
+    let key = flow_key(b, meta);
+    let probe = spec.flow_rules.probe(&key);
+    if probe.is_none() {
+        spec.flow_rules.prefetch(&key);
+    }
+    probe
 }
 
 /// Runs AM-PM on one packet. `meta` is kept valid when an option header is
@@ -667,8 +679,11 @@ pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta
         return Outcome::Unmonitored;
     }
     let spec = ctx.spec;
-    let key = flow_key(pkt.bytes(), meta);
-    let Some(flow) = spec.flow_rules.lookup(&key) else {
+    let flow = match ctx.probe {
+        Some(p) => spec.flow_rules.lookup_probe(p),
+        None => spec.flow_rules.lookup(&flow_key(pkt.bytes(), meta)),
+    };
+    let Some(flow) = flow else {
         return Outcome::Unmonitored;
     };
     let slot = flow.slot as usize;

@@ -9,6 +9,8 @@ use crate::pktbuf::PacketBuf;
 use crate::tables::Tables;
 
 use super::{AmpmCtx, BurstTime, FlowCounters, SlotMemo};
+use crate::classifier::Probe;
+use crate::dpdk::MAX_BURST;
 
 /// Flow rule sets from which a burst is parsed and prefetched first.
 const PREFETCH_MIN_FLOWS: usize = 4096;
@@ -22,11 +24,22 @@ pub struct AmpmStage {
     /// The burst's time, when there are flows to measure.
     now: Option<BurstTime>,
     memo: SlotMemo,
+    /// The flow lookups the burst's prefetch pass began, by packet index;
+    /// bit i of `probed` says whether `probes[i]` is this burst's.
+    probes: [Probe; MAX_BURST],
+    probed: u64,
 }
 
 impl AmpmStage {
     pub fn new(counters: Arc<[FlowCounters]>) -> AmpmStage {
-        AmpmStage { regs: vec![0; counters.len()], counters, now: None, memo: SlotMemo::default() }
+        AmpmStage {
+            regs: vec![0; counters.len()],
+            counters,
+            now: None,
+            memo: SlotMemo::default(),
+            probes: [Probe::default(); MAX_BURST],
+            probed: 0,
+        }
     }
 }
 
@@ -42,9 +55,12 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
     }
 
     #[inline(always)]
-    fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
+    fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta, index: usize) {
         if let Some(a) = t.ampm.as_ref().filter(|a| a.flows.len() >= PREFETCH_MIN_FLOWS) {
-            super::prefetch(a, frame, meta);
+            if let (Some(p), Some(slot)) = (super::prefetch(a, frame, meta), self.probes.get_mut(index)) {
+                *slot = p;
+                self.probed |= 1 << index;
+            }
         }
     }
 
@@ -57,6 +73,7 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
     fn begin(&mut self, t: &Tables, burst: &Burst) {
         self.now = t.ampm.as_ref().filter(|a| !a.flows.is_empty()).map(|a| BurstTime::new(&a.timing, burst.wall_ns()));
         self.memo = SlotMemo::default();
+        self.probed = 0;
     }
 
     /// Measures a packet that is being forwarded (not drops, nor the
@@ -67,10 +84,147 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
         if let (Some(spec), Some(now), Ok(meta), Verdict::Tx(_) | Verdict::Flood) =
             (cx.tables.ampm.as_ref(), self.now.as_ref(), &mut p.meta, p.verdict)
         {
-            let mut ctx =
-                AmpmCtx { spec, regs: &mut self.regs, counters: &self.counters, c: cx.c, now, memo: &mut self.memo };
+            let i = p.index as usize;
+            let probe = (self.probed >> i & 1 != 0).then(|| &self.probes[i]);
+            let mut ctx = AmpmCtx {
+                spec,
+                regs: &mut self.regs,
+                counters: &self.counters,
+                c: cx.c,
+                now,
+                memo: &mut self.memo,
+                probe,
+            };
             super::apply(&mut ctx, m, meta);
         }
         Step::Next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+
+    use super::PREFETCH_MIN_FLOWS;
+    use crate::ampm::{flow_key, AmpmFlow, AmpmSetup, Carrier, FlowRef, Method, MpRole, TimeFormat, Timing};
+    use crate::classifier::{field, Key};
+    use crate::counters::CounterValues;
+    use crate::parse::parse;
+    use crate::parse::tests::{udp4, udp6};
+    use crate::pipeline::tests::pipeline_sharing;
+    use crate::pipeline::{Burst, Depth, PortLoad, RxTime, VecOut};
+    use crate::pktbuf::{PacketBuf, VecBuf};
+    use crate::tables::tests::two_port_router;
+    use crate::tables::{Mode, Tables};
+    use crate::worker::WorkerShared;
+
+    /// Flow `i`: UDP from 10.1.x.y port 1024 + i (IPv6: 2001:db8:1::i).
+    fn frame(i: u16, v6: bool, sport_delta: u16) -> Vec<u8> {
+        let sport = 1024 + i + sport_delta;
+        if v6 {
+            let mut src = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            src[14..].copy_from_slice(&i.to_be_bytes());
+            udp6(src, [0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], sport, 7, b"ampm")
+        } else {
+            udp4([10, 1, (i >> 8) as u8, i as u8], [10, 2, 0, 1], sport, 7, b"ampm")
+        }
+    }
+
+    /// The exact rule of flow `i`: source address, protocol, source port.
+    fn rule(i: u16, v6: bool, slot: u32) -> AmpmFlow {
+        let f = frame(i, v6, 0);
+        let k = flow_key(&f, &parse(&f, 0).unwrap());
+        let mut mask = Key::default();
+        mask.0[field::SRC] = !0;
+        mask.0[field::SRC + 1] = !0;
+        mask.0[field::PORTS] = 0xffff;
+        mask.set_meta(field::PROTO_SHIFT, 8, 0xff);
+        let value = Key(std::array::from_fn(|w| k.0[w] & mask.0[w]));
+        let carrier = if v6 { Carrier::Ipv6HopByHop } else { Carrier::Dscp { l_bit: 0, d_bit: 1 } };
+        let mp =
+            FlowRef { slot, flow_mon_id: slot, role: MpRole::Initiator, method: Method::Muxed, carrier, clear: false };
+        AmpmFlow { name: format!("f{slot}"), mp, priority: 1, value, mask }
+    }
+
+    /// Runs `bursts` through a cross-connect measuring `flows`: what left,
+    /// the counters, each flow slot's counters.
+    fn run(flows: Vec<AmpmFlow>, bursts: &[Vec<Vec<u8>>]) -> (Vec<Vec<u8>>, CounterValues, Vec<[u64; 4]>) {
+        let timing = Timing { format: TimeFormat::SecFrac, interval_bit: 32, sub_bits: 2 };
+        let mut setup = AmpmSetup::new(1, timing, flows.len());
+        setup.flows = flows;
+        let mut s = two_port_router();
+        s.mode = Mode::CrossConnect;
+        s.ampm = Some(setup);
+        let t = Tables::build(&s, 1).unwrap();
+        let shared = Arc::new(WorkerShared::new(t.ampm.as_ref().unwrap().capacity));
+        let mut p = pipeline_sharing(false, shared.clone());
+        let mut out = VecOut::<VecBuf>::new(64, 0);
+        let mut c = CounterValues::default();
+        let mut sent = Vec::new();
+        for (n, b) in bursts.iter().enumerate() {
+            let rx = RxTime { tsc: n as u64, wall_ns: 1_700_000_000_000_000_000 + n as u64 * 300_000_000 };
+            let mut pkts: Vec<Option<VecBuf>> = b.iter().map(|f| Some(VecBuf::new(f, 64))).collect();
+            p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, Depth::Full), &mut pkts);
+            sent.extend(out.out.drain(..).map(|(m, _)| m.bytes().to_vec()));
+        }
+        let per_slot = shared
+            .ampm
+            .iter()
+            .map(|f| {
+                let [a, b] = &f.color;
+                [a.packets.load(Relaxed), b.packets.load(Relaxed), a.bytes.load(Relaxed), b.ts_offset_sum.load(Relaxed)]
+            })
+            .collect();
+        (sent, c, per_slot)
+    }
+
+    /// A rule set large enough for the prefetch pass, of one shape: the
+    /// lookups begun there (probes, by packet index) answer as key lookups
+    /// do; the same rules plus one of another shape (two tuple groups, so
+    /// lookups by key) must write the same bytes and counts. Bursts mix
+    /// monitored and unmonitored IPv4 and IPv6 flows and frames that do
+    /// not parse, which the prefetch pass skips.
+    #[test]
+    fn probed_lookups_measure_as_key_lookups() {
+        let n = PREFETCH_MIN_FLOWS as u16 + 100;
+        let one_shape: Vec<AmpmFlow> = (0..n).map(|i| rule(i, i % 2 == 1, i as u32)).collect();
+        let mut two_shapes = one_shape.clone();
+        let mut other = rule(0, false, n as u32);
+        other.mask = Key::default();
+        other.mask.0[field::PORTS] = 0xffff << 16;
+        other.value = Key::default();
+        other.value.0[field::PORTS] = 9 << 16; // destination port 9: no frame here
+        two_shapes.push(other);
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        let bursts: Vec<Vec<Vec<u8>>> = (0..12)
+            .map(|_| {
+                (0..64)
+                    .map(|_| {
+                        let r = next();
+                        let i = (r % n as u32) as u16;
+                        match r >> 28 {
+                            0 => vec![0u8; 10],           // truncated
+                            1 => frame(i, i % 2 == 1, 1), // unmonitored port
+                            2 => frame(i, i % 2 == 0, 0), // other version
+                            _ => frame(i, i % 2 == 1, 0), // monitored
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let (probed, key) = (run(one_shape, &bursts), run(two_shapes, &bursts));
+        let differ = probed.0.iter().zip(&key.0).position(|(a, b)| a != b);
+        assert!(probed.0.len() == key.0.len() && differ.is_none(), "frames out differ from frame {differ:?}");
+        assert_eq!((probed.1.events, probed.1.drops), (key.1.events, key.1.drops));
+        assert_eq!(probed.2[..n as usize], key.2[..n as usize]);
+        let counted: u64 = probed.2.iter().map(|s| s[0] + s[1]).sum();
+        assert!(counted > 500, "most frames measured: {counted}");
     }
 }

@@ -76,7 +76,7 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
     }
 
     #[inline(always)]
-    fn prefetch(&mut self, t: &Tables, _frame: &[u8], meta: &PacketMeta) {
+    fn prefetch(&mut self, t: &Tables, _frame: &[u8], meta: &PacketMeta, _index: usize) {
         if self.flows.len() >= PREFETCH_MIN_FLOWS {
             self.flows.prefetch(&meta.key);
         }

@@ -570,7 +570,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     }
 
     #[inline(always)]
-    fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta) {
+    fn prefetch(&mut self, t: &Tables, frame: &[u8], meta: &PacketMeta, _index: usize) {
         let Some(spec) =
             t.int.as_ref().filter(|s| s.edge_ports != 0 && self.flows.worth_prefetching(s.report.flow_interval_tsc))
         else {
