@@ -295,6 +295,8 @@ impl<A, const N: usize> PackedTable<A, N> {
 /// the slot its probe starts at.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Probe {
+    /// The one group the key may match.
+    group: u32,
     words: [u64; 4],
     /// `NO_PROBE`: the shared-bits screen ruled the key out.
     home: u32,
@@ -352,38 +354,39 @@ impl<A: Clone> Classifier<A> {
         }
     }
 
-    /// `prefetch` for a rule set of one narrow tuple group (per-flow rules
-    /// of one shape), keeping what the lookup needs: `lookup_probe` then
-    /// neither builds, packs nor hashes the key again. None for other rule
-    /// sets (look them up by key).
+    /// `prefetch`, keeping what the lookup needs when the key may match
+    /// one tuple group only (per-flow rules of one shape; AM-PM's IPv4 and
+    /// IPv6 flows make one group each): `lookup_probe` then neither
+    /// builds, packs nor hashes the key again. None where the key may
+    /// match several groups, its group keys more than 4 words, or the rule
+    /// set is a direct table: look those up by key.
     #[inline]
     pub fn probe(&self, k: &Key) -> Option<Probe> {
-        let (g, t) = self.single_narrow()?;
-        if !g.may_match(k) {
-            return Some(Probe { words: [0; 4], home: NO_PROBE });
-        }
+        let Lookup::Tuples { groups } = &self.lookup else { return None };
+        let mut may = groups.iter().enumerate().filter(|(_, g)| g.may_match(k));
+        let Some((at, g)) = may.next() else {
+            return Some(Probe { group: 0, words: [0; 4], home: NO_PROBE });
+        };
+        let GroupTable::Narrow(t) = &g.table else {
+            g.table.prefetch(k, &g.mask);
+            return None;
+        };
         let words = t.pack(k, &g.mask);
         let home = PackedTable::<A, 4>::home(&words) & t.index_mask;
         crate::dpdk::prefetch(&t.slots[home]);
-        Some(Probe { words, home: home as u32 })
+        may.next().is_none().then_some(Probe { group: at as u32, words, home: home as u32 })
     }
 
     /// The winning rule's action for the key `p` was probed with, by this
     /// rule set's `probe`.
     #[inline]
     pub fn lookup_probe(&self, p: &Probe) -> Option<&A> {
-        let (_, t) = self.single_narrow().filter(|_| p.home != NO_PROBE)?;
-        t.slots[t.find_from(p.home as usize, &p.words)].entry.as_ref().map(|e| &e.action)
-    }
-
-    #[inline]
-    fn single_narrow(&self) -> Option<(&Group<A>, &PackedTable<A, 4>)> {
-        match &self.lookup {
-            Lookup::Tuples { groups } => match groups.as_slice() {
-                [g @ Group { table: GroupTable::Narrow(t), .. }] => Some((g, t)),
-                _ => None,
-            },
-            Lookup::Direct { .. } => None,
+        let Lookup::Tuples { groups } = &self.lookup else { return None };
+        match groups.get(p.group as usize).filter(|_| p.home != NO_PROBE) {
+            Some(Group { table: GroupTable::Narrow(t), .. }) => {
+                t.slots[t.find_from(p.home as usize, &p.words)].entry.as_ref().map(|e| &e.action)
+            }
+            _ => None,
         }
     }
 
@@ -787,10 +790,11 @@ mod tests {
         assert!(mean < 1.5, "{mean} slots a lookup");
     }
 
-    /// A rule set of one narrow group (AM-PM's flow rules) gives probes
-    /// that answer as its key lookups do: flows found, keys that pass the
-    /// shared-bits screen and miss, keys the screen rules out. Other rule
-    /// sets give none.
+    /// A key that may match one narrow group (AM-PM's flow rules) gets a
+    /// probe that answers as its key lookup does: flows found, keys that
+    /// pass the shared-bits screen and miss, keys every group's screen
+    /// rules out. A key two groups may match, a wide group and a direct
+    /// table get none.
     #[test]
     fn probes_answer_as_key_lookups() {
         let flow = |i: u64, proto: u64| {
@@ -803,33 +807,39 @@ mod tests {
             mask.set_meta(field::PROTO_SHIFT, 8, 0xff);
             (value, mask)
         };
-        let rules: Vec<Rule<u32>> = (0..5000u64)
+        let flows: Vec<Rule<u32>> = (0..5000u64)
             .map(|i| {
                 let (value, mask) = flow(i, 17);
                 Rule { name: format!("f{i}"), priority: 1 + (i % 3) as u32, value, mask, action: i as u32 }
             })
             .collect();
-        let c = Classifier::new(rules.clone());
-        let (mut found, mut screened) = (0, 0);
-        for i in (0..12_000u64).step_by(7) {
-            for proto in [17, 6] {
-                let mut k = flow(i, proto).0;
-                k.0[field::TS_NS] = i * 977; // a word no rule looks at
-                let p = c.probe(&k).expect("one narrow group");
-                assert_eq!(c.lookup_probe(&p), c.lookup(&k), "flow {i} proto {proto}");
-                found += c.lookup(&k).is_some() as u32;
-                screened += (p.home == NO_PROBE) as u32;
+        // A second group, of source port 1030 (flow 6's) alone.
+        let mut two = flows.clone();
+        two.push(rule("port-only", 9, field::PORTS, 1030, 0xffff));
+        for (rules, groups) in [(flows, 1), (two, 2)] {
+            let c = Classifier::new(rules);
+            let (mut found, mut screened, mut by_key) = (0, 0, 0);
+            for i in (0..12_000u64).step_by(3) {
+                for proto in [17, 6] {
+                    let mut k = flow(i, proto).0;
+                    k.0[field::TS_NS] = i * 977; // a word no rule looks at
+                    match c.probe(&k) {
+                        Some(p) => {
+                            assert_eq!(c.lookup_probe(&p), c.lookup(&k), "flow {i} proto {proto}");
+                            screened += (p.home == NO_PROBE) as u32;
+                        }
+                        None => by_key += 1,
+                    }
+                    found += c.lookup(&k).is_some() as u32;
+                }
             }
+            assert!(found > 1000 && screened > 2000, "found {found} screened {screened}");
+            assert_eq!(by_key, if groups == 2 { 1 } else { 0 }, "only flow 6 may match both groups");
         }
-        assert!(found > 600 && screened > 1000, "found {found} screened {screened}");
-        // Two groups, a direct table, a wide group: no probes.
-        let mut two = rules.clone();
-        two.push(rule("port-only", 0, field::PORTS, 80, 0xffff));
-        assert!(Classifier::new(two).probe(&flow(1, 17).0).is_none());
         assert!(Classifier::new(vec![rule("d", 1, 2, 1, 1)]).probe(&key(2, 1)).is_none());
         let wide =
             Rule { name: "w".into(), priority: 1, value: Key([1; KEY_WORDS]), mask: Key([!0; KEY_WORDS]), action: 0 };
-        assert!(Classifier::new(vec![wide]).probe(&key(2, 1)).is_none());
+        assert!(Classifier::new(vec![wide]).probe(&Key([1; KEY_WORDS])).is_none());
     }
 
     #[test]

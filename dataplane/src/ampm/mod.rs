@@ -664,12 +664,7 @@ pub fn prefetch(spec: &AmpmSpec, b: &[u8], meta: &PacketMeta) -> Option<Probe> {
     if !matches!(meta.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
         return None;
     }
-    let key = flow_key(b, meta);
-    let probe = spec.flow_rules.probe(&key);
-    if probe.is_none() {
-        spec.flow_rules.prefetch(&key);
-    }
-    probe
+    spec.flow_rules.probe(&flow_key(b, meta))
 }
 
 /// Runs AM-PM on one packet. `meta` is kept valid when an option header is

@@ -181,7 +181,7 @@ mod tests {
 
     /// A rule set large enough for the prefetch pass, of one shape: the
     /// lookups begun there (probes, by packet index) answer as key lookups
-    /// do; the same rules plus one of another shape (two tuple groups, so
+    /// do; the same rules plus a group every frame may match too (so
     /// lookups by key) must write the same bytes and counts. Bursts mix
     /// monitored and unmonitored IPv4 and IPv6 flows and frames that do
     /// not parse, which the prefetch pass skips.
@@ -189,13 +189,19 @@ mod tests {
     fn probed_lookups_measure_as_key_lookups() {
         let n = PREFETCH_MIN_FLOWS as u16 + 100;
         let one_shape: Vec<AmpmFlow> = (0..n).map(|i| rule(i, i % 2 == 1, i as u32)).collect();
+        // Rules for destination ports 5 and 6: every frame here (port 7)
+        // may match their group (they share all bits but the lowest two),
+        // none does, and each frame is looked up by key.
         let mut two_shapes = one_shape.clone();
-        let mut other = rule(0, false, n as u32);
-        other.mask = Key::default();
-        other.mask.0[field::PORTS] = 0xffff << 16;
-        other.value = Key::default();
-        other.value.0[field::PORTS] = 9 << 16; // destination port 9: no frame here
-        two_shapes.push(other);
+        for port in [5, 6] {
+            let mut other = rule(0, false, two_shapes.len() as u32);
+            other.mask = Key::default();
+            other.mask.0[field::PORTS] = 0xffff << 16;
+            other.value = Key::default();
+            other.value.0[field::PORTS] = port << 16;
+            other.priority = 0;
+            two_shapes.push(other);
+        }
         let mut seed = 0x9e37_79b9u32;
         let mut next = move || {
             seed ^= seed << 13;
