@@ -363,10 +363,10 @@ impl<A: Clone> Classifier<A> {
     #[inline]
     pub fn probe(&self, k: &Key) -> Option<Probe> {
         let Lookup::Tuples { groups } = &self.lookup else { return None };
-        let mut may = groups.iter().enumerate().filter(|(_, g)| g.may_match(k));
-        let Some((at, g)) = may.next() else {
+        let Some(at) = groups.iter().position(|g| g.may_match(k)) else {
             return Some(Probe { group: 0, words: [0; 4], home: NO_PROBE });
         };
+        let g = &groups[at];
         let GroupTable::Narrow(t) = &g.table else {
             g.table.prefetch(k, &g.mask);
             return None;
@@ -374,7 +374,8 @@ impl<A: Clone> Classifier<A> {
         let words = t.pack(k, &g.mask);
         let home = PackedTable::<A, 4>::home(&words) & t.index_mask;
         crate::dpdk::prefetch(&t.slots[home]);
-        may.next().is_none().then_some(Probe { group: at as u32, words, home: home as u32 })
+        let alone = !groups[at + 1..].iter().any(|g| g.may_match(k));
+        alone.then_some(Probe { group: at as u32, words, home: home as u32 })
     }
 
     /// The winning rule's action for the key `p` was probed with, by this
