@@ -65,7 +65,10 @@
 # and IPv6 (exact match; lines l3fwd-em-l3-router..., l3fwd-em-ampm...),
 # and with the AM-PM cases' 10k flows (exact match). Its lines end in
 # build=l3fwd: a reference for what one table lookup a packet costs on this
-# harness.
+# harness. Each of our cases on the same trace then gets a line
+# case=<case>-vs-<l3fwd line> vs_l3fwd_em|vs_l3fwd_lpm|vs_l3fwd_fib=<ours /
+# l3fwd's> mpps=<ours> peer_mpps=<l3fwd's> (l3fwd-lpm on the router traces
+# against both l3-router and l3-router-routing-only).
 set -euo pipefail
 source "$(dirname "$0")/usage.sh" "$@"
 no_arguments "$@"
@@ -328,15 +331,29 @@ em_rules() { # pcap v4-rules v6-rules
       }'
 }
 
-run_l3fwd() { # name pcap -L|-E|--lookup=fib rules-v4 rules-v6 (build_l3fwd writes those)
+# The median of each case's rounds (the first build's), for the peers'
+# vs_ lines.
+declare -A case_mpps=()
+
+run_l3fwd() { # name pcap -L|-E|--lookup=fib rules-v4 rules-v6 [case...] (build_l3fwd writes the rules)
   [[ -n "${l3fwd_bin:-}" ]] || build_l3fwd
-  local ours=() theirs=() r
+  local ours=() theirs=() r l3fwd c kind
   for ((r = 0; r < rounds; r++)); do
     theirs+=("$(testpmd_mpps "$2")")
     ours+=("$(l3fwd_mpps "$3" "$4" "$5" "$2")")
   done
-  awk -v n="$1" -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" \
+  l3fwd=$(median "${ours[@]}")
+  awk -v n="$1" -v a="$l3fwd" -v b="$(median "${theirs[@]}")" \
     'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd\n", n, a, (b > 0 ? a / b : 0), b }'
+  # Each given case that ran on this trace against it: vs_l3fwd_em,
+  # vs_l3fwd_lpm or vs_l3fwd_fib (ours / l3fwd's).
+  kind=${1#l3fwd-}
+  kind=l3fwd_${kind%%-*}
+  for c in "${@:6}"; do
+    [[ -n "${case_mpps[$c]:-}" ]] || continue
+    awk -v c="$c" -v p="$1" -v k="$kind" -v a="${case_mpps[$c]}" -v b="$l3fwd" \
+      'BEGIN { printf "case=%s-vs-%s vs_%s=%.2f mpps=%.2f peer_mpps=%.2f\n", c, p, k, (b > 0 ? a / b : 0), a, b }'
+  done
 }
 
 # Worker 0's queues besides p0's with several workers: p1's and those of
@@ -459,6 +476,7 @@ run_case() { # name pcap config
                if (o > 0) printf " vs_ovs=%.2f", a / o
                printf "\n" }'
     [[ -n "$first" ]] || first=$a
+    ((i > 0)) || case_mpps[$1]=$a
   done
   for k in "${ovs_on[@]}"; do
     awk -v n="ovs-$k-$1" -v a="${ovs_f[$k]}" -v b="$(median "${theirs[@]}")" -v m="$(testpmd_mode "$1")" \
@@ -499,8 +517,8 @@ run_case l3-10k-routes-100k-flows-seq "$work/l3.pcap" "$work/l3.toml"
 if [[ "$l3fwd_ref" != 0 ]] && want l3-10k-routes-100k-flows-seq; then
   for i in $(seq 0 9999); do printf 'R20.%d.%d.0/24 1\n' $((i / 256)) $((i % 256)); done >"$work/lpm-v4.cfg"
   em_rules "$work/l3.pcap" "$work/em-l3.cfg" "$work/em-l3-v6.cfg"
-  run_l3fwd l3fwd-lpm-10k-routes "$work/l3.pcap" -L "$work/lpm-v4.cfg" "$work/lpm-v6.cfg"
-  run_l3fwd l3fwd-em-100k-flows "$work/l3.pcap" -E "$work/em-l3.cfg" "$work/em-l3-v6.cfg"
+  run_l3fwd l3fwd-lpm-10k-routes "$work/l3.pcap" -L "$work/lpm-v4.cfg" "$work/lpm-v6.cfg" l3-10k-routes-100k-flows-seq
+  run_l3fwd l3fwd-em-100k-flows "$work/l3.pcap" -E "$work/em-l3.cfg" "$work/em-l3-v6.cfg" l3-10k-routes-100k-flows-seq
 fi
 
 # INT: 64-byte UDP frames (plus the INT they carry) from p0 to p1.
@@ -581,7 +599,8 @@ config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg termin
 run_case ampm-terminator-1flow "$work/ampm.pcap" "$work/ampm-t.toml"
 if [[ "$l3fwd_ref" != 0 ]] && { want ampm-initiator-1flow || want ampm-terminator-1flow; }; then
   em_rules "$work/ampm.pcap" "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg"
-  run_l3fwd l3fwd-em-10k-flows "$work/ampm.pcap" -E "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg"
+  run_l3fwd l3fwd-em-10k-flows "$work/ampm.pcap" -E "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg" \
+    ampm-initiator-1flow ampm-terminator-1flow
 fi
 
 # ---- The realistic cases: many hosts and flows, shuffled, each at 64-byte
@@ -693,7 +712,7 @@ l3fwd_routes() { # routes-file trace-stem case-stem line-prefix -L|--lookup=fib
   for t in "$2" "$2-imix" "$2-large" "$2-large-imix"; do
     c=$3${t#"$2"}
     if want "$c"; then
-      run_l3fwd "$4-$c" "$work/$t.pcap" "$5" "$work/$3-v4.cfg" "$work/$3-v6.cfg"
+      run_l3fwd "$4-$c" "$work/$t.pcap" "$5" "$work/$3-v4.cfg" "$work/$3-v6.cfg" "$c" "${c/l3-router/l3-router-routing-only}"
     fi
   done
 }
@@ -702,14 +721,14 @@ l3fwd_routes() { # routes-file trace-stem case-stem line-prefix -L|--lookup=fib
 # them), on the trace and its -imix, -large and -large-imix variants, when
 # one of the cases given runs on it; lines l3fwd-em-<name>[-imix|...].
 l3fwd_flows() { # name trace-stem case-stem...
-  local name=$1 stem=$2 t v c hit
+  local name=$1 stem=$2 t v c hit cases
   shift 2
   for t in "$stem" "$stem-imix" "$stem-large" "$stem-large-imix"; do
-    v=${t#"$stem"} hit=0
-    for c in "$@"; do want "$c$v" && hit=1; done
+    v=${t#"$stem"} hit=0 cases=()
+    for c in "$@"; do want "$c$v" && hit=1 && cases+=("$c$v"); done
     if ((hit)) && [[ -f "$work/$t.pcap" ]]; then
       em_rules "$work/$t.pcap" "$work/em-$t.cfg" "$work/em-$t-v6.cfg"
-      run_l3fwd "l3fwd-em-$name$v" "$work/$t.pcap" -E "$work/em-$t.cfg" "$work/em-$t-v6.cfg"
+      run_l3fwd "l3fwd-em-$name$v" "$work/$t.pcap" -E "$work/em-$t.cfg" "$work/em-$t-v6.cfg" "${cases[@]}"
     fi
   done
 }
