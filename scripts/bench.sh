@@ -28,7 +28,7 @@
 # (build=given).
 # BENCH_KEEP=1 keeps the traces, configs and last logs (the directory is
 # printed at exit).
-# BENCH_PEERS=0 skips the peers (testpmd, OVS-DPDK; ratio 0.00: pgo.sh's
+# BENCH_PEERS=0 skips the peers (testpmd, OVS-DPDK, l3fwd; ratio 0.00: pgo.sh's
 # training and bench_ab.sh), BENCH_TESTPMD=0 testpmd alone.
 # OVS-DPDK (Debian's openvswitch-switch-dpdk, with hugepages, one worker;
 # BENCH_OVS=0 skips it) runs beside the cross-connect, bridge and router
@@ -65,10 +65,11 @@
 # and IPv6 (exact match; lines l3fwd-em-l3-router..., l3fwd-em-ampm...),
 # and with the AM-PM cases' 10k flows (exact match). Its lines end in
 # build=l3fwd: a reference for what one table lookup a packet costs on this
-# harness. Each of our cases on the same trace then gets a line
-# case=<case>-vs-<l3fwd line> vs_l3fwd_em|vs_l3fwd_lpm|vs_l3fwd_fib=<ours /
-# l3fwd's> mpps=<ours> peer_mpps=<l3fwd's> (l3fwd-lpm on the router traces
-# against both l3-router and l3-router-routing-only).
+# harness. l3fwd runs in the rounds of the case it stands beside, on its
+# trace (l3fwd-lpm on the router traces beside both l3-router and
+# l3-router-routing-only, l3fwd-em beside each case on its trace), and its
+# lines end in beside=<case>; that case's line gains vs_l3fwd_em,
+# vs_l3fwd_lpm or vs_l3fwd_fib (ours / l3fwd's).
 set -euo pipefail
 source "$(dirname "$0")/usage.sh" "$@"
 no_arguments "$@"
@@ -331,29 +332,15 @@ em_rules() { # pcap v4-rules v6-rules
       }'
 }
 
-# The median of each case's rounds (the first build's), for the peers'
-# vs_ lines.
-declare -A case_mpps=()
-
-run_l3fwd() { # name pcap -L|-E|--lookup=fib rules-v4 rules-v6 [case...] (build_l3fwd writes the rules)
-  [[ -n "${l3fwd_bin:-}" ]] || build_l3fwd
-  local ours=() theirs=() r l3fwd c kind
-  for ((r = 0; r < rounds; r++)); do
-    theirs+=("$(testpmd_mpps "$2")")
-    ours+=("$(l3fwd_mpps "$3" "$4" "$5" "$2")")
-  done
-  l3fwd=$(median "${ours[@]}")
-  awk -v n="$1" -v a="$l3fwd" -v b="$(median "${theirs[@]}")" \
-    'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd\n", n, a, (b > 0 ? a / b : 0), b }'
-  # Each given case that ran on this trace against it: vs_l3fwd_em,
-  # vs_l3fwd_lpm or vs_l3fwd_fib (ours / l3fwd's).
-  kind=${1#l3fwd-}
-  kind=l3fwd_${kind%%-*}
-  for c in "${@:6}"; do
-    [[ -n "${case_mpps[$c]:-}" ]] || continue
-    awk -v c="$c" -v p="$1" -v k="$kind" -v a="${case_mpps[$c]}" -v b="$l3fwd" \
-      'BEGIN { printf "case=%s-vs-%s vs_%s=%.2f mpps=%.2f peer_mpps=%.2f\n", c, p, k, (b > 0 ? a / b : 0), a, b }'
-  done
+# DPDK's l3fwd beside a case (BENCH_L3FWD=1), on the case's trace and in
+# its rounds: each round runs testpmd, the switch, then each l3fwd given
+# for the case. The case's line gains vs_l3fwd_em, vs_l3fwd_lpm or
+# vs_l3fwd_fib (ours / l3fwd's); each l3fwd prints its own line, named
+# LINE, ending in build=l3fwd beside=<case>.
+declare -A l3fwd_of=()
+l3fwd_beside() { # case line -L|-E|--lookup=fib rules-v4 rules-v6 [mem-MB]
+  [[ "$l3fwd_ref" != 0 && "$peers" != 0 ]] && want "$1" || return 0
+  l3fwd_of[$1]+="$2|$3|$4|$5|${6:-} "
 }
 
 # Worker 0's queues besides p0's with several workers: p1's and those of
@@ -439,8 +426,10 @@ ovs_end() {
 
 run_case() { # name pcap config
   want "$1" || return 0
-  local theirs=() ours=() r i k first="" best=0 mpps share
-  local -A ovs_f=() ovs_tx=()
+  local theirs=() ours=() r i k first="" best=0 mpps share l3fwds=() p pn pf p4 p6 pm vs saved
+  local -A ovs_f=() ovs_tx=() peer_f=()
+  read -ra l3fwds <<<"${l3fwd_of[$1]:-}"
+  if ((${#l3fwds[@]})) && [[ -z "${l3fwd_bin:-}" ]]; then build_l3fwd; fi
   ovs_start "$1" "$3"
   # testpmd, OVS and each build take turns, so a slow spell of the machine
   # touches all; each figure is the median of its rounds. ours[i] holds
@@ -457,8 +446,24 @@ run_case() { # name pcap config
         --stats "$ovs_stats/$1-$k.txt" 2>>"$work/ovs-run.log" || echo "0.00 0.00")
       ovs_f[$k]+=" $mpps" ovs_tx[$k]=$share
     done
+    for p in "${l3fwds[@]}"; do
+      IFS='|' read -r pn pf p4 p6 pm <<<"$p"
+      saved=("${tp_mem[@]}")
+      [[ -z "$pm" ]] || tp_mem=("${tp_mem[@]/2048/$pm}")
+      peer_f[$pn]+=" $(l3fwd_mpps "$pf" "$p4" "$p6" "$2")"
+      tp_mem=("${saved[@]}")
+    done
   done
   ovs_end
+  # vs_<kind>=<l3fwd's median> pairs for the lines below.
+  vs=""
+  for p in "${l3fwds[@]}"; do
+    IFS='|' read -r pn pf p4 p6 pm <<<"$p"
+    # shellcheck disable=SC2086 # the figures are words
+    peer_f[$pn]=$(median ${peer_f[$pn]})
+    k=${pn#l3fwd-}
+    vs+=" l3fwd_${k%%-*}=${peer_f[$pn]}"
+  done
   for k in "${ovs_on[@]}"; do
     # shellcheck disable=SC2086 # the figures are words
     ovs_f[$k]=$(median ${ovs_f[$k]})
@@ -470,13 +475,19 @@ run_case() { # name pcap config
     local a; a=$(median ${ours[i]})
     awk -v n="$1" -v a="$a" -v b="$(median "${theirs[@]}")" \
       -v w="$( (( workers > 1 )) && echo " workers=$workers")" -v k="${builds[i]}" -v f="$first" \
-      -v m="$(testpmd_mode "$1")" -v o="$best" \
+      -v m="$(testpmd_mode "$1")" -v o="$best" -v vs="$vs" \
       'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f testpmd=%s%s build=%s", n, a, (b > 0 ? a / b : 0), b, m, w, k
                if (f != "") printf " vs_release=%.3f", (f > 0 ? a / f : 0)
                if (o > 0) printf " vs_ovs=%.2f", a / o
+               np = split(vs, peer, " ")
+               for (j = 1; j <= np; j++) { split(peer[j], kv, "="); printf " vs_%s=%.2f", kv[1], (kv[2] > 0 ? a / kv[2] : 0) }
                printf "\n" }'
     [[ -n "$first" ]] || first=$a
-    ((i > 0)) || case_mpps[$1]=$a
+  done
+  for p in "${l3fwds[@]}"; do
+    IFS='|' read -r pn pf p4 p6 pm <<<"$p"
+    awk -v n="$pn" -v a="${peer_f[$pn]}" -v b="$(median "${theirs[@]}")" -v c="$1" \
+      'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd beside=%s\n", n, a, (b > 0 ? a / b : 0), b, c }'
   done
   for k in "${ovs_on[@]}"; do
     awk -v n="ovs-$k-$1" -v a="${ovs_f[$k]}" -v b="$(median "${theirs[@]}")" -v m="$(testpmd_mode "$1")" \
@@ -513,13 +524,13 @@ $gen gen-traffic --out "$work/l3.pcap" --count $l3_frames --flows $l3_frames --s
     printf '[[route]]\nprefix = "20.%d.%d.0/24"\nport = "p1"\nvia = "10.0.2.254"\n' $((i / 256)) $((i % 256))
   done
 } >"$work/l3.toml"
-run_case l3-10k-routes-100k-flows-seq "$work/l3.pcap" "$work/l3.toml"
 if [[ "$l3fwd_ref" != 0 ]] && want l3-10k-routes-100k-flows-seq; then
   for i in $(seq 0 9999); do printf 'R20.%d.%d.0/24 1\n' $((i / 256)) $((i % 256)); done >"$work/lpm-v4.cfg"
   em_rules "$work/l3.pcap" "$work/em-l3.cfg" "$work/em-l3-v6.cfg"
-  run_l3fwd l3fwd-lpm-10k-routes "$work/l3.pcap" -L "$work/lpm-v4.cfg" "$work/lpm-v6.cfg" l3-10k-routes-100k-flows-seq
-  run_l3fwd l3fwd-em-100k-flows "$work/l3.pcap" -E "$work/em-l3.cfg" "$work/em-l3-v6.cfg" l3-10k-routes-100k-flows-seq
+  l3fwd_beside l3-10k-routes-100k-flows-seq l3fwd-lpm-10k-routes -L "$work/lpm-v4.cfg" "$work/lpm-v6.cfg"
+  l3fwd_beside l3-10k-routes-100k-flows-seq l3fwd-em-100k-flows -E "$work/em-l3.cfg" "$work/em-l3-v6.cfg"
 fi
+run_case l3-10k-routes-100k-flows-seq "$work/l3.pcap" "$work/l3.toml"
 
 # INT: 64-byte UDP frames (plus the INT they carry) from p0 to p1.
 # Reports go to a bound UDP socket nobody reads (no collector CPU cost; the
@@ -593,15 +604,16 @@ ampm_cfg() { # role [v6]: with v6, each flow number also has an IPv6 rule (HBH)
         "$i" $((10000 + i)) "$1" $((16 + i)) $((1024 + i))
   done
 }
+if [[ "$l3fwd_ref" != 0 ]] && { want ampm-initiator-1flow || want ampm-terminator-1flow; }; then
+  em_rules "$work/ampm.pcap" "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg"
+  for c in ampm-initiator-1flow ampm-terminator-1flow; do
+    l3fwd_beside $c l3fwd-em-10k-flows -E "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg"
+  done
+fi
 config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg initiator)" >"$work/ampm-i.toml"
 run_case ampm-initiator-1flow "$work/ampm.pcap" "$work/ampm-i.toml"
 config xconnect "$work/ampm.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t.toml"
 run_case ampm-terminator-1flow "$work/ampm.pcap" "$work/ampm-t.toml"
-if [[ "$l3fwd_ref" != 0 ]] && { want ampm-initiator-1flow || want ampm-terminator-1flow; }; then
-  em_rules "$work/ampm.pcap" "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg"
-  run_l3fwd l3fwd-em-10k-flows "$work/ampm.pcap" -E "$work/em-ampm.cfg" "$work/em-ampm-v6.cfg" \
-    ampm-initiator-1flow ampm-terminator-1flow
-fi
 
 # ---- The realistic cases: many hosts and flows, shuffled, each at 64-byte
 # frames and at IMIX (64:7, 594:4, 1518:1 on the wire; names end in -imix).
@@ -692,6 +704,41 @@ ipv6 = ["2001:db8:f1::1/64"]' "$(for p in 2 3; do
   done
   printf '%s\n' "${2:-}"
 }
+# l3fwd beside the router cases: on a routes file's prefixes (all to port
+# 1; no flow table, no next hop to resolve: what routing alone costs in
+# DPDK's own example), for a case stem's cases on a trace and its -imix,
+# -large and -large-imix variants, lines <line-prefix>-<case>; each also
+# beside the routing-only case of the trace.
+l3fwd_routes() { # routes-file trace-stem case-stem line-prefix -L|--lookup=fib [mem-MB]
+  local t c
+  [[ "$l3fwd_ref" != 0 ]] || return 0
+  awk '!/^#/ && NF && !/:/ { print "R" $1 " 1" }' "$1" >"$work/$3-v4.cfg"
+  awk '!/^#/ && /:/ { print "R" $1 " 1" }' "$1" >"$work/$3-v6.cfg"
+  for t in "$2" "$2-imix" "$2-large" "$2-large-imix"; do
+    c=$3${t#"$2"}
+    l3fwd_beside "$c" "$4-$c" "$5" "$work/$3-v4.cfg" "$work/$3-v6.cfg" "${6:-}"
+    l3fwd_beside "${c/l3-router/l3-router-routing-only}" "$4-$c" "$5" "$work/$3-v4.cfg" "$work/$3-v6.cfg" "${6:-}"
+  done
+}
+# l3fwd-em with a trace's own TCP and UDP 5-tuples as its rules (its hash
+# table holds each flow of the trace, as the router's flow table learns
+# them), beside the cases given on the trace and its -imix, -large and
+# -large-imix variants; lines l3fwd-em-<name>[-imix|...].
+l3fwd_flows() { # name trace-stem case-stem...
+  local name=$1 stem=$2 t v c hit
+  shift 2
+  [[ "$l3fwd_ref" != 0 ]] || return 0
+  for t in "$stem" "$stem-imix" "$stem-large" "$stem-large-imix"; do
+    v=${t#"$stem"} hit=0
+    for c in "$@"; do want "$c$v" && hit=1; done
+    if ((hit)) && [[ -f "$work/$t.pcap" ]]; then
+      em_rules "$work/$t.pcap" "$work/em-$t.cfg" "$work/em-$t-v6.cfg"
+      for c in "$@"; do l3fwd_beside "$c$v" "l3fwd-em-$name$v" -E "$work/em-$t.cfg" "$work/em-$t-v6.cfg"; done
+    fi
+  done
+}
+l3fwd_routes "$work/routes.txt" l3-real l3-router l3fwd-lpm -L
+l3fwd_flows l3-router l3-real l3-router
 router_cfg "$work/l3-real.pcap" >"$work/l3-real.toml"
 ovs_kinds=routes run_real l3-router "$work/l3-real" "$work/l3-real.toml"
 sed "s|$work/l3-real.pcap|$work/l3-real-large.pcap|" "$work/l3-real.toml" >"$work/l3-real-large.toml"
@@ -700,42 +747,6 @@ ovs_kinds=routes run_real l3-router-large "$work/l3-real-large" "$work/l3-real-l
 # (nothing learned), the work l3fwd-lpm does; compare with its line.
 sed 's/^learn = true$/learn = false/' "$work/l3-real.toml" >"$work/l3-route-only.toml"
 run_real l3-router-routing-only "$work/l3-real" "$work/l3-route-only.toml"
-# l3fwd-lpm on the same traces and routes (its LPM has the 10k IPv4 and
-# 2k IPv6 prefixes, all to port 1; it has no flow table and resolves no
-# next hop: what routing alone costs in DPDK's own example).
-# l3fwd on a routes file's prefixes (all to port 1), on a trace and its
-# -imix, -large and -large-imix variants, each named after its case.
-l3fwd_routes() { # routes-file trace-stem case-stem line-prefix -L|--lookup=fib
-  local t c
-  awk '!/^#/ && NF && !/:/ { print "R" $1 " 1" }' "$1" >"$work/$3-v4.cfg"
-  awk '!/^#/ && /:/ { print "R" $1 " 1" }' "$1" >"$work/$3-v6.cfg"
-  for t in "$2" "$2-imix" "$2-large" "$2-large-imix"; do
-    c=$3${t#"$2"}
-    if want "$c"; then
-      run_l3fwd "$4-$c" "$work/$t.pcap" "$5" "$work/$3-v4.cfg" "$work/$3-v6.cfg" "$c" "${c/l3-router/l3-router-routing-only}"
-    fi
-  done
-}
-# l3fwd-em with a trace's own TCP and UDP 5-tuples as its rules (its hash
-# table holds each flow of the trace, as the router's flow table learns
-# them), on the trace and its -imix, -large and -large-imix variants, when
-# one of the cases given runs on it; lines l3fwd-em-<name>[-imix|...].
-l3fwd_flows() { # name trace-stem case-stem...
-  local name=$1 stem=$2 t v c hit cases
-  shift 2
-  for t in "$stem" "$stem-imix" "$stem-large" "$stem-large-imix"; do
-    v=${t#"$stem"} hit=0 cases=()
-    for c in "$@"; do want "$c$v" && hit=1 && cases+=("$c$v"); done
-    if ((hit)) && [[ -f "$work/$t.pcap" ]]; then
-      em_rules "$work/$t.pcap" "$work/em-$t.cfg" "$work/em-$t-v6.cfg"
-      run_l3fwd "l3fwd-em-$name$v" "$work/$t.pcap" -E "$work/em-$t.cfg" "$work/em-$t-v6.cfg" "${cases[@]}"
-    fi
-  done
-}
-if [[ "$l3fwd_ref" != 0 ]]; then
-  l3fwd_routes "$work/routes.txt" l3-real l3-router l3fwd-lpm -L
-  l3fwd_flows l3-router l3-real l3-router
-fi
 
 # Router with a full-size table (scripts/gen_routes.py: 900k IPv4 and 200k
 # IPv6 prefixes of today's Internet table's length mix, through the same 256
@@ -755,18 +766,14 @@ if want l3-router-full || want l3-router-full-imix || want l3-router-full-large 
   # The router case's config with the file in place of its [[route]]s.
   router_cfg "$work/l3-full.pcap" | awk '/^\[\[route\]\]$/ { skip = 3; next } skip > 0 { skip--; next } { print }' |
     sed "/^mode = /a routes_file = \"$work/routes-full.txt\"" >"$work/l3-full.toml"
+  # l3fwd's pool and tables for the full table want more memory.
+  l3fwd_routes "$work/routes-full.txt" l3-full l3-router-full l3fwd-fib --lookup=fib 3584
+  if [[ "${BENCH_L3FWD_LPM_FULL:-0}" != 0 ]]; then
+    l3fwd_routes "$work/routes-full.txt" l3-full l3-router-full l3fwd-lpm -L 3584
+  fi
   run_real l3-router-full "$work/l3-full" "$work/l3-full.toml"
   sed "s|$work/l3-full.pcap|$work/l3-full-large.pcap|" "$work/l3-full.toml" >"$work/l3-full-large.toml"
   run_real l3-router-full-large "$work/l3-full-large" "$work/l3-full-large.toml"
-  if [[ "$l3fwd_ref" != 0 ]]; then
-    saved_tp_mem=("${tp_mem[@]}")
-    tp_mem=("${tp_mem[@]/2048/3584}")
-    l3fwd_routes "$work/routes-full.txt" l3-full l3-router-full l3fwd-fib --lookup=fib
-    if [[ "${BENCH_L3FWD_LPM_FULL:-0}" != 0 ]]; then
-      l3fwd_routes "$work/routes-full.txt" l3-full l3-router-full l3fwd-lpm -L
-    fi
-    tp_mem=("${saved_tp_mem[@]}")
-  fi
 fi
 
 # INT on the router: the source marks every packet from p0 (five
@@ -1040,13 +1047,11 @@ fi
 # many unmonitored ones, mixed sizes.
 real "$work/ampm-real" $ampm_frames --flows $((ampm_flows * 2)) --dst-mac 02:00:00:00:00:02 \
   --src 10.1.0.0 --dst 10.2.0.1
+l3fwd_flows ampm ampm-real ampm-initiator ampm-terminator
 config xconnect "$work/ampm-real.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg initiator)" >"$work/ampm-i-real.toml"
 run_real ampm-initiator "$work/ampm-real" "$work/ampm-i-real.toml"
 config xconnect "$work/ampm-real.pcap" 'peer = "p1"' 'peer = "p0"' "$(ampm_cfg terminator)" >"$work/ampm-t-real.toml"
 run_real ampm-terminator "$work/ampm-real" "$work/ampm-t-real.toml"
-if [[ "$l3fwd_ref" != 0 ]]; then
-  l3fwd_flows ampm ampm-real ampm-initiator ampm-terminator
-fi
 
 # AM-PM with half the monitored flows in IPv6, marked in a Hop-by-Hop
 # AltMark option (the IPv4 half on a DSCP bit): the trace draws each flow's
