@@ -426,10 +426,16 @@ ovs_end() {
 
 run_case() { # name pcap config
   want "$1" || return 0
-  local theirs=() ours=() r i k first="" best=0 mpps share l3fwds=() p pn pf p4 p6 pm vs saved
-  local -A ovs_f=() ovs_tx=() peer_f=()
-  read -ra l3fwds <<<"${l3fwd_of[$1]:-}"
-  if ((${#l3fwds[@]})) && [[ -z "${l3fwd_bin:-}" ]]; then build_l3fwd; fi
+  local theirs=() ours=() r i k first="" best=0 mpps share specs=() p j vs="" saved
+  local l3n=() l3a=() l3m=() l3f=() name lookup v4 v6 mem
+  local -A ovs_f=() ovs_tx=()
+  # The l3fwds beside this case: line name, lookup and rules, memory.
+  read -ra specs <<<"${l3fwd_of[$1]:-}"
+  for p in "${specs[@]}"; do
+    IFS='|' read -r name lookup v4 v6 mem <<<"$p"
+    l3n+=("$name") l3a+=("$lookup $v4 $v6") l3m+=("$mem") l3f+=("")
+  done
+  if ((${#l3n[@]})) && [[ -z "${l3fwd_bin:-}" ]]; then build_l3fwd; fi
   ovs_start "$1" "$3"
   # testpmd, OVS and each build take turns, so a slow spell of the machine
   # touches all; each figure is the median of its rounds. ours[i] holds
@@ -446,23 +452,21 @@ run_case() { # name pcap config
         --stats "$ovs_stats/$1-$k.txt" 2>>"$work/ovs-run.log" || echo "0.00 0.00")
       ovs_f[$k]+=" $mpps" ovs_tx[$k]=$share
     done
-    for p in "${l3fwds[@]}"; do
-      IFS='|' read -r pn pf p4 p6 pm <<<"$p"
+    for j in "${!l3n[@]}"; do
       saved=("${tp_mem[@]}")
-      [[ -z "$pm" ]] || tp_mem=("${tp_mem[@]/2048/$pm}")
-      peer_f[$pn]+=" $(l3fwd_mpps "$pf" "$p4" "$p6" "$2")"
+      [[ -z "${l3m[j]}" ]] || tp_mem=("${tp_mem[@]/2048/${l3m[j]}}")
+      # shellcheck disable=SC2086 # lookup and rule files are words
+      l3f[j]+=" $(l3fwd_mpps ${l3a[j]} "$2")"
       tp_mem=("${saved[@]}")
     done
   done
   ovs_end
-  # vs_<kind>=<l3fwd's median> pairs for the lines below.
-  vs=""
-  for p in "${l3fwds[@]}"; do
-    IFS='|' read -r pn pf p4 p6 pm <<<"$p"
+  # Each l3fwd's median, and vs_<kind>=<it> pairs for the lines below.
+  for j in "${!l3n[@]}"; do
     # shellcheck disable=SC2086 # the figures are words
-    peer_f[$pn]=$(median ${peer_f[$pn]})
-    k=${pn#l3fwd-}
-    vs+=" l3fwd_${k%%-*}=${peer_f[$pn]}"
+    l3f[j]=$(median ${l3f[j]})
+    k=${l3n[j]#l3fwd-}
+    vs+=" l3fwd_${k%%-*}=${l3f[j]}"
   done
   for k in "${ovs_on[@]}"; do
     # shellcheck disable=SC2086 # the figures are words
@@ -484,9 +488,8 @@ run_case() { # name pcap config
                printf "\n" }'
     [[ -n "$first" ]] || first=$a
   done
-  for p in "${l3fwds[@]}"; do
-    IFS='|' read -r pn pf p4 p6 pm <<<"$p"
-    awk -v n="$pn" -v a="${peer_f[$pn]}" -v b="$(median "${theirs[@]}")" -v c="$1" \
+  for j in "${!l3n[@]}"; do
+    awk -v n="${l3n[j]}" -v a="${l3f[j]}" -v b="$(median "${theirs[@]}")" -v c="$1" \
       'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd beside=%s\n", n, a, (b > 0 ? a / b : 0), b, c }'
   done
   for k in "${ovs_on[@]}"; do

@@ -344,18 +344,8 @@ impl<A: Clone> Classifier<A> {
 
     /// Starts loading what a lookup of `k` reads first (the slot of the
     /// best group it may match), so a lookup a few packets later finds it
-    /// in the cache.
-    #[inline]
-    pub fn prefetch(&self, k: &Key) {
-        if let Lookup::Tuples { groups } = &self.lookup {
-            if let Some(g) = groups.iter().find(|g| g.may_match(k)) {
-                g.table.prefetch(k, &g.mask);
-            }
-        }
-    }
-
-    /// `prefetch`, keeping what the lookup needs when the key may match
-    /// one tuple group only (per-flow rules of one shape; AM-PM's IPv4 and
+    /// in the cache; and keeps what that lookup needs when the key may
+    /// match one tuple group only (per-flow rules of one shape; AM-PM's IPv4 and
     /// IPv6 flows make one group each): `lookup_probe` then neither
     /// builds, packs nor hashes the key again. None where the key may
     /// match several groups, its group keys more than 4 words, or the rule

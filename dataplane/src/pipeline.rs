@@ -463,7 +463,10 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         // an array costs ~7 ns a packet).
         let two_pass = full && (Stage::<B>::prefetch_pass(&self.forward, t) || self.stages.prefetch_pass(t));
         if two_pass {
+            // The burst index counted here, not read from `p.index` (the
+            // same number, one load a packet more).
             for (i, (p, m)) in self.packets.iter_mut().zip(pkts.iter()).enumerate() {
+                debug_assert_eq!(p.index as usize, i);
                 let m = m.as_ref().expect("received");
                 p.meta = parse_frame(m, in_port);
                 if let Ok(meta) = &p.meta {
