@@ -231,7 +231,7 @@ intswitch_mpps() { # config [case]
     awk '{ print $1 - $2 }' | avg
 }
 
-# DPDK's l3fwd example as shipped, with four changes so that it runs here
+# DPDK's l3fwd example as shipped, with these changes so that it runs here
 # as testpmd and the switch do: RX offloads limited to what the port has
 # (net_pcap has no checksum offload, which stock l3fwd asks for and fails
 # on), a pool of at least 200000 mbufs (infinite_rx holds the whole pcap in
