@@ -7,7 +7,8 @@ datagrams, round robin over the destinations, Poisson pacing at a total rate.
 
 Each datagram carries (sender id, sequence) and a filler derived from them,
 so the sink checks every byte it gets. Both print one JSON line at the end:
-send {"sent", "errors", "seconds", "rate"}; sink {"received", "bad", "senders"}.
+send {"sent", "errors", "seconds", "rate", "stalled" (seconds in gaps
+between sends of over 2 ms)}; sink {"received", "bad", "senders"}.
 A sink given --ready creates FILE once its socket is bound, so a harness
 starts the senders only when every sink can receive.
 """
@@ -23,6 +24,7 @@ import time
 # The filler's byte i is (seq + i) mod 251: a slice of this cycle, so that
 # neither side spends its (shared, two-core) CPU building it byte by byte.
 CYCLE = bytes(range(251))
+STALL = 0.002
 
 
 def payload(sender, seq, size):
@@ -45,6 +47,10 @@ def send(a):
     due = start
     sent = errors = 0
     seq = 0
+    # Time spent in gaps between sends of over STALL s: the schedule's own
+    # are rare at the rates used, so these are mostly the process held off
+    # the CPU (a loaded machine), when the traffic was not "fast".
+    stalled, last = 0.0, start
     while True:
         due += rng.expovariate(a.rate)
         if due >= end:
@@ -58,8 +64,13 @@ def send(a):
         except OSError:
             errors += 1
         seq += 1
+        now = time.monotonic()
+        if now - last > STALL:
+            stalled += now - last
+        last = now
     took = time.monotonic() - start
-    print(json.dumps({"sent": sent, "errors": errors, "seconds": round(took, 3), "rate": round(sent / took, 1)}))
+    print(json.dumps({"sent": sent, "errors": errors, "seconds": round(took, 3), "rate": round(sent / took, 1),
+                      "stalled": round(stalled, 3)}))
 
 
 def sink(a):

@@ -316,15 +316,17 @@ fn clos_coverage_route_change_and_pro_under_loss() {
                 })
             })
             .collect();
-        // How long each sender (h1, h8) took: a slow machine runs past the
-        // schedule's seconds while catching up.
+        // How long each sender (h1, h8) took, and of that how long it sat in
+        // gaps of over 2 ms: a loaded machine holds it off the CPU, then it
+        // runs past the schedule's seconds catching up.
         let mut took = Vec::new();
         for s in senders {
             let (ok, out) = s.join().unwrap();
             assert!(ok, "sender: {out}");
             println!("clos: sender {}", out.trim());
             let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("sender: {out}"));
-            took.push(v["seconds"].as_f64().unwrap_or_else(|| panic!("sender: {out}")));
+            let secs = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("sender: {out}"));
+            took.push((secs("seconds"), secs("stalled")));
         }
         for s in sinks {
             let (ok, out) = s.join().unwrap();
@@ -362,7 +364,7 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     // every millisecond, so a port labels within about 1 ms of T passing.
     // The labels/s below are over h1's sending time, which a loaded
     // machine stretches past the 4 s asked for.
-    let steady_s = run_traffic(4.0, 2800)[0];
+    let (steady_s, stalled_s) = run_traffic(4.0, 2800)[0];
     let tor1_after = tb.intctl("tor1", &["show", "label"]);
 
     // 1. Steady windows: the 25 ports active, covered; no other port reported.
@@ -394,13 +396,19 @@ fn clos_coverage_route_change_and_pro_under_loss() {
         "no report of the single-hop path"
     );
     // tor1's uplinks (p2, p3) carry only h1's packets, unlabeled there:
-    // their labels are the interval's, 19-20 a second at T = 50 ms (the
-    // issue's figure; at most s / T + 1 in h1's s >= 4 seconds of sending).
+    // their labels are the interval's, 19-20 a second at T = 50 ms under
+    // fast traffic (the figure): at least 19 a second of h1's
+    // sending outside its stalls, and never more than s / T + 1 in its
+    // s >= 4 seconds (one interval label a T).
     let labels = |v: &Value, p: usize| v["ports"][p]["labels"].as_u64().unwrap();
     for p in [2, 3] {
-        let rate = (labels(&tor1_after, p) - labels(&tor1_before, p)) as f64 / steady_s;
-        println!("clos: tor1 p{p} {rate:.2} labels/s");
-        assert!((19.0..=20.25).contains(&rate), "tor1 p{p}: {rate} labels/s at T = 50 ms");
+        let n = (labels(&tor1_after, p) - labels(&tor1_before, p)) as f64;
+        let (rate, fast_rate) = (n / steady_s, n / (steady_s - stalled_s).max(1.0));
+        println!("clos: tor1 p{p} {rate:.2} labels/s, {fast_rate:.2} outside h1's {stalled_s:.3} s of stalls");
+        assert!(
+            rate <= 20.25 && fast_rate >= 19.0,
+            "tor1 p{p}: {n} labels in {steady_s} s ({stalled_s} s stalled) at T = 50 ms"
+        );
     }
 
     // 2. A route change: h1 -> h5 now leaves tor1 by lf2 (p3); each port
