@@ -24,6 +24,9 @@ import time
 # The filler's byte i is (seq + i) mod 251: a slice of this cycle, so that
 # neither side spends its (shared, two-core) CPU building it byte by byte.
 CYCLE = bytes(range(251))
+# A gap between sends longer than this (s) counts as "stalled": Poisson's
+# own are rare at the rates used, so these are mostly the sender held off
+# the CPU by a loaded machine, when its traffic was not "fast".
 STALL = 0.002
 
 
@@ -47,9 +50,6 @@ def send(a):
     due = start
     sent = errors = 0
     seq = 0
-    # Time spent in gaps between sends of over STALL s: the schedule's own
-    # are rare at the rates used, so these are mostly the process held off
-    # the CPU (a loaded machine), when the traffic was not "fast".
     stalled, last = 0.0, start
     while True:
         due += rng.expovariate(a.rate)

@@ -362,8 +362,6 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     // Fast traffic, as the labels/s asks: 2800 datagrams a second
     // from each of h1 and h8 put a packet on each of tor1's uplinks about
     // every millisecond, so a port labels within about 1 ms of T passing.
-    // The labels/s below are over h1's sending time, which a loaded
-    // machine stretches past the 4 s asked for.
     let (steady_s, stalled_s) = run_traffic(4.0, 2800)[0];
     let tor1_after = tb.intctl("tor1", &["show", "label"]);
 
