@@ -428,9 +428,25 @@ pub const CHAIN3_FLOWS: [(&str, u64, u64); 4] =
     [("10.31.2.2", 17, 5001), ("2001:db8:31:2::2", 17, 5002), ("10.31.2.2", 6, 5201), ("2001:db8:31:2::2", 6, 5201)];
 
 pub fn ping(from: &str, to: &str) {
-    // One warm-up (address resolution), then three that must all come back.
-    let _ = ns_try(from, &["ping", "-c", "1", "-W", "2", to]);
+    // Reachable first (address resolution along the path), then three that must all come back.
+    wait_reachable(from, to, 20);
     ns(from, &["ping", "-c", "3", "-i", "0.2", "-W", "2", to]);
+}
+
+/// One-echo pings from `from` until `to` answers, for at most `secs` seconds:
+/// on a loaded CI machine the first echoes of a fresh multi-switch testbed
+/// can all be lost while every hop resolves its next one.
+pub fn wait_reachable(from: &str, to: &str, secs: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let mut last = String::new();
+    while std::time::Instant::now() < deadline {
+        let (ok, out) = ns_try(from, &["ping", "-c", "1", "-W", "1", to]);
+        if ok {
+            return;
+        }
+        last = out;
+    }
+    panic!("in {from}: {to} did not answer a ping within {secs} s: {last}");
 }
 
 /// A testbed brought up by `scripts/testbed.sh` (the same code path users
