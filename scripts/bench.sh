@@ -194,7 +194,13 @@ DUT_MAC=02:00:00:00:be:00
 # Average of the per-second samples, skipping the first two (warm-up).
 # Samples before the first nonzero one are start-up (a 1M-frame trace takes
 # seconds to load into mbufs), not rate.
-avg() { awk '!seen && $1 == 0 { next } { seen = 1; if (++k > 2) { s += $1; n++ } } END { if (n) printf "%.2f", s/n; else print "0.00" }'; }
+# A run too short for a busy second past the first two (a slow start-up
+# on a loaded machine) reads 0.00, and says so.
+avg() {
+  awk '!seen && $1 == 0 { next } { seen = 1; if (++k > 2) { s += $1; n++ } }
+    END { if (n) printf "%.2f", s/n
+          else { print "0.00"; printf "bench.sh: a run had %d busy seconds, none past the first two: it reads 0.00 (raise BENCH_SECONDS)\n", k > "/dev/stderr" } }'
+}
 
 testpmd_mode() { # case: io for a cross-connect (it moves frames untouched), macswap for the rest
   if [[ "$1" == xconnect* ]]; then echo io; else echo macswap; fi
