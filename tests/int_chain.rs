@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use intswitch_tests::{collector_reports, intctl_bin, ns_try, report_flow, tcp_transfer, Testbed, CHAIN3_FLOWS};
+use intswitch_tests::{
+    collector_reports, intctl_bin, report_flow, tcp_transfer, wait_reachable, Testbed, CHAIN3_FLOWS,
+};
 use serde_json::Value;
 
 const UDP_DATAGRAMS: usize = 200;
@@ -33,7 +35,7 @@ fn chain3_int_source_transit_sink_and_reports() {
     let tb = Testbed::up(&Testbed::shipped("chain3"));
     // Prime neighbour resolution so captures and counts see steady traffic.
     for to in ["10.31.2.2", "2001:db8:31:2::2"] {
-        let _ = ns_try(&tb.ns("h1"), &["ping", "-c", "2", "-i", "0.2", "-W", "2", to]);
+        wait_reachable(&tb.ns("h1"), to, 20);
     }
     // Independent decoder listening as s3's second collector; a capture of
     // what s2 sends to s3.

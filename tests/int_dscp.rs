@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use intswitch_tests::{
-    collector_reports, intctl_bin, ns_try, report_flow, tcp_transfer, udp_exchange, Testbed, CHAIN3_FLOWS,
+    collector_reports, intctl_bin, report_flow, tcp_transfer, udp_exchange, wait_reachable, Testbed, CHAIN3_FLOWS,
 };
 use serde_json::Value;
 
@@ -78,7 +78,7 @@ fn chain3_int_by_dscp_over_tcp_and_udp() {
     let file = dscp_topology();
     let tb = Testbed::up(&file);
     for to in ["10.31.2.2", "2001:db8:31:2::2"] {
-        let _ = ns_try(&tb.ns("h1"), &["ping", "-c", "2", "-i", "0.2", "-W", "2", to]);
+        wait_reachable(&tb.ns("h1"), to, 20);
     }
     let (h1, h2) = (tb.ns("h1"), tb.ns("h2"));
     let s3 = tb.intctl("s3", &["show", "int"]);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use intswitch_tests::{intctl_bin, ns_try, tcp_transfer, udp_exchange, KillOnDrop, Scratch, Testbed};
+use intswitch_tests::{intctl_bin, ns_try, tcp_transfer, udp_exchange, wait_reachable, KillOnDrop, Scratch, Testbed};
 use serde_json::Value;
 
 /// The two testbeds run one after the other: twelve switches and their
@@ -110,7 +110,7 @@ fn chain3_labels_keep_payloads_byte_identical_and_decode_independently() {
     });
     let tb = Testbed::up(&file);
     for to in ["10.31.2.2", "2001:db8:31:2::2"] {
-        let _ = ns_try(&tb.ns("h1"), &["ping", "-c", "2", "-i", "0.2", "-W", "2", to]);
+        wait_reachable(&tb.ns("h1"), to, 20);
     }
     // What s2 sends on to s3: label packets, for the independent decoder.
     let pcap = d.path("s2-tx.pcap");
@@ -186,7 +186,7 @@ fn leafspine_labels_keep_payloads_byte_identical() {
     let tb = Testbed::up(&file);
     let h = |n: &str| tb.ns(n);
     for to in ["10.33.3.2", "2001:db8:33:3::2", "10.33.4.2", "2001:db8:33:4::2"] {
-        let _ = ns_try(&h("h1"), &["ping", "-c", "2", "-i", "0.2", "-W", "2", to]);
+        wait_reachable(&h("h1"), to, 20);
     }
     // What sp1 sends on to lf2: label packets, for the independent decoder.
     let pcap = d.path("sp1-tx.pcap");
