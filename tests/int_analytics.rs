@@ -1303,7 +1303,7 @@ fn chain3_queue_and_link_delay_events_reach_redis_and_kafka() {
     std::fs::write(d.path("ana3.toml"), &topo).unwrap();
     let tb = Testbed::up(&d.path("ana3.toml"));
     let (h1, s3) = (tb.ns("h1"), tb.ns("s3"));
-    intswitch_tests::wait_reachable(&h1, "10.31.2.2", 20);
+    intswitch_tests::wait_reachable(&h1, "10.31.2.2");
 
     // Kafka inside s3's namespace, where intcollector runs.
     let (boot_tx, boot_rx) = std::sync::mpsc::channel();

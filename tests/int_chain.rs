@@ -35,7 +35,7 @@ fn chain3_int_source_transit_sink_and_reports() {
     let tb = Testbed::up(&Testbed::shipped("chain3"));
     // Prime neighbour resolution so captures and counts see steady traffic.
     for to in ["10.31.2.2", "2001:db8:31:2::2"] {
-        wait_reachable(&tb.ns("h1"), to, 20);
+        wait_reachable(&tb.ns("h1"), to);
     }
     // Independent decoder listening as s3's second collector; a capture of
     // what s2 sends to s3.

@@ -78,7 +78,7 @@ fn chain3_int_by_dscp_over_tcp_and_udp() {
     let file = dscp_topology();
     let tb = Testbed::up(&file);
     for to in ["10.31.2.2", "2001:db8:31:2::2"] {
-        wait_reachable(&tb.ns("h1"), to, 20);
+        wait_reachable(&tb.ns("h1"), to);
     }
     let (h1, h2) = (tb.ns("h1"), tb.ns("h2"));
     let s3 = tb.intctl("s3", &["show", "int"]);

@@ -110,7 +110,7 @@ fn chain3_labels_keep_payloads_byte_identical_and_decode_independently() {
     });
     let tb = Testbed::up(&file);
     for to in ["10.31.2.2", "2001:db8:31:2::2"] {
-        wait_reachable(&tb.ns("h1"), to, 20);
+        wait_reachable(&tb.ns("h1"), to);
     }
     // What s2 sends on to s3: label packets, for the independent decoder.
     let pcap = d.path("s2-tx.pcap");
@@ -186,7 +186,7 @@ fn leafspine_labels_keep_payloads_byte_identical() {
     let tb = Testbed::up(&file);
     let h = |n: &str| tb.ns(n);
     for to in ["10.33.3.2", "2001:db8:33:3::2", "10.33.4.2", "2001:db8:33:4::2"] {
-        wait_reachable(&h("h1"), to, 20);
+        wait_reachable(&h("h1"), to);
     }
     // What sp1 sends on to lf2: label packets, for the independent decoder.
     let pcap = d.path("sp1-tx.pcap");

@@ -429,24 +429,30 @@ pub const CHAIN3_FLOWS: [(&str, u64, u64); 4] =
 
 pub fn ping(from: &str, to: &str) {
     // Reachable first (address resolution along the path), then three that must all come back.
-    wait_reachable(from, to, 20);
+    wait_reachable(from, to);
     ns(from, &["ping", "-c", "3", "-i", "0.2", "-W", "2", to]);
 }
 
-/// One-echo pings from `from` until `to` answers, for at most `secs` seconds:
-/// on a loaded CI machine the first echoes of a fresh multi-switch testbed
-/// can all be lost while every hop resolves its next one.
-pub fn wait_reachable(from: &str, to: &str, secs: u64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+/// How long `wait_reachable` gives a path to answer.
+const REACHABLE_WITHIN: Duration = Duration::from_secs(20);
+
+/// One-echo pings from `from` until `to` answers, for at most
+/// `REACHABLE_WITHIN`: on a loaded CI machine the first echoes of a fresh
+/// multi-switch testbed can all be lost while every hop resolves its next
+/// one. A ping that fails at once (no route yet) is retried after a pause,
+/// not in a tight loop of processes.
+pub fn wait_reachable(from: &str, to: &str) {
+    let deadline = Instant::now() + REACHABLE_WITHIN;
     let mut last = String::new();
-    while std::time::Instant::now() < deadline {
+    while Instant::now() < deadline {
         let (ok, out) = ns_try(from, &["ping", "-c", "1", "-W", "1", to]);
         if ok {
             return;
         }
         last = out;
+        std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("in {from}: {to} did not answer a ping within {secs} s: {last}");
+    panic!("in {from}: {to} did not answer a ping within {REACHABLE_WITHIN:?}: {last}");
 }
 
 /// A testbed brought up by `scripts/testbed.sh` (the same code path users
