@@ -36,6 +36,10 @@ pub enum Depth {
     Wire,
     /// The Ethernet header and VLAN tags (a bridge, capture).
     L2,
+    /// The IP header at fixed offsets, the full parse only for what that
+    /// does not decide (a router with nothing else reading packets: its
+    /// quick path).
+    L3,
     /// Every header the parser knows: the packet's `PacketMeta`.
     Full,
 }
@@ -523,7 +527,7 @@ impl<C: ControlSink, F> Pipeline<C, F> {
 /// The frame's parse; a chained buffer is not parsed (its headers may span
 /// segments).
 #[inline(always)]
-fn parse_frame<B: PacketBuf>(m: &B, in_port: u16) -> Result<PacketMeta, DropReason> {
+pub(crate) fn parse_frame<B: PacketBuf>(m: &B, in_port: u16) -> Result<PacketMeta, DropReason> {
     if !m.single_segment() {
         Err(DropReason::MultiSegment)
     } else {
@@ -701,6 +705,44 @@ pub(crate) mod tests {
         assert!(matches!(out.out[0].1, Verdict::Flood));
         assert_eq!(out.out[0].0.bytes(), &carried[..], "not sunk, not transited");
         assert_eq!((c.events[Event::IntFlooded as usize], c.events[Event::IntSunk as usize]), (1, 0));
+    }
+
+    /// A router with nothing but forwarding reading its packets runs at
+    /// `Depth::L3` (the quick path); every packet ends as it would at full
+    /// depth: the same verdicts, bytes, held packets and counters.
+    #[test]
+    fn a_router_burst_at_l3_ends_as_at_full_depth() {
+        use crate::forward::quick::tests::corpus;
+        use crate::tables::tests::two_port_router_v6_routed;
+        let t = Tables::build(&two_port_router_v6_routed(), 1).unwrap();
+        let mut frames = corpus();
+        let mut arp = vec![0u8; 60];
+        crate::forward::build_arp_request(&mut arp, [2, 0, 0, 0, 0, 1], [10, 0, 1, 2], [10, 0, 1, 1]);
+        frames.push(arp);
+        let mut bad = frames[0].clone();
+        bad[24] ^= 0xff;
+        frames.push(bad);
+        let out = VecOut::<VecBuf>::new(frames.len(), frames.len());
+        assert_eq!(pipeline(false).shortcut::<VecBuf, _>(&t, &out, 0).1, Depth::L3);
+        assert_eq!(
+            pipeline(true).shortcut::<VecBuf, _>(&t, &out, 0).1,
+            Depth::Full,
+            "flow learning reads every packet"
+        );
+        let rx = RxTime { tsc: 1, wall_ns: 1 };
+        let run = |depth| {
+            let (mut p, mut out) = (pipeline(false), VecOut::<VecBuf>::new(frames.len(), frames.len()));
+            let mut c = CounterValues::default();
+            let mut pkts: Vec<_> = frames.iter().map(|f| Some(VecBuf::new(f, 64))).collect();
+            p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, depth), &mut pkts);
+            let sent: Vec<_> = out.out.iter().map(|(m, v)| (m.bytes().to_vec(), *v)).collect();
+            let held: Vec<_> = out.held.iter().map(|(port, hop, _, m)| (*port, *hop, m.bytes().to_vec())).collect();
+            (sent, held, c.drops, c.events, c.tx_packets)
+        };
+        let (l3, full) = (run(Depth::L3), run(Depth::Full));
+        assert_eq!(l3, full);
+        let tx = l3.0.iter().filter(|(_, v)| matches!(v, Verdict::Tx(_))).count();
+        assert!(tx >= 5 && !l3.1.is_empty() && l3.2.iter().sum::<u64>() > 0, "routed, held and dropped packets");
     }
 
     #[test]

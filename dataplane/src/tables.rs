@@ -750,6 +750,16 @@ pub(crate) mod tests {
         }
     }
 
+    /// `two_port_router` with an IPv6 route too, 2001:db8:ff::/48, through
+    /// a resolved gateway on p1 (2001:db8:2::fe at 02:00:00:00:00:fd).
+    pub fn two_port_router_v6_routed() -> TableSpec {
+        let mut s = two_port_router();
+        let gw: IpAddr = "2001:db8:2::fe".parse().unwrap();
+        s.routes.upsert(RouteSpec { prefix: "2001:db8:ff::".parse().unwrap(), len: 48, port: 1, gateway: Some(gw) });
+        s.upsert_neighbour(NeighbourSpec { ip: gw, mac: [2, 0, 0, 0, 0, 0xfd], port: 1, permanent: true });
+        s
+    }
+
     #[test]
     fn builds_connected_and_static_routes() {
         let t = Tables::build(&two_port_router(), 7).unwrap();

@@ -16,6 +16,7 @@ use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::DropReason;
 
+pub(crate) mod quick;
 pub mod stage;
 
 /// What to do with the frame after processing.

@@ -1,7 +1,8 @@
 //! Forwarding as the pipeline's first stage: the worker's flow table and
 //! MAC table, the decision of `forward`, holding packets whose next hop is
-//! being resolved, and the two shortcuts only forwarding can allow (a
-//! cross-connect's wire, a bridge's Ethernet-only path).
+//! being resolved, and the shortcuts only forwarding can allow (a
+//! cross-connect's wire, a bridge's Ethernet-only path, a router's quick
+//! path at `Depth::L3`).
 
 use crate::counters::CounterValues;
 use crate::flow_table::{FlowAction, FlowTable};
@@ -66,7 +67,10 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
             _ if self.flows_in_use() => Depth::Full,
             Mode::CrossConnect => Depth::Wire,
             Mode::Bridge => Depth::L2,
-            Mode::Router => Depth::Full,
+            // The quick path has no prefetch pass: tables beyond the cache
+            // keep the full path's.
+            Mode::Router if t.routes_beyond_cache => Depth::Full,
+            Mode::Router => Depth::L3,
         })
     }
 
@@ -92,7 +96,15 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
     #[inline(always)]
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
         let (t, burst) = (cx.tables, cx.burst);
-        if burst.depth < Depth::Full {
+        if burst.depth == Depth::L3 {
+            if m.single_segment() {
+                if let Some(out) = super::quick::route(t, m.bytes_mut(), burst.in_port) {
+                    p.verdict = Verdict::Tx(out);
+                    return Step::Next;
+                }
+            }
+            p.meta = crate::pipeline::parse_frame(m, burst.in_port);
+        } else if burst.depth < Depth::Full {
             p.verdict = self.l2_verdict(t, cx.c, m.bytes(), burst.in_port, burst.now);
             return Step::Next;
         }

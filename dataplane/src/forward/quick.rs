@@ -1,0 +1,274 @@
+//! The router's quick path (`Depth::L3`): a unicast IPv4 packet without
+//! options, or an IPv6 TCP/UDP packet without extension headers, addressed
+//! to the port's MAC, routed through a resolved gateway, is checked and
+//! rewritten from fixed offsets, without the parse. It accepts only what
+//! the full path (`parse` then `route_v4`/`route_v6`) would send out the
+//! same port rewritten the same way; anything else (ARP, ND, the switch's
+//! own addresses, a bad header, TTL 1, a connected or unresolved next hop)
+//! is left untouched for the full path, which names its drop.
+
+use crate::parse::{PROTO_TCP, PROTO_UDP};
+use crate::tables::Tables;
+use crate::wire::checksum;
+use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+
+const ETH: usize = 14;
+const V4: usize = 20;
+const V6: usize = 40;
+
+/// Routes `frame`, received on `in_port`, when it is the common case:
+/// rewrites it and returns the output port. None leaves it untouched.
+#[inline(always)]
+pub fn route(t: &Tables, frame: &mut [u8], in_port: u16) -> Option<u16> {
+    let our_mac = &t.ports.get(in_port as usize)?.mac;
+    let eth = frame.first_chunk::<ETH>()?;
+    if eth[..6] != our_mac[..] || eth[0] & 1 != 0 {
+        return None;
+    }
+    match u16::from_be_bytes([eth[12], eth[13]]) {
+        ETHERTYPE_IPV4 => route_v4(t, frame),
+        ETHERTYPE_IPV6 => route_v6(t, frame),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn route_v4(t: &Tables, frame: &mut [u8]) -> Option<u16> {
+    let ip: &[u8; V4] = frame.get(ETH..)?.first_chunk()?;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    // Version 4 without options; the total length as `Ipv4Packet::new_checked`
+    // takes it; a valid header checksum; TTL above 1; not multicast.
+    if ip[0] != 0x45 || total < V4 || total > frame.len() - ETH {
+        return None;
+    }
+    if checksum::fold(checksum::sum_header(ip)) != 0xffff || ip[8] <= 1 || ip[16] >= 224 {
+        return None;
+    }
+    let first_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;
+    if first_fragment && !l4_holds(ip[9], &frame[ETH + V4..ETH + total]) {
+        return None;
+    }
+    let dst: [u8; 4] = ip[16..20].try_into().ok()?;
+    let (out, gw, src) = gateway(t, t.lpm4.lookup(&dst)?)?;
+    // TTL - 1, the checksum updated for it (RFC 1624), as decrement_ttl.
+    let ip = &mut frame[ETH..ETH + V4];
+    let s = !u16::from_be_bytes([ip[10], ip[11]]) as u32 + 0xfeff;
+    let c = !(((s & 0xffff) + (s >> 16)) as u16);
+    ip[8] -= 1;
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    set_macs(frame, gw, src);
+    Some(out)
+}
+
+#[inline(always)]
+fn route_v6(t: &Tables, frame: &mut [u8]) -> Option<u16> {
+    let ip: &[u8; V6] = frame.get(ETH..)?.first_chunk()?;
+    let end = ETH + V6 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
+    // Version 6, the payload inside the frame, TCP or UDP right after the
+    // fixed header (extension headers and ICMPv6 take the full path), hop
+    // limit above 1, not multicast.
+    if ip[0] >> 4 != 6 || end > frame.len() || ip[7] <= 1 || ip[24] == 0xff {
+        return None;
+    }
+    let proto = ip[6];
+    if (proto != PROTO_TCP && proto != PROTO_UDP) || !l4_holds(proto, &frame[ETH + V6..end]) {
+        return None;
+    }
+    let dst: [u8; 16] = frame[ETH + 24..ETH + V6].try_into().ok()?;
+    let (out, gw, src) = gateway(t, t.lpm6.lookup(&dst)?)?;
+    frame[ETH + 7] -= 1;
+    set_macs(frame, gw, src);
+    Some(out)
+}
+
+/// The route's port, its gateway's MAC and the port's own, when the route
+/// goes through a resolved gateway on a port that is up.
+#[inline(always)]
+fn gateway(t: &Tables, route: u32) -> Option<(u16, [u8; 6], [u8; 6])> {
+    let nh = t.nexthops.get(route as usize)?;
+    // A local address (the switch's own) has no gateway.
+    let gw = nh.gateway_mac?;
+    let port = t.ports.get(nh.port as usize).filter(|p| p.up)?;
+    Some((nh.port, gw, port.mac))
+}
+
+/// Whether the transport header the parser reads is whole (TCP: its data
+/// offset within the packet; UDP: its length within the packet); other
+/// protocols have none to read.
+#[inline(always)]
+fn l4_holds(proto: u8, l4: &[u8]) -> bool {
+    match proto {
+        PROTO_TCP => l4.len() >= 20 && (20..=l4.len()).contains(&((l4[12] >> 4) as usize * 4)),
+        PROTO_UDP => l4.len() >= 8 && (8..=l4.len()).contains(&(u16::from_be_bytes([l4[4], l4[5]]) as usize)),
+        _ => true,
+    }
+}
+
+#[inline(always)]
+fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) {
+    frame[..6].copy_from_slice(&dst);
+    frame[6..12].copy_from_slice(&src);
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::counters::CounterValues;
+    use crate::flow_table::FlowTable;
+    use crate::forward::{process, ControlEvent, ControlSink, Ctx, Verdict};
+    use crate::mac_table::MacTable;
+    use crate::parse::tests::{udp4, udp6};
+    use crate::tables::tests::two_port_router_v6_routed;
+    use crate::tables::RouteSpec;
+    use crate::wire::ipv4::Ipv4Packet;
+
+    struct Sink;
+    impl ControlSink for Sink {
+        fn send(&mut self, _ev: ControlEvent) -> bool {
+            true
+        }
+    }
+
+    const V6_SRC: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+    pub(crate) const V6_ROUTED: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+
+    /// A frame to port 0's MAC.
+    pub(crate) fn to_p0(mut f: Vec<u8>) -> Vec<u8> {
+        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xa0]);
+        f
+    }
+
+    /// `udp` made TCP: the protocol changed, a 20-byte header (data offset 5).
+    fn as_tcp(mut f: Vec<u8>, l4: usize) -> Vec<u8> {
+        f[l4 + 12] = 0x50;
+        if l4 == ETH + V4 {
+            f[ETH + 9] = PROTO_TCP;
+            Ipv4Packet::new_checked(&mut f[ETH..]).unwrap().fill_checksum();
+        } else {
+            f[ETH + 6] = PROTO_TCP;
+        }
+        f
+    }
+
+    /// Routed, local, connected, unrouted and multicast packets of both
+    /// families, UDP, TCP and ICMP.
+    pub(crate) fn corpus() -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        for dst in [[172, 16, 5, 5], [10, 0, 1, 1], [10, 0, 2, 9], [8, 8, 8, 8], [224, 0, 0, 5]] {
+            let f = to_p0(udp4([10, 0, 1, 2], dst, 1000, 2000, &[7; 12]));
+            v.push(as_tcp(f.clone(), ETH + V4));
+            let mut icmp = f.clone();
+            icmp[ETH + 9] = 1;
+            Ipv4Packet::new_checked(&mut icmp[ETH..]).unwrap().fill_checksum();
+            v.push(icmp);
+            v.push(f);
+        }
+        let mut local6 = V6_SRC;
+        local6[15] = 1;
+        for dst in [
+            V6_ROUTED,
+            local6,
+            [0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9],
+            [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        ] {
+            let f = to_p0(udp6(V6_SRC, dst, 1000, 2000, &[7; 12]));
+            v.push(as_tcp(f.clone(), ETH + V6));
+            v.push(f);
+        }
+        v
+    }
+
+    /// Each frame, and each with one byte changed (headers and the first
+    /// transport bytes, IPv4 headers again with their checksum mended) or
+    /// cut short: whenever the quick path routes one, the full path sends
+    /// it out the same port with the same bytes; otherwise the quick path
+    /// left the frame as it was.
+    #[test]
+    fn the_quick_path_routes_only_as_the_full_path_does() {
+        // Without default routes (unrouted packets), and with them (which
+        // also cover the multicast destinations).
+        let mut with_defaults = two_port_router_v6_routed();
+        for (prefix, gw) in [("0.0.0.0", "10.0.2.254"), ("::", "2001:db8:2::fe")] {
+            let r = RouteSpec { prefix: prefix.parse().unwrap(), len: 0, port: 1, gateway: Some(gw.parse().unwrap()) };
+            with_defaults.routes.upsert(r);
+        }
+        for s in [two_port_router_v6_routed(), with_defaults] {
+            same_as_the_full_path(&Tables::build(&s, 1).unwrap());
+        }
+    }
+
+    fn same_as_the_full_path(t: &Tables) {
+        let (mut flows, mut macs, mut c, mut sink) =
+            (FlowTable::new(64, 0), MacTable::new(64, 0), CounterValues::default(), Sink);
+        let mut variants = Vec::new();
+        for f in corpus() {
+            variants.push(f.clone());
+            for len in 0..f.len() {
+                variants.push(f[..len].to_vec());
+            }
+            for at in 0..f.len().min(ETH + V6 + 20) {
+                for v in [0, 1, 0x45, 0x50, 0x60, 0xff, f[at] ^ 1, f[at].wrapping_sub(1)] {
+                    let mut g = f.clone();
+                    g[at] = v;
+                    if g[12..14] == [8, 0] && (ETH..ETH + V4).contains(&at) && g[ETH] == 0x45 {
+                        let mut mended = g.clone();
+                        Ipv4Packet::new_unchecked(&mut mended[ETH..]).fill_checksum();
+                        variants.push(mended);
+                    }
+                    variants.push(g);
+                }
+            }
+        }
+        let (mut routed, mut v4, mut v6) = (0, 0, 0);
+        for f in &variants {
+            let (mut quick, mut full) = (f.clone(), f.clone());
+            match route(t, &mut quick, 0) {
+                Some(out) => {
+                    let mut ctx = Ctx::new(t, &mut flows, &mut macs, &mut c, &mut sink, 10, false);
+                    assert_eq!(process(&mut ctx, &mut full, 0), Verdict::Tx(out), "{f:02x?}");
+                    assert_eq!(quick, full, "{f:02x?}");
+                    routed += 1;
+                    v4 += (f[12..14] == [8, 0]) as usize;
+                    v6 += (f[12..14] == [0x86, 0xdd]) as usize;
+                }
+                None => assert_eq!(&quick, f, "left as it was"),
+            }
+        }
+        assert!(v4 > 50 && v6 > 50, "both families take the quick path ({v4} IPv4, {v6} IPv6 of {routed})");
+    }
+
+    #[test]
+    fn plain_routed_packets_take_the_quick_path_and_the_rest_do_not() {
+        let t = Tables::build(&two_port_router_v6_routed(), 1).unwrap();
+        let quick = |mut f: Vec<u8>| route(&t, &mut f, 0).map(|p| (p, f));
+        let routed = corpus();
+        // UDP, TCP and ICMP to 172.16.5.5; UDP and TCP to the IPv6 route.
+        for f in [&routed[0], &routed[1], &routed[2], &routed[15], &routed[16]] {
+            let (port, out) = quick(f.clone()).expect("quick");
+            assert_eq!(port, 1);
+            let (gw, v6) = if f[12] == 8 { (0xfe, false) } else { (0xfd, true) };
+            assert_eq!(&out[..12], &[2, 0, 0, 0, 0, gw, 2, 0, 0, 0, 0, 0xa1]);
+            if v6 {
+                assert_eq!(out[ETH + 7], 63);
+            } else {
+                let ip = Ipv4Packet::new_checked(&out[ETH..]).unwrap();
+                assert!(ip.ttl() == 63 && ip.verify_checksum());
+            }
+        }
+        // Local, connected (not resolved), unrouted, multicast.
+        for f in &routed[3..15] {
+            assert_eq!(quick(f.clone()), None);
+        }
+        for f in &routed[17..] {
+            assert_eq!(quick(f.clone()), None);
+        }
+        // On another port's MAC, or received on a port the tables lack.
+        assert_eq!(route(&t, &mut routed[0].clone(), 1), None);
+        assert_eq!(route(&t, &mut routed[0].clone(), 7), None);
+        // A route through a port that is down.
+        let mut s = two_port_router_v6_routed();
+        s.ports[1].up = false;
+        let t = Tables::build(&s, 2).unwrap();
+        assert_eq!(route(&t, &mut routed[0].clone(), 0), None);
+    }
+}
