@@ -50,10 +50,9 @@ fn route_v4(t: &Tables, frame: &mut [u8]) -> Option<u16> {
     }
     let dst: [u8; 4] = ip[16..20].try_into().ok()?;
     let (out, gw, src) = gateway(t, t.lpm4.lookup(&dst)?)?;
-    // TTL - 1, the checksum updated for it (RFC 1624), as decrement_ttl.
+    // TTL - 1, as Ipv4Packet::decrement_ttl (whose checks this header has passed).
     let ip = &mut frame[ETH..ETH + V4];
-    let s = !u16::from_be_bytes([ip[10], ip[11]]) as u32 + 0xfeff;
-    let c = !(((s & 0xffff) + (s >> 16)) as u16);
+    let c = checksum::ttl_decremented(u16::from_be_bytes([ip[10], ip[11]]));
     ip[8] -= 1;
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     set_macs(frame, gw, src);

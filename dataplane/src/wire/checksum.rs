@@ -42,6 +42,15 @@ pub fn sum_header(h: &[u8; 20]) -> u32 {
     u16::from_be(native) as u32
 }
 
+/// An IPv4 header checksum `hc` once the TTL (the high byte of its word)
+/// is one less: RFC 1624's incremental update.
+#[inline(always)]
+pub fn ttl_decremented(hc: u16) -> u16 {
+    let s = (!hc) as u32 + 0xfeff;
+    // At most 0xffff + 0xfeff: one fold leaves 16 bits.
+    !(((s & 0xffff) + (s >> 16)) as u16)
+}
+
 /// Folds a 64-bit sum of 32-bit big-endian words (and 16-bit ones) to at
 /// most 17 bits, as `sum` returns it.
 #[inline]

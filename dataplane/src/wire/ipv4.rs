@@ -136,10 +136,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         let b = self.bm();
         // TTL 0 is never decremented (callers drop TTL <= 1 first).
         let (Some(ttl @ 1..), Some(sum)) = (b.get(field::TTL).copied(), b.get(field::CHECKSUM)) else { return };
-        let hc = u16::from_be_bytes([sum[0], sum[1]]);
-        let s = (!hc) as u32 + 0xfeff;
-        // At most 0xffff + 0xfeff: one fold leaves 16 bits.
-        let c = !(((s & 0xffff) + (s >> 16)) as u16);
+        let c = checksum::ttl_decremented(u16::from_be_bytes([sum[0], sum[1]]));
         b[field::TTL] = ttl.wrapping_sub(1);
         b[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
     }
