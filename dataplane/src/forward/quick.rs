@@ -41,7 +41,7 @@ fn route_v4(t: &Tables, frame: &mut [u8]) -> Option<u16> {
     if ip[0] != 0x45 || total < V4 || total > frame.len() - ETH {
         return None;
     }
-    if checksum::fold(checksum::sum_header(ip)) != 0xffff || ip[8] <= 1 || ip[16] >= 224 {
+    if !checksum::header_verifies(ip) || ip[8] <= 1 || ip[16] >= 224 {
         return None;
     }
     let first_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;

@@ -111,11 +111,10 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     pub fn verify_checksum(&self) -> bool {
         let b = self.b();
         // Nearly every header has no options: five fixed words, no loop.
-        let s = match b.first_chunk::<MIN_HDR_LEN>() {
-            Some(h) if b[field::VER_IHL] == 0x45 => checksum::sum_header(h),
-            _ => checksum::sum(0, &b[..self.header_len()]),
-        };
-        checksum::fold(s) == 0xffff
+        match b.first_chunk::<MIN_HDR_LEN>() {
+            Some(h) if b[field::VER_IHL] == 0x45 => checksum::header_verifies(h),
+            _ => checksum::fold(checksum::sum(0, &b[..self.header_len()])) == 0xffff,
+        }
     }
 
     pub fn payload(&self) -> &[u8] {
