@@ -48,6 +48,17 @@ impl<C: ControlSink> ForwardStage<C> {
         t.wire_peer(in_port)
     }
 
+    /// The router's quick path on a frame at `Depth::L3`: the output port
+    /// when it routed the frame (rewritten), else None and the frame as it
+    /// came, for the full path.
+    #[inline(always)]
+    pub fn quick_route<B: PacketBuf>(&self, t: &Tables, m: &mut B, in_port: u16) -> Option<u16> {
+        if !m.single_segment() {
+            return None;
+        }
+        super::quick::route(t, m.bytes_mut(), in_port)
+    }
+
     /// A frame's verdict from its Ethernet header alone (below `Depth::Full`:
     /// a bridge, or a cross-connect with nothing reading past it).
     #[inline]
@@ -93,18 +104,13 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
         }
     }
 
+    /// At `Depth::L3`, the pipeline tried [`ForwardStage::quick_route`]
+    /// first (where no stage is active) and parsed what it left: from L3 on,
+    /// a packet here has its parse.
     #[inline(always)]
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
         let (t, burst) = (cx.tables, cx.burst);
-        if burst.depth == Depth::L3 {
-            if m.single_segment() {
-                if let Some(out) = super::quick::route(t, m.bytes_mut(), burst.in_port) {
-                    p.verdict = Verdict::Tx(out);
-                    return Step::Next;
-                }
-            }
-            p.meta = crate::pipeline::parse_frame(m, burst.in_port);
-        } else if burst.depth < Depth::Full {
+        if burst.depth < Depth::L3 {
             p.verdict = self.l2_verdict(t, cx.c, m.bytes(), burst.in_port, burst.now);
             return Step::Next;
         }
