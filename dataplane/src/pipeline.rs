@@ -720,7 +720,9 @@ pub(crate) mod tests {
 
     /// A router with nothing but forwarding reading its packets runs at
     /// `Depth::L3` (the quick path); every packet ends as it would at full
-    /// depth: the same verdicts, bytes, held packets and counters.
+    /// depth: the same verdicts, bytes, held packets and counters. Also with
+    /// TX capture on (a stage active at L3: every packet takes the full
+    /// path), each packet mirrored as it leaves.
     #[test]
     fn a_router_burst_at_l3_ends_as_at_full_depth() {
         use crate::forward::quick::tests::corpus;
@@ -741,19 +743,26 @@ pub(crate) mod tests {
             "flow learning reads every packet"
         );
         let rx = RxTime { tsc: 1, wall_ns: 1 };
-        let run = |depth| {
+        let run = |depth, capture_tx: u32| {
             let (mut p, mut out) = (pipeline(false), VecOut::<VecBuf>::new(frames.len(), frames.len()));
+            out.capture = (0, capture_tx);
             let mut c = CounterValues::default();
             let mut pkts: Vec<_> = frames.iter().map(|f| Some(VecBuf::new(f, 64))).collect();
             p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, depth), &mut pkts);
             let sent: Vec<_> = out.out.iter().map(|(m, v)| (m.bytes().to_vec(), *v)).collect();
             let held: Vec<_> = out.held.iter().map(|(port, hop, _, m)| (*port, *hop, m.bytes().to_vec())).collect();
-            (sent, held, c.drops, c.events, c.tx_packets)
+            let mirrored = out.mirrored.borrow().len();
+            (sent, held, c.drops, c.events, c.tx_packets, mirrored)
         };
-        let (l3, full) = (run(Depth::L3), run(Depth::Full));
+        let (l3, full) = (run(Depth::L3, 0), run(Depth::Full, 0));
         assert_eq!(l3, full);
         let tx = l3.0.iter().filter(|(_, v)| matches!(v, Verdict::Tx(_))).count();
         assert!(tx >= 5 && !l3.1.is_empty() && l3.2.iter().sum::<u64>() > 0, "routed, held and dropped packets");
+        let captured = run(Depth::L3, 0b11);
+        assert_eq!(captured, run(Depth::Full, 0b11));
+        let left = l3.0.iter().filter(|(_, v)| matches!(v, Verdict::Tx(_) | Verdict::TxLen(..))).count();
+        assert_eq!(captured.5, left, "every packet captured as it left (routed, and the ARP reply)");
+        assert_eq!((captured.0, captured.1), (l3.0, l3.1), "capture changes no packet");
     }
 
     #[test]
