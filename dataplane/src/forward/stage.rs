@@ -59,7 +59,7 @@ impl<C: ControlSink> ForwardStage<C> {
         super::quick::route(t, m.bytes_mut(), in_port)
     }
 
-    /// A frame's verdict from its Ethernet header alone (below `Depth::Full`:
+    /// A frame's verdict from its Ethernet header alone (below `Depth::L3`:
     /// a bridge, or a cross-connect with nothing reading past it).
     #[inline]
     pub fn l2_verdict(&mut self, t: &Tables, c: &mut CounterValues, frame: &[u8], in_port: u16, now: u64) -> Verdict {
