@@ -186,8 +186,8 @@ impl Times {
 impl LabelPorts {
     /// Whether port `port` labels a packet carrying `n` labels at `ct`
     /// (Base A, then Base B with `f` when it has any probability; Pro by the
-    /// port's S). `draw` gives a uniform 32-bit number, asked only for a
-    /// probabilistic decision.
+    /// port's S). `draw` gives a uniform 32-bit number, asked only where
+    /// the outcome is not certain (f(n) strictly between 0 and 1).
     #[inline]
     pub fn decide(
         &self,
@@ -217,9 +217,10 @@ impl LabelPorts {
         // label set LT (CT is the burst's receive time).
         let rest = times.rest_at(s);
         if f.any && (rest == 0 || elapsed > rest) && {
-            // No draw where f(n) is 0 (an unlabeled packet under F1-F3).
+            // No draw where f(n) is 0 (an unlabeled packet under F1-F3) or
+            // 1 (a labeled one under F1): the outcome is certain.
             let thr = f.threshold(n, elapsed, times.interval);
-            thr > 0 && (draw() as u64) < thr
+            thr > 0 && (thr >= ONE || (draw() as u64) < thr)
         } {
             p.lt.store(ct, Relaxed);
             return Some(Claim { port, kind: Kind::Probabilistic, prev: lt, ct });

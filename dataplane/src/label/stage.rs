@@ -65,7 +65,7 @@ fn skipped<R: ReportSink>(ctx: &mut LabelCtx<R>, c: &Claim, e: Event) {
 /// The port's label decision for this packet: specific flows (A set, or
 /// entering at an edge port under a `[[label.flow]]` rule) always, else
 /// Base A/B/Pro on the labels it carries.
-#[inline]
+#[inline(always)]
 fn claim<R: ReportSink>(
     ctx: &mut LabelCtx<R>,
     meta: &PacketMeta,

@@ -67,6 +67,34 @@ fn f1_labels_every_packet_already_labeled_after_the_rest_time() {
     assert_eq!(ports.decide(0, 10 * T + 2_010, 3, times(T, 5_000), &f, || 0), None);
 }
 
+#[test]
+fn a_certain_outcome_takes_no_draw() {
+    // f(n) of 1 labels and f(n) of 0 does not, without asking for a
+    // number (the worker's draws go only to uncertain decisions).
+    let no_draw = || -> u32 { panic!("a draw for a certain outcome") };
+    let cases = [
+        (LabelFn::F1, 1, true),
+        (LabelFn::F1, 7, true),
+        (LabelFn::F1, 0, false),
+        (LabelFn::F2, 4, true),
+        (LabelFn::F2, 9, true),
+        (LabelFn::Table(vec![0.0, 1.0, 0.5]), 1, true),
+    ];
+    for (f, n, labels) in cases {
+        let th = Thresholds::new(&f, 5);
+        let ports = LabelPorts::default();
+        ports.decide(0, 10 * T, 0, times(T, 0), &th, || 0).expect("the interval label");
+        let c = ports.decide(0, 10 * T + 100, n, times(T, 0), &th, no_draw);
+        assert_eq!(c.map(|c| c.kind), labels.then_some(Kind::Probabilistic), "{f:?} n={n}");
+    }
+    // f(n) of 0.5 does draw: a low number labels, a high one does not.
+    let th = Thresholds::new(&LabelFn::Table(vec![0.0, 1.0, 0.5]), 5);
+    let ports = LabelPorts::default();
+    ports.decide(0, 10 * T, 0, times(T, 0), &th, || 0).expect("the interval label");
+    assert!(ports.decide(0, 10 * T + 100, 2, times(T, 0), &th, || u32::MAX).is_none());
+    assert!(ports.decide(0, 10 * T + 100, 2, times(T, 0), &th, || 0).is_some());
+}
+
 /// Probabilistic labels only: every packet comes after the rest time but
 /// within T of a label that was (so the interval never fires).
 fn empirical_rate(f: &Thresholds, n: usize, elapsed: u64, trials: u32) -> f64 {
