@@ -279,7 +279,7 @@ impl Analytics {
             if self.layout.0 != bitmap {
                 self.layout = (bitmap, HopLayout::of(bitmap));
             }
-            let layout = self.layout.1;
+            let layout = &self.layout.1;
             if layout.hop_len != hop_ml * 4 {
                 // Offsets by the bitmap would not be the stack's.
                 c.event(Event::IntAnalyticsBadHopMl);
@@ -313,7 +313,7 @@ impl Analytics {
                     cnf: cnf.as_mut(),
                     link_prev: self.link_prev.get_mut(slots).unwrap_or(&mut []),
                 };
-                update(e, aggs, &layout, stack, hops, now, &mut side, c);
+                update(e, aggs, layout, stack, hops, now, &mut side, c);
                 if let Some(p) = side.per_hop {
                     per_hop_fired = p.fired;
                     if p.untracked > 0 {
