@@ -7,7 +7,7 @@
 //! own addresses, a bad header, TTL 1, a connected or unresolved next hop)
 //! is left untouched for the full path, which names its drop.
 
-use crate::parse::{PROTO_TCP, PROTO_UDP};
+use crate::parse::{l4_header_fits, tcp_or_udp, PROTO_TCP};
 use crate::tables::Tables;
 use crate::wire::checksum;
 use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
@@ -70,7 +70,7 @@ fn route_v6(t: &Tables, frame: &mut [u8]) -> Option<u16> {
         return None;
     }
     let proto = ip[6];
-    if (proto != PROTO_TCP && proto != PROTO_UDP) || !l4_holds(proto, &frame[ETH + V6..end]) {
+    if !tcp_or_udp(proto) || !l4_header_fits(proto == PROTO_TCP, &frame[ETH + V6..end]) {
         return None;
     }
     let dst: [u8; 16] = frame[ETH + 24..ETH + V6].try_into().ok()?;
@@ -91,16 +91,11 @@ fn gateway(t: &Tables, route: u32) -> Option<(u16, [u8; 6], [u8; 6])> {
     Some((nh.port, gw, port.mac))
 }
 
-/// Whether the transport header the parser reads is whole (TCP: its data
-/// offset within the packet; UDP: its length within the packet); other
-/// protocols have none to read.
+/// Whether the transport header the parser reads is whole (see
+/// `parse::l4_header_fits`); other protocols have none to read.
 #[inline(always)]
 fn l4_holds(proto: u8, l4: &[u8]) -> bool {
-    match proto {
-        PROTO_TCP => l4.len() >= 20 && (20..=l4.len()).contains(&((l4[12] >> 4) as usize * 4)),
-        PROTO_UDP => l4.len() >= 8 && (8..=l4.len()).contains(&(u16::from_be_bytes([l4[4], l4[5]]) as usize)),
-        _ => true,
-    }
+    !tcp_or_udp(proto) | l4_header_fits(proto == PROTO_TCP, l4)
 }
 
 #[inline(always)]
