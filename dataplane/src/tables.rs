@@ -224,6 +224,10 @@ pub struct NextHop {
     pub gateway: Option<IpAddr>,
     /// The gateway's MAC; None when there is no gateway or it is unresolved.
     pub gateway_mac: Option<[u8; 6]>,
+    /// What a packet routed through the gateway out of `port` gets written
+    /// (the gateway's MAC, the port's), where the gateway is resolved and
+    /// the port up: one read where a packet leaves by the route's port.
+    pub rewrite: Option<([u8; 6], [u8; 6])>,
     /// One of the switch's own addresses (a /32 or /128 on `port`): the
     /// packet is for the switch, not routed.
     pub local: bool,
@@ -348,7 +352,8 @@ fn each_route(
     mut f: impl FnMut(IpAddr, u8, NextHop, RouteKind) -> Result<(), String>,
 ) -> Result<(), String> {
     let nports = spec.ports.len() as u16;
-    let hop = |port: u16, gateway: Option<IpAddr>| NextHop { port, gateway, gateway_mac: None, local: false };
+    let hop =
+        |port: u16, gateway: Option<IpAddr>| NextHop { port, gateway, gateway_mac: None, rewrite: None, local: false };
     for (i, p) in spec.ports.iter().enumerate().rev() {
         let port = i as u16;
         for (a, l) in p.ipv6.iter().rev() {
@@ -365,7 +370,7 @@ fn each_route(
         f(r.prefix, r.len, hop(r.port, r.gateway), RouteKind::Static)?;
     }
     for (i, p) in spec.ports.iter().enumerate() {
-        let local = NextHop { port: i as u16, gateway: None, gateway_mac: None, local: true };
+        let local = NextHop { port: i as u16, gateway: None, gateway_mac: None, rewrite: None, local: true };
         for (a, _) in &p.ipv4 {
             f(IpAddr::from(*a), 32, local, RouteKind::Local)?;
         }
@@ -592,6 +597,8 @@ impl Tables {
                 Some(IpAddr::V6(g)) => neigh6.get(&v6_key(g.octets())).map(|n| n.mac),
                 None => None,
             };
+            let port = spec.ports.get(nh.port as usize).filter(|p| p.up);
+            nh.rewrite = nh.gateway_mac.zip(port.map(|p| p.mac));
         }
         let mut local4 = FixedMap::with_capacity(16);
         let mut local6 = FixedMap::with_capacity(16);
@@ -765,7 +772,7 @@ pub(crate) mod tests {
         let t = Tables::build(&two_port_router(), 7).unwrap();
         assert_eq!(t.generation, 7);
         let nh = t.nexthops[t.lpm4.lookup(&[10, 0, 2, 9]).unwrap() as usize];
-        assert_eq!(nh, NextHop { port: 1, gateway: None, gateway_mac: None, local: false });
+        assert_eq!(nh, NextHop { port: 1, gateway: None, gateway_mac: None, rewrite: None, local: false });
         let nh = t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize];
         assert_eq!(nh.gateway, Some("10.0.2.254".parse().unwrap()));
         assert_eq!(nh.gateway_mac, Some([2, 0, 0, 0, 0, 0xfe]), "the gateway's adjacency");
@@ -839,11 +846,16 @@ pub(crate) mod tests {
         let t2 = Tables::build_after(&s, 2, Some(&t1)).unwrap();
         assert!(Arc::ptr_eq(&t1.routes, &t2.routes));
         assert_eq!((gw(&t1), gw(&t2)), (Some([2, 0, 0, 0, 0, 0xfe]), Some([2, 0, 0, 0, 0, 0xfd])));
-        // So does a port going down, and removing a route that is not there.
+        // So does the rewrite: the new gateway MAC and port 1's.
+        let rewrite = |t: &Tables| t.nexthops[t.lpm4.lookup(&[172, 20, 0, 1]).unwrap() as usize].rewrite;
+        assert_eq!(rewrite(&t2), Some(([2, 0, 0, 0, 0, 0xfd], s.ports[1].mac)));
+        // So does a port going down (no rewrite through it), and removing
+        // a route that is not there.
         s.ports[1].up = false;
         assert!(!s.routes.remove("192.0.2.0".parse().unwrap(), 24));
         let t3 = Tables::build_after(&s, 3, Some(&t2)).unwrap();
         assert!(Arc::ptr_eq(&t2.routes, &t3.routes));
+        assert_eq!((gw(&t3), rewrite(&t3)), (Some([2, 0, 0, 0, 0, 0xfd]), None));
         // A route added: its region rebuilt in a copy of the IPv4 LPM, the
         // IPv6 one shared; and it routes.
         s.routes.upsert(RouteSpec { prefix: "192.0.2.0".parse().unwrap(), len: 24, port: 0, gateway: None });

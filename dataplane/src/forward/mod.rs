@@ -378,6 +378,9 @@ where
     // generation; otherwise (connected, or a flow's other port) the next
     // hop is looked up.
     let via_route = out == nh.port;
+    if let Some(macs) = nh.rewrite.filter(|_| via_route) {
+        return Ok((out, macs));
+    }
     let known = nh.gateway_mac.filter(|_| via_route);
     let hop = || {
         let gateway = match nh.gateway {

@@ -81,14 +81,13 @@ fn route_v6(t: &Tables, frame: &mut [u8]) -> Option<u16> {
 }
 
 /// The route's port, its gateway's MAC and the port's own, when the route
-/// goes through a resolved gateway on a port that is up.
+/// goes through a resolved gateway on a port that is up (a local address,
+/// the switch's own, has no gateway).
 #[inline(always)]
 fn gateway(t: &Tables, route: u32) -> Option<(u16, [u8; 6], [u8; 6])> {
     let nh = t.nexthops.get(route as usize)?;
-    // A local address (the switch's own) has no gateway.
-    let gw = nh.gateway_mac?;
-    let port = t.ports.get(nh.port as usize).filter(|p| p.up)?;
-    Some((nh.port, gw, port.mac))
+    let (gw, src) = nh.rewrite?;
+    Some((nh.port, gw, src))
 }
 
 /// Whether the transport header the parser reads is whole (see
