@@ -381,9 +381,6 @@ pub(crate) mod tests {
         }
     }
 
-    /// The one check for both protocols accepts exactly what each
-    /// protocol's checked view does, on every length up to 70 bytes and
-    /// every value of the length field's byte that decides it.
     #[test]
     fn tcp_or_udp_is_those_two() {
         for p in 0..=255u8 {
@@ -391,6 +388,9 @@ pub(crate) mod tests {
         }
     }
 
+    /// The one check for both protocols accepts exactly what each
+    /// protocol's checked view does, on every length up to 70 bytes and
+    /// every value of the length field's byte that decides it.
     #[test]
     fn l4_header_fits_as_the_checked_views() {
         use crate::wire::tcp::TcpPacket;
