@@ -215,6 +215,9 @@ impl TableSpec {
     }
 }
 
+/// A routed frame's new destination and source MACs.
+pub type Macs = ([u8; 6], [u8; 6]);
+
 /// Where a route leads: its port and gateway, and the gateway's MAC as the
 /// generation's neighbour table knows it (an adjacency: a routed packet
 /// leaving by the route's port is rewritten without a neighbour lookup).
@@ -227,7 +230,7 @@ pub struct NextHop {
     /// What a packet routed through the gateway out of `port` gets written
     /// (the gateway's MAC, the port's), where the gateway is resolved and
     /// the port up: one read where a packet leaves by the route's port.
-    pub rewrite: Option<([u8; 6], [u8; 6])>,
+    pub rewrite: Option<Macs>,
     /// One of the switch's own addresses (a /32 or /128 on `port`): the
     /// packet is for the switch, not routed.
     pub local: bool,

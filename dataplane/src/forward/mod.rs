@@ -8,7 +8,7 @@ use crate::counters::{CounterValues, Event};
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::mac_table::{self, Learned, MacTable, Sighting};
 use crate::parse::{self, L3Kind, PacketMeta, PROTO_ICMP, PROTO_ICMPV6};
-use crate::tables::{v4_key, v6_key, Mode, Tables};
+use crate::tables::{v4_key, v6_key, Macs, Mode, Tables};
 use crate::wire::arp::{self, ArpPacket, ArpRepr};
 use crate::wire::ethernet::{self, EthernetFrame, BROADCAST};
 use crate::wire::icmp;
@@ -400,9 +400,6 @@ where
     let p = t.ports.get(out as usize).filter(|p| p.up).ok_or(DropReason::PortDown)?;
     Ok((out, (mac, p.mac)))
 }
-
-/// A routed frame's new destination and source MACs.
-type Macs = ([u8; 6], [u8; 6]);
 
 /// Writes a routed frame's destination and source MACs.
 #[inline(always)]
