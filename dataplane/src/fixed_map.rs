@@ -60,12 +60,14 @@ pub trait Packing<T> {
 }
 
 /// A slot on a cache line of its own (slots of up to 64 bytes).
+#[derive(Clone)]
 #[repr(align(64))]
 pub struct Line<T>(T);
 
 /// A slot on half a cache line, for slots of up to 32 bytes: a table of
 /// them takes half the cache of `Line`'s (a bridge's MAC tables, looked up
 /// for every frame).
+#[derive(Clone)]
 #[repr(align(32))]
 pub struct HalfLine<T>(T);
 
@@ -97,6 +99,7 @@ pub type CompactMap<K, V, C = ()> = FixedMap<K, V, C, HalfLine<Option<(K, V)>>>;
 /// and written by slot, moved with its entry): a slot then holds only what
 /// every lookup needs. `L` lays each slot (empty, or a key and its value)
 /// out in memory.
+#[derive(Clone)]
 pub struct FixedMap<K, V, C = (), L = Line<Option<(K, V)>>> {
     slots: Box<[L]>,
     cold: Box<[C]>,

@@ -98,6 +98,7 @@ pub enum FlowTableError {
     Full,
 }
 
+#[derive(Clone)]
 pub struct FlowTable {
     map: FixedMap<FlowKey, Hot, Cold>,
     idle_timeout: u64,
@@ -153,6 +154,31 @@ impl FlowTable {
     #[inline]
     pub fn hit(&mut self, key: &FlowKey, bytes: usize, now: u64) -> Option<FlowAction> {
         let i = self.map.slot_of(key)?;
+        self.account(i, bytes, now)
+    }
+
+    /// As `hit`, for a flow whose action `takes` accepts; one whose action
+    /// it refuses is left as it was (`Err`, with that action).
+    #[inline]
+    pub fn hit_if(
+        &mut self,
+        key: &FlowKey,
+        bytes: usize,
+        now: u64,
+        takes: impl FnOnce(FlowAction) -> bool,
+    ) -> Result<Option<FlowAction>, FlowAction> {
+        let Some(i) = self.map.slot_of(key) else {
+            return Ok(None);
+        };
+        match self.map.at(i) {
+            Some((_, h, _)) if !takes(h.action) => Err(h.action),
+            _ => Ok(self.account(i, bytes, now)),
+        }
+    }
+
+    /// One packet of `bytes` on the flow in slot `i`; its action.
+    #[inline(always)]
+    fn account(&mut self, i: usize, bytes: usize, now: u64) -> Option<FlowAction> {
         let h = self.map.at_mut(i)?;
         let (p, p_wrapped) = h.packets.overflowing_add(1);
         let (b, b_wrapped) = h.bytes.overflowing_add(bytes as u32);

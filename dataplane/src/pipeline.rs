@@ -461,11 +461,24 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         // and those that still see such packets.
         let claiming = if full { self.stages.claiming(t) } else { 0 };
         let after_claim = active & self.stages.sees_claimed();
+        // The router's quick path, where no stage is there to see a packet
+        // it routes: handed straight to the output. (With one there, a
+        // capture, every packet takes the full path, which ends the same.)
+        let quick = burst.depth == Depth::L3 && active == 0;
+        let parses = burst.depth >= Depth::L3;
         // With tables larger than the caches, a first pass parses the burst
         // and starts each packet's lookups so the second pass's overlap their
         // misses; otherwise one pass is cheaper (a burst of parses kept in
-        // an array costs ~7 ns a packet).
-        let two_pass = full && (Stage::<B>::prefetch_pass(&self.forward, t) || self.stages.prefetch_pass(t));
+        // an array costs ~7 ns a packet). The quick path's first pass reads
+        // flow keys at fixed offsets, no parse.
+        let two_pass =
+            parses && !quick && (Stage::<B>::prefetch_pass(&self.forward, t) || self.stages.prefetch_pass(t));
+        let quick_flows = quick && self.forward.quick_flows();
+        if quick && self.forward.quick_prefetch_pass() {
+            for m in pkts.iter().flatten() {
+                self.forward.quick_prefetch(m, in_port);
+            }
+        }
         if two_pass {
             // The burst index counted here, not read from `p.index` (the
             // same number, one load a packet more).
@@ -480,11 +493,6 @@ impl<C: ControlSink, F> Pipeline<C, F> {
             }
             self.stages.prefetch_deeper(t);
         }
-        // The router's quick path, where no stage is there to see a packet
-        // it routes: handed straight to the output. (With one there, a
-        // capture, every packet takes the full path, which ends the same.)
-        let quick = burst.depth == Depth::L3 && active == 0;
-        let parses = burst.depth >= Depth::L3;
         // Received bytes add up in a register, counted after the burst.
         let mut rx_bytes = 0u64;
         // One context for the whole burst: rebuilt for every packet, its
@@ -494,7 +502,7 @@ impl<C: ControlSink, F> Pipeline<C, F> {
             let mut m = slot.take().expect("received");
             rx_bytes += m.frame_len() as u64;
             if quick {
-                if let Some(port) = self.forward.quick_route(t, &mut m, in_port) {
+                if let Some(port) = self.forward.quick_route(t, cx.c, burst.now, &mut m, in_port, quick_flows) {
                     cx.out.deliver(m, Verdict::Tx(port), in_port, t, cx.c, burst.now);
                     continue;
                 }
@@ -719,13 +727,18 @@ pub(crate) mod tests {
     }
 
     /// A router with nothing but forwarding reading its packets runs at
-    /// `Depth::L3` (the quick path); every packet ends as it would at full
-    /// depth: the same verdicts, bytes, held packets and counters. Also with
-    /// TX capture on (a stage active at L3: every packet takes the full
-    /// path), each packet mirrored as it leaves.
+    /// `Depth::L3` (the quick path), learning flows or not; every packet
+    /// ends as it would at full depth: the same verdicts, bytes, held
+    /// packets, counters and flow entries, also with a flow table large
+    /// enough for the prefetch passes. Also with TX capture on (a stage
+    /// active at L3: every packet takes the full path), each packet
+    /// mirrored as it leaves.
     #[test]
     fn a_router_burst_at_l3_ends_as_at_full_depth() {
+        use crate::flow_table::{FlowAction, FlowTable};
         use crate::forward::quick::tests::corpus;
+        use crate::forward::stage::PREFETCH_MIN_FLOWS;
+        use crate::parse::FlowKey;
         use crate::tables::tests::two_port_router_v6_routed;
         let t = Tables::build(&two_port_router_v6_routed(), 1).unwrap();
         let mut frames = corpus();
@@ -736,33 +749,45 @@ pub(crate) mod tests {
         bad[24] ^= 0xff;
         frames.push(bad);
         let out = VecOut::<VecBuf>::new(frames.len(), frames.len());
-        assert_eq!(pipeline(false).shortcut::<VecBuf, _>(&t, &out, 0).1, Depth::L3);
-        assert_eq!(
-            pipeline(true).shortcut::<VecBuf, _>(&t, &out, 0).1,
-            Depth::Full,
-            "flow learning reads every packet"
-        );
+        for learn in [false, true] {
+            assert_eq!(pipeline(learn).shortcut::<VecBuf, _>(&t, &out, 0).1, Depth::L3);
+        }
         let rx = RxTime { tsc: 1, wall_ns: 1 };
-        let run = |depth, capture_tx: u32| {
-            let (mut p, mut out) = (pipeline(false), VecOut::<VecBuf>::new(frames.len(), frames.len()));
+        // Twice the burst: the second finds the flows the first learned.
+        let run = |depth, capture_tx: u32, learn: bool, many_flows: bool| {
+            let (mut p, mut out) = (pipeline(learn), VecOut::<VecBuf>::new(2 * frames.len(), 2 * frames.len()));
+            if many_flows {
+                p.forward.flows = FlowTable::new(2 * PREFETCH_MIN_FLOWS, 0);
+                for i in 0..PREFETCH_MIN_FLOWS as u32 {
+                    let key = FlowKey::v4((0xc000_0000 | i).to_be_bytes(), [10, 0, 0, 1], 17, 1, 2);
+                    p.forward.flows.install(key, FlowAction::Normal, 0).unwrap();
+                }
+            }
             out.capture = (0, capture_tx);
             let mut c = CounterValues::default();
-            let mut pkts: Vec<_> = frames.iter().map(|f| Some(VecBuf::new(f, 64))).collect();
-            p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, depth), &mut pkts);
+            for _ in 0..2 {
+                let mut pkts: Vec<_> = frames.iter().map(|f| Some(VecBuf::new(f, 64))).collect();
+                p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, depth), &mut pkts);
+            }
             let sent: Vec<_> = out.out.iter().map(|(m, v)| (m.bytes().to_vec(), *v)).collect();
             let held: Vec<_> = out.held.iter().map(|(port, hop, _, m)| (*port, *hop, m.bytes().to_vec())).collect();
             let mirrored = out.mirrored.borrow().len();
-            (sent, held, c.drops, c.events, c.tx_packets, mirrored)
+            let flows: Vec<_> = p.forward.flows.iter().map(|(k, e)| (*k, e)).collect();
+            (sent, held, c.drops, c.events, c.tx_packets, mirrored, flows)
         };
-        let (l3, full) = (run(Depth::L3, 0), run(Depth::Full, 0));
-        assert_eq!(l3, full);
-        let tx = l3.0.iter().filter(|(_, v)| matches!(v, Verdict::Tx(_))).count();
-        assert!(tx >= 5 && !l3.1.is_empty() && l3.2.iter().sum::<u64>() > 0, "routed, held and dropped packets");
-        let captured = run(Depth::L3, 0b11);
-        assert_eq!(captured, run(Depth::Full, 0b11));
-        let left = l3.0.iter().filter(|(_, v)| matches!(v, Verdict::Tx(_) | Verdict::TxLen(..))).count();
-        assert_eq!(captured.5, left, "every packet captured as it left (routed, and the ARP reply)");
-        assert_eq!((captured.0, captured.1), (l3.0, l3.1), "capture changes no packet");
+        for (learn, many_flows) in [(false, false), (true, false), (true, true)] {
+            let (l3, full) = (run(Depth::L3, 0, learn, many_flows), run(Depth::Full, 0, learn, many_flows));
+            assert_eq!(l3, full);
+            let tx = l3.0.iter().filter(|(_, v)| matches!(v, Verdict::Tx(_))).count();
+            assert!(tx >= 10 && !l3.1.is_empty() && l3.2.iter().sum::<u64>() > 0, "routed, held and dropped packets");
+            let installed = if many_flows { PREFETCH_MIN_FLOWS } else { 0 };
+            assert_eq!(l3.6.len() > installed, learn, "flows learned");
+            let captured = run(Depth::L3, 0b11, learn, many_flows);
+            assert_eq!(captured, run(Depth::Full, 0b11, learn, many_flows));
+            let left = l3.0.iter().filter(|(_, v)| matches!(v, Verdict::Tx(_) | Verdict::TxLen(..))).count();
+            assert_eq!(captured.5, left, "every packet captured as it left (routed, and the ARP reply)");
+            assert_eq!((captured.0, captured.1), (l3.0, l3.1), "capture changes no packet");
+        }
     }
 
     #[test]

@@ -559,13 +559,13 @@ fn check_sent(role: &str, before: &Shape, input: &[u8], out: &[u8]) {
 /// In router mode, `frame` addressed to p0's MAC (most mutants then reach
 /// the routing): the quick path routes it only as the full path does, and
 /// otherwise leaves it as it came.
-fn quick_route_agrees(t: &Tables, flows: &mut FlowTable, macs: &mut MacTable, frame: &[u8]) {
+fn quick_route_agrees(t: &Tables, flows: &mut FlowTable, macs: &mut MacTable, learn: bool, now: u64, frame: &[u8]) {
     if t.mode != Mode::Router || frame.len() < 6 {
         return;
     }
     let mut input = frame.to_vec();
     input[..6].copy_from_slice(&t.ports[0].mac);
-    forward::quick::assert_as_the_full_path(t, flows, macs, &input);
+    forward::quick::assert_as_the_full_path(t, flows, macs, learn, now, &input);
 }
 
 impl Roles {
@@ -620,7 +620,7 @@ impl Roles {
             let mut ctl = Discard;
             let mut ctx = Ctx::new(t, flows, macs, &mut self.c, &mut ctl, self.n, self.n % 2 == 0);
             let v = forward::process_parsed(&mut ctx, &mut f, 0, &meta);
-            quick_route_agrees(t, flows, macs, &input);
+            quick_route_agrees(t, flows, macs, self.n % 2 == 1, self.n, &input);
             match (v, before) {
                 (forward::Verdict::Tx(_) | forward::Verdict::Flood, Some(b)) => check_sent("forward", &b, &input, &f),
                 (forward::Verdict::TxLen(_, len), Some(_)) => {
@@ -797,7 +797,7 @@ fn mutated_frames_never_panic_any_stage() {
             let mut ctx = Ctx::new(t, flows, macs, &mut c, &mut ctl, i, i % 2 == 0);
             let m = parse(&frame, 0);
             forward::process_parsed(&mut ctx, &mut frame, 0, &m);
-            quick_route_agrees(t, flows, macs, &f);
+            quick_route_agrees(t, flows, macs, i % 2 == 1, i, &f);
         }
         // Every AM-PM point sees a few mutants each, at a time in any slot.
         let k = rng.below(ampm_nodes.len());

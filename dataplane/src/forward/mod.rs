@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use crate::counters::{CounterValues, Event};
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::mac_table::{self, Learned, MacTable, Sighting};
-use crate::parse::{self, L3Kind, PacketMeta, PROTO_ICMP, PROTO_ICMPV6};
+use crate::parse::{self, FlowKey, L3Kind, PacketMeta, PROTO_ICMP, PROTO_ICMPV6};
 use crate::tables::{v4_key, v6_key, Macs, Mode, Tables};
 use crate::wire::arp::{self, ArpPacket, ArpRepr};
 use crate::wire::ethernet::{self, EthernetFrame, BROADCAST};
@@ -181,12 +181,18 @@ fn flow_hit_or_learn(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction
         return action;
     }
     if ctx.learn_flows && meta.key.ip_version() != 0 {
-        match ctx.flows.learn(meta.key, len, ctx.now) {
-            Ok(_) => ctx.counters.event(Event::FlowLearned),
-            Err(_) => ctx.counters.event(Event::FlowLearnFailedFull),
-        }
+        learn_flow(ctx.flows, ctx.counters, meta.key, len, ctx.now);
     }
     FlowAction::Normal
+}
+
+/// Learns a flow that missed, its first packet `len` bytes; counted.
+#[inline]
+fn learn_flow(flows: &mut FlowTable, c: &mut CounterValues, key: FlowKey, len: usize, now: u64) {
+    match flows.learn(key, len, now) {
+        Ok(_) => c.event(Event::FlowLearned),
+        Err(_) => c.event(Event::FlowLearnFailedFull),
+    }
 }
 
 /// A reply's frame length: at least the Ethernet minimum. (A frame is one

@@ -51,12 +51,47 @@ impl<C: ControlSink> ForwardStage<C> {
     /// The router's quick path on a frame at `Depth::L3`: the output port
     /// when it routed the frame (rewritten), else None and the frame as it
     /// came, for the full path.
+    /// `flows`: `quick_flows` for this burst.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub fn quick_route<B: PacketBuf>(&self, t: &Tables, m: &mut B, in_port: u16) -> Option<u16> {
+    pub fn quick_route<B: PacketBuf>(
+        &mut self,
+        t: &Tables,
+        c: &mut CounterValues,
+        now: u64,
+        m: &mut B,
+        in_port: u16,
+        flows: bool,
+    ) -> Option<u16> {
         if !m.single_segment() {
             return None;
         }
-        super::quick::route(t, m.bytes_mut(), in_port)
+        let mut f = super::quick::Flows { table: &mut self.flows, learn: self.learn, now, counters: c };
+        if flows {
+            super::quick::route::<true>(t, m.bytes_mut(), in_port, &mut f)
+        } else {
+            super::quick::route::<false>(t, m.bytes_mut(), in_port, &mut f)
+        }
+    }
+
+    /// Whether the quick path keeps the flow table (for a burst).
+    #[inline(always)]
+    pub fn quick_flows(&self) -> bool {
+        self.flows_in_use()
+    }
+
+    /// Whether the quick path's burst takes a first pass that prefetches
+    /// flow-table slots (as the full path's two passes do).
+    #[inline(always)]
+    pub fn quick_prefetch_pass(&self) -> bool {
+        self.flows.len() >= PREFETCH_MIN_FLOWS
+    }
+
+    #[inline(always)]
+    pub fn quick_prefetch<B: PacketBuf>(&self, m: &B, in_port: u16) {
+        if m.single_segment() {
+            super::quick::prefetch_flow(&self.flows, m.bytes(), in_port);
+        }
     }
 
     /// A frame's verdict from its Ethernet header alone (below `Depth::L3`:
@@ -75,13 +110,13 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
     #[inline]
     fn depth<O: Output<B>>(&self, t: &Tables, _out: &O) -> Option<Depth> {
         Some(match t.mode {
+            // The quick path prefetches flows, not routes: tables beyond
+            // the cache keep the full path's two passes.
+            Mode::Router if t.routes_beyond_cache => Depth::Full,
+            Mode::Router => Depth::L3,
             _ if self.flows_in_use() => Depth::Full,
             Mode::CrossConnect => Depth::Wire,
             Mode::Bridge => Depth::L2,
-            // The quick path has no prefetch pass: tables beyond the cache
-            // keep the full path's.
-            Mode::Router if t.routes_beyond_cache => Depth::Full,
-            Mode::Router => Depth::L3,
         })
     }
 
