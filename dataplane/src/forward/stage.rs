@@ -49,10 +49,9 @@ impl<C: ControlSink> ForwardStage<C> {
     }
 
     /// The router's quick path on a frame at `Depth::L3`: the output port
-    /// when it routed the frame (rewritten), else None and the frame as it
-    /// came, for the full path.
-    /// `flows`: `quick_flows` for this burst.
-    #[allow(clippy::too_many_arguments)]
+    /// when it routed the frame (rewritten, accounted to its flow), else
+    /// None and the frame as it came, for the full path. `flows`: what
+    /// `quick_flows` said at the start of the burst.
     #[inline(always)]
     pub fn quick_route<B: PacketBuf>(
         &mut self,
@@ -87,6 +86,7 @@ impl<C: ControlSink> ForwardStage<C> {
         self.flows.len() >= PREFETCH_MIN_FLOWS
     }
 
+    /// The quick path's first pass on a frame.
     #[inline(always)]
     pub fn quick_prefetch<B: PacketBuf>(&self, m: &B, in_port: u16) {
         if m.single_segment() {
