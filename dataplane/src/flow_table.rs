@@ -170,8 +170,8 @@ impl FlowTable {
         let Some(i) = self.map.slot_of(key) else {
             return Ok(None);
         };
-        match self.map.at(i) {
-            Some((_, h, _)) if !takes(h.action) => Err(h.action),
+        match self.map.at_mut(i) {
+            Some(h) if !takes(h.action) => Err(h.action),
             _ => Ok(self.account(i, bytes, now)),
         }
     }

@@ -473,7 +473,7 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         // flow keys at fixed offsets, no parse.
         let two_pass =
             parses && !quick && (Stage::<B>::prefetch_pass(&self.forward, t) || self.stages.prefetch_pass(t));
-        let quick_flows = quick && self.forward.quick_flows();
+        let quick_flows = quick && self.forward.flows_in_use();
         if quick && self.forward.quick_prefetch_pass() {
             for m in pkts.iter().flatten() {
                 self.forward.quick_prefetch(m, in_port);

@@ -33,9 +33,10 @@ impl<C: ControlSink> ForwardStage<C> {
         ForwardStage { flows, macs, learn, control }
     }
 
-    /// Whether the flow table has anything to do (entries, or learning).
+    /// Whether the flow table has anything to do (entries, or learning):
+    /// the full path's lookup, and the quick path's for a burst.
     #[inline(always)]
-    fn flows_in_use(&self) -> bool {
+    pub fn flows_in_use(&self) -> bool {
         self.learn || !self.flows.is_empty()
     }
 
@@ -51,7 +52,7 @@ impl<C: ControlSink> ForwardStage<C> {
     /// The router's quick path on a frame at `Depth::L3`: the output port
     /// when it routed the frame (rewritten, accounted to its flow), else
     /// None and the frame as it came, for the full path. `flows`: what
-    /// `quick_flows` said at the start of the burst.
+    /// `flows_in_use` said at the start of the burst.
     #[inline(always)]
     pub fn quick_route<B: PacketBuf>(
         &mut self,
@@ -71,12 +72,6 @@ impl<C: ControlSink> ForwardStage<C> {
         } else {
             super::quick::route::<false>(t, m.bytes_mut(), in_port, &mut f)
         }
-    }
-
-    /// Whether the quick path keeps the flow table (for a burst).
-    #[inline(always)]
-    pub fn quick_flows(&self) -> bool {
-        self.flows_in_use()
     }
 
     /// Whether the quick path's burst takes a first pass that prefetches
