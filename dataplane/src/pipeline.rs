@@ -37,8 +37,9 @@ pub enum Depth {
     /// The Ethernet header and VLAN tags (a bridge, capture).
     L2,
     /// The IP header at fixed offsets, the full parse only for what that
-    /// does not decide (a router with nothing else reading packets: its
-    /// quick path).
+    /// does not decide: a router's quick path, and a feature stage that
+    /// tells per packet whether the quick path may take it
+    /// ([`Stage::passes_quick`]).
     L3,
     /// Every header the parser knows: the packet's `PacketMeta`.
     Full,
@@ -260,6 +261,41 @@ pub trait Stage<B: PacketBuf> {
     #[inline(always)]
     fn begin(&mut self, _t: &Tables, _burst: &Burst) {}
 
+    /// The ports (a bit each) to which this stage lets the router's quick
+    /// path take this burst's packets that `passes_quick` lets by. Asked
+    /// once a burst, after `begin`. None (the default): the stage is never
+    /// bypassed, and while it is active every packet takes the full path.
+    #[inline(always)]
+    fn quick_ports(&self, _t: &Tables) -> u32 {
+        0
+    }
+
+    /// Whether a packet the quick path would send to one of `quick_ports`
+    /// passes this stage untouched, read at fixed offsets (`frame` as
+    /// received: untagged, IPv4 without options or IPv6 with its transport
+    /// header right after the fixed one). False when unsure: the packet
+    /// then takes the full path, parsed, and the stage sees it.
+    #[inline(always)]
+    fn passes_quick(&self, _t: &Tables, _frame: &[u8]) -> bool {
+        false
+    }
+
+    /// The ports every stage `mask` names lets the quick path take packets to.
+    #[inline(always)]
+    fn quick_ports_active(&self, mask: u32, t: &Tables) -> u32 {
+        if mask & 1 != 0 {
+            self.quick_ports(t)
+        } else {
+            u32::MAX
+        }
+    }
+
+    /// `passes_quick` of every stage `mask` names.
+    #[inline(always)]
+    fn passes_quick_active(&self, mask: u32, t: &Tables, frame: &[u8]) -> bool {
+        mask & 1 == 0 || self.passes_quick(t, frame)
+    }
+
     /// One packet.
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step;
 
@@ -316,6 +352,22 @@ macro_rules! tuple_stages {
                     return true;
                 })*
                 false
+            }
+            #[inline(always)]
+            fn quick_ports(&self, t: &Tables) -> u32 {
+                Stage::<B>::quick_ports_active(self, u32::MAX, t)
+            }
+            #[inline(always)]
+            fn quick_ports_active(&self, mask: u32, t: &Tables) -> u32 {
+                u32::MAX $(& if mask & (1 << $i) != 0 { self.$i.quick_ports(t) } else { u32::MAX })*
+            }
+            #[inline(always)]
+            fn passes_quick(&self, t: &Tables, frame: &[u8]) -> bool {
+                Stage::<B>::passes_quick_active(self, u32::MAX, t, frame)
+            }
+            #[inline(always)]
+            fn passes_quick_active(&self, mask: u32, t: &Tables, frame: &[u8]) -> bool {
+                true $(&& (mask & (1 << $i) == 0 || self.$i.passes_quick(t, frame)))*
             }
             #[inline(always)]
             fn sees_claimed(&self) -> u32 {
@@ -461,10 +513,17 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         // and those that still see such packets.
         let claiming = if full { self.stages.claiming(t) } else { 0 };
         let after_claim = active & self.stages.sees_claimed();
-        // The router's quick path, where no stage is there to see a packet
-        // it routes: handed straight to the output. (With one there, a
-        // capture, every packet takes the full path, which ends the same.)
-        let quick = burst.depth == Depth::L3 && active == 0;
+        // The router's quick path, where every active stage lets it take
+        // packets (none, or INT and label on packets they leave alone), to
+        // the ports they all name: what it routes is handed straight to the
+        // output. (With another stage there, a capture, every packet takes
+        // the full path, which ends the same.)
+        let quick_ports = if burst.depth == Depth::L3 && self.forward.routes_quickly(t) {
+            self.stages.quick_ports_active(active, t)
+        } else {
+            0
+        };
+        let quick = quick_ports != 0;
         let parses = burst.depth >= Depth::L3;
         // With tables larger than the caches, a first pass parses the burst
         // and starts each packet's lookups so the second pass's overlap their
@@ -501,8 +560,11 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         for (slot, p) in pkts.iter_mut().zip(self.packets.iter_mut()) {
             let mut m = slot.take().expect("received");
             rx_bytes += m.frame_len() as u64;
-            if quick {
-                if let Some(port) = self.forward.quick_route(t, cx.c, burst.now, &mut m, in_port, quick_flows) {
+            // A stage's own packets (INT) leave the quick path before any
+            // of its checks.
+            if quick && (active == 0 || self.stages.passes_quick_active(active, t, m.bytes())) {
+                let (c, now) = (&mut *cx.c, burst.now);
+                if let Some(port) = self.forward.quick_route(t, c, now, &mut m, in_port, quick_flows, quick_ports) {
                     cx.out.deliver(m, Verdict::Tx(port), in_port, t, cx.c, burst.now);
                     continue;
                 }
@@ -788,6 +850,99 @@ pub(crate) mod tests {
             assert_eq!(captured.5, left, "every packet captured as it left (routed, and the ARP reply)");
             assert_eq!((captured.0, captured.1), (l3.0, l3.1), "capture changes no packet");
         }
+    }
+
+    /// A router with INT (a transit) and INT-label runs at `Depth::L3`: a
+    /// burst's quick path routes to the ports not due for their interval
+    /// label (none while every port is), only packets without INT by
+    /// either domain's presence, and nothing where a watch rule may source
+    /// the burst's packets; bursts end as at full depth.
+    #[test]
+    fn int_and_label_let_the_quick_path_take_what_they_leave_alone() {
+        use crate::counters::Event;
+        use crate::forward::quick::tests::corpus;
+        use crate::int::Presence;
+        use crate::label::{LabelFn, LabelSpec, Thresholds, Times};
+        use crate::tables::tests::two_port_router_v6_routed;
+        const T: u64 = 50_000;
+        let dscp = Presence::Dscp { value: 0x17, mask: 0x3f };
+        let mut s = two_port_router_v6_routed();
+        s.int = Some(crate::int::stage::tests::spec(1, 0));
+        s.label = Some(LabelSpec {
+            node_id: 1,
+            ds_id: 0x4c42,
+            presence: dscp,
+            bitmap: 0xfc00,
+            max_labels: 8,
+            times: Times { interval: T, rest: T },
+            f: Thresholds::new(&LabelFn::F1, 5),
+            edge_ports: 0,
+            mtu: [1500; crate::counters::MAX_PORTS],
+            truncate: 64,
+            watch: Vec::new(),
+            flows: Vec::new(),
+        });
+        let t = Tables::build(&s, 1).unwrap();
+        let frames = corpus();
+        let (plain4, plain6) = (&frames[2], &frames[16]);
+        let mut int_port = plain4.clone();
+        int_port[36..38].copy_from_slice(&17768u16.to_be_bytes());
+        let mut dscp_marked = plain6.clone();
+        dscp_marked[14..16].copy_from_slice(&[0x65, 0xc0]);
+        let out = VecOut::<VecBuf>::new(64, 64);
+        let mut p = pipeline(false);
+        assert_eq!(p.shortcut::<VecBuf, _>(&t, &out, 0).1, Depth::L3);
+        let active = Stage::<VecBuf>::active(&p.stages, &t, &out);
+        assert_eq!(active.count_ones(), 2, "INT and label");
+        // The ports the quick path may send to in a burst at `now`.
+        let quick_ports = |p: &mut WorkerPipeline, now: u64| {
+            let burst = Burst::received(0, RxTime { tsc: now, wall_ns: 1 }, Depth::L3);
+            Stage::<VecBuf>::begin(&mut p.stages, &t, &burst);
+            Stage::<VecBuf>::quick_ports_active(&p.stages, active, &t) & 0b11
+        };
+        let passes = |p: &WorkerPipeline, f: &[u8]| Stage::<VecBuf>::passes_quick_active(&p.stages, active, &t, f);
+        assert_eq!(quick_ports(&mut p, T + 1), 0, "every port due for its interval label");
+        // A burst at full depth labels port 1 (the plain IPv4 frame's).
+        let mut c = CounterValues::default();
+        let mut o = VecOut::<VecBuf>::new(4, 0);
+        let (rx, load) = (RxTime { tsc: T + 1, wall_ns: 1 }, PortLoad::default());
+        let one = &mut [Some(VecBuf::new(plain4, 256))];
+        p.run(&t, &mut c, &mut o, &load, &Burst::received(0, rx, Depth::Full), one);
+        assert_eq!(c.events[Event::LabelInterval as usize], 1);
+        assert_eq!(quick_ports(&mut p, T + 2), 0b10, "port 1 quiet now, port 0 still due");
+        let ports = &p.stages.3.ports;
+        ports.commit(&ports.force(0, T + 2).expect("claimed"), &mut CounterValues::default());
+        assert_eq!(quick_ports(&mut p, T + 3), 0b11);
+        assert!(passes(&p, plain4) && passes(&p, plain6));
+        assert!(!passes(&p, &int_port), "INT by its UDP port");
+        assert!(!passes(&p, &dscp_marked), "a label packet by its DSCP");
+        assert_eq!(quick_ports(&mut p, 2 * T + 3), 0, "due again");
+        // A watch rule that may source at the burst's edge port: INT lets
+        // the quick path take nothing.
+        let mut edge = s.clone();
+        edge.int = Some(crate::int::stage::tests::spec(1, 0b01));
+        let t_edge = Tables::build(&edge, 2).unwrap();
+        let burst = Burst::received(0, RxTime { tsc: T + 3, wall_ns: 1 }, Depth::L3);
+        Stage::<VecBuf>::begin(&mut p.stages, &t_edge, &burst);
+        assert_eq!(Stage::<VecBuf>::quick_ports_active(&p.stages, active, &t_edge), 0);
+
+        // Bursts at L3 and at full depth, labels due and not, end the same.
+        let mut burst = frames.clone();
+        burst.extend([int_port, dscp_marked]);
+        let run = |depth| {
+            let (mut p, mut out) = (pipeline(false), VecOut::<VecBuf>::new(64, 64));
+            let mut c = CounterValues::default();
+            for now in [T + 1, T + 2, 2 * T, 2 * T + 10] {
+                let mut pkts: Vec<_> = burst.iter().map(|f| Some(VecBuf::new(f, 256))).collect();
+                let rx = RxTime { tsc: now, wall_ns: 1 };
+                p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, depth), &mut pkts);
+            }
+            let sent: Vec<_> = out.out.iter().map(|(m, v)| (m.bytes().len(), *v)).collect();
+            (sent, c.drops, c.events, c.tx_packets)
+        };
+        let l3 = run(Depth::L3);
+        assert_eq!(l3, run(Depth::Full));
+        assert_eq!(l3.2[Event::LabelInterval as usize], 2, "port 1 labeled once an interval");
     }
 
     #[test]

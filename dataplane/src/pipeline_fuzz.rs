@@ -32,11 +32,11 @@ use crate::int::{self, Presence};
 use crate::mac_table::MacTable;
 use crate::parse::tests::{udp4, udp6};
 use crate::parse::{parse, PacketMeta};
-use crate::pipeline::{Burst, PortLoad, RxTime, Stage, VecOut};
+use crate::pipeline::{Burst, Depth, PortLoad, RxTime, Stage, VecOut};
 use crate::pktbuf::{PacketBuf, VecBuf};
 use crate::rand::XorShift;
 use crate::tables::tests::{two_port_router, two_port_router_v6_routed};
-use crate::tables::{Mode, Tables};
+use crate::tables::{Mode, RouteSpec, Tables};
 use crate::wire::gpint::{ProbeRepr, RequestType, SrEntry, TO_MONITOR};
 use crate::worker::{self, FlowSetup, LabelSetup, MacSetup, StageSetup, WorkerPipeline, WorkerShared};
 use crate::DropReason;
@@ -231,6 +231,27 @@ impl WholeRole {
         WholeRole::build(s, Some((presence, last_hop)))
     }
 
+    /// A router with INT (a transit; p1, where the routes lead, the sink's
+    /// edge) in `int_presence` and INT-label (Base B with F1 and a rest
+    /// time, DSCP presence, the INT seeds' domain) on, and a default route
+    /// for each family: its bursts run at `Depth::L3`, the quick path
+    /// taking the packets both stages let pass.
+    fn router_int_label(int_presence: Presence) -> WholeRole {
+        let mut s = two_port_router_v6_routed();
+        for (prefix, gw) in [("0.0.0.0", "10.0.2.254"), ("::", "2001:db8:2::fe")] {
+            let gateway = Some(gw.parse().expect("gateway"));
+            s.routes.upsert(RouteSpec { prefix: prefix.parse().expect("prefix"), len: 0, port: 1, gateway });
+        }
+        let mut int = int_node(5, 0b10, int_presence).spec().clone();
+        int.label_ds_id = LABEL_DS;
+        s.int = Some(int);
+        let presence = Presence::Dscp { value: 0x17, mask: 0x3f };
+        let mut label = WholeRole::label(presence, false).t.label.clone().expect("a label domain");
+        (label.flows, label.edge_ports) = (Vec::new(), 0);
+        s.label = Some(label);
+        WholeRole::build(s, Some((presence, false)))
+    }
+
     fn build(s: crate::tables::TableSpec, label: Option<(Presence, bool)>) -> WholeRole {
         let (p, exports) = rtrb::RingBuffer::new(16);
         let (reports, labels) = crate::int::report_ring::report_ring(16);
@@ -251,10 +272,15 @@ impl WholeRole {
     /// One frame in on `port` at `tsc`, then the stage's timer work; what
     /// left (a reply at its length), and the records exported.
     fn run(&mut self, f: &[u8], port: u16, tsc: u64) -> (Vec<(Vec<u8>, Verdict)>, Vec<GpintRecord>) {
-        let rx = RxTime { tsc, wall_ns: 1_700_000_000 * SEC + tsc };
-        let mut pkts = [Some(VecBuf::new(f, 128))];
         // At the depth the worker would run the burst at.
         let depth = self.pipe.shortcut::<VecBuf, _>(&self.t, &self.out, port as usize).1;
+        self.run_at(f, port, tsc, depth)
+    }
+
+    /// `run` at `depth`.
+    fn run_at(&mut self, f: &[u8], port: u16, tsc: u64, depth: Depth) -> (Vec<(Vec<u8>, Verdict)>, Vec<GpintRecord>) {
+        let rx = RxTime { tsc, wall_ns: 1_700_000_000 * SEC + tsc };
+        let mut pkts = [Some(VecBuf::new(f, 128))];
         let b = Burst::received(port, rx, depth);
         self.pipe.run(&self.t, &mut self.c, &mut self.out, &PortLoad::default(), &b, &mut pkts);
         Stage::<VecBuf>::poll(&mut self.pipe.stages, &self.t, tsc, &mut self.c);
@@ -483,6 +509,11 @@ pub struct Roles {
     ampm_nodes: Vec<Mp>,
     gpint: Vec<WholeRole>,
     label: Vec<WholeRole>,
+    /// `router_int_label` twins: the first runs at the depth the worker
+    /// would take (`L3`), the second at `Full`.
+    routed: Vec<(WholeRole, WholeRole)>,
+    /// Inputs the twins took.
+    routed_n: u64,
     c: CounterValues,
     n: u64,
 }
@@ -595,6 +626,11 @@ impl Roles {
             ampm_nodes: all_ampm_nodes(),
             gpint: vec![WholeRole::gpint(None), WholeRole::gpint(Some(0x2e))],
             label: presences.iter().flat_map(|&p| [WholeRole::label(p, false), WholeRole::label(p, true)]).collect(),
+            routed: presences
+                .iter()
+                .map(|&p| (WholeRole::router_int_label(p), WholeRole::router_int_label(p)))
+                .collect(),
+            routed_n: 0,
             c: CounterValues::default(),
             n: 0,
         }
@@ -602,7 +638,12 @@ impl Roles {
 
     /// How many roles an input's first byte picks among.
     pub fn count(&self) -> usize {
-        self.envs.len() + self.int_nodes.len() + self.ampm_nodes.len() + self.gpint.len() + self.label.len()
+        self.envs.len()
+            + self.int_nodes.len()
+            + self.ampm_nodes.len()
+            + self.gpint.len()
+            + self.label.len()
+            + self.routed.len()
     }
 
     /// Runs `data[1..]` through the role `data[0]` picks; panics when an
@@ -713,8 +754,55 @@ impl Roles {
                     "a label report out of place: in {frame:02x?}"
                 );
             }
+            return;
+        }
+        role -= self.label.len();
+        if let Some((quick, full)) = self.routed.get_mut(role) {
+            // A millisecond an input of its own: the label interval (5 ms)
+            // leaves the port quiet between its labels.
+            self.routed_n += 1;
+            routed_as_at_full_depth(quick, full, frame, self.routed_n * HZ / 1000);
         }
     }
+}
+
+/// `frame`, addressed to p0's MAC, through a router with INT and label at
+/// the depth the worker takes (the quick path where both let it) and at
+/// full depth: the same verdicts, lengths, label reports and counters, and
+/// the same bytes where the packet leaves without INT (metadata's
+/// timestamps read the clock).
+fn routed_as_at_full_depth(quick: &mut WholeRole, full: &mut WholeRole, frame: &[u8], tsc: u64) {
+    let mut f = frame.to_vec();
+    if let Some(dst) = f.get_mut(..6) {
+        dst.copy_from_slice(&quick.t.ports[0].mac);
+    }
+    let depth = quick.pipe.shortcut::<VecBuf, _>(&quick.t, &quick.out, 0).1;
+    assert_eq!(depth, Depth::L3, "a router with INT and label runs at L3");
+    let (a, _) = quick.run_at(&f, 0, tsc, depth);
+    let (b, _) = full.run_at(&f, 0, tsc, Depth::Full);
+    assert_eq!(a.len(), b.len(), "L3 and full depth sent otherwise: {f:02x?}");
+    for ((qa, va), (fb, vb)) in a.iter().zip(&b) {
+        assert_eq!((va, qa.len()), (vb, fb.len()), "L3 and full depth differ: in {f:02x?}");
+        if !carries_int(qa) {
+            assert_eq!(qa, fb, "L3 and full depth wrote otherwise: in {f:02x?}");
+        }
+    }
+    let counters = |c: &CounterValues| (c.drops, c.events, c.tx_packets, c.rx_packets);
+    assert_eq!(counters(&quick.c), counters(&full.c), "L3 and full depth counted otherwise: in {f:02x?}");
+    let (mut ra, mut rb) = (crate::int::stage::ReportRecord::empty(), crate::int::stage::ReportRecord::empty());
+    loop {
+        match (quick.labels.pop_into(&mut ra), full.labels.pop_into(&mut rb)) {
+            (false, false) => break,
+            (true, true) => assert_eq!(ra.len, rb.len, "label reports differ: in {f:02x?}"),
+            _ => panic!("label reports at L3 and full depth differ in number: in {f:02x?}"),
+        }
+    }
+}
+
+/// Whether a frame parses and carries an INT block by either presence.
+fn carries_int(f: &[u8]) -> bool {
+    let presences = [Presence::UdpPort(INT_PORT), Presence::Dscp { value: 0x17, mask: 0x3f }];
+    parse(f, 0).is_ok_and(|m| presences.iter().any(|&p| int::find(f, &m, p).is_some()))
 }
 
 /// The kept corpus of the `pipeline` target, through [`Roles`].
@@ -752,9 +840,10 @@ fn every_role_keeps_the_invariants_on_mutated_seeds() {
     for e in [Event::GpintRx, Event::GpintFeedbackRx, Event::GpintDelivered, Event::SqrStored, Event::SqrTimeouts] {
         assert!(ev(e) > 10, "GPINT roles: {} {}", e.name(), ev(e));
     }
-    // The label roles labeled by every rule, pushed onto labels carried,
-    // exported and restored.
-    let ev = |e: Event| roles.label.iter().map(|l| l.c.events[e as usize]).sum::<u64>();
+    // The label roles (the routers' too) labeled by every rule, pushed onto
+    // labels carried, exported and restored.
+    let labelling = roles.label.iter().chain(roles.routed.iter().map(|(quick, _)| quick));
+    let ev = |e: Event| labelling.clone().map(|l| l.c.events[e as usize]).sum::<u64>();
     for e in [
         Event::LabelInterval,
         Event::LabelProbabilistic,

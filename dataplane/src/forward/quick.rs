@@ -51,26 +51,39 @@ impl Flows<'_> {
     }
 }
 
-/// Routes `frame`, received on `in_port`, when it is the common case:
-/// rewrites it and returns the output port. None leaves it (and the flow
-/// table) untouched. `FLOWS`: whether the flow table is in use (entries,
-/// or learning); without, its code is left out, not branched over.
+/// Routes `frame`, received on `in_port`, when it is the common case and
+/// leaves by one of `ports` (those the feature stages let it take packets
+/// to): rewrites it and returns the output port. None leaves it (and the flow table) untouched. `FLOWS`:
+/// whether the flow table is in use (entries, or learning); without, its
+/// code is left out, not branched over.
 #[inline(always)]
-pub fn route<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows) -> Option<u16> {
+pub fn route<const FLOWS: bool>(
+    t: &Tables,
+    frame: &mut [u8],
+    in_port: u16,
+    flows: &mut Flows,
+    ports: u32,
+) -> Option<u16> {
     let our_mac = &t.ports.get(in_port as usize)?.mac;
     let eth = frame.first_chunk::<ETH>()?;
     if eth[..6] != our_mac[..] || eth[0] & 1 != 0 {
         return None;
     }
     match u16::from_be_bytes([eth[12], eth[13]]) {
-        ETHERTYPE_IPV4 => route_v4::<FLOWS>(t, frame, in_port, flows),
-        ETHERTYPE_IPV6 => route_v6::<FLOWS>(t, frame, in_port, flows),
+        ETHERTYPE_IPV4 => route_v4::<FLOWS>(t, frame, in_port, flows, ports),
+        ETHERTYPE_IPV6 => route_v6::<FLOWS>(t, frame, in_port, flows, ports),
         _ => None,
     }
 }
 
 #[inline(always)]
-fn route_v4<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows) -> Option<u16> {
+fn route_v4<const FLOWS: bool>(
+    t: &Tables,
+    frame: &mut [u8],
+    in_port: u16,
+    flows: &mut Flows,
+    ports: u32,
+) -> Option<u16> {
     let ip: &[u8; V4] = frame.get(ETH..)?.first_chunk()?;
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
     // Version 4 without options; the total length as `Ipv4Packet::new_checked`
@@ -86,7 +99,7 @@ fn route_v4<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows
     }
     let dst: [u8; 4] = ip[16..20].try_into().ok()?;
     let (out, gw, src) = gateway(t, t.lpm4.lookup(&dst)?)?;
-    if FLOWS && !flows.admit(|| key_v4(ip, frame, in_port), frame.len(), out) {
+    if !may_leave_by(ports, out) || (FLOWS && !flows.admit(|| key_v4(ip, frame, in_port), frame.len(), out)) {
         return None;
     }
     // TTL - 1, as Ipv4Packet::decrement_ttl (whose checks this header has passed).
@@ -99,7 +112,13 @@ fn route_v4<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows
 }
 
 #[inline(always)]
-fn route_v6<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows) -> Option<u16> {
+fn route_v6<const FLOWS: bool>(
+    t: &Tables,
+    frame: &mut [u8],
+    in_port: u16,
+    flows: &mut Flows,
+    ports: u32,
+) -> Option<u16> {
     let ip: &[u8; V6] = frame.get(ETH..)?.first_chunk()?;
     let end = ETH + V6 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
     // Version 6, the payload inside the frame, TCP or UDP right after the
@@ -114,7 +133,7 @@ fn route_v6<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows
     }
     let dst: [u8; 16] = frame[ETH + 24..ETH + V6].try_into().ok()?;
     let (out, gw, src) = gateway(t, t.lpm6.lookup(&dst)?)?;
-    if FLOWS && !flows.admit(|| key_v6(ip, frame, in_port), frame.len(), out) {
+    if !may_leave_by(ports, out) || (FLOWS && !flows.admit(|| key_v6(ip, frame, in_port), frame.len(), out)) {
         return None;
     }
     frame[ETH + 7] -= 1;
@@ -182,6 +201,13 @@ fn gateway(t: &Tables, route: u32) -> Option<(u16, [u8; 6], [u8; 6])> {
     Some((nh.port, gw, src))
 }
 
+/// Whether `out` is among the `ports` the feature stages let the quick
+/// path send to.
+#[inline(always)]
+fn may_leave_by(ports: u32, out: u16) -> bool {
+    ports == u32::MAX || (out < 32 && ports & 1 << out != 0)
+}
+
 /// Whether the transport header the parser reads is whole (see
 /// `parse::l4_header_fits`); other protocols have none to read.
 #[inline(always)]
@@ -220,8 +246,11 @@ pub(crate) fn assert_as_the_full_path(
     let (mut quick, mut quick_flows, mut cq) = (input.to_vec(), flows.clone(), CounterValues::default());
     let mut qf = Flows { table: &mut quick_flows, learn, now, counters: &mut cq };
     let in_use = learn || !flows.is_empty();
-    let routed =
-        if in_use { route::<true>(t, &mut quick, 0, &mut qf) } else { route::<false>(t, &mut quick, 0, &mut qf) };
+    let routed = if in_use {
+        route::<true>(t, &mut quick, 0, &mut qf, u32::MAX)
+    } else {
+        route::<false>(t, &mut quick, 0, &mut qf, u32::MAX)
+    };
     let Some(out) = routed else {
         assert_eq!(quick, input, "quick path changed a frame it left: {input:02x?}");
         assert!(
@@ -366,7 +395,13 @@ pub(crate) mod tests {
     /// The quick path on `f` with an empty flow table that does not learn.
     fn route_without_flows(t: &Tables, f: &mut [u8], in_port: u16) -> Option<u16> {
         let (mut table, mut counters) = (FlowTable::new(16, 0), CounterValues::default());
-        route::<false>(t, f, in_port, &mut Flows { table: &mut table, learn: false, now: 0, counters: &mut counters })
+        route::<false>(
+            t,
+            f,
+            in_port,
+            &mut Flows { table: &mut table, learn: false, now: 0, counters: &mut counters },
+            u32::MAX,
+        )
     }
 
     #[test]
@@ -377,7 +412,7 @@ pub(crate) mod tests {
         let (mut table, mut c) = (FlowTable::new(16, 0), CounterValues::default());
         let run = |table: &mut FlowTable, c: &mut CounterValues, learn: bool, f: &[u8]| {
             let mut f = f.to_vec();
-            route::<true>(&t, &mut f, 0, &mut Flows { table, learn, now: 5 << 20, counters: c })
+            route::<true>(&t, &mut f, 0, &mut Flows { table, learn, now: 5 << 20, counters: c }, u32::MAX)
         };
         // Learned on the first packet, counted on the next.
         for f in [&v4, &v6] {
@@ -402,6 +437,18 @@ pub(crate) mod tests {
         full.install(key(&v6), FlowAction::Normal, 0).unwrap();
         assert_eq!(run(&mut full, &mut c, true, &v4), Some(1));
         assert_eq!(c.events[Event::FlowLearnFailedFull as usize], 1);
+        // To a port the feature stages do not name: left as it came, its
+        // flow neither counted nor learned.
+        let (mut fresh, mut c) = (FlowTable::new(16, 0), CounterValues::default());
+        for ports in [0b01, 0] {
+            let mut f = v6.clone();
+            let flows = &mut Flows { table: &mut fresh, learn: true, now: 1, counters: &mut c };
+            assert_eq!(route::<true>(&t, &mut f, 0, flows, ports), None);
+            assert_eq!(f, v6);
+        }
+        assert!(fresh.is_empty() && c == CounterValues::default());
+        let flows = &mut Flows { table: &mut fresh, learn: true, now: 1, counters: &mut c };
+        assert_eq!(route::<true>(&t, &mut v6.clone(), 0, flows, 0b10), Some(1));
     }
 
     #[test]

@@ -49,11 +49,20 @@ impl<C: ControlSink> ForwardStage<C> {
         t.wire_peer(in_port)
     }
 
+    /// Whether forwarding itself runs at `Depth::L3` this generation: a
+    /// router whose route tables fit the caches.
+    #[inline(always)]
+    pub fn routes_quickly(&self, t: &Tables) -> bool {
+        t.mode == Mode::Router && !t.routes_beyond_cache
+    }
+
     /// The router's quick path on a frame at `Depth::L3`: the output port
     /// when it routed the frame (rewritten, accounted to its flow), else
     /// None and the frame as it came, for the full path. `flows`: what
-    /// `flows_in_use` said at the start of the burst.
+    /// `flows_in_use` said at the start of the burst; `ports`: those the
+    /// feature stages let it route to.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub fn quick_route<B: PacketBuf>(
         &mut self,
         t: &Tables,
@@ -62,15 +71,16 @@ impl<C: ControlSink> ForwardStage<C> {
         m: &mut B,
         in_port: u16,
         flows: bool,
+        ports: u32,
     ) -> Option<u16> {
         if !m.single_segment() {
             return None;
         }
         let mut f = super::quick::Flows { table: &mut self.flows, learn: self.learn, now, counters: c };
         if flows {
-            super::quick::route::<true>(t, m.bytes_mut(), in_port, &mut f)
+            super::quick::route::<true>(t, m.bytes_mut(), in_port, &mut f, ports)
         } else {
-            super::quick::route::<false>(t, m.bytes_mut(), in_port, &mut f)
+            super::quick::route::<false>(t, m.bytes_mut(), in_port, &mut f, ports)
         }
     }
 
@@ -107,8 +117,8 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
         Some(match t.mode {
             // The quick path prefetches flows, not routes: tables beyond
             // the cache keep the full path's two passes.
-            Mode::Router if t.routes_beyond_cache => Depth::Full,
-            Mode::Router => Depth::L3,
+            Mode::Router if self.routes_quickly(t) => Depth::L3,
+            Mode::Router => Depth::Full,
             _ if self.flows_in_use() => Depth::Full,
             Mode::CrossConnect => Depth::Wire,
             Mode::Bridge => Depth::L2,

@@ -387,6 +387,28 @@ pub fn may_carry(b: &[u8], meta: &PacketMeta, presence: Presence) -> bool {
     }
 }
 
+/// [`may_carry`] on a frame the router's quick path takes (untagged; IPv4
+/// without options, or IPv6 with its transport header right after the
+/// fixed one), read at fixed offsets, no parse: true whenever `may_carry`
+/// would be (and also for some it would not: any protocol with the DSCP, a
+/// later fragment whose payload reads as the port), and where the bytes
+/// are missing.
+#[inline(always)]
+pub fn may_carry_quick(frame: &[u8], presence: Presence) -> bool {
+    let Some(h) = frame.first_chunk::<34>() else { return true };
+    let (l4, proto, dscp) = match [h[12], h[13]] {
+        [0x08, 0x00] => (34, h[23], h[15] >> 2),
+        [0x86, 0xdd] => (54, h[20], ((h[14] & 0x0f) << 2) | (h[15] >> 6)),
+        _ => return true,
+    };
+    match presence {
+        Presence::UdpPort(port) => {
+            proto == PROTO_UDP && frame.get(l4 + 2..l4 + 4).is_none_or(|p| p == port.to_be_bytes())
+        }
+        Presence::Dscp { value, mask } => dscp & mask == value,
+    }
+}
+
 /// Offset of the INT block, when the packet carries one by `presence`.
 #[inline(always)]
 pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {

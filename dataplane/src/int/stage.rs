@@ -558,7 +558,8 @@ impl<B, O: Output<B>> HopSource for StageHop<'_, B, O> {
 impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     #[inline(always)]
     fn depth<O: Output<B>>(&self, t: &Tables, _out: &O) -> Option<Depth> {
-        t.int.as_ref().map(|_| Depth::Full)
+        // What it acts on shows at fixed offsets: `passes_quick`.
+        t.int.as_ref().map(|_| Depth::L3)
     }
 
     /// A sink looks each packet's flow up in a flow cache whose flows in
@@ -601,6 +602,24 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     fn begin(&mut self, t: &Tables, burst: &Burst) {
         self.times = BurstClock::new(burst.rx_tsc);
         self.may_source = t.int.as_ref().is_some_and(|s| s.may_source_at(burst.in_port));
+    }
+
+    /// Every port, in a burst that no watch rule may source (not from an
+    /// edge port) and whose sink keeps no flow cache worth a prefetch pass
+    /// (which the quick path does not take).
+    #[inline(always)]
+    fn quick_ports(&self, t: &Tables) -> u32 {
+        if t.int.is_some() && !self.may_source && !Stage::<B>::prefetch_pass(self, t) {
+            u32::MAX
+        } else {
+            0
+        }
+    }
+
+    /// A packet that carries no INT block (`packet` leaves it alone).
+    #[inline(always)]
+    fn passes_quick(&self, t: &Tables, frame: &[u8]) -> bool {
+        t.int.as_ref().is_some_and(|s| !int::may_carry_quick(frame, s.presence))
     }
 
     /// Ages the sink's flow cache a few rows at a time.

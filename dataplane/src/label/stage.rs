@@ -350,7 +350,8 @@ fn resized(b: &[u8], meta: &PacketMeta) -> bool {
 impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
     #[inline(always)]
     fn depth<O: Output<B>>(&self, t: &Tables, _out: &O) -> Option<Depth> {
-        t.label.as_ref().map(|_| Depth::Full)
+        // Quiet ports' packets without a label show at fixed offsets.
+        t.label.as_ref().map(|_| Depth::L3)
     }
 
     #[inline(always)]
@@ -358,6 +359,18 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
         self.times = BurstClock::new(burst.rx_tsc);
         self.quiet =
             t.label.as_ref().map_or(0, |spec| quiet_ports(spec, &self.ports, t.ports.len(), burst.in_port, burst.now));
+    }
+
+    /// The burst's `quiet_ports`.
+    #[inline(always)]
+    fn quick_ports(&self, _t: &Tables) -> u32 {
+        self.quiet
+    }
+
+    /// A packet without a label (`passes_quietly` at fixed offsets).
+    #[inline(always)]
+    fn passes_quick(&self, t: &Tables, frame: &[u8]) -> bool {
+        t.label.as_ref().is_some_and(|spec| !int::may_carry_quick(frame, spec.presence))
     }
 
     /// Labels a forwarded packet by its egress port (dropped and flooded
