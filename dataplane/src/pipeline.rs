@@ -106,6 +106,34 @@ pub fn realtime_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// What the feature stages read of a packet the router's quick path may
+/// take (untagged; IPv4 without options, or IPv6 with its transport header
+/// right after the fixed one), at fixed offsets, once for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuickFields {
+    /// The IP protocol (IPv6: the next header).
+    pub proto: u8,
+    pub dscp: u8,
+    /// The transport header's destination port, if the frame holds it.
+    pub dst_port: Option<u16>,
+}
+
+impl QuickFields {
+    /// None for a frame that is neither IPv4 nor IPv6 or is too short for
+    /// the IPv4 header.
+    #[inline(always)]
+    pub fn read(frame: &[u8]) -> Option<QuickFields> {
+        let h = frame.first_chunk::<34>()?;
+        let (l4, proto, dscp) = match [h[12], h[13]] {
+            [0x08, 0x00] => (34, h[23], h[15] >> 2),
+            [0x86, 0xdd] => (54, h[20], ((h[14] & 0x0f) << 2) | (h[15] >> 6)),
+            _ => return None,
+        };
+        let dst_port = frame.get(l4 + 2..l4 + 4).map(|p| u16::from_be_bytes([p[0], p[1]]));
+        Some(QuickFields { proto, dscp, dst_port })
+    }
+}
+
 /// One packet on its way through the stages.
 #[derive(Debug, Clone, Copy)]
 pub struct Packet {
@@ -271,12 +299,11 @@ pub trait Stage<B: PacketBuf> {
     }
 
     /// Whether a packet the quick path would send to one of `quick_ports`
-    /// passes this stage untouched, read at fixed offsets (`frame` as
-    /// received: untagged, IPv4 without options or IPv6 with its transport
-    /// header right after the fixed one). False when unsure: the packet
-    /// then takes the full path, parsed, and the stage sees it.
+    /// passes this stage untouched, by its fields at fixed offsets. False
+    /// when unsure: the packet then takes the full path, parsed, and the
+    /// stage sees it.
     #[inline(always)]
-    fn passes_quick(&self, _t: &Tables, _frame: &[u8]) -> bool {
+    fn passes_quick(&self, _t: &Tables, _q: &QuickFields) -> bool {
         false
     }
 
@@ -292,8 +319,8 @@ pub trait Stage<B: PacketBuf> {
 
     /// `passes_quick` of every stage `mask` names.
     #[inline(always)]
-    fn passes_quick_active(&self, mask: u32, t: &Tables, frame: &[u8]) -> bool {
-        mask & 1 == 0 || self.passes_quick(t, frame)
+    fn passes_quick_active(&self, mask: u32, t: &Tables, q: &QuickFields) -> bool {
+        mask & 1 == 0 || self.passes_quick(t, q)
     }
 
     /// One packet.
@@ -362,12 +389,12 @@ macro_rules! tuple_stages {
                 u32::MAX $(& if mask & (1 << $i) != 0 { self.$i.quick_ports(t) } else { u32::MAX })*
             }
             #[inline(always)]
-            fn passes_quick(&self, t: &Tables, frame: &[u8]) -> bool {
-                Stage::<B>::passes_quick_active(self, u32::MAX, t, frame)
+            fn passes_quick(&self, t: &Tables, q: &QuickFields) -> bool {
+                Stage::<B>::passes_quick_active(self, u32::MAX, t, q)
             }
             #[inline(always)]
-            fn passes_quick_active(&self, mask: u32, t: &Tables, frame: &[u8]) -> bool {
-                true $(&& (mask & (1 << $i) == 0 || self.$i.passes_quick(t, frame)))*
+            fn passes_quick_active(&self, mask: u32, t: &Tables, q: &QuickFields) -> bool {
+                true $(&& (mask & (1 << $i) == 0 || self.$i.passes_quick(t, q)))*
             }
             #[inline(always)]
             fn sees_claimed(&self) -> u32 {
@@ -562,7 +589,10 @@ impl<C: ControlSink, F> Pipeline<C, F> {
             rx_bytes += m.frame_len() as u64;
             // A stage's own packets (INT) leave the quick path before any
             // of its checks.
-            if quick && (active == 0 || self.stages.passes_quick_active(active, t, m.bytes())) {
+            if quick
+                && (active == 0
+                    || QuickFields::read(m.bytes()).is_some_and(|q| self.stages.passes_quick_active(active, t, &q)))
+            {
                 let (c, now) = (&mut *cx.c, burst.now);
                 if let Some(port) = self.forward.quick_route(t, c, now, &mut m, in_port, quick_flows, quick_ports) {
                     cx.out.deliver(m, Verdict::Tx(port), in_port, t, cx.c, burst.now);
@@ -900,7 +930,9 @@ pub(crate) mod tests {
             Stage::<VecBuf>::begin(&mut p.stages, &t, &burst);
             Stage::<VecBuf>::quick_ports_active(&p.stages, active, &t) & 0b11
         };
-        let passes = |p: &WorkerPipeline, f: &[u8]| Stage::<VecBuf>::passes_quick_active(&p.stages, active, &t, f);
+        let passes = |p: &WorkerPipeline, f: &[u8]| {
+            QuickFields::read(f).is_some_and(|q| Stage::<VecBuf>::passes_quick_active(&p.stages, active, &t, &q))
+        };
         assert_eq!(quick_ports(&mut p, T + 1), 0, "every port due for its interval label");
         // A burst at full depth labels port 1 (the plain IPv4 frame's).
         let mut c = CounterValues::default();

@@ -22,6 +22,7 @@ pub mod stage;
 pub mod watch;
 
 use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
+use crate::pipeline::QuickFields;
 use crate::pktbuf::PacketBuf;
 use crate::wire::checksum;
 use crate::wire::int_md::{self, emit_hop, hop_words, HopMetadata, IntMd, IntMdRepr, Npt, INT_HDR_LEN, SHIM_LEN};
@@ -387,25 +388,15 @@ pub fn may_carry(b: &[u8], meta: &PacketMeta, presence: Presence) -> bool {
     }
 }
 
-/// [`may_carry`] on a frame the router's quick path takes (untagged; IPv4
-/// without options, or IPv6 with its transport header right after the
-/// fixed one), read at fixed offsets, no parse: true whenever `may_carry`
-/// would be (and also for some it would not: any protocol with the DSCP, a
-/// later fragment whose payload reads as the port), and where the bytes
-/// are missing.
+/// [`may_carry`] on a packet the router's quick path may take, from its
+/// fields at fixed offsets: true whenever `may_carry` would be (and also
+/// for some it would not: any protocol with the DSCP, a later fragment
+/// whose payload reads as the port, a frame too short to say).
 #[inline(always)]
-pub fn may_carry_quick(frame: &[u8], presence: Presence) -> bool {
-    let Some(h) = frame.first_chunk::<34>() else { return true };
-    let (l4, proto, dscp) = match [h[12], h[13]] {
-        [0x08, 0x00] => (34, h[23], h[15] >> 2),
-        [0x86, 0xdd] => (54, h[20], ((h[14] & 0x0f) << 2) | (h[15] >> 6)),
-        _ => return true,
-    };
+pub fn may_carry_quick(q: &QuickFields, presence: Presence) -> bool {
     match presence {
-        Presence::UdpPort(port) => {
-            proto == PROTO_UDP && frame.get(l4 + 2..l4 + 4).is_none_or(|p| p == port.to_be_bytes())
-        }
-        Presence::Dscp { value, mask } => dscp & mask == value,
+        Presence::UdpPort(port) => q.proto == PROTO_UDP && q.dst_port.is_none_or(|p| p == port),
+        Presence::Dscp { value, mask } => q.dscp & mask == value,
     }
 }
 

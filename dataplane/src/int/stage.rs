@@ -14,7 +14,7 @@ use crate::int::analytics::Analytics;
 use crate::int::watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::int::{self, Block, Skip, Transit};
 use crate::parse::PacketMeta;
-use crate::pipeline::{Burst, Cx, Depth, Output, Packet, PortLoad, Stage, Step};
+use crate::pipeline::{Burst, Cx, Depth, Output, Packet, PortLoad, QuickFields, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::Tables;
 use crate::wire::int_md::{HopMetadata, INT_HDR_LEN};
@@ -618,8 +618,8 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
 
     /// A packet that carries no INT block (`packet` leaves it alone).
     #[inline(always)]
-    fn passes_quick(&self, t: &Tables, frame: &[u8]) -> bool {
-        t.int.as_ref().is_some_and(|s| !int::may_carry_quick(frame, s.presence))
+    fn passes_quick(&self, t: &Tables, q: &QuickFields) -> bool {
+        t.int.as_ref().is_some_and(|s| !int::may_carry_quick(q, s.presence))
     }
 
     /// Ages the sink's flow cache a few rows at a time.

@@ -14,7 +14,7 @@ use crate::int::watch::WatchFields;
 use crate::int::{self, Block, IntParams, Skip, Transit};
 use crate::label::{Claim, LabelPorts, LabelSpec, DS_FLAG_A};
 use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
-use crate::pipeline::{Burst, Cx, Depth, Output, Packet, Stage, Step};
+use crate::pipeline::{Burst, Cx, Depth, Output, Packet, QuickFields, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::rand::XorShift;
 use crate::tables::Tables;
@@ -369,8 +369,8 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
 
     /// A packet without a label (`passes_quietly` at fixed offsets).
     #[inline(always)]
-    fn passes_quick(&self, t: &Tables, frame: &[u8]) -> bool {
-        t.label.as_ref().is_some_and(|spec| !int::may_carry_quick(frame, spec.presence))
+    fn passes_quick(&self, t: &Tables, q: &QuickFields) -> bool {
+        t.label.as_ref().is_some_and(|spec| !int::may_carry_quick(q, spec.presence))
     }
 
     /// Labels a forwarded packet by its egress port (dropped and flooded
