@@ -77,13 +77,7 @@ pub fn route<const FLOWS: bool>(
 }
 
 #[inline(always)]
-fn route_v4<const FLOWS: bool>(
-    t: &Tables,
-    frame: &mut [u8],
-    in_port: u16,
-    flows: &mut Flows,
-    ports: u32,
-) -> Option<u16> {
+fn route_v4<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows, to: u32) -> Option<u16> {
     let ip: &[u8; V4] = frame.get(ETH..)?.first_chunk()?;
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
     // Version 4 without options; the total length as `Ipv4Packet::new_checked`
@@ -99,7 +93,7 @@ fn route_v4<const FLOWS: bool>(
     }
     let dst: [u8; 4] = ip[16..20].try_into().ok()?;
     let (out, gw, src) = gateway(t, t.lpm4.lookup(&dst)?)?;
-    if !may_leave_by(ports, out) || (FLOWS && !flows.admit(|| key_v4(ip, frame, in_port), frame.len(), out)) {
+    if !may_leave_by(to, out) || (FLOWS && !flows.admit(|| key_v4(ip, frame, in_port), frame.len(), out)) {
         return None;
     }
     // TTL - 1, as Ipv4Packet::decrement_ttl (whose checks this header has passed).
@@ -112,13 +106,7 @@ fn route_v4<const FLOWS: bool>(
 }
 
 #[inline(always)]
-fn route_v6<const FLOWS: bool>(
-    t: &Tables,
-    frame: &mut [u8],
-    in_port: u16,
-    flows: &mut Flows,
-    ports: u32,
-) -> Option<u16> {
+fn route_v6<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows, to: u32) -> Option<u16> {
     let ip: &[u8; V6] = frame.get(ETH..)?.first_chunk()?;
     let end = ETH + V6 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
     // Version 6, the payload inside the frame, TCP or UDP right after the
@@ -133,7 +121,7 @@ fn route_v6<const FLOWS: bool>(
     }
     let dst: [u8; 16] = frame[ETH + 24..ETH + V6].try_into().ok()?;
     let (out, gw, src) = gateway(t, t.lpm6.lookup(&dst)?)?;
-    if !may_leave_by(ports, out) || (FLOWS && !flows.admit(|| key_v6(ip, frame, in_port), frame.len(), out)) {
+    if !may_leave_by(to, out) || (FLOWS && !flows.admit(|| key_v6(ip, frame, in_port), frame.len(), out)) {
         return None;
     }
     frame[ETH + 7] -= 1;
