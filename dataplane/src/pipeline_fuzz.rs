@@ -209,12 +209,20 @@ impl WholeRole {
     fn label(presence: Presence, last_hop: bool) -> WholeRole {
         let mut s = two_port_router();
         s.mode = Mode::CrossConnect;
+        s.label = Some(Self::label_spec(presence, last_hop));
+        WholeRole::build(s, Some((presence, last_hop)))
+    }
+
+    /// The label roles' domain: Base B with F1 and a rest time, a watchlist
+    /// rule that exempts one destination port, a specific-flow rule; p1 an
+    /// edge port when `last_hop` (else p0).
+    fn label_spec(presence: Presence, last_hop: bool) -> crate::label::LabelSpec {
         let mut exempt = WatchRule::any("exempt", Role::None);
         exempt.dst_port = Ternary::exact(5002);
         exempt.priority = 1;
         let mut specific = WatchRule::any("specific", Role::None);
         specific.src_port = Ternary { value: 1, mask: 1 };
-        s.label = Some(crate::label::LabelSpec {
+        crate::label::LabelSpec {
             node_id: 60 + last_hop as u32,
             ds_id: LABEL_DS,
             presence,
@@ -227,8 +235,7 @@ impl WholeRole {
             truncate: 64,
             watch: vec![exempt, WatchRule::any("all", Role::Transit)],
             flows: vec![crate::label::FlowRule { rule: specific, interval_tsc: HZ / 100 }],
-        });
-        WholeRole::build(s, Some((presence, last_hop)))
+        }
     }
 
     /// A router with INT (a transit; p1, where the routes lead, the sink's
@@ -246,7 +253,7 @@ impl WholeRole {
         int.label_ds_id = LABEL_DS;
         s.int = Some(int);
         let presence = Presence::Dscp { value: 0x17, mask: 0x3f };
-        let mut label = WholeRole::label(presence, false).t.label.clone().expect("a label domain");
+        let mut label = Self::label_spec(presence, false);
         (label.flows, label.edge_ports) = (Vec::new(), 0);
         s.label = Some(label);
         WholeRole::build(s, Some((presence, false)))

@@ -52,26 +52,21 @@ impl Flows<'_> {
 }
 
 /// Routes `frame`, received on `in_port`, when it is the common case and
-/// leaves by one of `ports` (those the feature stages let it take packets
-/// to): rewrites it and returns the output port. None leaves it (and the flow table) untouched. `FLOWS`:
-/// whether the flow table is in use (entries, or learning); without, its
-/// code is left out, not branched over.
+/// leaves by one of the ports `to` names (those the feature stages let it
+/// take packets to): rewrites it and returns the output port. None leaves
+/// it (and the flow table) untouched. `FLOWS`: whether the flow table is in
+/// use (entries, or learning); without, its code is left out, not branched
+/// over.
 #[inline(always)]
-pub fn route<const FLOWS: bool>(
-    t: &Tables,
-    frame: &mut [u8],
-    in_port: u16,
-    flows: &mut Flows,
-    ports: u32,
-) -> Option<u16> {
+pub fn route<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows, to: u32) -> Option<u16> {
     let our_mac = &t.ports.get(in_port as usize)?.mac;
     let eth = frame.first_chunk::<ETH>()?;
     if eth[..6] != our_mac[..] || eth[0] & 1 != 0 {
         return None;
     }
     match u16::from_be_bytes([eth[12], eth[13]]) {
-        ETHERTYPE_IPV4 => route_v4::<FLOWS>(t, frame, in_port, flows, ports),
-        ETHERTYPE_IPV6 => route_v6::<FLOWS>(t, frame, in_port, flows, ports),
+        ETHERTYPE_IPV4 => route_v4::<FLOWS>(t, frame, in_port, flows, to),
+        ETHERTYPE_IPV6 => route_v6::<FLOWS>(t, frame, in_port, flows, to),
         _ => None,
     }
 }
@@ -189,11 +184,10 @@ fn gateway(t: &Tables, route: u32) -> Option<(u16, [u8; 6], [u8; 6])> {
     Some((nh.port, gw, src))
 }
 
-/// Whether `out` is among the `ports` the feature stages let the quick
-/// path send to.
+/// Whether `out` is among the ports `to` names (all ones: every port).
 #[inline(always)]
-fn may_leave_by(ports: u32, out: u16) -> bool {
-    ports == u32::MAX || (out < 32 && ports & 1 << out != 0)
+fn may_leave_by(to: u32, out: u16) -> bool {
+    to == u32::MAX || (out < 32 && to & 1 << out != 0)
 }
 
 /// Whether the transport header the parser reads is whole (see
