@@ -108,8 +108,10 @@ pub struct RedisSink {
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// How long a write or a reply may take before the store counts as gone.
-const IO_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a write or a reply may take before the store counts as gone:
+/// longer than a loaded host's scheduling stall, since a batch whose replies
+/// time out counts as dropped although the store may have taken it.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Commands a batch holds at most before it is sent.
 const BATCH_MAX: u64 = 4096;
 
