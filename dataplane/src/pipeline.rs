@@ -38,8 +38,8 @@ pub enum Depth {
     L2,
     /// The IP header at fixed offsets, the full parse only for what that
     /// does not decide: a router's quick path, and a feature stage that
-    /// tells per packet whether the quick path may take it
-    /// ([`Stage::passes_quick`]).
+    /// tells by such fields which packets the quick path must leave to it
+    /// ([`Stage::quick_consent`]).
     L3,
     /// Every header the parser knows: the packet's `PacketMeta`.
     Full,
@@ -106,31 +106,107 @@ pub fn realtime_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// What the feature stages read of a packet the router's quick path may
-/// take (untagged; IPv4 without options, or IPv6 with its transport header
-/// right after the fixed one), at fixed offsets, once for all of them.
+/// What the feature stages let the router's quick path take of a burst:
+/// packets to the ports `ports` names, but for those a stage acts on as
+/// the quick path can tell them by fields it reads anyway (the DSCP, UDP's
+/// destination port). It leaves those to the full path, parsed, where the
+/// stages see them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuickFields {
-    /// The IP protocol (IPv6: the next header).
-    pub proto: u8,
-    pub dscp: u8,
-    /// The transport header's destination port, if the frame holds it.
-    pub dst_port: Option<u16>,
+pub struct QuickConsent {
+    /// Bit per port index.
+    pub ports: u32,
+    /// Bit d: packets with DSCP d (IPv4 or IPv6, any protocol).
+    dscp: u64,
+    /// UDP packets to these destination ports (`NO_PORT`: none), and every
+    /// UDP fragment but the first (which holds no port).
+    udp: [u32; 2],
+    /// UDP packets to any port (more ports than `udp` holds).
+    all_udp: bool,
+    /// Whether it leaves any packet at all (the one test a packet costs
+    /// where no stage objects).
+    leaves_some: bool,
 }
 
-impl QuickFields {
-    /// None for a frame that is neither IPv4 nor IPv6 or is too short for
-    /// the IPv4 header.
-    #[inline(always)]
-    pub fn read(frame: &[u8]) -> Option<QuickFields> {
-        let h = frame.first_chunk::<34>()?;
-        let (l4, proto, dscp) = match [h[12], h[13]] {
-            [0x08, 0x00] => (34, h[23], h[15] >> 2),
-            [0x86, 0xdd] => (54, h[20], ((h[14] & 0x0f) << 2) | (h[15] >> 6)),
-            _ => return None,
+/// A `QuickConsent::udp` slot that holds no port.
+const NO_PORT: u32 = u32::MAX;
+
+impl QuickConsent {
+    /// No port: a stage that is never bypassed.
+    pub const NONE: QuickConsent =
+        QuickConsent { ports: 0, dscp: 0, udp: [NO_PORT; 2], all_udp: false, leaves_some: false };
+
+    /// Every packet to every port: no stage objects.
+    pub const ALL: QuickConsent = QuickConsent::to_ports(u32::MAX);
+
+    /// Every packet to `ports`.
+    pub const fn to_ports(ports: u32) -> QuickConsent {
+        QuickConsent { ports, ..QuickConsent::NONE }
+    }
+
+    /// But for packets whose DSCP & `mask` is `value`.
+    pub fn leaving_dscp(mut self, value: u8, mask: u8) -> QuickConsent {
+        // Per DSCP bit, the set of DSCP values (bit d: value d) that have it.
+        const HAVE: [u64; 6] = [
+            0xaaaa_aaaa_aaaa_aaaa,
+            0xcccc_cccc_cccc_cccc,
+            0xf0f0_f0f0_f0f0_f0f0,
+            0xff00_ff00_ff00_ff00,
+            0xffff_0000_ffff_0000,
+            0xffff_ffff_0000_0000,
+        ];
+        let mut set = if value & !mask & 0x3f == 0 { u64::MAX } else { 0 };
+        for (bit, have) in HAVE.iter().enumerate() {
+            if mask >> bit & 1 != 0 {
+                set &= if value >> bit & 1 != 0 { *have } else { !*have };
+            }
+        }
+        self.dscp |= set;
+        self.leaves_some |= set != 0;
+        self
+    }
+
+    /// But for UDP packets to `port` (and UDP fragments but the first).
+    pub fn leaving_udp(mut self, port: u16) -> QuickConsent {
+        let port = port as u32;
+        if !self.udp.contains(&port) {
+            match self.udp.iter_mut().find(|s| **s == NO_PORT) {
+                Some(slot) => *slot = port,
+                None => self.all_udp = true,
+            }
+        }
+        self.leaves_some = true;
+        self
+    }
+
+    /// What both consent to: the ports both name, leaving what either leaves.
+    pub fn and(self, other: QuickConsent) -> QuickConsent {
+        let mut c = QuickConsent {
+            ports: self.ports & other.ports,
+            dscp: self.dscp | other.dscp,
+            all_udp: self.all_udp || other.all_udp,
+            leaves_some: self.leaves_some || other.leaves_some,
+            ..self
         };
-        let dst_port = frame.get(l4 + 2..l4 + 4).map(|p| u16::from_be_bytes([p[0], p[1]]));
-        Some(QuickFields { proto, dscp, dst_port })
+        for port in other.udp.into_iter().filter(|p| *p != NO_PORT) {
+            c = c.leaving_udp(port as u16);
+        }
+        c
+    }
+
+    /// Whether a packet the quick path would take leaves it for the full
+    /// path: by its DSCP and IP protocol, and for UDP by its destination
+    /// port (`dst_port`: None for a fragment but the first).
+    #[inline(always)]
+    pub fn leaves(&self, dscp: u8, proto: u8, dst_port: impl FnOnce() -> Option<u16>) -> bool {
+        self.leaves_some && self.leaves_any(dscp, proto, dst_port)
+    }
+
+    #[inline(always)]
+    fn leaves_any(&self, dscp: u8, proto: u8, dst_port: impl FnOnce() -> Option<u16>) -> bool {
+        self.dscp >> (dscp & 0x3f) & 1 != 0
+            || (proto == crate::parse::PROTO_UDP
+                && (self.all_udp
+                    || (self.udp[0] != NO_PORT && dst_port().is_none_or(|p| self.udp.contains(&(p as u32))))))
     }
 }
 
@@ -289,38 +365,23 @@ pub trait Stage<B: PacketBuf> {
     #[inline(always)]
     fn begin(&mut self, _t: &Tables, _burst: &Burst) {}
 
-    /// The ports (a bit each) to which this stage lets the router's quick
-    /// path take this burst's packets that `passes_quick` lets by. Asked
-    /// once a burst, after `begin`. None (the default): the stage is never
-    /// bypassed, and while it is active every packet takes the full path.
+    /// What this stage lets the router's quick path take of this burst.
+    /// Asked once a burst, after `begin`. `QuickConsent::NONE` (the
+    /// default): the stage is never bypassed, and while it is active every
+    /// packet takes the full path.
     #[inline(always)]
-    fn quick_ports(&self, _t: &Tables) -> u32 {
-        0
+    fn quick_consent(&self, _t: &Tables) -> QuickConsent {
+        QuickConsent::NONE
     }
 
-    /// Whether a packet the quick path would send to one of `quick_ports`
-    /// passes this stage untouched, by its fields at fixed offsets. False
-    /// when unsure: the packet then takes the full path, parsed, and the
-    /// stage sees it.
+    /// What every stage `mask` names consents to.
     #[inline(always)]
-    fn passes_quick(&self, _t: &Tables, _q: &QuickFields) -> bool {
-        false
-    }
-
-    /// The ports every stage `mask` names lets the quick path take packets to.
-    #[inline(always)]
-    fn quick_ports_active(&self, mask: u32, t: &Tables) -> u32 {
+    fn quick_consent_active(&self, mask: u32, t: &Tables) -> QuickConsent {
         if mask & 1 != 0 {
-            self.quick_ports(t)
+            self.quick_consent(t)
         } else {
-            u32::MAX
+            QuickConsent::ALL
         }
-    }
-
-    /// `passes_quick` of every stage `mask` names.
-    #[inline(always)]
-    fn passes_quick_active(&self, mask: u32, t: &Tables, q: &QuickFields) -> bool {
-        mask & 1 == 0 || self.passes_quick(t, q)
     }
 
     /// One packet.
@@ -381,20 +442,12 @@ macro_rules! tuple_stages {
                 false
             }
             #[inline(always)]
-            fn quick_ports(&self, t: &Tables) -> u32 {
-                Stage::<B>::quick_ports_active(self, u32::MAX, t)
+            fn quick_consent(&self, t: &Tables) -> QuickConsent {
+                Stage::<B>::quick_consent_active(self, u32::MAX, t)
             }
             #[inline(always)]
-            fn quick_ports_active(&self, mask: u32, t: &Tables) -> u32 {
-                u32::MAX $(& if mask & (1 << $i) != 0 { self.$i.quick_ports(t) } else { u32::MAX })*
-            }
-            #[inline(always)]
-            fn passes_quick(&self, t: &Tables, q: &QuickFields) -> bool {
-                Stage::<B>::passes_quick_active(self, u32::MAX, t, q)
-            }
-            #[inline(always)]
-            fn passes_quick_active(&self, mask: u32, t: &Tables, q: &QuickFields) -> bool {
-                true $(&& (mask & (1 << $i) == 0 || self.$i.passes_quick(t, q)))*
+            fn quick_consent_active(&self, mask: u32, t: &Tables) -> QuickConsent {
+                QuickConsent::ALL $(.and(if mask & (1 << $i) != 0 { self.$i.quick_consent(t) } else { QuickConsent::ALL }))*
             }
             #[inline(always)]
             fn sees_claimed(&self) -> u32 {
@@ -545,12 +598,14 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         // the ports they all name: what it routes is handed straight to the
         // output. (With another stage there, a capture, every packet takes
         // the full path, which ends the same.)
-        let quick_ports = if burst.depth == Depth::L3 && self.forward.routes_quickly(t) {
-            self.stages.quick_ports_active(active, t)
+        let consent = if burst.depth != Depth::L3 || !self.forward.routes_quickly(t) {
+            QuickConsent::NONE
+        } else if active == 0 {
+            QuickConsent::ALL
         } else {
-            0
+            self.stages.quick_consent_active(active, t)
         };
-        let quick = quick_ports != 0;
+        let quick = consent.ports != 0;
         let parses = burst.depth >= Depth::L3;
         // With tables larger than the caches, a first pass parses the burst
         // and starts each packet's lookups so the second pass's overlap their
@@ -587,14 +642,9 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         for (slot, p) in pkts.iter_mut().zip(self.packets.iter_mut()) {
             let mut m = slot.take().expect("received");
             rx_bytes += m.frame_len() as u64;
-            // A stage's own packets (INT) leave the quick path before any
-            // of its checks.
-            if quick
-                && (active == 0
-                    || QuickFields::read(m.bytes()).is_some_and(|q| self.stages.passes_quick_active(active, t, &q)))
-            {
+            if quick {
                 let (c, now) = (&mut *cx.c, burst.now);
-                if let Some(port) = self.forward.quick_route(t, c, now, &mut m, in_port, quick_flows, quick_ports) {
+                if let Some(port) = self.forward.quick_route(t, c, now, &mut m, in_port, quick_flows, &consent) {
                     cx.out.deliver(m, Verdict::Tx(port), in_port, t, cx.c, burst.now);
                     continue;
                 }
@@ -882,6 +932,24 @@ pub(crate) mod tests {
         }
     }
 
+    /// A consent's DSCP set holds exactly the values whose masked bits are
+    /// the value's, for every mask and value.
+    #[test]
+    fn a_consent_leaves_exactly_the_dscps_of_its_mask_and_value() {
+        for mask in 0..64u8 {
+            for value in 0..64u8 {
+                let c = QuickConsent::ALL.leaving_dscp(value, mask);
+                for d in 0..64u8 {
+                    assert_eq!(c.leaves(d, 6, || None), d & mask == value, "{d:#x} by {value:#x}/{mask:#x}");
+                }
+            }
+        }
+        // UDP's port is read only where a UDP port is named.
+        assert!(!QuickConsent::ALL.leaves(0, 17, || unreachable!()));
+        assert!(QuickConsent::ALL.leaving_udp(9).leaves(0, 17, || None), "a later fragment: unsure");
+        assert!(!QuickConsent::ALL.leaving_udp(9).leaves(0, 6, || Some(9)), "TCP to that port");
+    }
+
     /// A router with INT (a transit) and INT-label runs at `Depth::L3`: a
     /// burst's quick path routes to the ports not due for their interval
     /// label (none while every port is), only packets without INT by
@@ -924,14 +992,17 @@ pub(crate) mod tests {
         assert_eq!(p.shortcut::<VecBuf, _>(&t, &out, 0).1, Depth::L3);
         let active = Stage::<VecBuf>::active(&p.stages, &t, &out);
         assert_eq!(active.count_ones(), 2, "INT and label");
-        // The ports the quick path may send to in a burst at `now`.
-        let quick_ports = |p: &mut WorkerPipeline, now: u64| {
+        // What the stages consent to in a burst at `now`; the ports.
+        let consent = |p: &mut WorkerPipeline, now: u64| {
             let burst = Burst::received(0, RxTime { tsc: now, wall_ns: 1 }, Depth::L3);
             Stage::<VecBuf>::begin(&mut p.stages, &t, &burst);
-            Stage::<VecBuf>::quick_ports_active(&p.stages, active, &t) & 0b11
+            Stage::<VecBuf>::quick_consent_active(&p.stages, active, &t)
         };
-        let passes = |p: &WorkerPipeline, f: &[u8]| {
-            QuickFields::read(f).is_some_and(|q| Stage::<VecBuf>::passes_quick_active(&p.stages, active, &t, &q))
+        let quick_ports = |p: &mut WorkerPipeline, now: u64| consent(p, now).ports & 0b11;
+        // Whether the quick path takes `f` (to port 1) with `to`.
+        let passes = |p: &mut WorkerPipeline, f: &[u8], to: &QuickConsent| {
+            let mut m = VecBuf::new(f, 256);
+            p.forward.quick_route(&t, &mut CounterValues::default(), 1, &mut m, 0, false, to).is_some()
         };
         assert_eq!(quick_ports(&mut p, T + 1), 0, "every port due for its interval label");
         // A burst at full depth labels port 1 (the plain IPv4 frame's).
@@ -944,10 +1015,11 @@ pub(crate) mod tests {
         assert_eq!(quick_ports(&mut p, T + 2), 0b10, "port 1 quiet now, port 0 still due");
         let ports = &p.stages.3.ports;
         ports.commit(&ports.force(0, T + 2).expect("claimed"), &mut CounterValues::default());
-        assert_eq!(quick_ports(&mut p, T + 3), 0b11);
-        assert!(passes(&p, plain4) && passes(&p, plain6));
-        assert!(!passes(&p, &int_port), "INT by its UDP port");
-        assert!(!passes(&p, &dscp_marked), "a label packet by its DSCP");
+        let to = consent(&mut p, T + 3);
+        assert_eq!(to.ports & 0b11, 0b11);
+        assert!(passes(&mut p, plain4, &to) && passes(&mut p, plain6, &to));
+        assert!(!passes(&mut p, &int_port, &to), "INT by its UDP port");
+        assert!(!passes(&mut p, &dscp_marked, &to), "a label packet by its DSCP");
         assert_eq!(quick_ports(&mut p, 2 * T + 3), 0, "due again");
         // A watch rule that may source at the burst's edge port: INT lets
         // the quick path take nothing.
@@ -956,7 +1028,7 @@ pub(crate) mod tests {
         let t_edge = Tables::build(&edge, 2).unwrap();
         let burst = Burst::received(0, RxTime { tsc: T + 3, wall_ns: 1 }, Depth::L3);
         Stage::<VecBuf>::begin(&mut p.stages, &t_edge, &burst);
-        assert_eq!(Stage::<VecBuf>::quick_ports_active(&p.stages, active, &t_edge), 0);
+        assert_eq!(Stage::<VecBuf>::quick_consent_active(&p.stages, active, &t_edge).ports, 0);
 
         // Bursts at L3 and at full depth, labels due and not, end the same.
         let mut burst = frames.clone();

@@ -12,6 +12,7 @@
 use crate::counters::CounterValues;
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::parse::{l4_header_fits, tcp_or_udp, FlowKey, PROTO_TCP};
+use crate::pipeline::QuickConsent;
 use crate::tables::Tables;
 use crate::wire::checksum;
 use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
@@ -52,18 +53,21 @@ impl Flows<'_> {
 }
 
 /// Routes `frame`, received on `in_port`, when it is the common case and
-/// leaves by one of the ports `to` names (those the feature stages let it
-/// take packets to): rewrites it and returns the output port. None leaves
+/// the feature stages consent (`to`: it leaves by one of the ports they
+/// name, and is none of the packets they act on): rewrites it and returns
+/// the output port. None leaves
 /// it (and the flow table) untouched. `FLOWS`: whether the flow table is in
 /// use (entries, or learning); without, its code is left out, not branched
 /// over.
 #[inline(always)]
-pub fn route<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows, to: u32) -> Option<u16> {
-    let our_mac = &t.ports.get(in_port as usize)?.mac;
+pub fn route<const FLOWS: bool>(
+    t: &Tables,
+    frame: &mut [u8],
+    in_port: u16,
+    flows: &mut Flows,
+    to: &QuickConsent,
+) -> Option<u16> {
     let eth = frame.first_chunk::<ETH>()?;
-    if eth[..6] != our_mac[..] || eth[0] & 1 != 0 {
-        return None;
-    }
     match u16::from_be_bytes([eth[12], eth[13]]) {
         ETHERTYPE_IPV4 => route_v4::<FLOWS>(t, frame, in_port, flows, to),
         ETHERTYPE_IPV6 => route_v6::<FLOWS>(t, frame, in_port, flows, to),
@@ -71,13 +75,32 @@ pub fn route<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flow
     }
 }
 
+/// Whether `frame` is unicast to `in_port`'s MAC.
 #[inline(always)]
-fn route_v4<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows, to: u32) -> Option<u16> {
+fn to_us(t: &Tables, frame: &[u8], in_port: u16) -> bool {
+    t.ports.get(in_port as usize).is_some_and(|p| frame[..6] == p.mac[..] && frame[0] & 1 == 0)
+}
+
+#[inline(always)]
+fn route_v4<const FLOWS: bool>(
+    t: &Tables,
+    frame: &mut [u8],
+    in_port: u16,
+    flows: &mut Flows,
+    to: &QuickConsent,
+) -> Option<u16> {
     let ip: &[u8; V4] = frame.get(ETH..)?.first_chunk()?;
+    // A packet a stage acts on costs no more checks here: they are the
+    // full path's. (A header the quick path would refuse below may pass
+    // this test on what it reads, and is refused all the same.)
+    if to.leaves(ip[1] >> 2, ip[9], || first_fragment(ip).then(|| ports(frame, ETH + V4).1)) {
+        return None;
+    }
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-    // Version 4 without options; the total length as `Ipv4Packet::new_checked`
-    // takes it; a valid header checksum; TTL above 1; not multicast.
-    if ip[0] != 0x45 || total < V4 || total > frame.len() - ETH {
+    // To us; version 4 without options; the total length as
+    // `Ipv4Packet::new_checked` takes it; a valid header checksum; TTL
+    // above 1; not multicast.
+    if !to_us(t, frame, in_port) || ip[0] != 0x45 || total < V4 || total > frame.len() - ETH {
         return None;
     }
     if !checksum::header_verifies(ip) || ip[8] <= 1 || ip[16] >= 224 {
@@ -88,7 +111,7 @@ fn route_v4<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows
     }
     let dst: [u8; 4] = ip[16..20].try_into().ok()?;
     let (out, gw, src) = gateway(t, t.lpm4.lookup(&dst)?)?;
-    if !may_leave_by(to, out) || (FLOWS && !flows.admit(|| key_v4(ip, frame, in_port), frame.len(), out)) {
+    if !may_leave_by(to.ports, out) || (FLOWS && !flows.admit(|| key_v4(ip, frame, in_port), frame.len(), out)) {
         return None;
     }
     // TTL - 1, as Ipv4Packet::decrement_ttl (whose checks this header has passed).
@@ -101,22 +124,31 @@ fn route_v4<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows
 }
 
 #[inline(always)]
-fn route_v6<const FLOWS: bool>(t: &Tables, frame: &mut [u8], in_port: u16, flows: &mut Flows, to: u32) -> Option<u16> {
+fn route_v6<const FLOWS: bool>(
+    t: &Tables,
+    frame: &mut [u8],
+    in_port: u16,
+    flows: &mut Flows,
+    to: &QuickConsent,
+) -> Option<u16> {
     let ip: &[u8; V6] = frame.get(ETH..)?.first_chunk()?;
-    let end = ETH + V6 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
-    // Version 6, the payload inside the frame, TCP or UDP right after the
-    // fixed header (extension headers and ICMPv6 take the full path), hop
-    // limit above 1, not multicast.
-    if ip[0] >> 4 != 6 || end > frame.len() || ip[7] <= 1 || ip[24] == 0xff {
+    let proto = ip[6];
+    if to.leaves((ip[0] & 0x0f) << 2 | ip[1] >> 6, proto, || Some(ports(frame, ETH + V6).1)) {
         return None;
     }
-    let proto = ip[6];
+    let end = ETH + V6 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
+    // To us; version 6, the payload inside the frame, TCP or UDP right
+    // after the fixed header (extension headers and ICMPv6 take the full
+    // path), hop limit above 1, not multicast.
+    if !to_us(t, frame, in_port) || ip[0] >> 4 != 6 || end > frame.len() || ip[7] <= 1 || ip[24] == 0xff {
+        return None;
+    }
     if !tcp_or_udp(proto) || !l4_header_fits(proto == PROTO_TCP, &frame[ETH + V6..end]) {
         return None;
     }
     let dst: [u8; 16] = frame[ETH + 24..ETH + V6].try_into().ok()?;
     let (out, gw, src) = gateway(t, t.lpm6.lookup(&dst)?)?;
-    if !may_leave_by(to, out) || (FLOWS && !flows.admit(|| key_v6(ip, frame, in_port), frame.len(), out)) {
+    if !may_leave_by(to.ports, out) || (FLOWS && !flows.admit(|| key_v6(ip, frame, in_port), frame.len(), out)) {
         return None;
     }
     frame[ETH + 7] -= 1;
@@ -229,9 +261,9 @@ pub(crate) fn assert_as_the_full_path(
     let mut qf = Flows { table: &mut quick_flows, learn, now, counters: &mut cq };
     let in_use = learn || !flows.is_empty();
     let routed = if in_use {
-        route::<true>(t, &mut quick, 0, &mut qf, u32::MAX)
+        route::<true>(t, &mut quick, 0, &mut qf, &QuickConsent::ALL)
     } else {
-        route::<false>(t, &mut quick, 0, &mut qf, u32::MAX)
+        route::<false>(t, &mut quick, 0, &mut qf, &QuickConsent::ALL)
     };
     let Some(out) = routed else {
         assert_eq!(quick, input, "quick path changed a frame it left: {input:02x?}");
@@ -376,14 +408,64 @@ pub(crate) mod tests {
 
     /// The quick path on `f` with an empty flow table that does not learn.
     fn route_without_flows(t: &Tables, f: &mut [u8], in_port: u16) -> Option<u16> {
+        route_with(t, f, in_port, &QuickConsent::ALL)
+    }
+
+    /// The same, with what the stages consent to.
+    fn route_with(t: &Tables, f: &mut [u8], in_port: u16, to: &QuickConsent) -> Option<u16> {
         let (mut table, mut counters) = (FlowTable::new(16, 0), CounterValues::default());
-        route::<false>(
-            t,
-            f,
-            in_port,
-            &mut Flows { table: &mut table, learn: false, now: 0, counters: &mut counters },
-            u32::MAX,
-        )
+        let flows = &mut Flows { table: &mut table, learn: false, now: 0, counters: &mut counters };
+        route::<false>(t, f, in_port, flows, to)
+    }
+
+    /// Packets a feature stage acts on, by their DSCP (any protocol) or
+    /// their UDP destination port, are left as they came; the others
+    /// routed.
+    #[test]
+    fn packets_the_stages_act_on_are_left_to_the_full_path() {
+        let t = Tables::build(&two_port_router_v6_routed(), 1).unwrap();
+        let routed = corpus();
+        let quick = |f: &[u8], to: QuickConsent| {
+            let mut out = f.to_vec();
+            let port = route_with(&t, &mut out, 0, &to);
+            assert!(port.is_some() || out == f, "left as it came");
+            port.is_some()
+        };
+        // UDP, TCP, ICMP over IPv4; UDP and TCP over IPv6; DSCPs set apart.
+        for (i, dscp) in [(0, 0x2e), (1, 0x0a), (2, 0x17), (15, 0x2e), (16, 0x01)] {
+            let mut f = routed[i].clone();
+            let (v4, l4) = (f[12] == 8, if f[12] == 8 { ETH + V4 } else { ETH + V6 });
+            let proto = if v4 {
+                f[ETH + 1] = dscp << 2;
+                Ipv4Packet::new_unchecked(&mut f[ETH..]).fill_checksum();
+                f[ETH + 9]
+            } else {
+                f[ETH] = 0x60 | dscp >> 2;
+                f[ETH + 1] = dscp << 6 | (f[ETH + 1] & 0x3f);
+                f[ETH + 6]
+            };
+            let udp = proto == crate::parse::PROTO_UDP;
+            let dport = u16::from_be_bytes([f[l4 + 2], f[l4 + 3]]);
+            assert!(quick(&f, QuickConsent::ALL), "frame {i}");
+            // By DSCP: a codepoint, one bit of it.
+            assert!(!quick(&f, QuickConsent::ALL.leaving_dscp(dscp, 0x3f)), "frame {i}");
+            assert!(quick(&f, QuickConsent::ALL.leaving_dscp(dscp ^ 4, 0x3f)), "frame {i}");
+            assert!(!quick(&f, QuickConsent::ALL.leaving_dscp(dscp & 4, 4)), "frame {i}");
+            assert!(quick(&f, QuickConsent::ALL.leaving_dscp(!dscp & 4, 4)), "frame {i}");
+            // By UDP port: that port only, and every UDP packet once the
+            // stages name more ports than the consent holds.
+            assert_eq!(quick(&f, QuickConsent::ALL.leaving_udp(dport)), !udp, "frame {i}");
+            assert!(quick(&f, QuickConsent::ALL.leaving_udp(dport ^ 1)), "frame {i}");
+            let three = QuickConsent::ALL.leaving_udp(dport ^ 1).leaving_udp(dport ^ 2).leaving_udp(dport ^ 3);
+            assert_eq!(quick(&f, three), !udp, "frame {i}");
+            // Two stages: the ports both name, leaving what either leaves.
+            let both =
+                QuickConsent::to_ports(0b10).leaving_udp(dport ^ 1).and(QuickConsent::ALL.leaving_dscp(dscp, 0x3f));
+            assert!(!quick(&f, both), "frame {i}");
+            let both = QuickConsent::to_ports(0b10).leaving_udp(dport).and(QuickConsent::to_ports(0b11).leaving_udp(7));
+            assert_eq!(quick(&f, both), !udp, "frame {i}");
+            assert!(!quick(&f, QuickConsent::to_ports(0b01).and(QuickConsent::ALL)), "frame {i}: port 1 not named");
+        }
     }
 
     #[test]
@@ -394,7 +476,7 @@ pub(crate) mod tests {
         let (mut table, mut c) = (FlowTable::new(16, 0), CounterValues::default());
         let run = |table: &mut FlowTable, c: &mut CounterValues, learn: bool, f: &[u8]| {
             let mut f = f.to_vec();
-            route::<true>(&t, &mut f, 0, &mut Flows { table, learn, now: 5 << 20, counters: c }, u32::MAX)
+            route::<true>(&t, &mut f, 0, &mut Flows { table, learn, now: 5 << 20, counters: c }, &QuickConsent::ALL)
         };
         // Learned on the first packet, counted on the next.
         for f in [&v4, &v6] {
@@ -425,12 +507,12 @@ pub(crate) mod tests {
         for ports in [0b01, 0] {
             let mut f = v6.clone();
             let flows = &mut Flows { table: &mut fresh, learn: true, now: 1, counters: &mut c };
-            assert_eq!(route::<true>(&t, &mut f, 0, flows, ports), None);
+            assert_eq!(route::<true>(&t, &mut f, 0, flows, &QuickConsent::to_ports(ports)), None);
             assert_eq!(f, v6);
         }
         assert!(fresh.is_empty() && c == CounterValues::default());
         let flows = &mut Flows { table: &mut fresh, learn: true, now: 1, counters: &mut c };
-        assert_eq!(route::<true>(&t, &mut v6.clone(), 0, flows, 0b10), Some(1));
+        assert_eq!(route::<true>(&t, &mut v6.clone(), 0, flows, &QuickConsent::to_ports(0b10)), Some(1));
     }
 
     #[test]

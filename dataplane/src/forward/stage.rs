@@ -8,7 +8,7 @@ use crate::counters::CounterValues;
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::mac_table::MacTable;
 use crate::parse::{L3Kind, PacketMeta};
-use crate::pipeline::{Cx, Depth, Output, Packet, Stage, Step};
+use crate::pipeline::{Cx, Depth, Output, Packet, QuickConsent, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::{Mode, Tables};
 use crate::DropReason;
@@ -59,8 +59,8 @@ impl<C: ControlSink> ForwardStage<C> {
     /// The router's quick path on a frame at `Depth::L3`: the output port
     /// when it routed the frame (rewritten, accounted to its flow), else
     /// None and the frame as it came, for the full path. `flows`: what
-    /// `flows_in_use` said at the start of the burst; `ports`: those the
-    /// feature stages let it route to.
+    /// `flows_in_use` said at the start of the burst; `consent`: what the
+    /// feature stages let it take.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub fn quick_route<B: PacketBuf>(
@@ -71,16 +71,16 @@ impl<C: ControlSink> ForwardStage<C> {
         m: &mut B,
         in_port: u16,
         flows: bool,
-        ports: u32,
+        consent: &QuickConsent,
     ) -> Option<u16> {
         if !m.single_segment() {
             return None;
         }
         let mut f = super::quick::Flows { table: &mut self.flows, learn: self.learn, now, counters: c };
         if flows {
-            super::quick::route::<true>(t, m.bytes_mut(), in_port, &mut f, ports)
+            super::quick::route::<true>(t, m.bytes_mut(), in_port, &mut f, consent)
         } else {
-            super::quick::route::<false>(t, m.bytes_mut(), in_port, &mut f, ports)
+            super::quick::route::<false>(t, m.bytes_mut(), in_port, &mut f, consent)
         }
     }
 

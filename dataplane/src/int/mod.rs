@@ -22,7 +22,7 @@ pub mod stage;
 pub mod watch;
 
 use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
-use crate::pipeline::QuickFields;
+use crate::pipeline::QuickConsent;
 use crate::pktbuf::PacketBuf;
 use crate::wire::checksum;
 use crate::wire::int_md::{self, emit_hop, hop_words, HopMetadata, IntMd, IntMdRepr, Npt, INT_HDR_LEN, SHIM_LEN};
@@ -388,15 +388,15 @@ pub fn may_carry(b: &[u8], meta: &PacketMeta, presence: Presence) -> bool {
     }
 }
 
-/// [`may_carry`] on a packet the router's quick path may take, from its
-/// fields at fixed offsets: true whenever `may_carry` would be (and also
-/// for some it would not: any protocol with the DSCP, a later fragment
-/// whose payload reads as the port, a frame too short to say).
-#[inline(always)]
-pub fn may_carry_quick(q: &QuickFields, presence: Presence) -> bool {
+/// What a stage that acts only on packets [`may_carry`] says lets the
+/// router's quick path take: packets to `ports`, but for any that may
+/// carry a block by `presence` as the quick path tells them (by DSCP, any
+/// protocol with it; by UDP port, also every UDP fragment but the first).
+pub fn quick_consent(ports: u32, presence: Presence) -> QuickConsent {
+    let to = QuickConsent::to_ports(ports);
     match presence {
-        Presence::UdpPort(port) => q.proto == PROTO_UDP && q.dst_port.is_none_or(|p| p == port),
-        Presence::Dscp { value, mask } => q.dscp & mask == value,
+        Presence::UdpPort(port) => to.leaving_udp(port),
+        Presence::Dscp { value, mask } => to.leaving_dscp(value, mask),
     }
 }
 

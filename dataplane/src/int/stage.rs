@@ -14,7 +14,7 @@ use crate::int::analytics::Analytics;
 use crate::int::watch::{mapped_v4, IntSpec, Role, WatchFields};
 use crate::int::{self, Block, Skip, Transit};
 use crate::parse::PacketMeta;
-use crate::pipeline::{Burst, Cx, Depth, Output, Packet, PortLoad, QuickFields, Stage, Step};
+use crate::pipeline::{Burst, Cx, Depth, Output, Packet, PortLoad, QuickConsent, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::Tables;
 use crate::wire::int_md::{HopMetadata, INT_HDR_LEN};
@@ -558,7 +558,7 @@ impl<B, O: Output<B>> HopSource for StageHop<'_, B, O> {
 impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     #[inline(always)]
     fn depth<O: Output<B>>(&self, t: &Tables, _out: &O) -> Option<Depth> {
-        // What it acts on shows at fixed offsets: `passes_quick`.
+        // What it acts on shows at fixed offsets: `quick_consent`.
         t.int.as_ref().map(|_| Depth::L3)
     }
 
@@ -606,20 +606,16 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
 
     /// Every port, in a burst that no watch rule may source (not from an
     /// edge port) and whose sink keeps no flow cache worth a prefetch pass
-    /// (which the quick path does not take).
+    /// (which the quick path does not take); but for packets that may
+    /// carry an INT block (`packet` leaves the others alone).
     #[inline(always)]
-    fn quick_ports(&self, t: &Tables) -> u32 {
-        if t.int.is_some() && !self.may_source && !Stage::<B>::prefetch_pass(self, t) {
-            u32::MAX
-        } else {
-            0
+    fn quick_consent(&self, t: &Tables) -> QuickConsent {
+        match &t.int {
+            Some(s) if !self.may_source && !Stage::<B>::prefetch_pass(self, t) => {
+                int::quick_consent(u32::MAX, s.presence)
+            }
+            _ => QuickConsent::NONE,
         }
-    }
-
-    /// A packet that carries no INT block (`packet` leaves it alone).
-    #[inline(always)]
-    fn passes_quick(&self, t: &Tables, q: &QuickFields) -> bool {
-        t.int.as_ref().is_some_and(|s| !int::may_carry_quick(q, s.presence))
     }
 
     /// Ages the sink's flow cache a few rows at a time.

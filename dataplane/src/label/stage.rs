@@ -14,7 +14,7 @@ use crate::int::watch::WatchFields;
 use crate::int::{self, Block, IntParams, Skip, Transit};
 use crate::label::{Claim, LabelPorts, LabelSpec, DS_FLAG_A};
 use crate::parse::{PacketMeta, PROTO_TCP, PROTO_UDP};
-use crate::pipeline::{Burst, Cx, Depth, Output, Packet, QuickFields, Stage, Step};
+use crate::pipeline::{Burst, Cx, Depth, Output, Packet, QuickConsent, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::rand::XorShift;
 use crate::tables::Tables;
@@ -361,16 +361,11 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
             t.label.as_ref().map_or(0, |spec| quiet_ports(spec, &self.ports, t.ports.len(), burst.in_port, burst.now));
     }
 
-    /// The burst's `quiet_ports`.
+    /// The burst's `quiet_ports`, but for packets that may carry a label
+    /// (`passes_quietly` at fixed offsets).
     #[inline(always)]
-    fn quick_ports(&self, _t: &Tables) -> u32 {
-        self.quiet
-    }
-
-    /// A packet without a label (`passes_quietly` at fixed offsets).
-    #[inline(always)]
-    fn passes_quick(&self, t: &Tables, q: &QuickFields) -> bool {
-        t.label.as_ref().is_some_and(|spec| !int::may_carry_quick(q, spec.presence))
+    fn quick_consent(&self, t: &Tables) -> QuickConsent {
+        t.label.as_ref().map_or(QuickConsent::NONE, |spec| int::quick_consent(self.quiet, spec.presence))
     }
 
     /// Labels a forwarded packet by its egress port (dropped and flooded
