@@ -198,15 +198,11 @@ impl QuickConsent {
     /// port (`dst_port`: None for a fragment but the first).
     #[inline(always)]
     pub fn leaves(&self, dscp: u8, proto: u8, dst_port: impl FnOnce() -> Option<u16>) -> bool {
-        self.leaves_some && self.leaves_any(dscp, proto, dst_port)
-    }
-
-    #[inline(always)]
-    fn leaves_any(&self, dscp: u8, proto: u8, dst_port: impl FnOnce() -> Option<u16>) -> bool {
-        self.dscp >> (dscp & 0x3f) & 1 != 0
-            || (proto == crate::parse::PROTO_UDP
-                && (self.all_udp
-                    || (self.udp[0] != NO_PORT && dst_port().is_none_or(|p| self.udp.contains(&(p as u32))))))
+        self.leaves_some
+            && (self.dscp >> (dscp & 0x3f) & 1 != 0
+                || (proto == crate::parse::PROTO_UDP
+                    && (self.all_udp
+                        || (self.udp[0] != NO_PORT && dst_port().is_none_or(|p| self.udp.contains(&(p as u32)))))))
     }
 }
 
@@ -601,6 +597,7 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         let consent = if burst.depth != Depth::L3 || !self.forward.routes_quickly(t) {
             QuickConsent::NONE
         } else if active == 0 {
+            // What merging the inactive stages' consents would give, unmerged.
             QuickConsent::ALL
         } else {
             self.stages.quick_consent_active(active, t)

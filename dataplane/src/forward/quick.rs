@@ -55,10 +55,9 @@ impl Flows<'_> {
 /// Routes `frame`, received on `in_port`, when it is the common case and
 /// the feature stages consent (`to`: it leaves by one of the ports they
 /// name, and is none of the packets they act on): rewrites it and returns
-/// the output port. None leaves
-/// it (and the flow table) untouched. `FLOWS`: whether the flow table is in
-/// use (entries, or learning); without, its code is left out, not branched
-/// over.
+/// the output port. None leaves it (and the flow table) untouched.
+/// `FLOWS`: whether the flow table is in use (entries, or learning);
+/// without, its code is left out, not branched over.
 #[inline(always)]
 pub fn route<const FLOWS: bool>(
     t: &Tables,
@@ -216,10 +215,10 @@ fn gateway(t: &Tables, route: u32) -> Option<(u16, [u8; 6], [u8; 6])> {
     Some((nh.port, gw, src))
 }
 
-/// Whether `out` is among the ports `to` names (all ones: every port).
+/// Whether `out` is among `ports` (all ones: every port).
 #[inline(always)]
-fn may_leave_by(to: u32, out: u16) -> bool {
-    to == u32::MAX || (out < 32 && to & 1 << out != 0)
+fn may_leave_by(ports: u32, out: u16) -> bool {
+    ports == u32::MAX || (out < 32 && ports & 1 << out != 0)
 }
 
 /// Whether the transport header the parser reads is whole (see
