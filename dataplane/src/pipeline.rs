@@ -120,7 +120,8 @@ pub struct QuickConsent {
     /// UDP packets to these destination ports (`NO_PORT`: none), and every
     /// UDP fragment but the first (which holds no port).
     udp: [u32; 2],
-    /// UDP packets to any port (more ports than `udp` holds).
+    /// UDP packets to any port (more ports than `udp` holds; both slots
+    /// are then full, so an empty first slot says no UDP is left).
     all_udp: bool,
     /// Whether it leaves any packet at all (the one test a packet costs
     /// where no stage objects).
@@ -193,6 +194,11 @@ impl QuickConsent {
         c
     }
 
+    /// The same packets left, to `ports`.
+    pub fn with_ports(self, ports: u32) -> QuickConsent {
+        QuickConsent { ports, ..self }
+    }
+
     /// Whether a packet the quick path would take leaves it for the full
     /// path: by its DSCP and IP protocol, and for UDP by its destination
     /// port (`dst_port`: None for a fragment but the first).
@@ -201,8 +207,8 @@ impl QuickConsent {
         self.leaves_some
             && (self.dscp >> (dscp & 0x3f) & 1 != 0
                 || (proto == crate::parse::PROTO_UDP
-                    && (self.all_udp
-                        || (self.udp[0] != NO_PORT && dst_port().is_none_or(|p| self.udp.contains(&(p as u32)))))))
+                    && self.udp[0] != NO_PORT
+                    && (self.all_udp || dst_port().is_none_or(|p| self.udp.contains(&(p as u32))))))
     }
 }
 

@@ -400,6 +400,40 @@ pub fn quick_consent(ports: u32, presence: Presence) -> QuickConsent {
     }
 }
 
+/// [`quick_consent`] of the presence last asked about: the stages ask once
+/// a burst, and a presence changes only with the tables.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsentMemo {
+    presence: Option<Presence>,
+    consent: QuickConsent,
+}
+
+impl Default for ConsentMemo {
+    fn default() -> ConsentMemo {
+        ConsentMemo { presence: None, consent: QuickConsent::NONE }
+    }
+}
+
+impl ConsentMemo {
+    /// Keeps `presence`'s consent, computed only when it is new.
+    #[inline(always)]
+    pub fn refresh(&mut self, presence: Presence) {
+        if self.presence != Some(presence) {
+            self.consent = quick_consent(u32::MAX, presence);
+            self.presence = Some(presence);
+        }
+    }
+
+    /// The kept consent, to `ports` (none before a `refresh`).
+    #[inline(always)]
+    pub fn to_ports(&self, ports: u32) -> QuickConsent {
+        match self.presence {
+            Some(_) => self.consent.with_ports(ports),
+            None => QuickConsent::NONE,
+        }
+    }
+}
+
 /// Offset of the INT block, when the packet carries one by `presence`.
 #[inline(always)]
 pub fn find(b: &[u8], meta: &PacketMeta, presence: Presence) -> Option<usize> {
@@ -1216,5 +1250,19 @@ pub(crate) mod tests {
         // by the pipeline fuzz target, through the analytics sink).
         refused(&udp, &p, 45, 0x17 << 2);
         refused(&udp, &p, 45, (0x17 << 2) | 1);
+    }
+
+    #[test]
+    fn the_memo_answers_as_quick_consent_and_follows_the_presence() {
+        let mut memo = ConsentMemo::default();
+        assert_eq!(memo.to_ports(0b110), QuickConsent::NONE, "nothing kept yet");
+        let (dscp, udp) = (Presence::Dscp { value: 0x17, mask: 0x3f }, Presence::UdpPort(5000));
+        for presence in [dscp, udp, dscp] {
+            memo.refresh(presence);
+            memo.refresh(presence);
+            for ports in [0b110, u32::MAX] {
+                assert_eq!(memo.to_ports(ports), quick_consent(ports, presence), "{presence:?} to {ports:#x}");
+            }
+        }
     }
 }

@@ -494,6 +494,8 @@ pub struct IntStage<R: ReportSink> {
     /// Whether watch rules may source the burst's packets (its input port
     /// is an edge port).
     may_source: bool,
+    /// What the domain's presence leaves to the full path.
+    consent: int::ConsentMemo,
     /// The flow hashes whose cache rows the burst's prefetch pass loads,
     /// for `prefetch_deeper` to load their entries.
     prefetched: [u64; MAX_BURST],
@@ -508,6 +510,7 @@ impl<R: ReportSink> IntStage<R> {
             clock,
             times: BurstClock::new(0),
             may_source: false,
+            consent: int::ConsentMemo::default(),
             prefetched: [0; MAX_BURST],
             prefetched_len: 0,
         }
@@ -602,6 +605,9 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     fn begin(&mut self, t: &Tables, burst: &Burst) {
         self.times = BurstClock::new(burst.rx_tsc);
         self.may_source = t.int.as_ref().is_some_and(|s| s.may_source_at(burst.in_port));
+        if let Some(s) = &t.int {
+            self.consent.refresh(s.presence);
+        }
     }
 
     /// Every port, in a burst that no watch rule may source (not from an
@@ -611,9 +617,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     #[inline(always)]
     fn quick_consent(&self, t: &Tables) -> QuickConsent {
         match &t.int {
-            Some(s) if !self.may_source && !Stage::<B>::prefetch_pass(self, t) => {
-                int::quick_consent(u32::MAX, s.presence)
-            }
+            Some(_) if !self.may_source && !Stage::<B>::prefetch_pass(self, t) => self.consent.to_ports(u32::MAX),
             _ => QuickConsent::NONE,
         }
     }

@@ -296,6 +296,8 @@ pub struct LabelStage<R: ReportSink> {
     slots: Box<[(u64, u64)]>,
     /// This burst's `quiet_ports`.
     quiet: u32,
+    /// What the presence leaves to the full path.
+    consent: int::ConsentMemo,
 }
 
 impl<R: ReportSink> LabelStage<R> {
@@ -308,6 +310,7 @@ impl<R: ReportSink> LabelStage<R> {
             times: BurstClock::new(0),
             slots: vec![(0, 0); FLOW_SLOTS].into_boxed_slice(),
             quiet: 0,
+            consent: int::ConsentMemo::default(),
         }
     }
 }
@@ -357,15 +360,23 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
     #[inline(always)]
     fn begin(&mut self, t: &Tables, burst: &Burst) {
         self.times = BurstClock::new(burst.rx_tsc);
-        self.quiet =
-            t.label.as_ref().map_or(0, |spec| quiet_ports(spec, &self.ports, t.ports.len(), burst.in_port, burst.now));
+        self.quiet = match &t.label {
+            Some(spec) => {
+                self.consent.refresh(spec.presence);
+                quiet_ports(spec, &self.ports, t.ports.len(), burst.in_port, burst.now)
+            }
+            None => 0,
+        };
     }
 
     /// The burst's `quiet_ports`, but for packets that may carry a label
     /// (`passes_quietly` at fixed offsets).
     #[inline(always)]
     fn quick_consent(&self, t: &Tables) -> QuickConsent {
-        t.label.as_ref().map_or(QuickConsent::NONE, |spec| int::quick_consent(self.quiet, spec.presence))
+        match &t.label {
+            Some(_) => self.consent.to_ports(self.quiet),
+            None => QuickConsent::NONE,
+        }
     }
 
     /// Labels a forwarded packet by its egress port (dropped and flooded
