@@ -923,30 +923,32 @@ fn read_mark(b: &[u8], meta: &PacketMeta, carrier: &Carrier, found: &Found) -> u
     ((l as u8) * MARK_L) | ((d as u8) * MARK_D)
 }
 
-/// Sets or clears `mask` in the IPv4 header byte at `at`, fixing the header
-/// checksum incrementally.
+/// Sets or clears `mask` in byte `at` of the IPv4 header (1: TOS, 6:
+/// flags), fixing the header checksum incrementally.
 ///
 /// The new 16-bit word is computed from the old one in registers (writing
-/// the byte and reading the word back stalls on store forwarding).
-#[inline]
+/// the byte and reading the word back stalls on store forwarding). The
+/// header's first 12 bytes as one array: the parse checked it is whole,
+/// and constant offsets into it need no bounds checks.
+#[inline(always)]
 fn set_ipv4_bits(b: &mut [u8], meta: &PacketMeta, at: usize, mask: u8, on: bool) {
-    let o = meta.l3_offset;
-    let word_at = o + ((at - o) & !1);
-    let old = rd16(b, word_at);
-    let m = if at == word_at { (mask as u16) << 8 } else { mask as u16 };
+    let Some(h) = b.get_mut(meta.l3_offset..).and_then(|h| h.first_chunk_mut::<12>()) else { return };
+    let w = at & !1;
+    let old = u16::from_be_bytes([h[w], h[w + 1]]);
+    let m = if at == w { (mask as u16) << 8 } else { mask as u16 };
     let new = if on { old | m } else { old & !m };
     if old != new {
-        b[word_at..word_at + 2].copy_from_slice(&new.to_be_bytes());
-        let c = checksum::update16(rd16(b, o + 10), old, new);
-        b[o + 10..o + 12].copy_from_slice(&c.to_be_bytes());
+        h[w..w + 2].copy_from_slice(&new.to_be_bytes());
+        let c = checksum::update16(u16::from_be_bytes([h[10], h[11]]), old, new);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
     }
 }
 
-#[inline]
+#[inline(always)]
 fn set_tos_bit(b: &mut [u8], meta: &PacketMeta, bit: u8, on: bool) {
     let o = meta.l3_offset;
     match meta.l3 {
-        L3Kind::Ipv4 => set_ipv4_bits(b, meta, o + 1, dscp_mask(bit), on),
+        L3Kind::Ipv4 => set_ipv4_bits(b, meta, 1, dscp_mask(bit), on),
         _ => {
             // Traffic class spans bytes 0-1: TC bit k is byte 1 bit (k+4) for
             // k < 4, byte 0 bit (k-4) otherwise.
@@ -1006,7 +1008,7 @@ fn write_mark<B: PacketBuf>(
         }
         (Carrier::Ipv4Flag { d_bit }, _) => {
             let b = pkt.bytes_mut();
-            set_ipv4_bits(b, meta, meta.l3_offset + 6, 0x80, l);
+            set_ipv4_bits(b, meta, 6, 0x80, l);
             if flow.method == Method::Double {
                 set_tos_bit(b, meta, *d_bit, d);
             }
@@ -1083,7 +1085,7 @@ fn clear_marks<B: PacketBuf>(
         }
         (Carrier::Ipv4Flag { d_bit }, _) => {
             let b = pkt.bytes_mut();
-            set_ipv4_bits(b, meta, meta.l3_offset + 6, 0x80, false);
+            set_ipv4_bits(b, meta, 6, 0x80, false);
             set_tos_bit(b, meta, *d_bit, false);
         }
         (_, Found::Option { opt, hdr, len, nh_at, only }) => {
