@@ -386,6 +386,62 @@ pub trait Stage<B: PacketBuf> {
         }
     }
 
+    /// Whether, in this burst, the stage takes a cross-connect's packets on
+    /// a quick path of its own. Asked once a burst, before `begin`. Where
+    /// it is the only active stage, no stage claims packets and the
+    /// cross-connect has no flow entries (every packet that parses goes to
+    /// the peer), the pipeline asks it, after `begin`, which of the
+    /// burst's first packets it takes ([`Stage::quick_takes`]); those run
+    /// its [`Stage::quick_packet`] and go straight to the peer, and the
+    /// rest of the burst takes the full path.
+    #[inline(always)]
+    fn quick_packets(&self, _t: &Tables) -> bool {
+        false
+    }
+
+    /// `quick_packets` of the one stage `mask` names (false if it names
+    /// none or several).
+    #[inline(always)]
+    fn quick_packets_active(&self, mask: u32, t: &Tables) -> bool {
+        mask == 1 && self.quick_packets(t)
+    }
+
+    /// Whether the quick path takes packet `p` (the burst's `p.index`th):
+    /// a first pass over the burst, which reads the frame and may keep its
+    /// parse in `p.meta` and start its lookups (`prefetch`: where
+    /// `prefetch_pass` asks for them).
+    #[inline(always)]
+    fn quick_takes(&mut self, _t: &Tables, _m: &B, _in_port: u16, _p: &mut Packet, _prefetch: bool) -> bool {
+        false
+    }
+
+    /// `quick_takes` of the first stage `mask` names.
+    #[inline(always)]
+    fn quick_takes_active(
+        &mut self,
+        mask: u32,
+        t: &Tables,
+        m: &B,
+        in_port: u16,
+        p: &mut Packet,
+        prefetch: bool,
+    ) -> bool {
+        mask & 1 != 0 && self.quick_takes(t, m, in_port, p, prefetch)
+    }
+
+    /// A packet `quick_takes` took: leaves it as the full path would on
+    /// its way to the peer, counters too.
+    #[inline(always)]
+    fn quick_packet<O: Output<B>>(&mut self, _cx: &mut Cx<'_, O>, _m: &mut B, _p: &mut Packet) {}
+
+    /// `quick_packet` of the first stage `mask` names.
+    #[inline(always)]
+    fn quick_packet_active<O: Output<B>>(&mut self, mask: u32, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) {
+        if mask & 1 != 0 {
+            self.quick_packet(cx, m, p);
+        }
+    }
+
     /// One packet.
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step;
 
@@ -450,6 +506,23 @@ macro_rules! tuple_stages {
             #[inline(always)]
             fn quick_consent_active(&self, mask: u32, t: &Tables) -> QuickConsent {
                 QuickConsent::ALL $(.and(if mask & (1 << $i) != 0 { self.$i.quick_consent(t) } else { QuickConsent::ALL }))*
+            }
+            #[inline(always)]
+            fn quick_packets_active(&self, mask: u32, t: &Tables) -> bool {
+                false $(|| (mask == 1 << $i && self.$i.quick_packets(t)))*
+            }
+            #[inline(always)]
+            fn quick_takes_active(&mut self, mask: u32, t: &Tables, m: &B, in_port: u16, p: &mut Packet, prefetch: bool) -> bool {
+                $(if mask & (1 << $i) != 0 {
+                    return self.$i.quick_takes(t, m, in_port, p, prefetch);
+                })*
+                false
+            }
+            #[inline(always)]
+            fn quick_packet_active<O: Output<B>>(&mut self, mask: u32, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) {
+                $(if mask & (1 << $i) != 0 {
+                    return self.$i.quick_packet(cx, m, p);
+                })*
             }
             #[inline(always)]
             fn sees_claimed(&self) -> u32 {
@@ -557,8 +630,147 @@ impl<C: ControlSink, F> Pipeline<C, F> {
 
     /// Runs the stages on the `n` packets of `pkts` (taking them) and hands
     /// each to `out`. The one place a received burst's packets are counted
-    /// in, but for the shortcuts' (a wire's relay, a bridge's `L2Burst`).
+    /// in (by `run_full` and `run_stage_quick`), but for the shortcuts' (a
+    /// wire's relay, a bridge's `L2Burst`).
     pub fn run<B: PacketBuf, O: Output<B>>(
+        &mut self,
+        t: &Tables,
+        c: &mut CounterValues,
+        out: &mut O,
+        load: &PortLoad,
+        burst: &Burst,
+        pkts: &mut [Option<B>],
+    ) where
+        F: Stage<B>,
+    {
+        if let Some(peer) = self.stage_quick_peer(t, out, burst) {
+            let k = self.stage_quick_prefix(t, out, burst, pkts);
+            if k > 0 {
+                let (quick, rest) = pkts.split_at_mut(k);
+                self.run_stage_quick(t, c, out, load, burst, quick, peer);
+                if !rest.is_empty() {
+                    self.run_full(t, c, out, load, burst, rest);
+                }
+                return;
+            }
+        }
+        self.run_full(t, c, out, load, burst, pkts);
+    }
+
+    /// Where a burst goes on a stage's quick path: a cross-connect's (every
+    /// packet that parses goes to the peer) whose one active stage has a
+    /// quick path of its own (AM-PM), and no stage claims packets.
+    #[inline(always)]
+    fn stage_quick_peer<B: PacketBuf, O: Output<B>>(&self, t: &Tables, out: &O, burst: &Burst) -> Option<u16>
+    where
+        F: Stage<B>,
+    {
+        if burst.depth < Depth::L3 || (burst.depth == Depth::Full && self.stages.claiming(t) != 0) {
+            return None;
+        }
+        if !self.stages.quick_packets_active(self.stages.active(t, out), t) {
+            return None;
+        }
+        self.forward.quick_peer(t, burst.in_port)
+    }
+
+    /// The quick path's first pass (`Stage::quick_takes`), after the
+    /// stages' `begin`: how many of the burst's first packets the stage
+    /// takes.
+    #[inline(never)]
+    fn stage_quick_prefix<B: PacketBuf, O: Output<B>>(
+        &mut self,
+        t: &Tables,
+        out: &O,
+        burst: &Burst,
+        pkts: &[Option<B>],
+    ) -> usize
+    where
+        F: Stage<B>,
+    {
+        Stage::<B>::begin(&mut self.forward, t, burst);
+        self.stages.begin(t, burst);
+        let active = self.stages.active(t, out);
+        let prefetch = self.stages.prefetch_pass(t);
+        let mut k = 0;
+        for (m, p) in pkts.iter().zip(self.packets.iter_mut()) {
+            match m {
+                Some(m) if self.stages.quick_takes_active(active, t, m, burst.in_port, p, prefetch) => k += 1,
+                _ => break,
+            }
+        }
+        k
+    }
+
+    /// Counts a received burst in; false when its port is down (the burst
+    /// then dropped and counted).
+    #[inline(always)]
+    fn receive<B: PacketBuf, O: Output<B>>(
+        c: &mut CounterValues,
+        t: &Tables,
+        out: &O,
+        burst: &Burst,
+        pkts: &mut [Option<B>],
+    ) -> bool {
+        let in_port = burst.in_port;
+        let ip = in_port as usize;
+        if !burst.reinjected {
+            c.rx_packets[ip] += pkts.len() as u64;
+            if !t.ports.get(ip).is_some_and(|p| p.up) {
+                // Administratively down: the whole burst is dropped.
+                for m in pkts.iter_mut().filter_map(Option::take) {
+                    c.rx_bytes[ip] += m.frame_len() as u64;
+                }
+                c.drop_n(DropReason::PortDown, pkts.len() as u64);
+                return false;
+            }
+            if out.capture().0 & (1 << ip) != 0 {
+                for m in pkts.iter().flatten() {
+                    out.mirror(m, in_port, false, c);
+                }
+            }
+        }
+        true
+    }
+
+    /// The packets `stage_quick_prefix` counted, on the stage's quick path,
+    /// to `peer`. Out of line (as the first pass): inlined into `run`, it
+    /// made the full path call functions it had inlined.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn run_stage_quick<B: PacketBuf, O: Output<B>>(
+        &mut self,
+        t: &Tables,
+        c: &mut CounterValues,
+        out: &mut O,
+        load: &PortLoad,
+        burst: &Burst,
+        pkts: &mut [Option<B>],
+        peer: u16,
+    ) where
+        F: Stage<B>,
+    {
+        if !Self::receive(c, t, out, burst, pkts) {
+            return;
+        }
+        let active = self.stages.active(t, out);
+        let in_port = burst.in_port;
+        let cx = &mut Cx { tables: t, c: &mut *c, burst, out: &mut *out, load };
+        let mut rx_bytes = 0u64;
+        for (slot, p) in pkts.iter_mut().zip(self.packets.iter_mut()) {
+            let mut m = slot.take().expect("received");
+            rx_bytes += m.frame_len() as u64;
+            self.stages.quick_packet_active(active, cx, &mut m, p);
+            cx.out.deliver(m, Verdict::Tx(peer), in_port, t, cx.c, burst.now);
+        }
+        if !burst.reinjected {
+            c.rx_bytes[in_port as usize] += rx_bytes;
+        }
+    }
+
+    /// The full path: each packet parsed (or the router's quick path),
+    /// forwarded, then through the active stages.
+    fn run_full<B: PacketBuf, O: Output<B>>(
         &mut self,
         t: &Tables,
         c: &mut CounterValues,
@@ -571,21 +783,8 @@ impl<C: ControlSink, F> Pipeline<C, F> {
     {
         let in_port = burst.in_port;
         let ip = in_port as usize;
-        if !burst.reinjected {
-            c.rx_packets[ip] += pkts.len() as u64;
-            if !t.ports.get(ip).is_some_and(|p| p.up) {
-                // Administratively down: the whole burst is dropped.
-                for m in pkts.iter_mut().filter_map(Option::take) {
-                    c.rx_bytes[ip] += m.frame_len() as u64;
-                }
-                c.drop_n(DropReason::PortDown, pkts.len() as u64);
-                return;
-            }
-            if out.capture().0 & (1 << ip) != 0 {
-                for m in pkts.iter().flatten() {
-                    out.mirror(m, in_port, false, c);
-                }
-            }
+        if !Self::receive(c, t, out, burst, pkts) {
+            return;
         }
         Stage::<B>::begin(&mut self.forward, t, burst);
         self.stages.begin(t, burst);
@@ -637,11 +836,11 @@ impl<C: ControlSink, F> Pipeline<C, F> {
             }
             self.stages.prefetch_deeper(t);
         }
-        // Received bytes add up in a register, counted after the burst.
-        let mut rx_bytes = 0u64;
         // One context for the whole burst: rebuilt for every packet, its
         // five references cost as much as a stage with nothing to do.
         let cx = &mut Cx { tables: t, c: &mut *c, burst, out: &mut *out, load };
+        // Received bytes add up in a register, counted after the burst.
+        let mut rx_bytes = 0u64;
         for (slot, p) in pkts.iter_mut().zip(self.packets.iter_mut()) {
             let mut m = slot.take().expect("received");
             rx_bytes += m.frame_len() as u64;

@@ -615,7 +615,7 @@ pub struct SlotMemo {
 }
 
 impl SlotMemo {
-    #[inline]
+    #[inline(always)]
     fn lookup(&mut self, spec: &AmpmSpec, table: usize, k: &Key) -> Option<SlotAction> {
         let meta = k.0[field::META];
         match self.last {
@@ -670,6 +670,14 @@ pub fn prefetch(spec: &AmpmSpec, b: &[u8], meta: &PacketMeta) -> Option<Probe> {
 /// Runs AM-PM on one packet. `meta` is kept valid when an option header is
 /// inserted or removed.
 pub fn apply<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta) -> Outcome {
+    apply_inline(ctx, pkt, meta)
+}
+
+/// `apply`, always inlined: into the quick path's own loop. (`apply` is
+/// left to the compiler: the full path's loop, shared by every mode, is
+/// large already.)
+#[inline(always)]
+pub fn apply_inline<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut PacketMeta) -> Outcome {
     if !matches!(meta.l3, L3Kind::Ipv4 | L3Kind::Ipv6) {
         return Outcome::Unmonitored;
     }
@@ -902,6 +910,7 @@ fn dscp_mask(bit: u8) -> u8 {
 }
 
 /// Reads one DSCP bit (IPv4 TOS or IPv6 traffic class).
+#[inline(always)]
 fn tos_bit(b: &[u8], meta: &PacketMeta, bit: u8) -> bool {
     let o = meta.l3_offset;
     match meta.l3 {
@@ -910,6 +919,7 @@ fn tos_bit(b: &[u8], meta: &PacketMeta, bit: u8) -> bool {
     }
 }
 
+#[inline(always)]
 fn read_mark(b: &[u8], meta: &PacketMeta, carrier: &Carrier, found: &Found) -> u8 {
     let (l, d) = match (carrier, found) {
         (Carrier::Dscp { l_bit, d_bit }, _) => (tos_bit(b, meta, *l_bit), tos_bit(b, meta, *d_bit)),

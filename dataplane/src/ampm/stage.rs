@@ -76,6 +76,48 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
         self.probed = 0;
     }
 
+    /// With flows to measure, a cross-connect's packets are AM-PM's alone
+    /// to handle: the common IPv4 frame is measured from its fixed-offset
+    /// parse, which is the full parse's answer for it.
+    #[inline(always)]
+    fn quick_packets(&self, t: &Tables) -> bool {
+        t.ampm.as_ref().is_some_and(|a| !a.flows.is_empty())
+    }
+
+    /// The frames `parse::untagged_v4` answers for: their parse kept in
+    /// `p.meta`, their flow lookups begun.
+    #[inline(always)]
+    fn quick_takes(&mut self, t: &Tables, m: &B, in_port: u16, p: &mut Packet, prefetch: bool) -> bool {
+        let meta = match quick_meta(m, in_port) {
+            Some(meta) => meta,
+            None => return false,
+        };
+        if prefetch {
+            Stage::<B>::prefetch(self, t, m.bytes(), &meta, p.index as usize);
+        }
+        p.meta = Ok(meta);
+        true
+    }
+
+    /// What `packet` does to a packet the cross-connect sends to its peer.
+    #[inline(always)]
+    fn quick_packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) {
+        if let (Some(spec), Some(now), Ok(meta)) = (cx.tables.ampm.as_ref(), self.now.as_ref(), &mut p.meta) {
+            let i = p.index as usize;
+            let probe = (self.probed >> i & 1 != 0).then(|| &self.probes[i]);
+            let mut ctx = AmpmCtx {
+                spec,
+                regs: &mut self.regs,
+                counters: &self.counters,
+                c: cx.c,
+                now,
+                memo: &mut self.memo,
+                probe,
+            };
+            super::apply_inline(&mut ctx, m, meta);
+        }
+    }
+
     /// Measures a packet that is being forwarded (not drops, nor the
     /// switch's own replies).
     #[inline(always)]
@@ -101,6 +143,17 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
     }
 }
 
+/// The quick path's parse: a single-segment frame's, where the
+/// fixed-offset parse answers.
+#[inline(always)]
+fn quick_meta<B: PacketBuf>(m: &B, in_port: u16) -> Option<PacketMeta> {
+    if m.single_segment() {
+        crate::parse::untagged_v4(m.bytes(), in_port)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering::Relaxed;
@@ -113,7 +166,7 @@ mod tests {
     use crate::parse::parse;
     use crate::parse::tests::{udp4, udp6};
     use crate::pipeline::tests::pipeline_sharing;
-    use crate::pipeline::{Burst, Depth, PortLoad, RxTime, VecOut};
+    use crate::pipeline::{Burst, Depth, PortLoad, RxTime, Stage, VecOut};
     use crate::pktbuf::{PacketBuf, VecBuf};
     use crate::tables::tests::two_port_router;
     use crate::tables::{Mode, Tables};
@@ -150,6 +203,18 @@ mod tests {
     /// Runs `bursts` through a cross-connect measuring `flows`: what left,
     /// the counters, each flow slot's counters.
     fn run(flows: Vec<AmpmFlow>, bursts: &[Vec<Vec<u8>>]) -> (Vec<Vec<u8>>, CounterValues, Vec<[u64; 4]>) {
+        run_paths(flows, bursts, true)
+    }
+
+    /// `run`; `quick`: whether AM-PM may take packets on its quick path
+    /// (without, a capture of port 1's receive side, which sees none of
+    /// these packets, makes a second stage active, and every packet takes
+    /// the full path).
+    fn run_paths(
+        flows: Vec<AmpmFlow>,
+        bursts: &[Vec<Vec<u8>>],
+        quick: bool,
+    ) -> (Vec<Vec<u8>>, CounterValues, Vec<[u64; 4]>) {
         let timing = Timing { format: TimeFormat::SecFrac, interval_bit: 32, sub_bits: 2 };
         let mut setup = AmpmSetup::new(1, timing, flows.len());
         setup.flows = flows;
@@ -160,14 +225,24 @@ mod tests {
         let shared = Arc::new(WorkerShared::new(t.ampm.as_ref().unwrap().capacity));
         let mut p = pipeline_sharing(false, shared.clone());
         let mut out = VecOut::<VecBuf>::new(64, 0);
+        if !quick {
+            out.capture = (1 << 1, 0);
+        }
         let mut c = CounterValues::default();
         let mut sent = Vec::new();
         for (n, b) in bursts.iter().enumerate() {
             let rx = RxTime { tsc: n as u64, wall_ns: 1_700_000_000_000_000_000 + n as u64 * 300_000_000 };
             let mut pkts: Vec<Option<VecBuf>> = b.iter().map(|f| Some(VecBuf::new(f, 64))).collect();
             p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, Depth::Full), &mut pkts);
-            sent.extend(out.out.drain(..).map(|(m, _)| m.bytes().to_vec()));
+            sent.extend(out.out.drain(..).map(|(m, v)| {
+                let mut bytes = m.bytes().to_vec();
+                bytes.extend_from_slice(format!("{v:?}").as_bytes());
+                bytes
+            }));
         }
+        let active = Stage::<VecBuf>::active(&p.stages, &t, &out);
+        assert_eq!(Stage::<VecBuf>::quick_packets_active(&p.stages, active, &t), quick, "the path asked for");
+        assert!(out.mirrored.borrow().is_empty());
         let per_slot = shared
             .ampm
             .iter()
@@ -232,5 +307,55 @@ mod tests {
         assert_eq!(probed.2[..n as usize], key.2[..n as usize]);
         let counted: u64 = probed.2.iter().map(|s| s[0] + s[1]).sum();
         assert!(counted > 500, "most frames measured: {counted}");
+    }
+
+    /// AM-PM's quick path on a cross-connect measures, marks, counts and
+    /// sends exactly as the full path: on rule sets below and above the
+    /// prefetch pass's size, bursts that mix monitored and unmonitored IPv4
+    /// (UDP, TCP, options, fragments, VLAN tags: the quick path's and the
+    /// full path's) and IPv6 flows, and frames that do not parse.
+    #[test]
+    fn the_quick_path_measures_as_the_full_path() {
+        for n in [40u16, PREFETCH_MIN_FLOWS as u16 + 100] {
+            let rules: Vec<AmpmFlow> = (0..n).map(|i| rule(i, i % 2 == 1, i as u32)).collect();
+            let mut seed = 0x2545_f491u32 ^ n as u32;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed
+            };
+            let bursts: Vec<Vec<Vec<u8>>> = (0..10)
+                .map(|_| {
+                    (0..64)
+                        .map(|_| {
+                            let r = next();
+                            let i = (r % n as u32) as u16;
+                            let mut f = frame(i, i % 2 == 1, 0);
+                            match r >> 28 {
+                                0 => f.truncate(10),
+                                1 => f = frame(i, i % 2 == 1, 1), // unmonitored port
+                                2 => f.splice(12..12, [0x81, 0, 0, 7]).for_each(drop), // VLAN
+                                3 if i % 2 == 0 => f[20] = 0x20,  // first fragment (MF)
+                                4 if i % 2 == 0 => f[21] = 1,     // later fragment
+                                5 if i % 2 == 0 => f[16] = 0xff,  // total length too long
+                                6 if i % 2 == 0 => f[15] = 0x04,  // a DSCP mark already set
+                                _ => {}
+                            }
+                            f
+                        })
+                        .collect()
+                })
+                .collect();
+            let (quick, full) = (run_paths(rules.clone(), &bursts, true), run_paths(rules, &bursts, false));
+            let differ = quick.0.iter().zip(&full.0).position(|(a, b)| a != b);
+            assert!(quick.0.len() == full.0.len() && differ.is_none(), "{n} rules: frames out differ from {differ:?}");
+            assert_eq!((quick.1.events, quick.1.drops), (full.1.events, full.1.drops), "{n} rules");
+            assert_eq!((quick.1.tx_packets, quick.1.tx_bytes), (full.1.tx_packets, full.1.tx_bytes));
+            assert_eq!((quick.1.rx_packets, quick.1.rx_bytes), (full.1.rx_packets, full.1.rx_bytes));
+            assert_eq!(quick.2, full.2, "{n} rules: per-slot counters");
+            let counted: u64 = quick.2.iter().map(|s| s[0] + s[1]).sum();
+            assert!(counted > 300, "{n} rules: most frames measured: {counted}");
+        }
     }
 }

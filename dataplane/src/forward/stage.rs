@@ -49,6 +49,21 @@ impl<C: ControlSink> ForwardStage<C> {
         t.wire_peer(in_port)
     }
 
+    /// Where a cross-connect sends every packet from `in_port` that parses
+    /// (no flow entries, no learning; the peer up): the port a feature
+    /// stage's quick path hands its packets to
+    /// ([`crate::pipeline::Stage::quick_packet`]).
+    #[inline]
+    pub fn quick_peer(&self, t: &Tables, in_port: u16) -> Option<u16> {
+        if t.mode != Mode::CrossConnect || self.flows_in_use() {
+            return None;
+        }
+        match super::cross_connect(t, in_port, FlowAction::Normal) {
+            Verdict::Tx(p) => Some(p),
+            _ => None,
+        }
+    }
+
     /// Whether forwarding itself runs at `Depth::L3` this generation: a
     /// router whose route tables fit the caches.
     #[inline(always)]
