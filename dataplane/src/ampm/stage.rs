@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::counters::CounterValues;
 use crate::parse::PacketMeta;
 use crate::pipeline::{Burst, Cx, Depth, Output, Packet, Stage, Step};
 use crate::pktbuf::PacketBuf;
@@ -102,18 +103,7 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
     /// What `packet` does to a packet the cross-connect sends to its peer.
     #[inline(always)]
     fn quick_packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) {
-        if let (Some(spec), Some(now), Ok(meta)) = (cx.tables.ampm.as_ref(), self.now.as_ref(), &mut p.meta) {
-            let i = p.index as usize;
-            let probe = (self.probed >> i & 1 != 0).then(|| &self.probes[i]);
-            let mut ctx = AmpmCtx {
-                spec,
-                regs: &mut self.regs,
-                counters: &self.counters,
-                c: cx.c,
-                now,
-                memo: &mut self.memo,
-                probe,
-            };
+        if let (Ok(meta), Some(mut ctx)) = (&mut p.meta, self.ctx(cx.tables, cx.c, p.index as usize)) {
             super::apply_inline(&mut ctx, m, meta);
         }
     }
@@ -123,23 +113,23 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
     #[inline(always)]
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
         use crate::forward::Verdict;
-        if let (Some(spec), Some(now), Ok(meta), Verdict::Tx(_) | Verdict::Flood) =
-            (cx.tables.ampm.as_ref(), self.now.as_ref(), &mut p.meta, p.verdict)
-        {
-            let i = p.index as usize;
-            let probe = (self.probed >> i & 1 != 0).then(|| &self.probes[i]);
-            let mut ctx = AmpmCtx {
-                spec,
-                regs: &mut self.regs,
-                counters: &self.counters,
-                c: cx.c,
-                now,
-                memo: &mut self.memo,
-                probe,
-            };
-            super::apply(&mut ctx, m, meta);
+        if matches!(p.verdict, Verdict::Tx(_) | Verdict::Flood) {
+            if let (Ok(meta), Some(mut ctx)) = (&mut p.meta, self.ctx(cx.tables, cx.c, p.index as usize)) {
+                super::apply(&mut ctx, m, meta);
+            }
         }
         Step::Next
+    }
+}
+
+impl AmpmStage {
+    /// What AM-PM works with on the burst's `i`th packet; None with no
+    /// flows to measure.
+    #[inline(always)]
+    fn ctx<'a>(&'a mut self, t: &'a Tables, c: &'a mut CounterValues, i: usize) -> Option<AmpmCtx<'a>> {
+        let (spec, now) = (t.ampm.as_ref()?, self.now.as_ref()?);
+        let probe = (self.probed >> i & 1 != 0).then(|| &self.probes[i]);
+        Some(AmpmCtx { spec, regs: &mut self.regs, counters: &self.counters, c, now, memo: &mut self.memo, probe })
     }
 }
 
