@@ -308,18 +308,12 @@ mod tests {
     fn the_quick_path_measures_as_the_full_path() {
         for n in [40u16, PREFETCH_MIN_FLOWS as u16 + 100] {
             let rules: Vec<AmpmFlow> = (0..n).map(|i| rule(i, i % 2 == 1, i as u32)).collect();
-            let mut seed = 0x2545_f491u32 ^ n as u32;
-            let mut next = move || {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed
-            };
+            let mut rng = crate::rand::XorShift::new(0x2545_f491 ^ n as u64);
             let bursts: Vec<Vec<Vec<u8>>> = (0..10)
                 .map(|_| {
                     (0..64)
                         .map(|_| {
-                            let r = next();
+                            let r = (rng.next_u64() >> 32) as u32;
                             let i = (r % n as u32) as u16;
                             let mut f = frame(i, i % 2 == 1, 0);
                             match r >> 28 {
