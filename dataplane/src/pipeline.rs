@@ -699,6 +699,9 @@ impl<C: ControlSink, F> Pipeline<C, F> {
                 _ => break,
             }
         }
+        if prefetch {
+            self.stages.prefetch_deeper(t);
+        }
         k
     }
 

@@ -65,6 +65,23 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
         }
     }
 
+    /// The flow rules' slots have had the rest of the pass to arrive: the
+    /// counters of the flows they name start loading now, not when each
+    /// packet reaches its count.
+    #[inline(always)]
+    fn prefetch_deeper(&mut self, t: &Tables) {
+        let Some(a) = t.ampm.as_ref() else { return };
+        let mut probed = self.probed;
+        while probed != 0 {
+            let i = probed.trailing_zeros() as usize;
+            probed &= probed - 1;
+            let slot = a.flow_rules.lookup_probe(&self.probes[i]).map(|f| f.slot as usize);
+            if let Some(fc) = slot.and_then(|s| self.counters.get(s)) {
+                crate::dpdk::prefetch(fc);
+            }
+        }
+    }
+
     /// AM-PM's time bits: CLOCK_REALTIME itself (vDSO, once per burst), not
     /// the TSC extrapolation: MPs in other processes and on other hosts
     /// (PTP-disciplined) must agree on interval edges and timestamps. With
