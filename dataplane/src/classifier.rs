@@ -122,6 +122,10 @@ struct Group<A> {
     /// rules), so the search skips the group without hashing.
     shared_mask: Key,
     shared_value: Key,
+    /// No later group may match a key this one may match (their shared
+    /// bits disagree: IPv4 rules before IPv6 ones), so a probe that found
+    /// this group need not screen the rest.
+    alone: bool,
     /// Masked value -> the best rule of equal keys.
     table: GroupTable<A>,
 }
@@ -131,6 +135,12 @@ impl<A> Group<A> {
     fn may_match(&self, k: &Key) -> bool {
         let words = k.0.iter().zip(self.shared_mask.0.iter()).zip(self.shared_value.0.iter());
         words.fold(0, |acc, ((k, m), v)| acc | ((k ^ v) & m)) == 0
+    }
+
+    /// No key matches both groups: a bit both share holds different values.
+    fn disjoint(&self, o: &Group<A>) -> bool {
+        let (m, v) = (&self.shared_mask.0, &self.shared_value.0);
+        (0..KEY_WORDS).any(|w| m[w] & o.shared_mask.0[w] & (v[w] ^ o.shared_value.0[w]) != 0)
     }
 }
 
@@ -364,7 +374,7 @@ impl<A: Clone> Classifier<A> {
         let words = t.pack(k, &g.mask);
         let home = PackedTable::<A, 4>::home(&words) & t.index_mask;
         crate::dpdk::prefetch(&t.slots[home]);
-        let alone = !groups[at + 1..].iter().any(|g| g.may_match(k));
+        let alone = g.alone || !groups[at + 1..].iter().any(|g| g.may_match(k));
         alone.then_some(Probe { group: at as u32, words, home: home as u32 })
     }
 
@@ -522,10 +532,13 @@ fn tuples<A: Clone>(rules: &[Rule<A>]) -> Lookup<A> {
             for (v, m) in shared_value.0.iter_mut().zip(shared_mask.0.iter()) {
                 *v &= m;
             }
-            Group { mask, best, shared_mask, shared_value, table }
+            Group { mask, best, shared_mask, shared_value, alone: false, table }
         })
         .collect();
     groups.sort_by_key(|g| std::cmp::Reverse(g.best));
+    for i in 0..groups.len() {
+        groups[i].alone = groups[i + 1..].iter().all(|h| groups[i].disjoint(h));
+    }
     Lookup::Tuples { groups }
 }
 
@@ -807,8 +820,25 @@ mod tests {
         // A second group, of source port 1030 (flow 6's) alone.
         let mut two = flows.clone();
         two.push(rule("port-only", 9, field::PORTS, 1030, 0xffff));
-        for (rules, groups) in [(flows, 1), (two, 2)] {
+        // A later group no flow key may match (TCP where every flow is
+        // UDP): the flows' group needs no screen of it.
+        let mut disjoint = flows.clone();
+        for i in 0..40u64 {
+            let (mut value, mut mask) = flow(i, 6);
+            mask.0[field::PORTS] = 0xff;
+            value.0[field::PORTS] &= 0xff;
+            disjoint.push(Rule { name: format!("tcp{i}"), priority: 1, value, mask, action: 90_000 + i as u32 });
+        }
+        for (rules, groups) in [(flows, 1), (two, 2), (disjoint, 1)] {
             let c = Classifier::new(rules);
+            let Lookup::Tuples { groups: g } = &c.lookup else { panic!("tuple-space") };
+            let alone: Vec<bool> = g.iter().map(|g| g.alone).collect();
+            assert_eq!(
+                alone,
+                (if groups == 2 { [false, true] } else { [true, true] })[..g.len()],
+                "{} groups",
+                g.len()
+            );
             let (mut found, mut screened, mut by_key) = (0, 0, 0);
             for i in (0..12_000u64).step_by(3) {
                 for proto in [17, 6] {
