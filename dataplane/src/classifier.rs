@@ -126,6 +126,8 @@ struct Group<A> {
     /// bits disagree: IPv4 rules before IPv6 ones), so a probe that found
     /// this group need not screen the rest.
     alone: bool,
+    /// For a narrow table: the mask and shared bits in its packed order.
+    packed: PackedScreen,
     /// Masked value -> the best rule of equal keys.
     table: GroupTable<A>,
 }
@@ -141,6 +143,37 @@ impl<A> Group<A> {
     fn disjoint(&self, o: &Group<A>) -> bool {
         let (m, v) = (&self.shared_mask.0, &self.shared_value.0);
         (0..KEY_WORDS).any(|w| m[w] & o.shared_mask.0[w] & (v[w] ^ o.shared_value.0[w]) != 0)
+    }
+}
+
+/// A narrow group's mask and shared bits, word j from key word `from[j]`
+/// as its table packs keys. The shared bits are mask bits, so the words
+/// the table packs hold all of them: one pass over those four words packs
+/// a key and screens it as `Group::may_match` does over all eight.
+#[derive(Debug, Clone, Copy, Default)]
+struct PackedScreen {
+    mask: [u64; 4],
+    shared_mask: [u64; 4],
+    shared_value: [u64; 4],
+}
+
+impl PackedScreen {
+    fn new(from: &[u8; 4], mask: &Key, shared_mask: &Key, shared_value: &Key) -> PackedScreen {
+        let at = |k: &Key| std::array::from_fn(|j| k.0[from[j] as usize]);
+        PackedScreen { mask: at(mask), shared_mask: at(shared_mask), shared_value: at(shared_value) }
+    }
+
+    /// `k`'s packed words, None where the group's shared bits rule it out.
+    #[inline(always)]
+    fn pack(&self, from: &[u8; 4], k: &Key) -> Option<[u64; 4]> {
+        let mut differ = 0;
+        let words = std::array::from_fn(|j| {
+            // `from` names key words (below KEY_WORDS): the mask only spares a bounds check.
+            let w = k.0[from[j] as usize & (KEY_WORDS - 1)];
+            differ |= (w ^ self.shared_value[j]) & self.shared_mask[j];
+            w & self.mask[j]
+        });
+        (differ == 0).then_some(words)
     }
 }
 
@@ -363,19 +396,21 @@ impl<A: Clone> Classifier<A> {
     #[inline]
     pub fn probe(&self, k: &Key) -> Option<Probe> {
         let Lookup::Tuples { groups } = &self.lookup else { return None };
-        let Some(at) = groups.iter().position(|g| g.may_match(k)) else {
-            return Some(Probe { group: 0, words: [0; 4], home: NO_PROBE });
-        };
-        let g = &groups[at];
-        let GroupTable::Narrow(t) = &g.table else {
-            g.table.prefetch(k, &g.mask);
-            return None;
-        };
-        let words = t.pack(k, &g.mask);
-        let home = PackedTable::<A, 4>::home(&words) & t.index_mask;
-        crate::dpdk::prefetch(&t.slots[home]);
-        let alone = g.alone || !groups[at + 1..].iter().any(|g| g.may_match(k));
-        alone.then_some(Probe { group: at as u32, words, home: home as u32 })
+        for (at, g) in groups.iter().enumerate() {
+            let GroupTable::Narrow(t) = &g.table else {
+                if g.may_match(k) {
+                    g.table.prefetch(k, &g.mask);
+                    return None;
+                }
+                continue;
+            };
+            let Some(words) = g.packed.pack(&t.from, k) else { continue };
+            let home = PackedTable::<A, 4>::home(&words) & t.index_mask;
+            crate::dpdk::prefetch(&t.slots[home]);
+            let alone = g.alone || !groups[at + 1..].iter().any(|g| g.may_match(k));
+            return alone.then_some(Probe { group: at as u32, words, home: home as u32 });
+        }
+        Some(Probe { group: 0, words: [0; 4], home: NO_PROBE })
     }
 
     /// The winning rule's action for the key `p` was probed with, by this
@@ -532,7 +567,11 @@ fn tuples<A: Clone>(rules: &[Rule<A>]) -> Lookup<A> {
             for (v, m) in shared_value.0.iter_mut().zip(shared_mask.0.iter()) {
                 *v &= m;
             }
-            Group { mask, best, shared_mask, shared_value, alone: false, table }
+            let packed = match &table {
+                GroupTable::Narrow(t) => PackedScreen::new(&t.from, &mask, &shared_mask, &shared_value),
+                GroupTable::Wide(_) => PackedScreen::default(),
+            };
+            Group { mask, best, shared_mask, shared_value, alone: false, packed, table }
         })
         .collect();
     groups.sort_by_key(|g| std::cmp::Reverse(g.best));
