@@ -599,9 +599,19 @@ pub struct AmpmCtx<'a> {
     pub now: &'a BurstTime,
     /// Slot-table answers already found in this burst (one per `now`).
     pub memo: &'a mut SlotMemo,
-    /// The packet's flow lookup as the burst's prefetch pass began it
-    /// ([`prefetch`]), if it did.
-    pub probe: Option<&'a Probe>,
+    /// How far the burst's prefetch passes took the packet's flow lookup.
+    pub flow: FlowLookup<'a>,
+}
+
+/// A packet's flow lookup, as far as the burst's prefetch passes took it.
+#[derive(Debug, Clone, Copy)]
+pub enum FlowLookup<'a> {
+    /// Not begun: `apply` looks the flow up by key.
+    ByKey,
+    /// Begun by [`prefetch`]: the probe spares the lookup the key.
+    Probed(&'a Probe),
+    /// Done (the second pass, which prefetched the flow's counters).
+    Found(Option<&'a FlowRef>),
 }
 
 /// The slot-table answer of the last packet, kept for the rest of one
@@ -682,9 +692,10 @@ pub fn apply_inline<B: PacketBuf>(ctx: &mut AmpmCtx, pkt: &mut B, meta: &mut Pac
         return Outcome::Unmonitored;
     }
     let spec = ctx.spec;
-    let flow = match ctx.probe {
-        Some(p) => spec.flow_rules.lookup_probe(p),
-        None => spec.flow_rules.lookup(&flow_key(pkt.bytes(), meta)),
+    let flow = match ctx.flow {
+        FlowLookup::Found(f) => f,
+        FlowLookup::Probed(p) => spec.flow_rules.lookup_probe(p),
+        FlowLookup::ByKey => spec.flow_rules.lookup(&flow_key(pkt.bytes(), meta)),
     };
     let Some(flow) = flow else {
         return Outcome::Unmonitored;

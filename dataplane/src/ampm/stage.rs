@@ -9,7 +9,7 @@ use crate::pipeline::{Burst, Cx, Depth, Output, Packet, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::Tables;
 
-use super::{AmpmCtx, BurstTime, FlowCounters, SlotMemo};
+use super::{AmpmCtx, BurstTime, FlowCounters, FlowLookup, FlowRef, SlotMemo};
 use crate::classifier::Probe;
 use crate::dpdk::MAX_BURST;
 
@@ -29,6 +29,10 @@ pub struct AmpmStage {
     /// bit i of `probed` says whether `probes[i]` is this burst's.
     probes: [Probe; MAX_BURST],
     probed: u64,
+    /// Whether `prefetch_deeper` has looked up the probed packets' flows,
+    /// and what it found, by packet index.
+    found: bool,
+    flows: [Option<FlowRef>; MAX_BURST],
 }
 
 impl AmpmStage {
@@ -40,6 +44,8 @@ impl AmpmStage {
             memo: SlotMemo::default(),
             probes: [Probe::default(); MAX_BURST],
             probed: 0,
+            found: false,
+            flows: [None; MAX_BURST],
         }
     }
 }
@@ -66,8 +72,8 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
     }
 
     /// The flow rules' slots have had the rest of the pass to arrive: the
-    /// counters of the flows they name start loading now, not when each
-    /// packet reaches its count.
+    /// probed packets' flows are looked up, and the counters they name
+    /// start loading now, not when each packet reaches its count.
     #[inline(always)]
     fn prefetch_deeper(&mut self, t: &Tables) {
         let Some(a) = t.ampm.as_ref() else { return };
@@ -75,11 +81,13 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
         while probed != 0 {
             let i = probed.trailing_zeros() as usize;
             probed &= probed - 1;
-            let slot = a.flow_rules.lookup_probe(&self.probes[i]).map(|f| f.slot as usize);
-            if let Some(fc) = slot.and_then(|s| self.counters.get(s)) {
+            let flow = a.flow_rules.lookup_probe(&self.probes[i]).copied();
+            self.flows[i] = flow;
+            if let Some(fc) = flow.and_then(|f| self.counters.get(f.slot as usize)) {
                 crate::dpdk::prefetch(fc);
             }
         }
+        self.found = true;
     }
 
     /// AM-PM's time bits: CLOCK_REALTIME itself (vDSO, once per burst), not
@@ -92,6 +100,7 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
         self.now = t.ampm.as_ref().filter(|a| !a.flows.is_empty()).map(|a| BurstTime::new(&a.timing, burst.wall_ns()));
         self.memo = SlotMemo::default();
         self.probed = 0;
+        self.found = false;
     }
 
     /// With flows to measure, a cross-connect's packets are AM-PM's alone
@@ -145,8 +154,12 @@ impl AmpmStage {
     #[inline(always)]
     fn ctx<'a>(&'a mut self, t: &'a Tables, c: &'a mut CounterValues, i: usize) -> Option<AmpmCtx<'a>> {
         let (spec, now) = (t.ampm.as_ref()?, self.now.as_ref()?);
-        let probe = (self.probed >> i & 1 != 0).then(|| &self.probes[i]);
-        Some(AmpmCtx { spec, regs: &mut self.regs, counters: &self.counters, c, now, memo: &mut self.memo, probe })
+        let flow = match (self.probed >> i & 1 != 0, self.found) {
+            (false, _) => FlowLookup::ByKey,
+            (true, false) => FlowLookup::Probed(&self.probes[i]),
+            (true, true) => FlowLookup::Found(self.flows[i].as_ref()),
+        };
+        Some(AmpmCtx { spec, regs: &mut self.regs, counters: &self.counters, c, now, memo: &mut self.memo, flow })
     }
 }
 

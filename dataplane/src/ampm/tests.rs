@@ -56,7 +56,7 @@ impl Mp {
             c: &mut self.c,
             now: &now,
             memo: &mut memo,
-            probe: None,
+            flow: FlowLookup::ByKey,
         };
         let o = apply(&mut ctx, pkt, &mut meta);
         (o, meta)
