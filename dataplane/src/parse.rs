@@ -235,6 +235,53 @@ pub fn untagged_v4(frame: &[u8], in_port: u16) -> Option<PacketMeta> {
     })
 }
 
+/// `untagged_v4` for IPv6: untagged, TCP or UDP right after the fixed
+/// header or after one Hop-by-Hop options header (where AM-PM's AltMark
+/// option travels), its transport header whole. None for any other
+/// frame (other extension headers, fragments), which `parse` then takes.
+#[inline(always)]
+pub fn untagged_v6(frame: &[u8], in_port: u16) -> Option<PacketMeta> {
+    const ETH: usize = ethernet::ETH_HDR_LEN;
+    const L3: usize = ETH + ipv6::HDR_LEN;
+    let eth = frame.first_chunk::<ETH>()?;
+    let ip: &[u8; ipv6::HDR_LEN] = frame.get(ETH..)?.first_chunk()?;
+    if u16::from_be_bytes([eth[12], eth[13]]) != ETHERTYPE_IPV6 || ip[0] >> 4 != 6 {
+        return None;
+    }
+    // The payload length as `Ipv6Packet::new_checked` takes it.
+    let l3_end = L3 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
+    if l3_end > frame.len() {
+        return None;
+    }
+    let (proto, l4_offset) = match ip[6] {
+        ipv6::NH_HOP_BY_HOP => {
+            // Its next header and length, within the payload.
+            let h = frame.get(L3..l3_end)?.first_chunk::<2>()?;
+            (h[0], L3 + (h[1] as usize + 1) * 8)
+        }
+        nh => (nh, L3),
+    };
+    if !tcp_or_udp(proto) || l4_offset > l3_end {
+        return None;
+    }
+    let l4 = &frame[l4_offset..l3_end];
+    if !l4_header_fits(proto == PROTO_TCP, l4) {
+        return None;
+    }
+    let p = l4.first_chunk::<4>()?;
+    let addr = |at: usize| u128::from_be_bytes(std::array::from_fn(|i| ip[at + i]));
+    let (sp, dp) = (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]));
+    Some(PacketMeta {
+        l3: L3Kind::Ipv6,
+        ethertype: ETHERTYPE_IPV6,
+        l3_offset: ETH,
+        l4_offset,
+        l3_end,
+        ttl: ip[7],
+        key: FlowKey::new(addr(8), addr(24), proto, sp, dp, 6, in_port, 0),
+    })
+}
+
 /// Ports of a TCP or UDP header (0, 0 for other protocols), checked as
 /// `TcpPacket::new_checked` and `UdpPacket::new_checked` check them.
 #[inline(always)]
@@ -457,6 +504,53 @@ pub(crate) mod tests {
         let mut vlan = udp.clone();
         vlan.splice(12..12, [0x81, 0, 0, 5]);
         assert!(parse(&vlan, 0).is_ok() && untagged_v4(&vlan, 0).is_none());
+    }
+
+    /// `untagged_v6` as `untagged_v4` above: UDP and TCP, each without and
+    /// with a Hop-by-Hop header, every byte of the first 80 set to values
+    /// at the checks' edges (next headers among them), every length.
+    #[test]
+    fn the_fixed_offset_v6_parse_agrees_with_parse() {
+        let udp = udp6([0x20; 16], [0x30; 16], 1234, 80, b"abcdefghijklmnopqrstuvwxyz");
+        let mut tcp = udp.clone();
+        tcp[20] = PROTO_TCP;
+        tcp[54 + 12] = 5 << 4;
+        let hbh = |f: &Vec<u8>| {
+            let mut g = f.clone();
+            let plen = u16::from_be_bytes([g[18], g[19]]) + 8;
+            g[18..20].copy_from_slice(&plen.to_be_bytes());
+            let nh = std::mem::replace(&mut g[20], ipv6::NH_HOP_BY_HOP);
+            g.splice(54..54, [nh, 0, 1, 4, 0, 0, 0, 0]); // a PadN of 4
+            g
+        };
+        let (udp_hbh, tcp_hbh) = (hbh(&udp), hbh(&tcp));
+        let mut answered = 0;
+        for base in [&udp, &tcp, &udp_hbh, &tcp_hbh] {
+            assert_eq!(untagged_v6(base, 3).map(Ok), Some(parse(base, 3)), "the plain frame");
+            let mut frames = vec![];
+            for at in 0..80 {
+                for v in [0u8, 1, 2, 4, 5, 6, 0x11, 0x2b, 0x2c, 0x3a, 0x3c, 0x40, 0x60, 0x86, 0xdd, 0xff] {
+                    let mut f = base.clone();
+                    f[at] = v;
+                    frames.push(f);
+                }
+            }
+            for len in 0..base.len() {
+                frames.push(base[..len].to_vec());
+            }
+            for f in &frames {
+                assert_eq!(untagged_v4(f, 3), None, "not IPv4");
+                if let Some(m) = untagged_v6(f, 3) {
+                    assert_eq!(Ok(m), parse(f, 3), "{f:02x?}");
+                    answered += 1;
+                }
+            }
+        }
+        assert!(answered > 2000, "{answered}");
+        let mut vlan = udp.clone();
+        vlan.splice(12..12, [0x81, 0, 0, 5]);
+        assert!(parse(&vlan, 0).is_ok() && untagged_v6(&vlan, 0).is_none());
+        assert_eq!(untagged_v6(&udp4([1; 4], [2; 4], 1, 2, b""), 0), None);
     }
 
     #[test]

@@ -104,15 +104,16 @@ impl<B: PacketBuf> Stage<B> for AmpmStage {
     }
 
     /// With flows to measure, a cross-connect's packets are AM-PM's alone
-    /// to handle: the common IPv4 frame is measured from its fixed-offset
-    /// parse, which is the full parse's answer for it.
+    /// to handle: the common IPv4 or IPv6 frame is measured from its
+    /// fixed-offset parse, which is the full parse's answer for it.
     #[inline(always)]
     fn quick_packets(&self, t: &Tables) -> bool {
         t.ampm.as_ref().is_some_and(|a| !a.flows.is_empty())
     }
 
-    /// The frames `parse::untagged_v4` answers for: their parse kept in
-    /// `p.meta`, their flow lookups begun.
+    /// The frames `parse::untagged_v4` or `untagged_v6` answers for (IPv4
+    /// without options, IPv6 with at most a Hop-by-Hop header): their
+    /// parse kept in `p.meta`, their flow lookups begun.
     #[inline(always)]
     fn quick_takes(&mut self, t: &Tables, m: &B, in_port: u16, p: &mut Packet, prefetch: bool) -> bool {
         let meta = match quick_meta(m, in_port) {
@@ -168,7 +169,8 @@ impl AmpmStage {
 #[inline(always)]
 fn quick_meta<B: PacketBuf>(m: &B, in_port: u16) -> Option<PacketMeta> {
     if m.single_segment() {
-        crate::parse::untagged_v4(m.bytes(), in_port)
+        let b = m.bytes();
+        crate::parse::untagged_v4(b, in_port).or_else(|| crate::parse::untagged_v6(b, in_port))
     } else {
         None
     }
