@@ -469,6 +469,21 @@ pub(crate) mod tests {
         }
     }
 
+    /// `base` with each of its first `bytes` bytes set to each of `values`,
+    /// then cut to each shorter length.
+    fn mutants(base: &[u8], bytes: usize, values: &[u8]) -> Vec<Vec<u8>> {
+        let mut frames = vec![];
+        for at in 0..bytes {
+            for &v in values {
+                let mut f = base.to_vec();
+                f[at] = v;
+                frames.push(f);
+            }
+        }
+        frames.extend((0..base.len()).map(|len| base[..len].to_vec()));
+        frames
+    }
+
     /// Where `untagged_v4` answers, `parse` answers the same; it answers
     /// the plain TCP and UDP frames. Frames: UDP and TCP, and each with
     /// every byte of its first 60 set to each of a few values that hit the
@@ -482,18 +497,8 @@ pub(crate) mod tests {
         let mut answered = 0;
         for base in [&udp, &tcp] {
             assert_eq!(untagged_v4(base, 3).map(Ok), Some(parse(base, 3)), "the plain frame");
-            let mut frames = vec![];
-            for at in 0..60 {
-                for v in [0u8, 1, 2, 5, 6, 0x11, 0x20, 0x40, 0x45, 0x46, 0x50, 0x81, 0xff] {
-                    let mut f = base.clone();
-                    f[at] = v;
-                    frames.push(f);
-                }
-            }
-            for len in 0..base.len() {
-                frames.push(base[..len].to_vec());
-            }
-            for f in &frames {
+            let edges = [0u8, 1, 2, 5, 6, 0x11, 0x20, 0x40, 0x45, 0x46, 0x50, 0x81, 0xff];
+            for f in &mutants(base, 60, &edges) {
                 if let Some(m) = untagged_v4(f, 3) {
                     assert_eq!(Ok(m), parse(f, 3), "{f:02x?}");
                     answered += 1;
@@ -527,18 +532,8 @@ pub(crate) mod tests {
         let mut answered = 0;
         for base in [&udp, &tcp, &udp_hbh, &tcp_hbh] {
             assert_eq!(untagged_v6(base, 3).map(Ok), Some(parse(base, 3)), "the plain frame");
-            let mut frames = vec![];
-            for at in 0..80 {
-                for v in [0u8, 1, 2, 4, 5, 6, 0x11, 0x2b, 0x2c, 0x3a, 0x3c, 0x40, 0x60, 0x86, 0xdd, 0xff] {
-                    let mut f = base.clone();
-                    f[at] = v;
-                    frames.push(f);
-                }
-            }
-            for len in 0..base.len() {
-                frames.push(base[..len].to_vec());
-            }
-            for f in &frames {
+            let edges = [0u8, 1, 2, 4, 5, 6, 0x11, 0x2b, 0x2c, 0x3a, 0x3c, 0x40, 0x60, 0x86, 0xdd, 0xff];
+            for f in &mutants(base, 80, &edges) {
                 assert_eq!(untagged_v4(f, 3), None, "not IPv4");
                 if let Some(m) = untagged_v6(f, 3) {
                     assert_eq!(Ok(m), parse(f, 3), "{f:02x?}");
