@@ -666,7 +666,7 @@ fn dscp_of(b: &[u8], meta: &PacketMeta) -> u8 {
 
 /// Starts loading the packet's per-flow rule (a burst's first pass calls
 /// this so `apply` finds it in the cache). The probe it returns, handed to
-/// `apply` as `AmpmCtx::probe`, spares that lookup the key: valid while
+/// `apply` as `FlowLookup::Probed`, spares that lookup the key: valid while
 /// the packet's addresses, protocol, ports and DSCP stay as they were,
 /// which the stages before AM-PM (forwarding, SQR) never change.
 #[inline]
