@@ -30,6 +30,10 @@
 # printed at exit).
 # BENCH_PEERS=0 skips the peers (testpmd, OVS-DPDK, l3fwd; ratio 0.00: pgo.sh's
 # training and bench_ab.sh), BENCH_TESTPMD=0 testpmd alone.
+# BENCH_TESTPMD_IO=1 also runs testpmd io (frames moved untouched: what
+# the harness itself allows) in each round of the cases whose testpmd is
+# macswap, on the same trace: a line case=testpmd-io-<case> (ratio: io
+# over macswap) and vs_testpmd_io=<ours/io> on the case's line.
 # OVS-DPDK (Debian's openvswitch-switch-dpdk, with hugepages, one worker;
 # BENCH_OVS=0 skips it) runs beside the cross-connect, bridge and router
 # cases, in the same rounds, on the same vdevs and trace, driven by
@@ -448,7 +452,7 @@ ovs_end() {
 run_case() { # name pcap config
   want "$1" || return 0
   local theirs=() ours=() r i k first="" best=0 mpps share specs=() p j vs="" saved
-  local l3n=() l3a=() l3m=() l3f=() name lookup v4 v6 mem
+  local l3n=() l3a=() l3m=() l3f=() name lookup v4 v6 mem io=()
   local -A ovs_f=() ovs_tx=()
   # The l3fwds beside this case: line name, lookup and rules, memory.
   read -ra specs <<<"${l3fwd_of[$1]:-}"
@@ -463,6 +467,9 @@ run_case() { # name pcap config
   # build i's figures, space-separated.
   for ((r = 0; r < rounds; r++)); do
     if [[ "$peers" != 0 && "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2" "$(testpmd_mode "$1")")"); else theirs+=(0); fi
+    if [[ "$peers" != 0 && "${BENCH_TESTPMD_IO:-0}" != 0 && "$(testpmd_mode "$1")" != io ]]; then
+      io+=("$(testpmd_mpps "$2" io)")
+    fi
     for i in "${!bins[@]}"; do
       bin=${bins[$i]}
       ours[i]+=" $(intswitch_mpps "$3" "$1")"
@@ -489,6 +496,7 @@ run_case() { # name pcap config
     k=${l3n[j]#l3fwd-}
     vs+=" l3fwd_${k%%-*}=${l3f[j]}"
   done
+  ((${#io[@]} == 0)) || vs+=" testpmd_io=$(median "${io[@]}")"
   for k in "${ovs_on[@]}"; do
     # shellcheck disable=SC2086 # the figures are words
     ovs_f[$k]=$(median ${ovs_f[$k]})
@@ -513,6 +521,10 @@ run_case() { # name pcap config
     awk -v n="${l3n[j]}" -v a="${l3f[j]}" -v b="$(median "${theirs[@]}")" -v c="$1" \
       'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd beside=%s\n", n, a, (b > 0 ? a / b : 0), b, c }'
   done
+  if ((${#io[@]})); then
+    awk -v a="$(median "${io[@]}")" -v b="$(median "${theirs[@]}")" -v c="$1" \
+      'BEGIN { printf "case=testpmd-io-%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=testpmd beside=%s\n", c, a, (b > 0 ? a / b : 0), b, c }'
+  fi
   for k in "${ovs_on[@]}"; do
     awk -v n="ovs-$k-$1" -v a="${ovs_f[$k]}" -v b="$(median "${theirs[@]}")" -v m="$(testpmd_mode "$1")" \
       -v t="${ovs_tx[$k]}" -v s="$ovs_stats/$1-$k.txt" \
