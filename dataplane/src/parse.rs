@@ -484,6 +484,25 @@ pub(crate) mod tests {
         frames
     }
 
+    /// Runs a fixed-offset parse `quick` on `base` and its `mutants`:
+    /// where it answers, `parse` answers the same. How many it answered.
+    fn answers_as_parse(
+        base: &[u8],
+        bytes: usize,
+        values: &[u8],
+        quick: impl Fn(&[u8]) -> Option<PacketMeta>,
+    ) -> usize {
+        assert_eq!(quick(base).map(Ok), Some(parse(base, 3)), "the plain frame");
+        let mut answered = 0;
+        for f in &mutants(base, bytes, values) {
+            if let Some(m) = quick(f) {
+                assert_eq!(Ok(m), parse(f, 3), "{f:02x?}");
+                answered += 1;
+            }
+        }
+        answered
+    }
+
     /// Where `untagged_v4` answers, `parse` answers the same; it answers
     /// the plain TCP and UDP frames. Frames: UDP and TCP, and each with
     /// every byte of its first 60 set to each of a few values that hit the
@@ -494,17 +513,8 @@ pub(crate) mod tests {
         let mut tcp = udp.clone();
         tcp[23] = PROTO_TCP;
         tcp[34 + 12] = 5 << 4;
-        let mut answered = 0;
-        for base in [&udp, &tcp] {
-            assert_eq!(untagged_v4(base, 3).map(Ok), Some(parse(base, 3)), "the plain frame");
-            let edges = [0u8, 1, 2, 5, 6, 0x11, 0x20, 0x40, 0x45, 0x46, 0x50, 0x81, 0xff];
-            for f in &mutants(base, 60, &edges) {
-                if let Some(m) = untagged_v4(f, 3) {
-                    assert_eq!(Ok(m), parse(f, 3), "{f:02x?}");
-                    answered += 1;
-                }
-            }
-        }
+        let edges = [0u8, 1, 2, 5, 6, 0x11, 0x20, 0x40, 0x45, 0x46, 0x50, 0x81, 0xff];
+        let answered: usize = [&udp, &tcp].iter().map(|b| answers_as_parse(b, 60, &edges, |f| untagged_v4(f, 3))).sum();
         assert!(answered > 1000, "{answered}");
         let mut vlan = udp.clone();
         vlan.splice(12..12, [0x81, 0, 0, 5]);
@@ -529,18 +539,13 @@ pub(crate) mod tests {
             g
         };
         let (udp_hbh, tcp_hbh) = (hbh(&udp), hbh(&tcp));
-        let mut answered = 0;
-        for base in [&udp, &tcp, &udp_hbh, &tcp_hbh] {
-            assert_eq!(untagged_v6(base, 3).map(Ok), Some(parse(base, 3)), "the plain frame");
-            let edges = [0u8, 1, 2, 4, 5, 6, 0x11, 0x2b, 0x2c, 0x3a, 0x3c, 0x40, 0x60, 0x86, 0xdd, 0xff];
-            for f in &mutants(base, 80, &edges) {
-                assert_eq!(untagged_v4(f, 3), None, "not IPv4");
-                if let Some(m) = untagged_v6(f, 3) {
-                    assert_eq!(Ok(m), parse(f, 3), "{f:02x?}");
-                    answered += 1;
-                }
-            }
-        }
+        let edges = [0u8, 1, 2, 4, 5, 6, 0x11, 0x2b, 0x2c, 0x3a, 0x3c, 0x40, 0x60, 0x86, 0xdd, 0xff];
+        let quick = |f: &[u8]| {
+            assert_eq!(untagged_v4(f, 3), None, "not IPv4");
+            untagged_v6(f, 3)
+        };
+        let answered: usize =
+            [&udp, &tcp, &udp_hbh, &tcp_hbh].iter().map(|b| answers_as_parse(b, 80, &edges, quick)).sum();
         assert!(answered > 2000, "{answered}");
         let mut vlan = udp.clone();
         vlan.splice(12..12, [0x81, 0, 0, 5]);
