@@ -529,7 +529,7 @@ mod tests {
         assert_eq!(ex.poll(1000, &mut NoPorts), 0);
         assert_eq!(ex.view(&[0]).busy_s, 0.0);
         for _ in 0..10 {
-            assert!(p.push(rec(100, 0)));
+            assert!(p.push(&rec(100, 0)));
         }
         assert_eq!(ex.poll(1000, &mut NoPorts), 10);
         // 4+8+4+100 = 116 bytes each: two per 300-byte packet -> 5 packets.
@@ -544,7 +544,7 @@ mod tests {
         }
         assert_eq!(seqs, vec![0, 1, 2, 3, 4]);
         ex.paused = true;
-        assert!(p.push(rec(100, 0)));
+        assert!(p.push(&rec(100, 0)));
         assert_eq!(ex.poll(1000, &mut NoPorts), 0);
         assert_eq!(ex.pending(), vec![1]);
         let j = ex.view(&[0]);
@@ -568,7 +568,7 @@ mod tests {
         // 116-byte and 56-byte records, packed two or three to a packet.
         let lens = [100, 100, 100, 100, 40, 100, 100, 40, 40, 40, 100, 100, 100, 100, 100];
         for &l in &lens {
-            assert!(p.push(rec(l, 0)));
+            assert!(p.push(&rec(l, 0)));
         }
         assert_eq!(ex.poll(1000, &mut ports), lens.len());
         let mut got = Vec::new();

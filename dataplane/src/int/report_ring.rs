@@ -56,7 +56,7 @@ impl ReportSink for ReportProducer {
     /// chunks: the consumer never sees a head whose bytes are missing, and a
     /// refused record leaves nothing behind.
     #[inline]
-    fn push(&mut self, r: ReportRecord) -> bool {
+    fn push(&mut self, r: &ReportRecord) -> bool {
         let Ok(head) = self.heads.write_chunk_uninit(1) else {
             return false;
         };
@@ -144,7 +144,7 @@ mod tests {
             [0, 1, 63, 64, 65, 127, 128, 200, REPORT_MAX - 1, REPORT_MAX].iter().cycle().take(40).enumerate()
         {
             let r = rec(*len, i as u8);
-            assert!(p.push(r));
+            assert!(p.push(&r));
             assert_eq!(c.len(), 1);
             assert!(c.pop_into(&mut out));
             assert!(same(&out, &r), "record {i} of {len} bytes");
@@ -159,13 +159,13 @@ mod tests {
         assert_eq!(c.capacity(), 3);
         // Longest records: the chunk ring must not be what fills first.
         let recs: Vec<_> = (0..5).map(|i| rec(REPORT_MAX, i)).collect();
-        let taken: Vec<bool> = recs.iter().map(|r| p.push(*r)).collect();
+        let taken: Vec<bool> = recs.iter().map(|r| p.push(r)).collect();
         assert_eq!(taken, [true, true, true, false, false]);
         let mut out = ReportRecord::empty();
         assert!(c.pop_into(&mut out) && same(&out, &recs[0]));
         // One slot again: a short record fits, in order after the others.
-        assert!(p.push(rec(10, 9)));
-        assert!(!p.push(rec(10, 10)));
+        assert!(p.push(&rec(10, 9)));
+        assert!(!p.push(&rec(10, 10)));
         for want in [&recs[1], &recs[2], &rec(10, 9)] {
             assert!(c.pop_into(&mut out));
             assert!(same(&out, want));

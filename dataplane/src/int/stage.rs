@@ -42,7 +42,21 @@ pub struct ReportRecord {
 impl ReportRecord {
     /// No flags, no metadata, no bytes.
     pub fn empty() -> ReportRecord {
-        record(0, HopMetadata::default(), 0)
+        ReportRecord {
+            flags: 0,
+            drop_reason: 0,
+            domain_id: 0,
+            md: HopMetadata::default(),
+            len: 0,
+            data: [0; REPORT_MAX],
+        }
+    }
+
+    /// Starts a new report in this (reused) record: its head set, no bytes
+    /// yet. The bytes past `len` are an earlier report's, never read.
+    pub fn start(&mut self, flags: u8, md: HopMetadata, domain_id: u16) -> &mut ReportRecord {
+        (self.flags, self.drop_reason, self.domain_id, self.md, self.len) = (flags, 0, domain_id, md, 0);
+        self
     }
 
     pub fn packet(&self) -> &[u8] {
@@ -51,14 +65,16 @@ impl ReportRecord {
 }
 
 /// Where the stage queues reports; false when full (the record is dropped
-/// and counted, a worker never waits).
+/// and counted, a worker never waits). The record is copied: the stage
+/// builds each report in one record it keeps (zeroing and moving a fresh
+/// one cost a report more than its copy into the ring).
 pub trait ReportSink {
-    fn push(&mut self, r: ReportRecord) -> bool;
+    fn push(&mut self, r: &ReportRecord) -> bool;
 }
 
 impl ReportSink for Vec<ReportRecord> {
-    fn push(&mut self, r: ReportRecord) -> bool {
-        Vec::push(self, r);
+    fn push(&mut self, r: &ReportRecord) -> bool {
+        Vec::push(self, *r);
         true
     }
 }
@@ -192,6 +208,8 @@ pub struct IntCtx<'a, R: ReportSink> {
     pub flows: &'a mut Analytics,
     pub counters: &'a mut CounterValues,
     pub reports: &'a mut R,
+    /// The record reports are built in before `queue` copies them out.
+    pub draft: &'a mut ReportRecord,
 }
 
 /// The watch-rule fields of a packet; for one carrying INT at `blk`, the
@@ -289,16 +307,13 @@ fn report_due<R: ReportSink>(
     ctx.flows.packet(&key, key.hash64(), now, stack, shape, interval, rules, fields, ctx.counters)
 }
 
-fn queue<R: ReportSink>(ctx: &mut IntCtx<R>, rec: ReportRecord) {
-    if ctx.reports.push(rec) {
+/// Queues the report built in `ctx.draft`.
+fn queue<R: ReportSink>(ctx: &mut IntCtx<R>) {
+    if ctx.reports.push(ctx.draft) {
         ctx.counters.event(Event::IntReportQueued);
     } else {
         ctx.counters.event(Event::IntReportRingFull);
     }
-}
-
-fn record(flags: u8, md: HopMetadata, domain_id: u16) -> ReportRecord {
-    ReportRecord { flags, drop_reason: 0, domain_id, md, len: 0, data: [0; REPORT_MAX] }
 }
 
 /// Bytes of the packet a report keeps: the configured truncation, but
@@ -400,11 +415,11 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             }
             Ok(Transit::MtuExceeded) if spec.mtu_report => {
                 // Export what was collected (I flag), strip the stack, push ours.
-                let mut rec = record(FLAG_I, md, block.domain_id);
                 let n = report_len(spec, meta, blk + block.total, ctx.counters);
+                let rec = ctx.draft.start(FLAG_I, md, block.domain_id);
                 rec.data[..n].copy_from_slice(&pkt.bytes()[..n]);
                 rec.len = n as u16;
-                queue(ctx, rec);
+                queue(ctx);
                 int::strip_stack_at(pkt, meta, blk)?;
                 ctx.counters.event(Event::IntStripped);
                 match int::transit_at(pkt, meta, blk, &md, mtu)? {
@@ -427,18 +442,18 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     // per-flow interval runs on the burst's receive time; the clock is read
     // (and the hop measured) only for a report.
     let (due, flags) = report_due(ctx, pkt.bytes(), meta, &block, in_port, hop.rx_tsc());
-    let (sunk, rec) = if due {
-        let mut rec = record(flags, hop.measure().metadata(spec.node_id, ctx.clock), block.domain_id);
+    let sunk = if due {
         let want = report_len(spec, meta, blk + block.total, ctx.counters);
+        let rec = ctx.draft.start(flags, hop.measure().metadata(spec.node_id, ctx.clock), block.domain_id);
         let (s, n) = int::sink_block(pkt, meta, &block, spec.presence, &mut rec.data[..want])?;
         rec.len = n as u16;
-        (s, Some(rec))
+        s
     } else {
-        (int::sink_block(pkt, meta, &block, spec.presence, &mut [])?.0, None)
+        int::sink_block(pkt, meta, &block, spec.presence, &mut [])?.0
     };
     ctx.counters.event(Event::IntSunk);
-    if let Some(rec) = rec {
-        queue(ctx, rec);
+    if due {
+        queue(ctx);
     }
     if sunk.discard {
         return Err(DropReason::IntDiscard);
@@ -473,13 +488,13 @@ pub fn dropped<R: ReportSink>(
             _ => return,
         },
     };
-    let mut rec = record(FLAG_D, hop.measure().metadata(spec.node_id, ctx.clock), domain);
-    rec.drop_reason = reason as u8;
     let n = report_len(spec, meta, int_end, ctx.counters);
+    let rec = ctx.draft.start(FLAG_D, hop.measure().metadata(spec.node_id, ctx.clock), domain);
+    rec.drop_reason = reason as u8;
     rec.data[..n].copy_from_slice(&pkt[..n]);
     rec.len = n as u16;
     ctx.counters.event(Event::IntDropReported);
-    queue(ctx, rec);
+    queue(ctx);
 }
 
 /// A worker's INT stage in the pipeline: the ring its reports go to the
@@ -487,6 +502,8 @@ pub fn dropped<R: ReportSink>(
 /// and the burst's clock.
 pub struct IntStage<R: ReportSink> {
     pub reports: R,
+    /// Where each report is built (see `ReportSink`).
+    draft: Box<ReportRecord>,
     pub flows: Analytics,
     clock: WallClock,
     /// The burst's receive time and egress clock.
@@ -506,6 +523,7 @@ impl<R: ReportSink> IntStage<R> {
     pub fn new(reports: R, flows: Analytics, clock: WallClock) -> IntStage<R> {
         IntStage {
             reports,
+            draft: Box::new(ReportRecord::empty()),
             flows,
             clock,
             times: BurstClock::new(0),
@@ -657,8 +675,14 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
             _ => return Step::Next,
         };
         let hop = StageHop::new(&self.times, &*cx.out, cx.load, in_port, out_port);
-        let mut ictx =
-            IntCtx { spec, clock: &self.clock, flows: &mut self.flows, counters: cx.c, reports: &mut self.reports };
+        let mut ictx = IntCtx {
+            spec,
+            clock: &self.clock,
+            flows: &mut self.flows,
+            counters: cx.c,
+            reports: &mut self.reports,
+            draft: &mut self.draft,
+        };
         match p.verdict {
             Verdict::Drop(r) => dropped(&mut ictx, m.bytes(), meta, &hop, r),
             _ => {
@@ -720,6 +744,7 @@ pub(crate) mod tests {
         flows: Analytics,
         pub(crate) c: CounterValues,
         pub(crate) reports: Vec<ReportRecord>,
+        draft: Box<ReportRecord>,
     }
 
     impl Node {
@@ -730,7 +755,13 @@ pub(crate) mod tests {
         /// A node whose sink keeps the per-flow state `setup` asks for.
         pub(crate) fn with_analytics(spec: IntSpec, setup: AnalyticsSetup) -> Node {
             let flows = Analytics::new(setup, WallClock::new(0, 0, 1), 1);
-            Node { spec, flows, c: CounterValues::default(), reports: Vec::new() }
+            Node {
+                spec,
+                flows,
+                c: CounterValues::default(),
+                reports: Vec::new(),
+                draft: Box::new(ReportRecord::empty()),
+            }
         }
 
         pub(crate) fn spec(&self) -> &IntSpec {
@@ -759,6 +790,7 @@ pub(crate) mod tests {
                 flows: &mut self.flows,
                 counters: &mut self.c,
                 reports: &mut self.reports,
+                draft: &mut self.draft,
             };
             f(&mut ctx)
         }
@@ -785,6 +817,35 @@ pub(crate) mod tests {
             assert_eq!(sink.c.events[Event::IntReportStackCut as usize], u64::from(cut));
             assert_eq!(b.bytes(), &orig[..], "the packet leaves the sink whole either way");
         }
+    }
+
+    /// Every report is built in the one record the stage keeps: a report
+    /// after a longer one, and after a drop report, carries only its own
+    /// head and bytes.
+    #[test]
+    fn each_report_carries_only_its_own_head_and_bytes() {
+        let mut sp = spec(1, 0b01);
+        sp.watch[0].role = Role::Source(SourceParams { bitmap: 0xff80, max_hops: 20, domain_id: 7 });
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
+        let with_transits = |transits: u32| {
+            let mut b = VecBuf::new(&orig, 2048);
+            Node::new(sp.clone()).run(&mut b, hop(0, 1)).unwrap();
+            for n in 0..transits {
+                Node::new(spec(10 + n, 0)).run(&mut b, hop(0, 1)).unwrap();
+            }
+            b
+        };
+        let mut sink = Node::new(spec(99, 0b10));
+        let (long, mut short) = (with_transits(11), with_transits(1));
+        sink.drop_report(long.bytes(), hop(0, 1), DropReason::NoRoute);
+        let arrived = short.bytes().to_vec();
+        sink.run(&mut short, hop(0, 1)).unwrap();
+        assert_eq!(sink.reports.len(), 2);
+        let (d, r) = (&sink.reports[0], &sink.reports[1]);
+        assert_eq!((d.flags & FLAG_D, d.drop_reason, d.len as usize), (FLAG_D, DropReason::NoRoute as u8, REPORT_MAX));
+        assert_eq!((r.flags & FLAG_D, r.drop_reason), (0, 0));
+        assert!(r.len > 0 && (r.len as usize) < REPORT_MAX);
+        assert_eq!(r.packet(), &arrived[..r.len as usize]);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct LabelCtx<'a, R: ReportSink> {
     pub clock: &'a WallClock,
     pub counters: &'a mut CounterValues,
     pub reports: &'a mut R,
+    /// The record each label report is built in (see `ReportSink`).
+    pub draft: &'a mut ReportRecord,
     pub rng: &'a mut XorShift,
     /// (flow hash | 1, last label TSC) per slot.
     pub slots: &'a mut [(u64, u64)],
@@ -210,7 +212,6 @@ fn export<B: PacketBuf, R: ReportSink>(
 ) -> Result<(), DropReason> {
     let spec = ctx.spec;
     let md = hop.measure().metadata(spec.node_id, ctx.clock);
-    let mut rec = ReportRecord { flags: 0, drop_reason: 0, domain_id: spec.ds_id, md, len: 0, data: [0; REPORT_MAX] };
     let int_end = b.at + b.total;
     // Our label goes in when the RHC allows and the bitmap is well formed.
     let n = match c {
@@ -232,6 +233,7 @@ fn export<B: PacketBuf, R: ReportSink>(
         ctx.counters.event(Event::LabelReportStackCut);
     }
     let want = spec.truncate.max(int_end).min(meta.l3_end).min(pkt.bytes().len());
+    let rec = ctx.draft.start(0, md, spec.ds_id);
     let head = (b.at + INT_HDR_LEN).min(want).min(REPORT_MAX);
     rec.data[..head].copy_from_slice(&pkt.bytes()[..head]);
     let mut len = head;
@@ -245,7 +247,7 @@ fn export<B: PacketBuf, R: ReportSink>(
     rec.len = (len + rest) as u16;
     let (sunk, _) = int::sink_block(pkt, meta, b, spec.presence, &mut [])?;
     ctx.counters.event(Event::LabelSunk);
-    if ctx.reports.push(rec) {
+    if ctx.reports.push(ctx.draft) {
         ctx.counters.event(Event::LabelExported);
     } else {
         ctx.counters.event(Event::LabelReportRingFull);
@@ -289,6 +291,7 @@ fn label_copy_lengths(d: &mut [u8], meta: &PacketMeta, b: &Block, n: usize) {
 /// random draws and its specific flows' slots.
 pub struct LabelStage<R: ReportSink> {
     pub reports: R,
+    draft: Box<ReportRecord>,
     pub ports: Arc<LabelPorts>,
     rng: XorShift,
     clock: WallClock,
@@ -304,6 +307,7 @@ impl<R: ReportSink> LabelStage<R> {
     pub fn new(reports: R, ports: Arc<LabelPorts>, clock: WallClock, seed: u64) -> LabelStage<R> {
         LabelStage {
             reports,
+            draft: Box::new(ReportRecord::empty()),
             ports,
             rng: XorShift::new(seed),
             clock,
@@ -408,6 +412,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
             clock: &self.clock,
             counters: cx.c,
             reports: &mut self.reports,
+            draft: &mut self.draft,
             rng: &mut self.rng,
             slots: &mut self.slots,
         };
@@ -455,6 +460,7 @@ mod tests {
         ports: LabelPorts,
         c: CounterValues,
         reports: Vec<ReportRecord>,
+        draft: Box<ReportRecord>,
         rng: XorShift,
         slots: Vec<(u64, u64)>,
         /// Whether `run` takes the stage's quick pass (`quiet_ports`), as
@@ -468,7 +474,18 @@ mod tests {
     impl Node {
         fn new(spec: LabelSpec) -> Node {
             let (ports, c, rng) = (LabelPorts::default(), CounterValues::default(), XorShift::new(3));
-            Node { spec, ports, c, reports: Vec::new(), rng, slots: vec![(0, 0); 64], quick: true, burst_quiet: None }
+            let draft = Box::new(ReportRecord::empty());
+            Node {
+                spec,
+                ports,
+                c,
+                reports: Vec::new(),
+                draft,
+                rng,
+                slots: vec![(0, 0); 64],
+                quick: true,
+                burst_quiet: None,
+            }
         }
 
         /// Runs the stage on `b` from port 0 to port 1 at `ct`.
@@ -490,6 +507,7 @@ mod tests {
                 clock: &clock,
                 counters: &mut self.c,
                 reports: &mut self.reports,
+                draft: &mut self.draft,
                 rng: &mut self.rng,
                 slots: &mut self.slots,
             };
