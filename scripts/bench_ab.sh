@@ -2,8 +2,12 @@
 # A/B benchmark (not a test): the switch built at a git revision against
 # the working tree, on bench.sh's cases, in one run with interleaved rounds
 # (round r runs every case with A, then with B), so that a slow spell of a
-# shared machine touches both. Prints, per case, both medians, B/A and
-# every round's figure, and flags a case where B lost more than AB_FLAG %.
+# shared machine touches both. Prints, per case, both medians, B/A, the
+# fastest round of each side and their ratio (interference on a shared
+# machine only slows a round: where rounds fall into a slow and a fast
+# group, the medians follow how many rounds each side had in the slow one,
+# the fastest rounds do not), and every round's figure; flags a case whose
+# median B lost more than AB_FLAG %.
 #
 #   scripts/bench_ab.sh REV         # REV against the working tree
 #   scripts/bench_ab.sh REV_A REV_B # two revisions
@@ -98,15 +102,17 @@ runs = {}
 for line in open(path):
     side, case, mpps = line.split()
     runs.setdefault(case, {"A": [], "B": []})[side].append(float(mpps))
-print(f"A = {a_label}, B = {b_label}; Mpps, medians of the rounds")
-print(f"{'case':48} {'A':>7} {'B':>7} {'B/A':>6}  rounds A | B")
+print(f"A = {a_label}, B = {b_label}; Mpps, medians and fastest rounds")
+print(f"{'case':48} {'A':>7} {'B':>7} {'B/A':>6} {'best A':>7} {'best B':>7} {'B/A':>6}  rounds A | B")
 for case, v in runs.items():
     if not v["A"] or not v["B"]:
         print(f"{case:48} missing on one side")
         continue
     a, b = statistics.median(v["A"]), statistics.median(v["B"])
     ratio = b / a if a > 0 else 0.0
+    best_a, best_b = max(v["A"]), max(v["B"])
+    best = best_b / best_a if best_a > 0 else 0.0
     mark = "  <- loses more than %g %%" % flag if ratio < 1 - flag / 100 else ""
     each = lambda xs: " ".join(f"{x:.2f}" for x in xs)
-    print(f"{case:48} {a:7.2f} {b:7.2f} {ratio:6.3f}  {each(v['A'])} | {each(v['B'])}{mark}")
+    print(f"{case:48} {a:7.2f} {b:7.2f} {ratio:6.3f} {best_a:7.2f} {best_b:7.2f} {best:6.3f}  {each(v['A'])} | {each(v['B'])}{mark}")
 EOF
