@@ -59,6 +59,13 @@ impl ReportRecord {
         self
     }
 
+    /// The packet bytes: `bytes`, at most REPORT_MAX (`report_len` sizes them).
+    fn set_packet(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(REPORT_MAX);
+        self.data[..n].copy_from_slice(&bytes[..n]);
+        self.len = n as u16;
+    }
+
     pub fn packet(&self) -> &[u8] {
         &self.data[..(self.len as usize).min(REPORT_MAX)]
     }
@@ -416,9 +423,7 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
             Ok(Transit::MtuExceeded) if spec.mtu_report => {
                 // Export what was collected (I flag), strip the stack, push ours.
                 let n = report_len(spec, meta, blk + block.total, ctx.counters);
-                let rec = ctx.draft.start(FLAG_I, md, block.domain_id);
-                rec.data[..n].copy_from_slice(&pkt.bytes()[..n]);
-                rec.len = n as u16;
+                ctx.draft.start(FLAG_I, md, block.domain_id).set_packet(&pkt.bytes()[..n]);
                 queue(ctx);
                 int::strip_stack_at(pkt, meta, blk)?;
                 ctx.counters.event(Event::IntStripped);
@@ -491,8 +496,7 @@ pub fn dropped<R: ReportSink>(
     let n = report_len(spec, meta, int_end, ctx.counters);
     let rec = ctx.draft.start(FLAG_D, hop.measure().metadata(spec.node_id, ctx.clock), domain);
     rec.drop_reason = reason as u8;
-    rec.data[..n].copy_from_slice(&pkt[..n]);
-    rec.len = n as u16;
+    rec.set_packet(&pkt[..n]);
     ctx.counters.event(Event::IntDropReported);
     queue(ctx);
 }

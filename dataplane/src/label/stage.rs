@@ -291,6 +291,7 @@ fn label_copy_lengths(d: &mut [u8], meta: &PacketMeta, b: &Block, n: usize) {
 /// random draws and its specific flows' slots.
 pub struct LabelStage<R: ReportSink> {
     pub reports: R,
+    /// Where each label report is built (see `ReportSink`).
     draft: Box<ReportRecord>,
     pub ports: Arc<LabelPorts>,
     rng: XorShift,
