@@ -150,6 +150,12 @@ KINDS = ["rate", "congestion", "iid_loss", "exported", "rest", "fn"]
 CONGESTION = "rate 600kbit limit 10"
 IID_LOSS = "loss 31%"
 
+# An unimpaired point that lost more than this end to end was starved of
+# CPU and is measured again, at most STARVED_RETRIES times (its row counts
+# the retries; a point still starved keeps its figures).
+STARVED_LOSS = 0.05
+STARVED_RETRIES = 2
+
 BASE_A = "[label]\ninterval_ms = {t}\nrest_ms = {t}\n"
 BASE_B = "[label]\ninterval_ms = {t}\nrest_ms = {t1}\nprobability = \"{f}\"\n"
 
@@ -204,8 +210,20 @@ def main():
                 if netem:
                     impair(netem[1], netem[0])
                 rec = os.path.join(a.out, f"windows-{name}-{kind}-{x}.jsonl")
-                row = {"config": name, "kind": kind, "x": x, "rate": rate, "pro": pro or "",
-                       **point(secs, rate, pro, record=rec)}
+                m = point(secs, rate, pro, record=rec)
+                retries = 0
+                # With no impairment every datagram should arrive: loss here
+                # is the testbed starved of CPU (twelve switches on the
+                # machine's cores beside whatever else runs), not the
+                # labeling, so the point is measured again, and says so.
+                while not netem and m["loss_e2e"] > STARVED_LOSS and retries < STARVED_RETRIES:
+                    retries += 1
+                    print(f"{name} {kind} {x}: {m['loss_e2e']:.1%} of the datagrams lost with no impairment "
+                          f"(testbed starved of CPU); measuring the point again ({retries}/{STARVED_RETRIES})",
+                          file=sys.stderr, flush=True)
+                    m = point(secs, rate, pro, record=rec)
+                row = {"config": name, "kind": kind, "x": x, "rate": rate, "pro": pro or "", **m,
+                       "retries": retries}
                 if netem:
                     impair(netem[1], "none")
                 print(json.dumps(row), flush=True)
