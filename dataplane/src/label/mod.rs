@@ -247,7 +247,7 @@ impl LabelPorts {
     }
 
     /// The label was written: count it (per worker, by kind and port).
-    #[inline]
+    #[inline(always)]
     pub fn commit(&self, c: &Claim, counters: &mut crate::counters::CounterValues) {
         counters.labels[c.port] += 1;
         counters.event(c.kind.event());

@@ -202,6 +202,9 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
 /// The last hop of a label packet: one Telemetry Report of it, with this
 /// port's label (`c`) put first in the report's copy of the stack (it
 /// never goes on the wire: the packet leaves restored), then the restore.
+/// Inlined: as a call it took the context by reference, so every packet,
+/// labeled or not, built the context in memory.
+#[inline(always)]
 fn export<B: PacketBuf, R: ReportSink>(
     ctx: &mut LabelCtx<R>,
     pkt: &mut B,
