@@ -150,9 +150,8 @@ KINDS = ["rate", "congestion", "iid_loss", "exported", "rest", "fn"]
 CONGESTION = "rate 600kbit limit 10"
 IID_LOSS = "loss 31%"
 
-# An unimpaired point that lost more than this end to end was starved of
-# CPU and is measured again, at most STARVED_RETRIES times (its row counts
-# the retries; a point still starved keeps its figures).
+# End-to-end loss above which an unimpaired point is measured again (see
+# main), and how many times at most; a point still above keeps its figures.
 STARVED_LOSS = 0.05
 STARVED_RETRIES = 2
 
@@ -214,8 +213,7 @@ def main():
                 retries = 0
                 # With no impairment every datagram should arrive: loss here
                 # is the testbed starved of CPU (twelve switches on the
-                # machine's cores beside whatever else runs), not the
-                # labeling, so the point is measured again, and says so.
+                # machine's cores beside whatever else runs), not the labeling.
                 while not netem and m["loss_e2e"] > STARVED_LOSS and retries < STARVED_RETRIES:
                     retries += 1
                     print(f"{name} {kind} {x}: {m['loss_e2e']:.1%} of the datagrams lost with no impairment "
