@@ -285,12 +285,14 @@ pub struct HopMetadata {
 /// (exactly `hop_words(bitmap) * 4` bytes). Reserved bits and the checksum
 /// complement are written as 0xFFFFFFFF. Returns the one's-complement sum
 /// of what it wrote (as `checksum::sum` would give), summed from the values.
+#[inline(always)]
 pub fn emit_hop(bitmap: u16, m: &HopMetadata, out: &mut [u8]) -> u32 {
     // The leading instructions in order (node ID, L1 ports, hop latency,
     // queue, the two timestamps: the bitmaps most domains use, INT-label's
     // item among them) at constant offsets behind one bounds check; any
-    // other bitmap word by word. A flow's bitmap does not change, so the
-    // dispatch predicts.
+    // other bitmap word by word, out of line. A flow's bitmap does not
+    // change, so the dispatch predicts. Inlined: a caller that has just
+    // built the metadata writes it without reading it back from memory.
     match bitmap {
         0x8000 => emit_leading::<1, 4>(bitmap, m, out),
         0xc000 => emit_leading::<2, 8>(bitmap, m, out),
@@ -326,6 +328,7 @@ fn emit_leading<const W: usize, const B: usize>(bitmap: u16, m: &HopMetadata, ou
 }
 
 /// `emit_hop` of any bitmap.
+#[inline(never)]
 fn emit_any(bitmap: u16, m: &HopMetadata, out: &mut [u8]) -> u32 {
     // Straight-line, one test per instruction in bitmap order: a flow's
     // bitmap does not change, so every branch predicts (a loop over the set
