@@ -264,29 +264,34 @@ fn export<B: PacketBuf, R: ReportSink>(
 /// A report's copy of the packet got `n` more bytes of stack: its shim
 /// length, RHC and the IP and UDP lengths say so (the L4 checksum of the
 /// copy is left as it was; a report's inner packet is cut short anyway).
+/// Each header is one view at its offset (the copy holds them: they lie
+/// before the stack); a field per index cost a bounds check each.
 fn label_copy_lengths(d: &mut [u8], meta: &PacketMeta, b: &Block, n: usize) {
-    let at = b.at;
-    d[at + 1] = d[at + 1].wrapping_add((n / 4) as u8);
-    d[at + crate::wire::int_md::SHIM_LEN + 3] = b.rhc - 1;
-    let l3 = meta.l3_offset;
-    let add16 = |d: &mut [u8], o: usize| {
-        let v = u16::from_be_bytes([d[o], d[o + 1]]).wrapping_add(n as u16);
-        d[o..o + 2].copy_from_slice(&v.to_be_bytes());
+    use crate::wire::int_md::SHIM_LEN;
+    let add16 = |f: &mut [u8], o: usize| {
+        let v = u16::from_be_bytes([f[o], f[o + 1]]).wrapping_add(n as u16);
+        f[o..o + 2].copy_from_slice(&v.to_be_bytes());
     };
+    if let Some(h) = d.get_mut(b.at..).and_then(|h| h.first_chunk_mut::<{ SHIM_LEN + 4 }>()) {
+        h[1] = h[1].wrapping_add((n / 4) as u8);
+        h[SHIM_LEN + 3] = b.rhc - 1;
+    }
+    let l3 = meta.l3_offset;
     if meta.key.ip_version() == 4 {
-        let old = u16::from_be_bytes([d[l3 + 2], d[l3 + 3]]);
-        add16(d, l3 + 2);
-        let c = crate::wire::checksum::update16(
-            u16::from_be_bytes([d[l3 + 10], d[l3 + 11]]),
-            old,
-            old.wrapping_add(n as u16),
-        );
-        d[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-    } else {
-        add16(d, l3 + 4);
+        if let Some(ip) = d.get_mut(l3..).and_then(|ip| ip.first_chunk_mut::<12>()) {
+            let old = u16::from_be_bytes([ip[2], ip[3]]);
+            add16(ip, 2);
+            let c =
+                crate::wire::checksum::update16(u16::from_be_bytes([ip[10], ip[11]]), old, old.wrapping_add(n as u16));
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+    } else if let Some(ip) = d.get_mut(l3..).and_then(|ip| ip.first_chunk_mut::<6>()) {
+        add16(ip, 4);
     }
     if meta.key.proto() == PROTO_UDP {
-        add16(d, meta.l4_offset + 4);
+        if let Some(udp) = d.get_mut(meta.l4_offset..).and_then(|u| u.first_chunk_mut::<6>()) {
+            add16(udp, 4);
+        }
     }
 }
 
@@ -577,12 +582,25 @@ mod tests {
             s2.run(&mut b, 10 * T).unwrap();
             assert!(checksums_valid(b.bytes()));
             assert_eq!(decode(b.bytes()).unwrap().4, vec![2, 1]);
+            let arrived = b.bytes().to_vec();
             s3.run(&mut b, 10 * T).unwrap();
             assert_eq!(b.bytes(), &orig[..], "restored");
             assert_eq!(s3.reports.len(), 1);
             let r = &s3.reports[0];
             assert_eq!((r.flags, r.domain_id, r.md.node_id), (0, DS, 3));
             assert_eq!(decode(r.packet()).unwrap().4, vec![3, 2, 1], "the last hop's own label first");
+            // The copy's lengths count the last hop's label (32 bytes, 8 words).
+            let (c, blk) = (r.packet(), block_at(&arrived));
+            let be16 = |f: &[u8], o: usize| u16::from_be_bytes([f[o], f[o + 1]]);
+            assert_eq!((c[blk + 1], c[blk + 7]), (arrived[blk + 1] + 8, arrived[blk + 7] - 1), "shim length, RHC");
+            let (ip_len, l4) = if c[12..14] == [0x86, 0xdd] { (18, 54) } else { (16, 34) };
+            assert_eq!(be16(c, ip_len), be16(&arrived, ip_len) + 32);
+            if ip_len == 16 {
+                assert!(crate::wire::checksum::header_verifies(c[14..34].try_into().unwrap()), "IPv4 header checksum");
+            }
+            if c[if ip_len == 16 { 23 } else { 20 }] == PROTO_UDP {
+                assert_eq!(be16(c, l4 + 4), be16(&arrived, l4 + 4) + 32, "UDP length");
+            }
             let ev = |n: &Node, e| n.ev(e);
             assert_eq!((ev(&s1, Event::LabelInterval), ev(&s2, Event::LabelInterval)), (1, 1));
             assert_eq!((ev(&s1, Event::LabelBlockBytes), ev(&s2, Event::LabelBlockBytes)), (48, 80));
