@@ -294,20 +294,19 @@ pub fn emit_hop(bitmap: u16, m: &HopMetadata, out: &mut [u8]) -> u32 {
     // change, so the dispatch predicts. Inlined: a caller that has just
     // built the metadata writes it without reading it back from memory.
     match bitmap {
-        0x8000 => emit_leading::<1, 4>(bitmap, m, out),
-        0xc000 => emit_leading::<2, 8>(bitmap, m, out),
-        0xe000 => emit_leading::<3, 12>(bitmap, m, out),
-        0xf000 => emit_leading::<4, 16>(bitmap, m, out),
-        0xf800 => emit_leading::<6, 24>(bitmap, m, out),
-        0xfc00 => emit_leading::<8, 32>(bitmap, m, out),
+        0x8000 => emit_leading::<4>(bitmap, m, out),
+        0xc000 => emit_leading::<8>(bitmap, m, out),
+        0xe000 => emit_leading::<12>(bitmap, m, out),
+        0xf000 => emit_leading::<16>(bitmap, m, out),
+        0xf800 => emit_leading::<24>(bitmap, m, out),
+        0xfc00 => emit_leading::<32>(bitmap, m, out),
         _ => emit_any(bitmap, m, out),
     }
 }
 
-/// `emit_hop` of a bitmap of the first instructions, `W` words in `B`
-/// (= 4 x W) bytes.
+/// `emit_hop` of a bitmap of the first instructions, `B` bytes of them.
 #[inline(always)]
-fn emit_leading<const W: usize, const B: usize>(bitmap: u16, m: &HopMetadata, out: &mut [u8]) -> u32 {
+fn emit_leading<const B: usize>(bitmap: u16, m: &HopMetadata, out: &mut [u8]) -> u32 {
     let Some(out) = out.first_chunk_mut::<B>() else { return emit_any(bitmap, m, out) };
     let words = [
         m.node_id,
@@ -320,7 +319,7 @@ fn emit_leading<const W: usize, const B: usize>(bitmap: u16, m: &HopMetadata, ou
         m.egress_ts_ns as u32,
     ];
     let mut acc = 0u64;
-    for (w, o) in words.iter().zip(out.chunks_exact_mut(4)).take(W) {
+    for (w, o) in words.iter().zip(out.chunks_exact_mut(4)) {
         o.copy_from_slice(&w.to_be_bytes());
         acc += *w as u64;
     }
