@@ -1079,6 +1079,18 @@ if want int-detect-reduction; then
   python3 scripts/detect_reduction.py --bin "$bin" --intctl target/release/intctl --work "$work/detred" --seed $seed
 fi
 
+# The analytics' accuracy at full rate: the 1k-flow case's kind of trace
+# (262144 packets) replayed once through a busy-polling sink, its
+# histograms, flow records, events and reports against the trace's ground
+# truth and the independent reference detector; then over the rings'
+# capacity, every record delivered or counted: see
+# scripts/analytics_accuracy.py (not timed; ok=no on any mismatch).
+if want int-sink-analytics-accuracy; then
+  cargo build --release -q --bin intctl --bin intcollector
+  python3 scripts/analytics_accuracy.py --bin "$bin" --intctl target/release/intctl \
+    --collector target/release/intcollector --work "$work/anacc" --seed $seed || true
+fi
+
 # AM-PM: the 10k monitored flows of the synthetic case, shuffled, among as
 # many unmonitored ones, mixed sizes.
 real "$work/ampm-real" $ampm_frames --flows $((ampm_flows * 2)) --dst-mac 02:00:00:00:00:02 \

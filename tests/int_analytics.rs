@@ -1396,3 +1396,43 @@ fn chain3_queue_and_link_delay_events_reach_redis_and_kafka() {
     let (ok, out) = tb.down();
     assert!(ok, "{out}");
 }
+
+/// `scripts/analytics_accuracy.py` (bench.sh's `int-sink-analytics-accuracy`)
+/// on a small trace, the worker in idle mode: its histograms, flow records,
+/// events and reports equal the ground truth and the reference detector, and
+/// over the rings' capacity every record is delivered or counted.
+#[test]
+fn the_accuracy_run_finds_exact_histograms_and_accounts_every_record() {
+    let d = Scratch::new("anacc");
+    let out = Command::new("python3")
+        .arg(intswitch_tests::repo_root().join("scripts/analytics_accuracy.py"))
+        .arg("--bin")
+        .arg(intswitch_tests::workspace_bin("intswitch"))
+        .arg("--intctl")
+        .arg(intctl_bin())
+        .arg("--collector")
+        .arg(intswitch_tests::workspace_bin("intcollector"))
+        .arg("--work")
+        .arg(d.path("w"))
+        .args(["--packets", "20000", "--flows", "200", "--idle"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("case=int-sink-analytics-accuracy")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for l in &lines {
+        for want in ["hist_error_pct=0.00", "collector_lost=0", "ok=yes"] {
+            assert!(l.contains(want), "{want}: {l}");
+        }
+    }
+    for want in ["flows_equal=yes", "events_equal=yes", "reports_equal=yes"] {
+        assert!(lines[0].contains(want), "{want}: {}", lines[0]);
+    }
+    // Above capacity the rings did refuse records, each one counted.
+    let field = |l: &str, k: &str| -> u64 {
+        l.split(' ').find_map(|f| f.strip_prefix(&format!("{k}="))).unwrap().parse().unwrap()
+    };
+    assert!(field(lines[1], "events_ring_full") > 0 && field(lines[1], "flows_ring_full") > 0, "{}", lines[1]);
+    assert!(lines[1].contains("events_accounted=yes") && lines[1].contains("flows_accounted=yes"), "{}", lines[1]);
+}
