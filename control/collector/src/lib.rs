@@ -643,4 +643,37 @@ mod tests {
         write_str(&mut e, "a\"b\\c\n\u{1}");
         assert_eq!(e, serde_json::to_string("a\"b\\c\n\u{1}").unwrap());
     }
+    /// The sink analytics' hop decoder (`HopLayout`: the node ID, the three
+    /// metrics, the two timestamps and the hop's length by the bitmap)
+    /// reads what `decode_hop` reads from the same bytes, for every
+    /// combination of the nine defined instruction bits; a value of all
+    /// ones (the queue's 24 bits) is absent to the analytics.
+    #[test]
+    fn the_analytics_hop_decoder_reads_what_the_collector_decodes() {
+        use dataplane::int::analytics::cache::{HOP_LATENCY, QUEUE, TX_UTIL};
+        use dataplane::int::analytics::HopLayout;
+        for bits in 0u16..512 {
+            let bitmap = bits << 7;
+            let len = hop_words(bitmap) * 4;
+            let l = HopLayout::of(bitmap);
+            assert_eq!(l.hop_len, len, "{bitmap:#06x}");
+            // Distinct bytes, then every field of all ones in turn.
+            for ones in [None, Some(0), Some(1), Some(2)] {
+                let mut b: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(37).wrapping_add(bits as u8)).collect();
+                let at = |m: usize| l.metric[m].map(|o| o as usize);
+                if let Some(o) = ones.and_then(at) {
+                    b[o..o + 4].fill(0xff);
+                }
+                let d = decode_hop(bitmap, &b, false).expect("a whole hop");
+                let node = l.node_id.map(|o| u32::from_be_bytes(b[o as usize..o as usize + 4].try_into().unwrap()));
+                assert_eq!(node, d.node_id, "{bitmap:#06x}");
+                // (Present, all ones: absent; not in the bitmap: None.)
+                let want = |v: Option<u32>, all: u32| v.map(|v| (v != all).then_some(v));
+                assert_eq!(l.value(&b, HOP_LATENCY), want(d.hop_latency_ns, u32::MAX), "{bitmap:#06x} {ones:?}");
+                assert_eq!(l.value(&b, QUEUE), want(d.queue_occupancy, 0xff_ffff), "{bitmap:#06x} {ones:?}");
+                assert_eq!(l.value(&b, TX_UTIL), want(d.tx_util, u32::MAX), "{bitmap:#06x} {ones:?}");
+                assert_eq!(l.timestamps(&b), d.ingress_ts_ns.zip(d.egress_ts_ns), "{bitmap:#06x}");
+            }
+        }
+    }
 }
