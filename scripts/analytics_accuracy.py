@@ -51,6 +51,8 @@ import subprocess
 import sys
 import time
 
+from detect_reduction import sink_config
+
 METRICS = ["hop_latency", "queue", "tx_util"]
 # The switch's default bins (README "INT sink analytics"):
 # (kind, width or sub, count).
@@ -69,34 +71,14 @@ def lower_edge(metric, i):
     return i if i < p else (p + i % p) << (i // p - 1)
 
 
-def config(args, work, pcap, sock, listen, queue_t, extra):
-    return f"""name = "anacc"
-mode = "xconnect"
-[eal]
-lcores = "0-1"
-memory_mb = 512
-file_prefix = "anacc-{os.getpid()}"
-log_level = "error"
-[dataplane]
-idle = {"true" if args.idle else "false"}
-mbufs = 16383
-[flow_table]
-learn = false
-[control]
-socket = "{sock}"
-metrics = ""
-[[port]]
-name = "p0"
-device = "net_pcap0,rx_pcap={pcap}"
-peer = "p1"
-[[port]]
-name = "p1"
-device = "net_null0,no-rx=1"
-peer = "p0"
-[int]
-node_id = 9
-edge_ports = ["p1"]
-[[int.collector]]
+def config(args, pcap, sock, listen, queue_t, extra):
+    return sink_config(
+        "anacc",
+        pcap,
+        sock,
+        args.idle,
+        "",
+        f"""[[int.collector]]
 address = "{listen}"
 [int.analytics]
 {extra}
@@ -107,7 +89,8 @@ name = "all"
 algorithm = "per_flow"
 metric = "e2e_latency"
 threshold = 20000
-"""
+""",
+    )
 
 
 def intctl(args, sock, *cmd):
@@ -130,7 +113,7 @@ def run(args, work, name, pcap, packets, queue_t, extra):
     sock = os.path.join(work, name + ".sock")
     listen = "127.0.0.1:%d" % (20000 + (os.getpid() + len(name)) % 30000)
     conf = os.path.join(work, name + ".toml")
-    open(conf, "w").write(config(args, work, pcap, sock, listen, queue_t, extra))
+    open(conf, "w").write(config(args, pcap, sock, listen, queue_t, extra))
     # (Into a file: a pipe nobody reads until the end would stall it.)
     col_out = open(os.path.join(work, name + ".collector.jsonl"), "w+")
     col = subprocess.Popen(

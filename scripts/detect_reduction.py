@@ -66,19 +66,19 @@ def rule(algo, thr_ns, rise_ns):
     return r
 
 
-def run(args, work, pcap, packets, algo, thr_ns):
-    name = "detred"
-    sock = os.path.join(work, "sw.sock")
-    out = os.path.join(work, "reports.pcap")
-    cfg = f"""name = "{name}"
+def sink_config(name, pcap, sock, idle, ports, int_tail):
+    """A sink's config: p0 replays `pcap` once into p1, the INT edge
+    (node 9); `ports` more [[port]] sections, `int_tail` the rest of
+    [int] (collectors, analytics, rules). analytics_accuracy.py uses it too."""
+    return f"""name = "{name}"
 mode = "xconnect"
 [eal]
 lcores = "0-1"
 memory_mb = 512
-file_prefix = "detred-{os.getpid()}"
+file_prefix = "{name}-{os.getpid()}"
 log_level = "error"
 [dataplane]
-idle = true
+idle = {"true" if idle else "false"}
 mbufs = 16383
 [flow_table]
 learn = false
@@ -93,14 +93,27 @@ peer = "p1"
 name = "p1"
 device = "net_null0,no-rx=1"
 peer = "p0"
-[[port]]
+{ports}[int]
+node_id = 9
+edge_ports = ["p1"]
+{int_tail}"""
+
+
+def run(args, work, pcap, packets, algo, thr_ns):
+    sock = os.path.join(work, "sw.sock")
+    out = os.path.join(work, "reports.pcap")
+    ports = f"""[[port]]
 name = "p2"
 device = "net_pcap2,tx_pcap={out}"
 peer = "p2"
-[int]
-node_id = 9
-edge_ports = ["p1"]
-[[int.collector]]
+"""
+    cfg = sink_config(
+        "detred",
+        pcap,
+        sock,
+        True,
+        ports,
+        f"""[[int.collector]]
 address = "10.99.0.2:32766"
 port = "p2"
 mac = "02:00:00:00:00:99"
@@ -108,7 +121,8 @@ bind = "10.99.0.1:32766"
 [int.analytics]
 histogram_nodes = 0
 
-{rule(algo, thr_ns, args.rise_us * 1000)}"""
+{rule(algo, thr_ns, args.rise_us * 1000)}""",
+    )
     conf = os.path.join(work, "c.toml")
     open(conf, "w").write(cfg)
     sw = subprocess.Popen(
