@@ -1434,5 +1434,7 @@ fn the_accuracy_run_finds_exact_histograms_and_accounts_every_record() {
         l.split(' ').find_map(|f| f.strip_prefix(&format!("{k}="))).unwrap().parse().unwrap()
     };
     assert!(field(lines[1], "events_ring_full") > 0 && field(lines[1], "flows_ring_full") > 0, "{}", lines[1]);
-    assert!(lines[1].contains("events_accounted=yes") && lines[1].contains("flows_accounted=yes"), "{}", lines[1]);
+    for want in ["events_accounted=yes", "flows_accounted=yes", "delivery_accounted=yes"] {
+        assert!(lines[1].contains(want), "{want}: {}", lines[1]);
+    }
 }
