@@ -62,18 +62,18 @@ import time
 from detect_reduction import sink_config
 
 METRICS = ["hop_latency", "queue", "tx_util"]
-# The switch's default bins (README "INT sink analytics"):
-# (kind, width or sub, count).
+# The switch's default bins (README "INT sink analytics"): (kind, width
+# or sub). The last bin's count is not needed for its lower edge.
 BINS = {
-    "hop_latency": ("log2", 8, None),
-    "e2e_latency": ("log2", 8, None),
-    "queue": ("linear", 1, 512),
-    "tx_util": ("linear", 100, 101),
+    "hop_latency": ("log2", 8),
+    "e2e_latency": ("log2", 8),
+    "queue": ("linear", 1),
+    "tx_util": ("linear", 100),
 }
 
 
 def lower_edge(metric, i):
-    kind, p, _ = BINS[metric]
+    kind, p = BINS[metric]
     if kind == "linear":
         return i * p
     return i if i < p else (p + i % p) << (i // p - 1)
@@ -99,6 +99,11 @@ metric = "e2e_latency"
 threshold = 20000
 """,
     )
+
+
+def records_sent(final):
+    """The analytics records the switch's control core sent its collectors."""
+    return sum(c["records"] for c in final.get("int_analytics", {}).get("collectors", []))
 
 
 def intctl(args, sock, *cmd):
@@ -151,8 +156,9 @@ def run(args, work, name, pcap, packets, queue_t, extra):
 
         def flushed():
             a = intctl(args, sock, "show", "int", "analytics")
-            return a is not None and a["counters"].get("int_flow_flushed", 0) > 0 and a
-        a = wait("the flush", flushed)
+            return a is not None and a["counters"].get("int_flow_flushed", 0) > 0
+
+        wait("the flush", flushed)
         time.sleep(0.5)
         sw.send_signal(signal.SIGTERM)
         final = json.loads(sw.communicate(timeout=60)[0].strip().splitlines()[-1])
@@ -161,7 +167,7 @@ def run(args, work, name, pcap, packets, queue_t, extra):
         # early, it would leave the last records in its socket. Until it
         # has printed every record the switch sent, or printed nothing
         # more for 5 s (the rest lost, which the check then shows).
-        sent = sum(c["records"] for c in final.get("int_analytics", {}).get("collectors", []))
+        sent = records_sent(final)
         size, still = -1, time.monotonic()
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and time.monotonic() - still < 5:
@@ -184,7 +190,7 @@ def run(args, work, name, pcap, packets, queue_t, extra):
             lines.append(json.loads(l))
         except ValueError:
             pass
-    return final, a, lines
+    return final, lines
 
 
 def hist_error(truth, records):
@@ -288,24 +294,25 @@ def main():
         else:
             sys.exit("analytics_accuracy: --runs: below or above, not %s" % name)
         want = reference(args, pcap, queue_t)
-        final, shown, lines = run(args, args.work, name, pcap, packets, queue_t, extra)
+        final, lines = run(args, args.work, name, pcap, packets, queue_t, extra)
         ev = final["events"]
         records = [v for v in lines if str(v.get("type", "")).startswith("int_")]
         summary = next((v["int_flow_summary"] for v in lines if "int_flow_summary" in v), {})
         # Records the switch sent, and those intcollector counts lost (its
         # sequence gaps: the socket's drops when it falls behind).
-        sent = sum(c["records"] for c in final.get("int_analytics", {}).get("collectors", []))
+        sent = records_sent(final)
         lost = summary.get("records_lost", 0)
-        rx_missed = sum(p.get("imissed", 0) + p.get("rx_nombuf", 0) for p in final.get("ports", []))
+        rx_missed = sum(p["ethdev"]["imissed"] + p["ethdev"]["rx_nombuf"] for p in final["ports"])
+        sunk = final["int"]["counters"]["int_sunk"] if "int" in final else ev["int_sunk"]
         bins, err = hist_error(truth, records)
         got_events = sorted(event_view(v) for v in records if v["type"] == "int_event")
         want_events = sorted(json.dumps(e) for e in want["events"])
         flows = [v for v in records if v["type"] == "int_flow"]
-        ok = err == 0 and rx_missed == 0 and ev.get("int_sunk", packets) == packets
+        ok = err == 0 and rx_missed == 0 and sunk == packets
         line = "case=int-sink-analytics-accuracy run=%s packets=%d sunk=%d rx_missed=%d hist_bins=%d hist_error_pct=%.2f" % (
             name,
             packets,
-            final["int"]["counters"]["int_sunk"] if "int" in final else ev.get("int_sunk", 0),
+            sunk,
             rx_missed,
             bins,
             err,
