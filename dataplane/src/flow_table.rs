@@ -158,8 +158,11 @@ impl FlowTable {
     }
 
     /// As `hit`, for a flow whose action `takes` accepts; one whose action
-    /// it refuses is left as it was (`Err`, with that action).
-    #[inline]
+    /// it refuses is left as it was (`Err`, with that action). Always
+    /// inlined: the quick path's `takes` and its match on the answer then
+    /// fold into one branch; as a hint, the action's compare and the
+    /// `Result` stayed in the code.
+    #[inline(always)]
     pub fn hit_if(
         &mut self,
         key: &FlowKey,
