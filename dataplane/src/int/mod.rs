@@ -285,6 +285,24 @@ impl Lengths {
         }
     }
 
+    /// `write_ip` and `set_dscp` with one IPv4 checksum update for both
+    /// words (the DSCP domain's sink restores the DSCP as it shrinks the
+    /// packet).
+    #[inline(always)]
+    fn write_ip_dscp(&self, b: &mut [u8], meta: &PacketMeta, delta: i32, d: u8) {
+        if meta.key.ip_version() != 4 {
+            self.write_ip(b, meta, delta);
+            return set_dscp(b, meta, d);
+        }
+        let ip = view_mut::<IP_LEN_VIEW>(b, meta.l3_offset);
+        let new = (self.ip_len as i32 + delta) as u16;
+        let old_w0 = be16(ip, 0);
+        ip[1] = (d << 2) | (ip[1] & 0x03);
+        put16(ip, 2, new);
+        let c = adjust(self.ip_csum, old_w0 as u32 + self.ip_len as u32, be16(ip, 0) as u32 + new as u32);
+        put16(ip, 10, c);
+    }
+
     /// Fixes the L4 header after `delta` bytes were inserted into (or
     /// removed from) the segment at an even offset, the one's-complement
     /// sum of the bytes that changed going from `old` to `new`: the UDP
@@ -791,9 +809,10 @@ pub fn sink_block(
             }
             lens.write_l4(b, meta, -(total as i32), old, new);
             // After the length: write_ip sets the IPv4 checksum from the one read.
-            lens.write_ip(b, meta, -(total as i32));
             if npt == 0 {
-                set_dscp(b, meta, (saved as u8) >> 2);
+                lens.write_ip_dscp(b, meta, -(total as i32), (saved as u8) >> 2);
+            } else {
+                lens.write_ip(b, meta, -(total as i32));
             }
             total
         }
