@@ -297,7 +297,7 @@ impl Lengths {
         let ip = view_mut::<IP_LEN_VIEW>(b, meta.l3_offset);
         let new = (self.ip_len as i32 + delta) as u16;
         let old_w0 = be16(ip, 0);
-        ip[1] = (d << 2) | (ip[1] & 0x03);
+        ip[1] = with_dscp(ip[1], d);
         put16(ip, 2, new);
         let c = adjust(self.ip_csum, old_w0 as u32 + self.ip_len as u32, be16(ip, 0) as u32 + new as u32);
         put16(ip, 10, c);
@@ -368,19 +368,25 @@ pub fn dscp(b: &[u8], meta: &PacketMeta) -> u8 {
     }
 }
 
+/// A TOS or traffic class byte with DSCP `d` and the ECN bits of `tos`.
+#[inline(always)]
+fn with_dscp(tos: u8, d: u8) -> u8 {
+    (d << 2) | (tos & 0x03)
+}
+
 /// Rewrites the DSCP, keeping ECN (and the IPv4 header checksum right).
-/// Always inlined: a few stores and a checksum update, less work than the
-/// call its five callers had left it behind.
+/// Always inlined: a few stores and a checksum update, less work than a
+/// call (which left it out of line behind its callers).
 #[inline(always)]
 pub fn set_dscp(b: &mut [u8], meta: &PacketMeta, d: u8) {
     let l3 = meta.l3_offset;
     if meta.key.ip_version() == 4 {
         let old = rd16(b, l3);
-        b[l3 + 1] = (d << 2) | (b[l3 + 1] & 0x03);
+        b[l3 + 1] = with_dscp(b[l3 + 1], d);
         let c = checksum::update16(rd16(b, l3 + 10), old, rd16(b, l3));
         wr16(b, l3 + 10, c);
     } else {
-        let tc = (d << 2) | ((b[l3 + 1] >> 4) & 0x03);
+        let tc = with_dscp(b[l3 + 1] >> 4, d);
         b[l3] = (b[l3] & 0xf0) | (tc >> 4);
         b[l3 + 1] = (b[l3 + 1] & 0x0f) | (tc << 4);
     }
@@ -808,7 +814,8 @@ pub fn sink_block(
                 (old, new) = (old + meta.key.dst_port() as u32, saved as u32);
             }
             lens.write_l4(b, meta, -(total as i32), old, new);
-            // After the length: write_ip sets the IPv4 checksum from the one read.
+            // After the length: write_ip (and write_ip_dscp) set the IPv4
+            // checksum from the one read.
             if npt == 0 {
                 lens.write_ip_dscp(b, meta, -(total as i32), (saved as u8) >> 2);
             } else {
