@@ -57,6 +57,9 @@ pub struct Thresholds {
     by_elapsed: bool,
     /// Some count has a nonzero probability (otherwise Base B is Base A).
     any: bool,
+    /// From this label count on, f is 1 (F1 and tables ending in 1: a
+    /// labeled packet's outcome is known without the threshold's lookup).
+    certain_from: usize,
 }
 
 impl Thresholds {
@@ -74,7 +77,18 @@ impl Thresholds {
         for (n, t) in thr.iter_mut().enumerate().take(top + 1) {
             *t = (p(n).clamp(0.0, 1.0) * ONE as f64).round() as u64;
         }
-        Thresholds { thr, max_index: top, by_elapsed: matches!(f, LabelFn::F3), any: thr.iter().any(|&t| t > 0) }
+        let by_elapsed = matches!(f, LabelFn::F3);
+        let certain_from = match (0..=top).rev().take_while(|&n| thr[n] >= ONE).last() {
+            Some(n) if !by_elapsed => n,
+            _ => usize::MAX,
+        };
+        Thresholds { thr, max_index: top, by_elapsed, any: thr.iter().any(|&t| t > 0), certain_from }
+    }
+
+    /// Whether f(n) is 1 for a packet carrying `n` labels.
+    #[inline(always)]
+    pub fn certain(&self, n: usize) -> bool {
+        n >= self.certain_from
     }
 
     /// The threshold for a packet carrying `n` labels, `elapsed` ticks
@@ -216,12 +230,15 @@ impl LabelPorts {
         // T1 = 0 is no rest at all, also for a packet of the burst whose
         // label set LT (CT is the burst's receive time).
         let rest = times.rest_at(s);
-        if f.any && (rest == 0 || elapsed > rest) && {
-            // No draw where f(n) is 0 (an unlabeled packet under F1-F3) or
-            // 1 (a labeled one under F1): the outcome is certain.
-            let thr = f.threshold(n, elapsed, times.interval);
-            thr > 0 && (thr >= ONE || (draw() as u64) < thr)
-        } {
+        if f.any
+            && (rest == 0 || elapsed > rest)
+            && (f.certain(n) || {
+                // No draw where f(n) is 0 (an unlabeled packet under F1-F3) or
+                // 1: the outcome is certain.
+                let thr = f.threshold(n, elapsed, times.interval);
+                thr > 0 && (thr >= ONE || (draw() as u64) < thr)
+            })
+        {
             p.lt.store(ct, Relaxed);
             return Some(Claim { port, kind: Kind::Probabilistic, prev: lt, ct });
         }

@@ -179,7 +179,8 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         // The label bytes this packet carries on to the next hop (the
         // occupation of the link by labels).
         let carried = match (&block, changed) {
-            (Some(b), _) => b.total + if changed { hop_words(b.bitmap) * 4 } else { 0 },
+            // A push adds HopML words (`transit_block` checked the bitmap's).
+            (Some(b), _) => b.total + if changed { b.hop_ml * 4 } else { 0 },
             (None, true) => first_label_len(spec, meta),
             (None, false) => 0,
         };

@@ -95,6 +95,29 @@ fn a_certain_outcome_takes_no_draw() {
     assert!(ports.decide(0, 10 * T + 100, 2, times(T, 0), &th, || 0).is_some());
 }
 
+#[test]
+fn certain_is_f_of_one_for_every_count_from_it_on() {
+    let fs = [
+        LabelFn::F1,
+        LabelFn::F2,
+        LabelFn::F3,
+        LabelFn::Table(vec![0.0, 1.0, 0.5]),
+        LabelFn::Table(vec![0.2, 1.0, 1.0]),
+        LabelFn::Table(vec![1.0]),
+        LabelFn::Table(vec![0.0]),
+    ];
+    for f in fs {
+        let th = Thresholds::new(&f, 5);
+        for n in 0..20 {
+            // F3 scales by the time since the label: never certain by n.
+            let one_from_here = !matches!(f, LabelFn::F3) && (n..20).all(|m| th.probability(m) == 1.0);
+            assert_eq!(th.certain(n), one_from_here, "{f:?} n={n}");
+        }
+    }
+    assert!(Thresholds::new(&LabelFn::F1, 5).certain(1));
+    assert!(!Thresholds::new(&LabelFn::F2, 5).certain(3) && Thresholds::new(&LabelFn::F2, 5).certain(4));
+}
+
 /// Probabilistic labels only: every packet comes after the rest time but
 /// within T of a label that was (so the interval never fires).
 fn empirical_rate(f: &Thresholds, n: usize, elapsed: u64, trials: u32) -> f64 {
