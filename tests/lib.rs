@@ -376,7 +376,9 @@ pub fn udp_exchange(h1: &str, h2: &str, dst: &str, port: u16, count: usize, tos:
         if dst.contains(':') { ("AF_INET6", 41, 66, 67) } else { ("AF_INET", 0, 13, 1) };
     let server = format!(
         "import socket\ns=socket.socket(socket.{fam},socket.SOCK_DGRAM)\ns.setsockopt({level},{recv_opt},1)\n\
-s.bind(('{dst}',{port}))\ns.settimeout(10)\ngot=set()\nwhile len(got)<{count}:\n  b,anc,_,_=s.recvmsg(4096,64)\n  \
+s.bind(('{dst}',{port}))\ns.settimeout(10)\ngot=set()\nwhile len(got)<{count}:\n  \
+try:\n    b,anc,_,_=s.recvmsg(4096,64)\n  \
+except TimeoutError:\n    raise SystemExit('10 s without a datagram; missing %s' % sorted(set(range({count}))-got)[:20])\n  \
 i=int(b[:6])\n  assert b==b'%06d'%i+bytes((i+k)%251 for k in range(100+i)), 'corrupt datagram %d'%i\n  \
 tos=[d[0] if len(d)==1 else int.from_bytes(d,'little') for (l,t,d) in anc]\n  \
 assert tos==[{tos}], 'datagram %d arrived with TOS %s' % (i,tos)\n  got.add(i)\nprint(len(got))\n"
@@ -388,10 +390,26 @@ time.sleep(0.003)\n"
     );
     let h2n = h2.to_string();
     let srv = std::thread::spawn(move || ns_try(&h2n, &["timeout", "30", "python3", "-c", &server]));
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    wait_udp_bound(h2, port);
     ns(h1, &["python3", "-c", &client]);
     let (ok, out) = srv.join().unwrap();
     assert!(ok && out.trim() == count.to_string(), "UDP to {dst}:{port}: {out}");
+}
+
+/// Waits (up to 10 s) until a UDP socket in namespace `ns` is bound to
+/// `port`: a datagram sent before its receiver exists is lost, and on a
+/// loaded host Python can take longer to start than any fixed pause.
+pub fn wait_udp_bound(ns: &str, port: u16) {
+    let local = format!(":{port}");
+    for _ in 0..200 {
+        // `ss -Hlun`: state, queues, local address:port, peer (`*`).
+        let (_, out) = ns_try(ns, &["ss", "-Hlun"]);
+        if out.lines().any(|l| l.split_whitespace().nth(3).is_some_and(|a| a.ends_with(&local))) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("no UDP socket bound to port {port} in {ns} after 10 s");
 }
 
 /// The report lines of an intcollector `--json` log (not the summary),
