@@ -57,8 +57,9 @@ pub struct Thresholds {
     by_elapsed: bool,
     /// Some count has a nonzero probability (otherwise Base B is Base A).
     any: bool,
-    /// From this label count on, f is 1 (F1 and tables ending in 1: a
-    /// labeled packet's outcome is known without the threshold's lookup).
+    /// From this label count on, f is 1 (F1 from 1, F2 from MAX_hop - 1,
+    /// tables ending in ones; never F3): a labeled packet's outcome is
+    /// known without the threshold's lookup.
     certain_from: usize,
 }
 
