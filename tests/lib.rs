@@ -399,7 +399,7 @@ time.sleep(0.003)\n"
 /// Waits (up to 10 s) until a UDP socket in namespace `ns` is bound to
 /// `port`: a datagram sent before its receiver exists is lost, and on a
 /// loaded host Python can take longer to start than any fixed pause.
-pub fn wait_udp_bound(ns: &str, port: u16) {
+fn wait_udp_bound(ns: &str, port: u16) {
     let local = format!(":{port}");
     for _ in 0..200 {
         // `ss -Hlun`: state, queues, local address:port, peer (`*`).
