@@ -121,6 +121,17 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
     let stats: Value = serde_json::from_str(&get(port, "/api/stats").unwrap()).unwrap();
     assert!(stats["requests"].as_u64().unwrap() >= 4, "{stats}");
 
+    // The terminal view shows reports, intervals and the sink analytics'
+    // flow records (every 5 s), and survives every line the collector prints.
+    let lines = |p: &str| output().lines().filter(|l| l.starts_with(p)).count();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lines("FLOW  ") == 0 {
+        assert!(Instant::now() < deadline, "the view showed no flow record:\n{}", output());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(lines("INT   ") > 0 && lines("AM-PM ") > 0, "{}", output());
+    assert!(!output().contains("Traceback") && lines("demo_view:") == 0, "{}", output());
+
     // Ctrl-C: the summary, then nothing left.
     assert!(namespaces().len() >= 6, "{:?}", namespaces());
     Command::new("kill").args(["-INT", &demo.0.id().to_string()]).status().unwrap();
