@@ -1354,6 +1354,8 @@ fn print_flow_entries(r: &ia::FlowEntries) {
         println!("no entry for this flow");
     }
     let mean = |a: &ia::AggView| a.mean.map_or("-".to_string(), |m| m.to_string());
+    // (A metric with no value yet, such as an unknown TX utilisation, has no latest either.)
+    let last = |a: &ia::AggView| if a.count > 0 { a.last.to_string() } else { "-".to_string() };
     for e in &r.entries {
         println!(
             "worker {}: {} packets, first {} last {} ns, {} hops, e2e latency last {} mean {} ns",
@@ -1362,7 +1364,7 @@ fn print_flow_entries(r: &ia::FlowEntries) {
             e.first_ns,
             e.last_ns,
             e.hops,
-            e.e2e_latency.last,
+            last(&e.e2e_latency),
             mean(&e.e2e_latency)
         );
         table(
@@ -1383,11 +1385,11 @@ fn print_flow_entries(r: &ia::FlowEntries) {
                     vec![
                         i.to_string(),
                         h.node_id.to_string(),
-                        h.hop_latency.last.to_string(),
+                        last(&h.hop_latency),
                         mean(&h.hop_latency),
-                        h.queue.last.to_string(),
+                        last(&h.queue),
                         mean(&h.queue),
-                        h.tx_util.last.to_string(),
+                        last(&h.tx_util),
                         mean(&h.tx_util),
                     ]
                 })
