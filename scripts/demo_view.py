@@ -115,6 +115,12 @@ def summary():
             print(f"AM-PM intervals {a.get('intervals_joined')} joined ({a.get('intervals_partial')} partial), "
                   f"loss {a.get('loss_packets')} packets, mean delay {ms(a.get('delay_mean_ns'))}, "
                   f"records lost {a.get('records_lost')}")
+        elif "int_flow_summary" in v:
+            a = v["int_flow_summary"]
+            kinds = lambda d: ", ".join(f"{k} {n}" for k, n in sorted((d or {}).items()))
+            print(f"analytics: {a.get('records')} flow records ({kinds(a.get('by_reason')) or 'none'}), "
+                  f"{a.get('events')} events ({kinds(a.get('by_event')) or 'none'}), "
+                  f"{a.get('hist_lines')} histogram lines, {a.get('records_lost')} lost (sequence gaps)")
         elif "web_summary" in v:
             w = v["web_summary"]
             print(f"dashboard: {w.get('requests')} requests, {w.get('skipped')} points skipped, "

@@ -354,18 +354,27 @@ def up(topo):
 
 def down(topo):
     st = load_state(topo)
-    pids = [p for p in st.get("pids", {}).values() if alive(p)]
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.time() + 15
-    while any(alive(p) for p in pids) and time.time() < deadline:
-        time.sleep(0.1)
-    for p in pids:
-        if alive(p):
-            os.kill(p, signal.SIGKILL)
+    # Switches first: a stopping switch exports what it still holds (flow
+    # records with reason stop, the last histogram snapshot) to collectors
+    # that must still be there to take them; then the collectors.
+    procs = st.get("pids", {})
+    switches = set(st.get("sockets", {}))
+    for phase in ([p for n, p in procs.items() if n in switches], [p for n, p in procs.items() if n not in switches]):
+        pids = [p for p in phase if alive(p)]
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 15
+        while any(alive(p) for p in pids) and time.time() < deadline:
+            time.sleep(0.1)
+        for p in pids:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+        if pids:
+            # (What the switches sent in their last moments reaches the collectors.)
+            time.sleep(0.3)
     # Anything else still running inside our namespaces goes too.
     for n in topo.all_ns():
         if os.path.exists(f"/run/netns/{n}"):

@@ -143,6 +143,8 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
     let text = output();
     assert!(text.contains("=== summary") && text.contains("INT reports") && text.contains("AM-PM intervals"), "{text}");
     assert!(text.contains("0 lost (sequence gaps)"), "{text}");
+    // The switches stop before the collector: their last flow records (reason stop) arrive.
+    assert!(text.lines().any(|l| l.starts_with("analytics: ") && l.contains("stop ")), "{text}");
     assert!(namespaces().is_empty(), "{:?}", namespaces());
     assert!(get(port, "/").is_none(), "the collector still serves");
 }
