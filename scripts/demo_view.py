@@ -19,6 +19,10 @@ def ms(ns):
     return "-" if ns is None else f"{ns / 1e6:.2f} ms"
 
 
+def endpoints(f):
+    return f"{f.get('src')}:{f.get('src_port')} > {f.get('dst')}:{f.get('dst_port')}"
+
+
 def report(v):
     f = v.get("flow", {})
     hops = v.get("hops", [])
@@ -27,33 +31,29 @@ def report(v):
     q = " | ".join(str(h.get("queue_occupancy", "-")) for h in hops)
     ts = [h.get("ingress_ts_ns") for h in hops]
     span = f"  path {ms(ts[-1] - ts[0])}" if len(ts) > 1 and None not in ts else ""
-    return (f"INT   {f.get('src')}:{f.get('src_port')} > {f.get('dst')}:{f.get('dst_port')}  "
+    return (f"INT   {endpoints(f)}  "
             f"nodes {path}  hop latency {lat} us  queue {q}{span}")
 
 
 def mean_us(agg):
     n = (agg or {}).get("count") or 0
-    return "-" if n == 0 else f"{agg.get('sum', 0) / n / 1000:.1f}"
+    return us(agg.get("sum", 0) / n if n else None)
 
 
 def flow(v):
     """An int_flow record of the sink analytics (its `hops` is a count, its
     `hop` the tracked hops' aggregates)."""
-    f = v.get("flow", {})
     hops = v.get("hop", [])
     path = " > ".join(str(h.get("node_id", "?")) for h in hops)
     lat = " | ".join(mean_us(h.get("hop_latency")) for h in hops)
-    return (f"FLOW  {f.get('src')}:{f.get('src_port')} > {f.get('dst')}:{f.get('dst_port')}  "
-            f"{v.get('reason')}  {v.get('packets')} packets  nodes {path}  "
+    return (f"FLOW  {endpoints(v.get('flow', {}))}  {v.get('reason')}  {v.get('packets')} packets  nodes {path}  "
             f"mean hop latency {lat} us  mean e2e {mean_us(v.get('e2e_latency'))} us")
 
 
 def event(v):
-    f = v.get("flow", {})
     hop = v.get("hop")
     where = "end to end" if hop is None else f"hop {hop} (node {v.get('node_id')})"
-    return (f"EVENT {','.join(v.get('events', []))} at {where}  "
-            f"{f.get('src')}:{f.get('src_port')} > {f.get('dst')}:{f.get('dst_port')}")
+    return f"EVENT {','.join(v.get('events', []))} at {where}  {endpoints(v.get('flow', {}))}"
 
 
 def interval(v):

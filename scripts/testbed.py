@@ -359,7 +359,8 @@ def down(topo):
     # that must still be there to take them; then the collectors.
     procs = st.get("pids", {})
     switches = set(st.get("sockets", {}))
-    for phase in ([p for n, p in procs.items() if n in switches], [p for n, p in procs.items() if n not in switches]):
+    phases = ([p for n, p in procs.items() if n in switches], [p for n, p in procs.items() if n not in switches])
+    for k, phase in enumerate(phases):
         pids = [p for p in phase if alive(p)]
         for p in pids:
             try:
@@ -372,7 +373,7 @@ def down(topo):
         for p in pids:
             if alive(p):
                 os.kill(p, signal.SIGKILL)
-        if pids:
+        if k == 0 and pids:
             # (What the switches sent in their last moments reaches the collectors.)
             time.sleep(0.3)
     # Anything else still running inside our namespaces goes too.
