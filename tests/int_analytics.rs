@@ -1438,3 +1438,90 @@ fn the_accuracy_run_finds_exact_histograms_and_accounts_every_record() {
         assert!(lines[1].contains(want), "{want}: {}", lines[1]);
     }
 }
+
+/// intcollector on an ephemeral port, its stdout read by a thread; the
+/// port from its start-up line on stderr.
+fn collector_on_any_port(more: &[&str]) -> (std::process::Child, std::thread::JoinHandle<String>, String) {
+    let mut child = Command::new(intswitch_tests::workspace_bin("intcollector"))
+        .args(["--listen", "127.0.0.1:0", "--json", "--quiet", "--duration", "60"])
+        .args(more)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    for _ in 0..8 {
+        let mut l = String::new();
+        if std::io::BufRead::read_line(&mut err, &mut l).unwrap() == 0 {
+            break;
+        }
+        if let Some(rest) = l.strip_prefix("intcollector: listening on ") {
+            addr = rest.split_whitespace().next().map(str::to_string);
+            break;
+        }
+    }
+    let addr = addr.expect("intcollector printed no listening line");
+    // The rest of stderr (a warning at most) is read away in the background.
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    (child, reader, addr)
+}
+
+fn signal(c: &std::process::Child, sig: &str) {
+    assert!(Command::new("kill").args([sig, &c.id().to_string()]).status().unwrap().success());
+}
+
+/// Records sent before a stop are counted, not left in the socket: the
+/// collector, stopped (SIGSTOP) while a burst of records queues on its
+/// socket, is told to stop (SIGTERM) and resumed; it drains the socket
+/// before its summary, so every record is counted and none is lost. Two
+/// stop signals (SIGINT, SIGTERM) end it at once: status 1, no summary.
+#[test]
+fn a_stopping_collector_counts_what_its_socket_already_holds() {
+    const BURST: u64 = 2_000;
+    let (c, reader, addr) = collector_on_any_port(&[]);
+    signal(&c, "-STOP");
+    let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for seq in 0..BURST {
+        let r = format!(
+            "{{\"type\":\"int_flow\",\"node\":7,\"seq\":{seq},\"reason\":\"stop\",\"packets\":1,\"hop\":[],\
+\"flow\":{{\"src\":\"10.0.0.1\",\"dst\":\"10.0.0.2\",\"proto\":17,\"sport\":{seq},\"dport\":5001}}}}"
+        );
+        tx.send_to(r.as_bytes(), &addr).unwrap();
+    }
+    signal(&c, "-TERM");
+    signal(&c, "-CONT");
+    let mut c = c;
+    assert!(c.wait().unwrap().success());
+    let text = reader.join().unwrap();
+    let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let f = lines
+        .iter()
+        .find_map(|v| v.get("int_flow_summary"))
+        .unwrap_or_else(|| panic!("no record taken: those queued at the stop were left in the socket: {text}"));
+    let s = lines.iter().find_map(|v| v.get("summary")).expect(&text);
+    assert_eq!(f["records"].as_u64(), Some(BURST), "{text}");
+    assert_eq!(f["records_lost"].as_u64(), Some(0), "{text}");
+    assert_eq!(s["datagrams"].as_u64(), Some(BURST), "{text}");
+    // At most one receive call's batch (32) may have been under way at the stop.
+    assert!(s["drained"].as_u64().unwrap() >= BURST - 32, "{text}");
+
+    let (c, reader, addr) = collector_on_any_port(&[]);
+    signal(&c, "-STOP");
+    for seq in 0..BURST {
+        tx.send_to(format!("{{\"type\":\"int_flow\",\"node\":7,\"seq\":{seq}}}").as_bytes(), &addr).unwrap();
+    }
+    signal(&c, "-INT");
+    signal(&c, "-TERM");
+    signal(&c, "-CONT");
+    let mut c = c;
+    assert_eq!(c.wait().unwrap().code(), Some(1));
+    let text = reader.join().unwrap();
+    assert!(!text.contains("summary"), "{text}");
+}

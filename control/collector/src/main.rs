@@ -31,7 +31,9 @@ mod label_cli;
 at exit (SIGINT/SIGTERM, --count or --duration) a summary: packets, reports, sequence gaps per\n\
 (node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy, datagrams, the\n\
 receive calls that took them (recvmmsg, up to 32 buffers a call) and the buffers that held a\n\
-sender's whole UDP GSO batch (gro_buffers: the socket has UDP GRO on).\n\
+sender's whole UDP GSO batch (gro_buffers: the socket has UDP GRO on), and drained: datagrams\n\
+taken after a signal or --duration asked it to stop (what the socket held then; up to 2 s of\n\
+them; a second signal exits at once, status 1, without a summary).\n\
 AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived (--json:\n\
 {flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
 mean_delay_ns, partial, clock_step, mps[...], segments[...]}; partial: an MP started during the\n\
@@ -241,6 +243,10 @@ pub(crate) fn realtime_ns() -> u64 {
 /// Datagrams one receive call takes at most.
 const RECV_BATCH: usize = 32;
 
+/// How long, at most, a stopping collector keeps taking what its socket
+/// holds (a sender that never pauses would keep it forever).
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
 /// How often, at least, a Redis batch goes out while records arrive.
 const REDIS_FLUSH: Duration = Duration::from_millis(20);
 
@@ -379,6 +385,10 @@ fn run(cli: &Cli) -> Result<(), String> {
     let gro = intcollector::recv::enable_gro(&sock);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while draining exits at once (status 1, no summary):
+        // registered first, it sees the flag the first signal set.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
+            .map_err(|e| format!("signal handler: {e}"))?;
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }
     eprintln!(
@@ -413,8 +423,21 @@ fn run(cli: &Cli) -> Result<(), String> {
     let (mut js, mut key) = (String::with_capacity(4096), String::with_capacity(128));
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
-    while !stop.load(Ordering::Relaxed) {
-        if cli.duration.is_some_and(|d| started.elapsed() >= d) {
+    // Asked to stop (a signal, --duration): the datagrams the socket already
+    // holds were sent before the stop and are still taken, decoded and
+    // counted, until the socket is empty or DRAIN_LIMIT passes.
+    let mut draining: Option<(Instant, u64)> = None;
+    loop {
+        if draining.is_none() && (stop.load(Ordering::Relaxed) || cli.duration.is_some_and(|d| started.elapsed() >= d))
+        {
+            sock.set_nonblocking(true).map_err(|e| format!("draining the socket: {e}"))?;
+            draining = Some((Instant::now(), rx.datagrams));
+        }
+        if draining.is_some_and(|(at, _)| at.elapsed() >= DRAIN_LIMIT) {
+            eprintln!(
+                "intcollector: stopped draining after {} s; datagrams still queued are not counted",
+                DRAIN_LIMIT.as_secs()
+            );
             break;
         }
         if cli.count.is_some_and(|c| t.reports + am.joined + fl.records + fl.events >= c) {
@@ -454,6 +477,9 @@ fn run(cli: &Cli) -> Result<(), String> {
                 if let Some(r) = &mut redis {
                     r.flush();
                     last_flush = Instant::now();
+                }
+                if draining.is_some() && e.kind() != std::io::ErrorKind::Interrupted {
+                    break;
                 }
                 continue;
             }
@@ -682,14 +708,21 @@ fn run(cli: &Cli) -> Result<(), String> {
     s["summary"]["datagrams"] = rx.datagrams.into();
     s["summary"]["recv_batches"] = rx.batches.into();
     s["summary"]["gro_buffers"] = rx.gro_buffers.into();
+    s["summary"]["drained"] = draining.map_or(0, |(_, from)| rx.datagrams - from).into();
     if cli.json {
         let _ = writeln!(out, "{s}");
     } else {
         let sm = &s["summary"];
         let _ = writeln!(
             out,
-            "packets {} reports {} bad {}; datagrams {} in {} receive calls ({} GRO buffers)",
-            sm["packets"], sm["reports"], sm["bad_packets"], sm["datagrams"], sm["recv_batches"], sm["gro_buffers"]
+            "packets {} reports {} bad {}; datagrams {} in {} receive calls ({} GRO buffers), {} taken after the stop",
+            sm["packets"],
+            sm["reports"],
+            sm["bad_packets"],
+            sm["datagrams"],
+            sm["recv_batches"],
+            sm["gro_buffers"],
+            sm["drained"]
         );
         for g in sm["sequence"].as_array().into_iter().flatten() {
             let _ = writeln!(out, "node {} hw_id {}: {} sequence gaps", g["node_id"], g["hw_id"], g["gaps"]);
