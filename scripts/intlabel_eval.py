@@ -107,6 +107,9 @@ def point(seconds, rate, pro=None, window_ms=100, record=None):
     sent = sum(json.loads(s.communicate()[0])["sent"] for s in senders)
     out, _ = col.communicate(timeout=seconds + 30)
     received = sum(json.loads(s.communicate()[0] or '{"received": 0}')["received"] for s in sinks)
+    for f in ready:
+        if os.path.exists(f):
+            os.unlink(f)
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     if record:
         with open(record, "w") as fh:

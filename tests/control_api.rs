@@ -84,11 +84,16 @@ fn rx_beyond(d: &Scratch, than: u64) -> bool {
 }
 
 fn http_get(addr: &str, path: &str) -> String {
+    http_raw(addr, format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+}
+
+/// Sends `request` as it is and reads the answer to the end.
+fn http_raw(addr: &str, request: &[u8]) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
+    s.write_all(request).unwrap();
+    let mut body = Vec::new();
+    s.read_to_end(&mut body).unwrap();
+    String::from_utf8_lossy(&body).into_owned()
 }
 
 #[test]
@@ -263,8 +268,18 @@ fn every_command_round_trips() {
     assert!(body.contains("intswitch_ethdev_ipackets_total{port=\"p0\"}"));
     assert!(body.contains("intswitch_worker_mac_sync_lost_total{worker=\"0\"} 0"), "{body}");
     assert!(http_get(&sw.metrics_addr(), "/other").starts_with("HTTP/1.1 404"));
+    // Another method, a request that is not HTTP, HEAD: each its own status.
+    let post = http_raw(&sw.metrics_addr(), b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+    assert!(post.starts_with("HTTP/1.1 405") && post.contains("Allow: GET, HEAD"), "{post}");
+    assert!(http_raw(&sw.metrics_addr(), b"\x16\x03\x01 hello\r\n\r\n").starts_with("HTTP/1.1 400"));
+    let head = http_raw(&sw.metrics_addr(), b"HEAD /metrics HTTP/1.1\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"), "a body after HEAD: {head}");
+    let long = [b"GET /metrics HTTP/1.1\r\nX: ".as_slice(), &[b'a'; 20_000], b"\r\n\r\n"].concat();
+    assert!(http_raw(&sw.metrics_addr(), &long).starts_with("HTTP/1.1 431"));
     let body = http_get(&sw.metrics_addr(), "/metrics");
     assert!(body.contains("intswitch_metrics_http_requests_total{result=\"not_found\"} 1"), "{body}");
+    assert!(body.contains("intswitch_metrics_http_requests_total{result=\"bad_request\"} 2"), "{body}");
+    assert!(body.contains("intswitch_metrics_http_requests_total{result=\"failed\"} 1"), "{body}");
     assert!(body.contains("intswitch_neighbour_resolution_total{result=\"no_mbuf\"} 0"), "{body}");
     // The typed view of the same: every resolution outcome is a number.
     let res = &intctl_json(&d, &["show", "counters"])["resolution"];

@@ -234,7 +234,9 @@ pub fn render(sw: &Switch, http: Option<&HttpCounters>) -> String {
     export_metrics(&mut o, sw);
     if let Some(h) = http {
         family(&mut o, "intswitch_metrics_http_requests_total", "counter", "Requests to this endpoint, by outcome.");
-        for (result, n) in [("served", &h.served), ("not_found", &h.not_found), ("failed", &h.failed)] {
+        for (result, n) in
+            [("served", &h.served), ("not_found", &h.not_found), ("bad_request", &h.bad_request), ("failed", &h.failed)]
+        {
             line(
                 &mut o,
                 format_args!(

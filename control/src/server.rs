@@ -54,6 +54,9 @@ pub struct HttpCounters {
     pub served: AtomicU64,
     /// Requests for another path (answered 404).
     pub not_found: AtomicU64,
+    /// Requests that are not HTTP/1.x (400) or use another method than GET
+    /// or HEAD (405).
+    pub bad_request: AtomicU64,
     /// Requests that failed: head too slow, too long or unreadable, the
     /// control loop busy, or the answer not written.
     pub failed: AtomicU64,
@@ -226,57 +229,140 @@ fn serve_metrics(listener: TcpListener, tx: SyncSender<Request>, http: &HttpCoun
             continue;
         };
         let counter = match serve_http(stream, &tx) {
-            Ok(true) => &http.served,
-            Ok(false) => &http.not_found,
+            Ok(HttpOutcome::Served) => &http.served,
+            Ok(HttpOutcome::NotFound) => &http.not_found,
+            Ok(HttpOutcome::BadRequest) => &http.bad_request,
             Err(_) => &http.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
+/// What the metrics endpoint answered a request (a failure is an Err).
+enum HttpOutcome {
+    Served,
+    NotFound,
+    BadRequest,
+}
+
+/// Why a request head was not read; the status that says so, if any.
+enum HeadError {
+    TooSlow,
+    TooLong,
+    Io(std::io::Error),
+}
+
 /// Reads an HTTP request head (up to the blank line) within `HTTP_HEAD_TIMEOUT`
 /// in all and `HTTP_MAX_HEAD` bytes: a client that trickles bytes in cannot
 /// hold the (one) metrics thread longer than that.
-fn read_http_head(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+fn read_http_head(stream: &mut TcpStream) -> Result<Vec<u8>, HeadError> {
     let deadline = Instant::now() + HTTP_HEAD_TIMEOUT;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     let complete = |h: &[u8]| h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n");
     while !complete(&head) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || head.len() >= HTTP_MAX_HEAD {
-            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "request head too slow or too long"));
+        if head.len() >= HTTP_MAX_HEAD {
+            return Err(HeadError::TooLong);
         }
-        stream.set_read_timeout(Some(left))?;
-        match stream.read(&mut buf)? {
-            0 => break,
-            n => head.extend_from_slice(&buf[..n]),
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(HeadError::TooSlow);
+        }
+        stream.set_read_timeout(Some(left)).map_err(HeadError::Io)?;
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(HeadError::TooSlow)
+            }
+            Err(e) => return Err(HeadError::Io(e)),
         }
     }
     Ok(head)
 }
 
-/// Answers one HTTP request: GET /metrics, anything else 404. Ok(true):
-/// metrics served; Ok(false): 404; Err: nothing or a 503 was sent.
-fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Result<bool> {
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let head = read_http_head(&mut stream)?;
-    let first = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
-    let mut parts = first.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let metrics = method == "GET" && (path == "/metrics" || path.starts_with("/metrics?"));
-    let (status, ctype, body, served) = if metrics {
-        match ask_for(tx, |reply| Request::Metrics { reply }) {
-            Ok(t) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", t, Ok(true)),
-            Err((_, m)) => ("503 Service Unavailable", "text/plain", format!("{m}\n"), Err(m)),
-        }
-    } else {
-        ("404 Not Found", "text/plain", "only /metrics is served here\n".to_string(), Ok(false))
-    };
+fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    extra: &str,
+    ctype: &str,
+    body: &str,
+    head_only: bool,
+) -> std::io::Result<()> {
     write!(
         stream,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    served.map_err(std::io::Error::other)
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n{}",
+        body.len(),
+        if head_only { "" } else { body }
+    )
+}
+
+/// Reads away (briefly, boundedly) what the client still sends after an
+/// early answer: closing with unread bytes resets the connection, and the
+/// client may lose the answer with it.
+fn close_after_answer(stream: &mut TcpStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let mut buf = [0u8; 4096];
+    for _ in 0..64 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        if !matches!(stream.read(&mut buf), Ok(n) if n > 0) {
+            break;
+        }
+    }
+}
+
+/// Answers one HTTP request: GET (or HEAD) /metrics with the text, another
+/// path 404, another method 405, a request that is not HTTP/1.x 400, a
+/// head too long 431 or too slow 408 (those two, and an unread head or
+/// no answer from the control loop (503), are Err: failed).
+fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Result<HttpOutcome> {
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let head = match read_http_head(&mut stream) {
+        Ok(h) => h,
+        Err(e) => {
+            let (status, why) = match e {
+                HeadError::TooLong => ("431 Request Header Fields Too Large", "request head over 8192 bytes"),
+                HeadError::TooSlow => ("408 Request Timeout", "request head not complete within 3 s"),
+                HeadError::Io(e) => return Err(e),
+            };
+            if respond(&mut stream, status, "", "text/plain", &format!("{why}\n"), false).is_ok() {
+                close_after_answer(&mut stream);
+            }
+            return Err(std::io::Error::other(why));
+        }
+    };
+    let first = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
+    let parts: Vec<&str> = first.split_whitespace().collect();
+    let (method, path) = match parts[..] {
+        [m, p, v] if v.starts_with("HTTP/1.") && p.starts_with('/') => (m, p),
+        _ => {
+            respond(&mut stream, "400 Bad Request", "", "text/plain", "not an HTTP/1.x request line\n", false)?;
+            close_after_answer(&mut stream);
+            return Ok(HttpOutcome::BadRequest);
+        }
+    };
+    if !(path == "/metrics" || path.starts_with("/metrics?")) {
+        respond(&mut stream, "404 Not Found", "", "text/plain", "only /metrics is served here\n", method == "HEAD")?;
+        return Ok(HttpOutcome::NotFound);
+    }
+    if method != "GET" && method != "HEAD" {
+        let body = format!("{method}: /metrics takes GET or HEAD\n");
+        respond(&mut stream, "405 Method Not Allowed", "Allow: GET, HEAD\r\n", "text/plain", &body, false)?;
+        close_after_answer(&mut stream);
+        return Ok(HttpOutcome::BadRequest);
+    }
+    match ask_for(tx, |reply| Request::Metrics { reply }) {
+        Ok(t) => {
+            respond(&mut stream, "200 OK", "", "text/plain; version=0.0.4; charset=utf-8", &t, method == "HEAD")?;
+            Ok(HttpOutcome::Served)
+        }
+        Err((_, m)) => {
+            respond(&mut stream, "503 Service Unavailable", "", "text/plain", &format!("{m}\n"), false)?;
+            Err(std::io::Error::other(m))
+        }
+    }
 }
