@@ -45,7 +45,12 @@ impl Client {
         let id = self.next_id;
         self.next_id += 1;
         let req = json!({"version": PROTOCOL_VERSION, "id": id, "cmd": cmd, "args": args});
-        writeln!(self.writer, "{req}").map_err(|e| transport(format!("sending request: {e}")))?;
+        writeln!(self.writer, "{req}").map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                transport("the switch closed the connection (stopped or restarted)".into())
+            }
+            _ => transport(format!("sending request: {e}")),
+        })?;
         let resp = self.read_line()?;
         let r: Response = serde_json::from_str(&resp).map_err(|e| transport(format!("bad response: {e}")))?;
         match (r.ok, r.result, r.error) {
@@ -75,7 +80,7 @@ impl Client {
     pub fn read_line(&mut self) -> Result<String, CallError> {
         let mut line = String::new();
         match self.reader.read_line(&mut line) {
-            Ok(0) => Err(transport("the switch closed the connection".into())),
+            Ok(0) => Err(transport("the switch closed the connection (stopped or restarted)".into())),
             Ok(_) => Ok(line),
             Err(e) => Err(transport(format!("reading response: {e}"))),
         }

@@ -57,8 +57,8 @@ pub struct HttpCounters {
     /// Requests that are not HTTP/1.x (400) or use another method than GET
     /// or HEAD (405).
     pub bad_request: AtomicU64,
-    /// Requests that failed: head too slow, too long or unreadable, the
-    /// control loop busy, or the answer not written.
+    /// Requests that failed: head too slow (408), too long (431) or
+    /// unreadable, the control loop busy (503), or the answer not written.
     pub failed: AtomicU64,
 }
 
@@ -350,8 +350,8 @@ fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Resul
         return Ok(HttpOutcome::NotFound);
     }
     if method != "GET" && method != "HEAD" {
-        let body = format!("{method}: /metrics takes GET or HEAD\n");
-        respond(&mut stream, "405 Method Not Allowed", "Allow: GET, HEAD\r\n", "text/plain", &body, false)?;
+        let body = "/metrics takes GET or HEAD\n";
+        respond(&mut stream, "405 Method Not Allowed", "Allow: GET, HEAD\r\n", "text/plain", body, false)?;
         close_after_answer(&mut stream);
         return Ok(HttpOutcome::BadRequest);
     }
