@@ -43,11 +43,18 @@ fn start_collector(listen: &str) -> (std::process::Child, std::thread::JoinHandl
 
 /// The same with more arguments.
 fn start_collector_with(listen: &str, more: &[&str]) -> (std::process::Child, std::thread::JoinHandle<String>) {
+    let c = spawn_collector(&[&["--listen", listen, "--json", "--duration", "60"], more].concat(), false);
+    std::thread::sleep(Duration::from_millis(300));
+    c
+}
+
+/// intcollector with `args`, its stdout read by a thread; its stderr piped
+/// to the caller or thrown away.
+fn spawn_collector(args: &[&str], stderr: bool) -> (std::process::Child, std::thread::JoinHandle<String>) {
     let mut child = Command::new(intswitch_tests::workspace_bin("intcollector"))
-        .args(["--listen", listen, "--json", "--duration", "60"])
-        .args(more)
+        .args(args)
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(if stderr { std::process::Stdio::piped() } else { std::process::Stdio::null() })
         .spawn()
         .unwrap();
     let mut stdout = child.stdout.take().unwrap();
@@ -56,7 +63,6 @@ fn start_collector_with(listen: &str, more: &[&str]) -> (std::process::Child, st
         let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
         s
     });
-    std::thread::sleep(Duration::from_millis(300));
     (child, reader)
 }
 
@@ -1441,20 +1447,9 @@ fn the_accuracy_run_finds_exact_histograms_and_accounts_every_record() {
 
 /// intcollector on an ephemeral port, its stdout read by a thread; the
 /// port from its start-up line on stderr.
-fn collector_on_any_port(more: &[&str]) -> (std::process::Child, std::thread::JoinHandle<String>, String) {
-    let mut child = Command::new(intswitch_tests::workspace_bin("intcollector"))
-        .args(["--listen", "127.0.0.1:0", "--json", "--quiet", "--duration", "60"])
-        .args(more)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
-        s
-    });
+fn collector_on_any_port() -> (std::process::Child, std::thread::JoinHandle<String>, String) {
+    let (mut child, reader) =
+        spawn_collector(&["--listen", "127.0.0.1:0", "--json", "--quiet", "--duration", "60"], true);
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut addr = None;
     for _ in 0..8 {
@@ -1485,7 +1480,7 @@ fn signal(c: &std::process::Child, sig: &str) {
 #[test]
 fn a_stopping_collector_counts_what_its_socket_already_holds() {
     const BURST: u64 = 2_000;
-    let (c, reader, addr) = collector_on_any_port(&[]);
+    let (c, reader, addr) = collector_on_any_port();
     signal(&c, "-STOP");
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     for seq in 0..BURST {
@@ -1512,7 +1507,7 @@ fn a_stopping_collector_counts_what_its_socket_already_holds() {
     // At most one receive call's batch (32) may have been under way at the stop.
     assert!(s["drained"].as_u64().unwrap() >= BURST - 32, "{text}");
 
-    let (c, reader, addr) = collector_on_any_port(&[]);
+    let (c, reader, addr) = collector_on_any_port();
     signal(&c, "-STOP");
     for seq in 0..BURST {
         tx.send_to(format!("{{\"type\":\"int_flow\",\"node\":7,\"seq\":{seq}}}").as_bytes(), &addr).unwrap();
