@@ -356,11 +356,12 @@ def down(topo):
     st = load_state(topo)
     # Switches first: a stopping switch exports what it still holds (flow
     # records with reason stop, the last histogram snapshot) to collectors
-    # that must still be there to take them; then the collectors.
+    # that must still be there to take them; then the collectors, which
+    # read what their sockets hold before they exit.
     procs = st.get("pids", {})
     switches = set(st.get("sockets", {}))
     phases = ([p for n, p in procs.items() if n in switches], [p for n, p in procs.items() if n not in switches])
-    for k, phase in enumerate(phases):
+    for phase in phases:
         pids = [p for p in phase if alive(p)]
         for p in pids:
             try:
@@ -373,9 +374,6 @@ def down(topo):
         for p in pids:
             if alive(p):
                 os.kill(p, signal.SIGKILL)
-        if k == 0 and pids:
-            # (What the switches sent in their last moments reaches the collectors.)
-            time.sleep(0.3)
     # Anything else still running inside our namespaces goes too.
     for n in topo.all_ns():
         if os.path.exists(f"/run/netns/{n}"):

@@ -32,6 +32,9 @@ pub struct Client {
     next_id: u64,
 }
 
+/// What a request that meets a closed socket is told.
+const CLOSED: &str = "the switch closed the connection (stopped or restarted)";
+
 impl Client {
     pub fn connect(path: &str) -> Result<Client, CallError> {
         let s = UnixStream::connect(path).map_err(|e| transport(format!("cannot connect to {path}: {e}")))?;
@@ -46,9 +49,7 @@ impl Client {
         self.next_id += 1;
         let req = json!({"version": PROTOCOL_VERSION, "id": id, "cmd": cmd, "args": args});
         writeln!(self.writer, "{req}").map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                transport("the switch closed the connection (stopped or restarted)".into())
-            }
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => transport(CLOSED.into()),
             _ => transport(format!("sending request: {e}")),
         })?;
         let resp = self.read_line()?;
@@ -80,7 +81,7 @@ impl Client {
     pub fn read_line(&mut self) -> Result<String, CallError> {
         let mut line = String::new();
         match self.reader.read_line(&mut line) {
-            Ok(0) => Err(transport("the switch closed the connection (stopped or restarted)".into())),
+            Ok(0) => Err(transport(CLOSED.into())),
             Ok(_) => Ok(line),
             Err(e) => Err(transport(format!("reading response: {e}"))),
         }
