@@ -1,13 +1,15 @@
 //! The dashboard's HTTP side: GET of its own files, the tick stream
 //! (`/events`, server-sent events) and the history (`/api/ticks`). Anything
 //! else is refused with a status: other paths 404, other methods 405,
-//! malformed or oversized requests 400, more than the connection limit 503.
+//! malformed requests 400, a head over 8 KiB 431, one not complete within
+//! 10 s 408, more than the connection limit 503. HEAD answers as GET
+//! without the body.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Hub, WebCounters};
 
@@ -53,7 +55,7 @@ pub(super) fn accept_loop(
         let _ = s.set_write_timeout(Some(IO_TIMEOUT));
         if open.load(Ordering::Relaxed) >= max {
             c.refused.fetch_add(1, Ordering::Relaxed);
-            let _ = respond(&mut s, "503 Service Unavailable", "text/plain", b"too many connections\n");
+            let _ = respond(&mut s, "503 Service Unavailable", "", "text/plain", b"too many connections\n", false);
             continue;
         }
         open.fetch_add(1, Ordering::Relaxed);
@@ -69,64 +71,112 @@ pub(super) fn accept_loop(
     }
 }
 
-fn respond(s: &mut TcpStream, status: &str, mime: &str, body: &[u8]) -> std::io::Result<()> {
+fn respond(
+    s: &mut TcpStream,
+    status: &str,
+    extra: &str,
+    mime: &str,
+    body: &[u8],
+    head_only: bool,
+) -> std::io::Result<()> {
     write!(
         s,
         "HTTP/1.1 {status}\r\nContent-Type: {mime}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
-X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
+X-Content-Type-Options: nosniff\r\n{extra}Connection: close\r\n\r\n",
         body.len()
     )?;
-    s.write_all(body)?;
+    if !head_only {
+        s.write_all(body)?;
+    }
     s.flush()
 }
 
-/// Reads the request line and headers; returns (method, path) or why not.
-fn read_request(s: &TcpStream) -> Result<(String, String), &'static str> {
-    let mut r = BufReader::new(s.take(MAX_REQUEST));
-    let mut line = String::new();
-    match r.read_line(&mut line) {
-        Ok(0) | Err(_) => return Err("no request line"),
-        Ok(_) if !line.ends_with('\n') => return Err("request line too long"),
-        Ok(_) => {}
+/// Answers a request refused before it was served, then reads away
+/// (briefly, boundedly) what the client still sends: closing with unread
+/// bytes resets the connection, and the client may lose the answer.
+fn refuse(s: &mut TcpStream, status: &str, extra: &str, why: &str) {
+    if respond(s, status, extra, "text/plain", format!("{why}\n").as_bytes(), false).is_err() {
+        return;
     }
-    let mut parts = line.split_whitespace();
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err("malformed request line");
-    };
-    if !version.starts_with("HTTP/1.") {
-        return Err("not HTTP/1.x");
-    }
-    // Headers are read (and ignored) up to the blank line.
-    loop {
-        let mut h = String::new();
-        match r.read_line(&mut h) {
-            Ok(0) | Err(_) => return Err("headers cut short"),
-            Ok(_) if !h.ends_with('\n') => return Err("headers too long"),
-            Ok(_) if h.trim().is_empty() => break,
-            Ok(_) => {}
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let mut buf = [0u8; 4096];
+    for _ in 0..64 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        if !matches!(s.read(&mut buf), Ok(n) if n > 0) {
+            break;
         }
     }
-    let path = target.split('?').next().unwrap_or("").to_string();
-    Ok((method.to_string(), path))
+}
+
+/// Why a request was not read: the status that says so (None: the client
+/// went away, nobody to answer) and the reason.
+type Unread = (Option<&'static str>, &'static str);
+
+/// Reads the request head (line and headers, up to the blank line) within
+/// `within` in all and `MAX_REQUEST` bytes, so a client that trickles
+/// bytes in holds its connection slot no longer than that; returns
+/// (method, path) or why not.
+fn read_request(s: &mut TcpStream, within: Duration) -> Result<(String, String), Unread> {
+    let deadline = Instant::now() + within;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    let complete = |h: &[u8]| h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n");
+    while !complete(&head) {
+        if head.len() as u64 > MAX_REQUEST {
+            return Err((Some("431 Request Header Fields Too Large"), "request head over 8 KiB"));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timed_out = (Some("408 Request Timeout"), "request head not complete within 10 s");
+        if left.is_zero() {
+            return Err(timed_out);
+        }
+        s.set_read_timeout(Some(left)).map_err(|_| (None, "socket error"))?;
+        match s.read(&mut buf) {
+            Ok(0) if head.is_empty() => return Err((None, "no request")),
+            Ok(0) => return Err((Some("400 Bad Request"), "request head cut short")),
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(timed_out)
+            }
+            Err(_) => return Err((None, "socket error")),
+        }
+    }
+    let bad = (Some("400 Bad Request"), "not an HTTP/1.x request line");
+    let line = head.split(|&b| b == b'\n').next().ok_or(bad)?;
+    let line = std::str::from_utf8(line).map_err(|_| bad)?;
+    let mut parts = line.split_whitespace();
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(method), Some(target), Some(version), None) if version.starts_with("HTTP/1.") => {
+            let path = target.split('?').next().unwrap_or("").to_string();
+            Ok((method.to_string(), path))
+        }
+        _ => Err(bad),
+    }
 }
 
 fn serve(mut s: TcpStream, hub: &Mutex<Hub>, c: &WebCounters, stop: &AtomicBool) {
-    let (method, path) = match read_request(&s) {
+    let (method, path) = match read_request(&mut s, IO_TIMEOUT) {
         Ok(r) => r,
-        Err(why) => {
+        Err((status, why)) => {
             c.refused.fetch_add(1, Ordering::Relaxed);
-            let _ = respond(&mut s, "400 Bad Request", "text/plain", format!("{why}\n").as_bytes());
+            if let Some(status) = status {
+                refuse(&mut s, status, "", why);
+            }
             return;
         }
     };
-    if method != "GET" {
+    let head_only = method == "HEAD";
+    if method != "GET" && !head_only {
         c.refused.fetch_add(1, Ordering::Relaxed);
-        let _ = respond(&mut s, "405 Method Not Allowed", "text/plain", b"only GET\n");
+        refuse(&mut s, "405 Method Not Allowed", "Allow: GET, HEAD\r\n", "only GET and HEAD");
         return;
     }
     if let Some(a) = ASSETS.iter().find(|a| a.path == path) {
-        let _ = respond(&mut s, "200 OK", a.mime, a.body.as_bytes());
+        let _ = respond(&mut s, "200 OK", "", a.mime, a.body.as_bytes(), head_only);
         return;
     }
     match path.as_str() {
@@ -140,25 +190,30 @@ fn serve(mut s: TcpStream, hub: &Mutex<Hub>, c: &WebCounters, stop: &AtomicBool)
                 body.push_str(t);
             }
             body.push_str("]\n");
-            let _ = respond(&mut s, "200 OK", "application/json", body.as_bytes());
+            let _ = respond(&mut s, "200 OK", "", "application/json", body.as_bytes(), head_only);
         }
         "/api/stats" => {
             let body = super::counters_json(c).to_string() + "\n";
-            let _ = respond(&mut s, "200 OK", "application/json", body.as_bytes());
+            let _ = respond(&mut s, "200 OK", "", "application/json", body.as_bytes(), head_only);
+        }
+        "/events" if head_only => {
+            let _ = s.write_all(EVENTS_HEAD.as_bytes());
         }
         "/events" => events(s, hub, c, stop),
         _ => {
             c.refused.fetch_add(1, Ordering::Relaxed);
-            let _ = respond(&mut s, "404 Not Found", "text/plain", b"not found\n");
+            let _ = respond(&mut s, "404 Not Found", "", "text/plain", b"not found\n", head_only);
         }
     }
 }
 
+/// The event stream's response head.
+const EVENTS_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+X-Content-Type-Options: nosniff\r\nConnection: keep-alive\r\n\r\n";
+
 /// The tick stream: the history first, then every tick as it closes.
 fn events(mut s: TcpStream, hub: &Mutex<Hub>, c: &WebCounters, stop: &AtomicBool) {
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
-X-Content-Type-Options: nosniff\r\nConnection: keep-alive\r\n\r\nretry: 2000\n\n";
-    if s.write_all(head.as_bytes()).is_err() {
+    if s.write_all(EVENTS_HEAD.as_bytes()).and_then(|_| s.write_all(b"retry: 2000\n\n")).is_err() {
         return;
     }
     let (history, rx) = Hub::subscribe(hub);
@@ -206,10 +261,19 @@ mod tests {
         assert!(page.starts_with("HTTP/1.1 200 OK") && page.contains("<canvas"), "{page}");
         assert!(get(a, b"GET /plot.js HTTP/1.0\r\n\r\n").contains("text/javascript"));
         assert!(get(a, b"GET /../../etc/passwd HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
-        assert!(get(a, b"POST / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+        let post = get(a, b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc");
+        assert!(post.starts_with("HTTP/1.1 405") && post.contains("Allow: GET, HEAD\r\n"), "{post}");
         assert!(get(a, b"GARBAGE\r\n\r\n").starts_with("HTTP/1.1 400"));
         let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(10_000));
-        assert!(get(a, long.as_bytes()).starts_with("HTTP/1.1 400"));
+        assert!(get(a, long.as_bytes()).starts_with("HTTP/1.1 431"));
+        // HEAD: GET's status and headers, no body.
+        let head = get(a, b"HEAD /app.js HTTP/1.1\r\n\r\n");
+        let js = get(a, b"GET /app.js HTTP/1.1\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"), "{head}");
+        assert_eq!(head, js.split("\r\n\r\n").next().unwrap().to_string() + "\r\n\r\n");
+        assert!(get(a, b"HEAD /nothing HTTP/1.1\r\n\r\n").ends_with("\r\n\r\n"));
+        let ev = get(a, b"HEAD /events HTTP/1.1\r\n\r\n");
+        assert!(ev.starts_with("HTTP/1.1 200") && ev.ends_with("\r\n\r\n"), "{ev}");
         feed.send(super::super::Point::Totals(super::super::Totals { reports: 7, ..Default::default() }));
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while !get(a, b"GET /api/ticks HTTP/1.1\r\n\r\n").contains("\"reports\":7") {
@@ -221,8 +285,35 @@ mod tests {
         assert!(ev.contains("text/event-stream") && ev.contains("\"reports\":7"), "{ev}");
         let stats = get(a, b"GET /api/stats HTTP/1.1\r\n\r\n");
         let body: serde_json::Value = serde_json::from_str(stats.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-        assert_eq!(body["refused"], 4, "{body}");
+        assert_eq!(body["refused"], 5, "{body}");
         feed.stop();
+    }
+
+    /// A head that trickles in past the time allowed is answered 408; one
+    /// cut short 400; a connection closed before a byte has nobody to answer.
+    #[test]
+    fn a_slow_or_cut_request_head_is_refused_with_its_status() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        let client = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(a).unwrap();
+            for b in b"GET / HTT" {
+                s.write_all(&[*b]).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            s
+        });
+        let (mut s, _) = l.accept().unwrap();
+        assert_eq!(read_request(&mut s, Duration::from_millis(200)).unwrap_err().0, Some("408 Request Timeout"));
+        drop(client.join().unwrap());
+        let mut c = TcpStream::connect(a).unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+        drop(c);
+        let (mut s, _) = l.accept().unwrap();
+        assert_eq!(read_request(&mut s, Duration::from_secs(5)).unwrap_err().0, Some("400 Bad Request"));
+        drop(TcpStream::connect(a).unwrap());
+        let (mut s, _) = l.accept().unwrap();
+        assert_eq!(read_request(&mut s, Duration::from_secs(5)).unwrap_err().0, None);
     }
 
     #[test]
