@@ -176,6 +176,27 @@ fn every_command_round_trips() {
     }
     let (ok, out, err) = intctl(&d, &["route", "get", "203.0.113.77"]);
     assert!(ok && out.starts_with("203.0.113.77: no route (generation "), "{out} {err}");
+    // As `ip route`: a prefix with host bits set is refused (it would be a
+    // second route to its network), and so is a gateway the switch could
+    // never resolve, unless a neighbour is configured for it there.
+    let (ok, _, err) = intctl(&d, &["route", "add", "203.0.113.1/24", "--port", "p1"]);
+    assert!(!ok && err.contains("prefix: '203.0.113.1/24' has host bits set (the network is 203.0.113.0/24)"), "{err}");
+    let (ok, _, err) = intctl(&d, &["route", "del", "198.51.100.1/24"]);
+    assert!(!ok && err.contains("has host bits set"), "{err}");
+    let off_link = ["route", "add", "203.0.113.0/24", "--port", "p1", "--via", "192.0.2.7"];
+    let (ok, _, err) = intctl(&d, &off_link);
+    assert!(!ok && err.contains("via: gateway 192.0.2.7 is on no subnet of port 'p1' (10.0.2.0/24"), "{err}");
+    std::fs::write(d.path("off.txt"), "203.0.113.0/24 p1 192.0.2.7\n").unwrap();
+    let (ok, _, err) = intctl(&d, &["route", "load", &d.path("off.txt").display().to_string()]);
+    assert!(!ok && err.contains("off.txt: 203.0.113.0/24: gateway 192.0.2.7 is on no subnet"), "{err}");
+    for args in [
+        &["neighbour", "add", "192.0.2.7", "02:00:00:00:02:07", "--port", "p1"][..],
+        &off_link,
+        &["route", "del", "203.0.113.0/24"],
+    ] {
+        let (ok, _, err) = intctl(&d, args);
+        assert!(ok, "{args:?}: {err}");
+    }
     // A routes file: added in one generation; with an error, nothing is.
     std::fs::write(d.path("more.txt"), "# two more\n203.0.113.0/24 p1 10.0.2.253\n2001:db8:99::/48 p1\n").unwrap();
     std::fs::write(d.path("bad.txt"), "192.0.2.0/24 p1\n192.0.2.0/99 p1\n").unwrap();

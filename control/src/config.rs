@@ -9,7 +9,7 @@ use dataplane::parse::FlowKey;
 use dataplane::tables::{Mode, NeighbourSpec, RouteSpec, StaticMac, TableSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::fields::{cerr, parse_host_ip, parse_ip};
+use crate::fields::{cerr, on_link, parse_host_ip, parse_ip, parse_network};
 pub use crate::fields::{
     check_name, format_mac, parse_mac, parse_prefix, parse_proto, parse_proto_name, parse_seconds, parse_unicast_mac,
     port_by_name, ConfigError, MAX_NAME_LEN,
@@ -568,12 +568,24 @@ impl Config {
         for (i, r) in self.routes.iter().enumerate() {
             routes.push(r.to_spec(&names).map_err(at("route", i))?);
         }
-        let neighbours = self
+        let neighbours: Vec<NeighbourSpec> = self
             .neighbours
             .iter()
             .enumerate()
             .map(|(i, n)| n.to_spec(&names).map_err(at("neighbour", i)))
             .collect::<Result<_, _>>()?;
+        let file_routes = routes.len() - self.routes.len();
+        for (i, r) in routes.iter().enumerate() {
+            let p = &ports[r.port as usize];
+            let subnets = PortSubnets { name: &p.name, ipv4: &p.ipv4, ipv6: &p.ipv6 };
+            check_gateway(r, &subnets, &neighbours).map_err(|e| match i.checked_sub(file_routes) {
+                Some(i) => cerr(format!("route[{i}].via"), e),
+                None => {
+                    let path = self.routes_file.as_deref().unwrap_or_default();
+                    cerr("routes_file", format!("{path}: route {}/{}: {e}", r.prefix, r.len))
+                }
+            })?;
+        }
         if mode != Mode::Bridge && !self.bridge.static_mac.is_empty() {
             return Err(cerr(
                 "bridge.static_mac",
@@ -642,7 +654,7 @@ impl Config {
 
 impl RouteConfig {
     pub fn to_spec(&self, ports: &[String]) -> Result<RouteSpec, ConfigError> {
-        let (prefix, len) = parse_prefix(&self.prefix).map_err(|e| cerr("prefix", e))?;
+        let (prefix, len) = parse_network(&self.prefix).map_err(|e| cerr("prefix", e))?;
         let port = port_by_name(ports, "port", &self.port)?;
         let gateway = self.via.as_deref().map(|v| parse_host_ip("via", v)).transpose()?;
         if gateway.is_some_and(|g| g.is_ipv4() != prefix.is_ipv4()) {
@@ -650,6 +662,39 @@ impl RouteConfig {
         }
         Ok(RouteSpec { prefix, len, port, gateway })
     }
+}
+
+/// The subnets of a port (its addresses), as routes name their gateway's.
+pub struct PortSubnets<'a> {
+    pub name: &'a str,
+    pub ipv4: &'a [([u8; 4], u8)],
+    pub ipv6: &'a [([u8; 16], u8)],
+}
+
+/// Refuses a route whose gateway the switch could never resolve: one on
+/// none of its port's subnets (an ARP or ND answer from there is not
+/// taken), unless a neighbour is configured for it on that port (as `ip
+/// route`'s `onlink`).
+pub fn check_gateway(r: &RouteSpec, port: &PortSubnets, neighbours: &[NeighbourSpec]) -> Result<(), String> {
+    let Some(g) = r.gateway else { return Ok(()) };
+    let linked = match g {
+        IpAddr::V4(a) => on_link(port.ipv4, a.octets()),
+        IpAddr::V6(a) => on_link(port.ipv6, a.octets()),
+    };
+    if linked || neighbours.iter().any(|n| n.ip == g && n.port == r.port) {
+        return Ok(());
+    }
+    let nets: Vec<String> = port
+        .ipv4
+        .iter()
+        .map(|(a, l)| format!("{}/{l}", IpAddr::from(dataplane::lpm::mask(*a, *l))))
+        .chain(port.ipv6.iter().map(|(a, l)| format!("{}/{l}", IpAddr::from(dataplane::lpm::mask(*a, *l)))))
+        .collect();
+    let on = if nets.is_empty() { "no address".to_string() } else { nets.join(", ") };
+    Err(format!(
+        "gateway {g} is on no subnet of port '{}' ({on}) and has no neighbour entry there: it could never be resolved",
+        port.name
+    ))
 }
 
 impl NeighbourConfig {
@@ -765,6 +810,11 @@ action = "drop"
             ("10.9.0.0/33 p1", "full.txt line 1: prefix:"),
             ("10.9.0.0/16 p1 10.0.2.254 extra", "full.txt line 1: line: need PREFIX PORT [VIA]"),
             ("10.9.0.0/16 p1 2001:db8::1", "full.txt line 1: via: gateway and prefix"),
+            ("10.9.0.1/16 p1", "full.txt line 1: prefix: '10.9.0.1/16' has host bits set"),
+            (
+                "2001:db8:9::/48 p0 2001:db8:2::7",
+                "full.txt: route 2001:db8:9::/48: gateway 2001:db8:2::7 is on no subnet of port 'p0' (10.0.1.0/24)",
+            ),
         ] {
             std::fs::write(dir.join("full.txt"), line).unwrap();
             let e = Config::load(cfg.to_str().unwrap()).unwrap().validate().unwrap_err().to_string();
@@ -818,6 +868,19 @@ action = "drop"
         }
     }
 
+    /// A gateway off the port's subnets is taken when a neighbour is
+    /// configured for it on that port (resolved without ARP), as `ip
+    /// route ... onlink`; a neighbour on another port does not count.
+    #[test]
+    fn an_off_link_gateway_needs_a_neighbour_on_its_port() {
+        let off = BASE.replace("via = \"10.0.2.254\"", "via = \"192.0.2.7\"");
+        let with = off.replace("ip = \"10.0.2.254\"", "ip = \"192.0.2.7\"");
+        assert!(Config::from_toml(&with).unwrap().validate().is_ok());
+        let elsewhere =
+            with.replace("mac = \"02:00:00:00:00:fe\"\nport = \"p1\"", "mac = \"02:00:00:00:00:fe\"\nport = \"p0\"");
+        assert!(err_of(&elsewhere).contains("route[0].via: gateway 192.0.2.7 is on no subnet of port 'p1'"));
+    }
+
     #[test]
     fn unknown_key_is_named() {
         let e = err_of(&BASE.replace("mode = \"router\"", "mode = \"router\"\nspeed = 3"));
@@ -836,6 +899,16 @@ action = "drop"
             ("proto = \"udp\"", "proto = \"sctpx\"", "flow[0].proto: unknown protocol"),
             ("action = \"drop\"", "action = \"forward:p7\"", "flow[0].action: no port named 'p7'"),
             ("via = \"10.0.2.254\"", "via = \"2001:db8::1\"", "route[0].via: gateway and prefix"),
+            (
+                "172.16.0.0/12",
+                "172.16.0.1/12",
+                "route[0].prefix: '172.16.0.1/12' has host bits set (the network is 172.16.0.0/12)",
+            ),
+            (
+                "via = \"10.0.2.254\"",
+                "via = \"10.0.9.9\"",
+                "route[0].via: gateway 10.0.9.9 is on no subnet of port 'p1' (10.0.2.0/24, 2001:db8:2::/64)",
+            ),
             ("via = \"10.0.2.254\"", "via = \"0.0.2.254\"", "route[0].via: '0.0.2.254' is not a host address"),
             ("ip = \"10.0.2.254\"", "ip = \"224.0.0.5\"", "neighbour[0].ip: '224.0.0.5' is not a host"),
             ("ip = \"10.0.2.254\"", "ip = \"255.255.255.255\"", "neighbour[0].ip"),

@@ -11,7 +11,7 @@ use crate::ampm::api as ampm;
 use crate::api::views as v;
 use crate::api::{response, ApiError, Command, Envelope};
 use crate::capture;
-use crate::config::parse_prefix;
+use crate::fields::parse_network;
 use crate::gpint::api as gpint;
 use crate::int::analytics::api as ia;
 use crate::int::api as int;
@@ -89,7 +89,7 @@ const ROUTES: &[(&str, Handler)] = &[
     (v::RouteAdd::NAME, |cx, env| serve(env, |a: v::RouteAdd| cx.sw.route_add(a.0.to_spec(&cx.sw.port_names())?))),
     (v::RouteDel::NAME, |cx, env| {
         serve(env, |a: v::RouteDel| {
-            let (prefix, len) = parse_prefix(&a.prefix).map_err(|e| ApiError::bad_argument("prefix", e))?;
+            let (prefix, len) = parse_network(&a.prefix).map_err(|e| ApiError::bad_argument("prefix", e))?;
             cx.sw.route_del(prefix, len)
         })
     }),

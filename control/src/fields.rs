@@ -117,6 +117,26 @@ pub fn parse_prefix(s: &str) -> Result<(IpAddr, u8), String> {
     Ok((ip, len))
 }
 
+/// Parses a route's "network/len": as `parse_prefix`, and refused with
+/// host bits set (as `ip route` does), since "10.0.0.1/8" and "10.0.0.0/8"
+/// would be two routes to one network.
+pub fn parse_network(s: &str) -> Result<(IpAddr, u8), String> {
+    let (ip, len) = parse_prefix(s)?;
+    let net = match ip {
+        IpAddr::V4(a) => IpAddr::from(dataplane::lpm::mask(a.octets(), len)),
+        IpAddr::V6(a) => IpAddr::from(dataplane::lpm::mask(a.octets(), len)),
+    };
+    if net != ip {
+        return Err(format!("'{s}' has host bits set (the network is {net}/{len})"));
+    }
+    Ok((ip, len))
+}
+
+/// Whether `ip` is on one of the subnets `addrs` (a port's addresses).
+pub fn on_link<const N: usize>(addrs: &[([u8; N], u8)], ip: [u8; N]) -> bool {
+    addrs.iter().any(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(ip, *l))
+}
+
 pub fn parse_proto(v: &toml::Value) -> Result<u8, String> {
     match v {
         toml::Value::Integer(n) if (0..=255).contains(n) => Ok(*n as u8),

@@ -552,11 +552,12 @@ enum FlowOp {
 #[derive(Subcommand)]
 enum RouteOp {
     Add {
-        /// ADDR/LEN.
+        /// NETWORK/LEN (host bits clear).
         prefix: String,
         #[arg(long)]
         port: String,
-        /// Gateway (omit for a directly connected prefix).
+        /// Gateway (omit for a directly connected prefix): on one of the
+        /// port's subnets, or with a neighbour entry on that port.
         #[arg(long)]
         via: Option<String>,
     },

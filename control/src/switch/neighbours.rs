@@ -15,6 +15,7 @@ use dataplane::worker::HeldPacket;
 
 use super::Switch;
 use crate::api::views::ResolutionCounters;
+use crate::fields::on_link;
 
 /// A packet waiting for its next hop's MAC, since when, from which worker.
 pub(super) struct Held {
@@ -46,10 +47,6 @@ impl Neighbours {
     pub(super) fn clear(&mut self) {
         self.held.clear();
     }
-}
-
-pub(super) fn on_link<const N: usize>(addrs: &[([u8; N], u8)], ip: [u8; N]) -> bool {
-    addrs.iter().any(|(p, l)| dataplane::lpm::mask(*p, *l) == dataplane::lpm::mask(ip, *l))
 }
 
 impl Switch {

@@ -56,8 +56,17 @@ impl Switch {
     }
 
     pub fn route_add(&mut self, r: RouteSpec) -> Result<Generation, ApiError> {
+        self.check_gateway(&r).map_err(|e| ApiError::bad_argument("via", e))?;
         self.spec.routes.upsert(r);
         self.commit()
+    }
+
+    /// `config::check_gateway` against the port's addresses and the
+    /// neighbours in use.
+    fn check_gateway(&self, r: &RouteSpec) -> Result<(), String> {
+        let Some(p) = self.spec.ports.get(r.port as usize) else { return Ok(()) };
+        let subnets = crate::config::PortSubnets { name: &p.name, ipv4: &p.ipv4, ipv6: &p.ipv6 };
+        crate::config::check_gateway(r, &subnets, &self.spec.neighbours)
     }
 
     pub fn route_del(&mut self, prefix: IpAddr, len: u8) -> Result<Generation, ApiError> {
@@ -77,6 +86,10 @@ impl Switch {
             return Err(ApiError::bad_argument("path", format!("{path}: need an absolute path (the switch's)")));
         }
         let loaded = crate::config::read_routes_file(path, &self.port_names(), "path")?;
+        for r in &loaded {
+            self.check_gateway(r)
+                .map_err(|e| ApiError::bad_argument("path", format!("{path}: {}/{}: {e}", r.prefix, r.len)))?;
+        }
         if !replace && loaded.len() <= dataplane::tables::MAX_REGIONS {
             // A few routes: each rebuilds its region of a copy of the tables
             // in use (as `route add` does), not a whole build.
