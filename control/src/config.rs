@@ -493,11 +493,40 @@ impl Config {
                     (IpAddr::V4(v), l) => ipv4.push((v.octets(), l)),
                     _ => return Err(cerr(k("ipv4"), format!("'{a}' is not IPv4"))),
                 }
+                port_address(a, IpAddr::from(ipv4[ipv4.len() - 1].0), ipv4[ipv4.len() - 1].1)
+                    .map_err(|e| cerr(k("ipv4"), e))?;
             }
             for a in &p.ipv6 {
                 match parse_prefix(a).map_err(|e| cerr(k("ipv6"), e))? {
                     (IpAddr::V6(v), l) => ipv6.push((v.octets(), l)),
                     _ => return Err(cerr(k("ipv6"), format!("'{a}' is not IPv6"))),
+                }
+                port_address(a, IpAddr::from(ipv6[ipv6.len() - 1].0), ipv6[ipv6.len() - 1].1)
+                    .map_err(|e| cerr(k("ipv6"), e))?;
+            }
+            for (o, op) in ports.iter().enumerate() {
+                let op: &PortPlan = op;
+                let clashes = [("ipv4", shared_subnet(&ipv4, &op.ipv4)), ("ipv6", shared_subnet(&ipv6, &op.ipv6))];
+                for (family, (mine, theirs, same)) in clashes.into_iter().filter_map(|(f, c)| Some((f, c?))) {
+                    let other = format!("port[{o}] '{}'", op.name);
+                    if same {
+                        return Err(cerr(k(family), format!("{mine} is also the address of {other}")));
+                    }
+                    if mode == Mode::Router {
+                        let why =
+                            format!("{mine} overlaps {theirs} of {other}: a router's ports are on different subnets");
+                        return Err(cerr(k(family), why));
+                    }
+                }
+            }
+            for (x, a) in ipv4.iter().enumerate() {
+                if ipv4[..x].iter().any(|b| b.0 == a.0) {
+                    return Err(cerr(k("ipv4"), format!("{} is listed twice", IpAddr::from(a.0))));
+                }
+            }
+            for (x, a) in ipv6.iter().enumerate() {
+                if ipv6[..x].iter().any(|b| b.0 == a.0) {
+                    return Err(cerr(k("ipv6"), format!("{} is listed twice", IpAddr::from(a.0))));
                 }
             }
             let peer = p.peer.as_deref().map(|n| port_index(&k("peer"), n)).transpose()?;
@@ -662,6 +691,43 @@ impl RouteConfig {
         }
         Ok(RouteSpec { prefix, len, port, gateway })
     }
+}
+
+/// Refuses what cannot be a port's own address: a multicast or
+/// unspecified one, a prefix length of 0, and below /31 (RFC 3021) the
+/// subnet's network or broadcast address.
+fn port_address(text: &str, ip: IpAddr, len: u8) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("'{text}': {why}"));
+    if len == 0 {
+        return bad("a port's address needs a prefix length of 1 or more");
+    }
+    match ip {
+        IpAddr::V4(a) if a.is_multicast() || a.is_broadcast() || a.octets()[0] == 0 => {
+            bad("not a unicast host address")
+        }
+        IpAddr::V6(a) if a.is_multicast() || a.is_unspecified() => bad("not a unicast host address"),
+        IpAddr::V4(a) if len < 31 => {
+            let host = u32::from(a) & (u32::MAX >> len);
+            match host {
+                0 => bad("the subnet's network address, not a host's"),
+                h if h == u32::MAX >> len => bad("the subnet's broadcast address, not a host's"),
+                _ => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The first address of `mine` on a subnet that one of `theirs` is on too
+/// (either's length): (mine, theirs, whether they are one address).
+fn shared_subnet<const N: usize>(mine: &[([u8; N], u8)], theirs: &[([u8; N], u8)]) -> Option<(String, String, bool)> {
+    let show = |(a, l): &([u8; N], u8)| match N {
+        4 => format!("{}/{l}", IpAddr::from(<[u8; 4]>::try_from(&a[..]).unwrap_or_default())),
+        _ => format!("{}/{l}", IpAddr::from(<[u8; 16]>::try_from(&a[..]).unwrap_or_default())),
+    };
+    mine.iter().find_map(|m| {
+        theirs.iter().find(|t| on_link(&[**t], m.0) || on_link(&[*m], t.0)).map(|t| (show(m), show(t), m.0 == t.0))
+    })
 }
 
 /// The subnets of a port (its addresses), as routes name their gateway's.
@@ -868,6 +934,18 @@ action = "drop"
         }
     }
 
+    /// Secondary addresses on one port's subnet, /31 point-to-point ends,
+    /// and (outside router mode) two ports on one subnet are all fine.
+    #[test]
+    fn addresses_a_port_may_have() {
+        let two =
+            BASE.replace("ipv4 = [\"10.0.2.1/24\"]", "ipv4 = [\"10.0.2.1/24\", \"10.0.2.9/24\", \"10.0.3.0/31\"]");
+        assert!(Config::from_toml(&two).unwrap().validate().is_ok());
+        let bridge = BASE.replace("mode = \"router\"", "mode = \"bridge\"").replace("10.0.2.1/24", "10.0.1.2/24");
+        let bridge: String = bridge.split("[[route]]").next().unwrap().to_string();
+        assert!(Config::from_toml(&bridge).unwrap().validate().is_ok(), "{bridge}");
+    }
+
     /// A gateway off the port's subnets is taken when a neighbour is
     /// configured for it on that port (resolved without ARP), as `ip
     /// route ... onlink`; a neighbour on another port does not count.
@@ -899,6 +977,46 @@ action = "drop"
             ("proto = \"udp\"", "proto = \"sctpx\"", "flow[0].proto: unknown protocol"),
             ("action = \"drop\"", "action = \"forward:p7\"", "flow[0].action: no port named 'p7'"),
             ("via = \"10.0.2.254\"", "via = \"2001:db8::1\"", "route[0].via: gateway and prefix"),
+            (
+                "ipv4 = [\"10.0.2.1/24\"]",
+                "ipv4 = [\"10.0.1.1/24\"]",
+                "port[1].ipv4: 10.0.1.1/24 is also the address of port[0] 'p0'",
+            ),
+            (
+                "ipv4 = [\"10.0.2.1/24\"]",
+                "ipv4 = [\"10.0.0.2/16\"]",
+                "port[1].ipv4: 10.0.0.2/16 overlaps 10.0.1.1/24 of port[0] 'p0'",
+            ),
+            (
+                "ipv4 = [\"10.0.2.1/24\"]",
+                "ipv4 = [\"10.0.2.0/24\"]",
+                "port[1].ipv4: '10.0.2.0/24': the subnet's network address",
+            ),
+            (
+                "ipv4 = [\"10.0.2.1/24\"]",
+                "ipv4 = [\"10.0.2.255/24\"]",
+                "port[1].ipv4: '10.0.2.255/24': the subnet's broadcast address",
+            ),
+            (
+                "ipv4 = [\"10.0.2.1/24\"]",
+                "ipv4 = [\"10.0.2.1/0\"]",
+                "port[1].ipv4: '10.0.2.1/0': a port's address needs a prefix length",
+            ),
+            (
+                "ipv4 = [\"10.0.2.1/24\"]",
+                "ipv4 = [\"224.0.0.1/24\"]",
+                "port[1].ipv4: '224.0.0.1/24': not a unicast host address",
+            ),
+            (
+                "ipv4 = [\"10.0.2.1/24\"]",
+                "ipv4 = [\"10.0.2.1/24\", \"10.0.2.1/24\"]",
+                "port[1].ipv4: 10.0.2.1 is listed twice",
+            ),
+            (
+                "ipv6 = [\"2001:db8:2::1/64\"]",
+                "ipv6 = [\"ff02::1/64\"]",
+                "port[1].ipv6: 'ff02::1/64': not a unicast host address",
+            ),
             (
                 "172.16.0.0/12",
                 "172.16.0.1/12",
