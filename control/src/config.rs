@@ -377,6 +377,16 @@ pub fn read_routes_file(path: &str, names: &[String], key: &str) -> Result<Vec<R
     Ok(routes)
 }
 
+/// What names a port's device to DPDK: a vdev's name (before its
+/// arguments), or a PCI address with its domain.
+fn device_id(dev: &str) -> String {
+    let d = dev.split(',').next().unwrap_or("").trim().to_ascii_lowercase();
+    match is_pci(&d) && d.matches(':').count() == 1 {
+        true => format!("0000:{d}"),
+        false => d,
+    }
+}
+
 fn is_pci(dev: &str) -> bool {
     // dddd:bb:dd.f or bb:dd.f
     let d = dev.split(',').next().unwrap_or("");
@@ -484,6 +494,13 @@ impl Config {
             let k = |f: &str| format!("port[{i}].{f}");
             if p.device.is_empty() {
                 return Err(cerr(k("device"), "must name a vdev or PCI address"));
+            }
+            let id = device_id(&p.device);
+            if let Some((o, op)) =
+                ports.iter().enumerate().find(|(_, o): &(usize, &PortPlan)| device_id(&o.device) == id)
+            {
+                let why = format!("'{id}' is the device of port[{o}] '{}' too: one device, one port", op.name);
+                return Err(cerr(k("device"), why));
             }
             let mac = p.mac.as_deref().map(parse_unicast_mac).transpose().map_err(|e| cerr(k("mac"), e))?;
             let mut ipv4 = Vec::new();
@@ -737,12 +754,19 @@ pub struct PortSubnets<'a> {
     pub ipv6: &'a [([u8; 16], u8)],
 }
 
-/// Refuses a route whose gateway the switch could never resolve: one on
-/// none of its port's subnets (an ARP or ND answer from there is not
-/// taken), unless a neighbour is configured for it on that port (as `ip
-/// route`'s `onlink`).
+/// Refuses a route whose gateway the switch could never resolve: its own
+/// address, or one on none of its port's subnets (an ARP or ND answer
+/// from there is not taken) unless a neighbour is configured for it on
+/// that port (as `ip route`'s `onlink`).
 pub fn check_gateway(r: &RouteSpec, port: &PortSubnets, neighbours: &[NeighbourSpec]) -> Result<(), String> {
     let Some(g) = r.gateway else { return Ok(()) };
+    let own = match g {
+        IpAddr::V4(a) => port.ipv4.iter().any(|(p, _)| *p == a.octets()),
+        IpAddr::V6(a) => port.ipv6.iter().any(|(p, _)| *p == a.octets()),
+    };
+    if own {
+        return Err(format!("gateway {g} is the switch's own address on port '{}'", port.name));
+    }
     let linked = match g {
         IpAddr::V4(a) => on_link(port.ipv4, a.octets()),
         IpAddr::V6(a) => on_link(port.ipv6, a.octets()),
@@ -934,6 +958,14 @@ action = "drop"
         }
     }
 
+    #[test]
+    fn a_device_is_named_by_its_vdev_name_or_full_pci_address() {
+        assert_eq!(device_id("3B:00.0"), device_id("0000:3b:00.0,rx_queues=2"));
+        assert_eq!(device_id("net_pcap0,rx_pcap=a.pcap"), device_id("net_pcap0,rx_pcap=b.pcap"));
+        assert_ne!(device_id("net_pcap0"), device_id("net_pcap1"));
+        assert_ne!(device_id("0000:3b:00.0"), device_id("0000:3b:00.1"));
+    }
+
     /// Secondary addresses on one port's subnet, /31 point-to-point ends,
     /// and (outside router mode) two ports on one subnet are all fine.
     #[test]
@@ -981,6 +1013,16 @@ action = "drop"
                 "ipv4 = [\"10.0.2.1/24\"]",
                 "ipv4 = [\"10.0.1.1/24\"]",
                 "port[1].ipv4: 10.0.1.1/24 is also the address of port[0] 'p0'",
+            ),
+            (
+                "via = \"10.0.2.254\"",
+                "via = \"10.0.2.1\"",
+                "route[0].via: gateway 10.0.2.1 is the switch's own address on port 'p1'",
+            ),
+            (
+                "device = \"net_ring1\"",
+                "device = \"net_ring0,x=1\"",
+                "port[1].device: 'net_ring0' is the device of port[0] 'p0' too",
             ),
             (
                 "ipv4 = [\"10.0.2.1/24\"]",
