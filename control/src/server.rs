@@ -300,7 +300,7 @@ fn respond(
 /// Reads away (briefly, boundedly) what the client still sends after an
 /// early answer: closing with unread bytes resets the connection, and the
 /// client may lose the answer with it.
-fn close_after_answer(stream: &mut TcpStream) {
+pub fn close_after_answer(stream: &mut TcpStream) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let deadline = Instant::now() + Duration::from_millis(300);
     let mut buf = [0u8; 4096];

@@ -91,24 +91,12 @@ X-Content-Type-Options: nosniff\r\n{extra}Connection: close\r\n\r\n",
     s.flush()
 }
 
-/// Answers a request refused before it was served, then reads away
-/// (briefly, boundedly) what the client still sends: closing with unread
-/// bytes resets the connection, and the client may lose the answer.
+/// Answers a request refused before it was served, then closes as the
+/// metrics endpoint does (what the client still sends read away, so the
+/// close does not reset the answer away).
 fn refuse(s: &mut TcpStream, status: &str, extra: &str, why: &str) {
-    if respond(s, status, extra, "text/plain", format!("{why}\n").as_bytes(), false).is_err() {
-        return;
-    }
-    let _ = s.shutdown(std::net::Shutdown::Write);
-    let deadline = Instant::now() + Duration::from_millis(300);
-    let mut buf = [0u8; 4096];
-    for _ in 0..64 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
-            break;
-        }
-        if !matches!(s.read(&mut buf), Ok(n) if n > 0) {
-            break;
-        }
+    if respond(s, status, extra, "text/plain", format!("{why}\n").as_bytes(), false).is_ok() {
+        control::server::close_after_answer(s);
     }
 }
 
