@@ -506,20 +506,20 @@ impl Config {
             let mut ipv4 = Vec::new();
             let mut ipv6 = Vec::new();
             for a in &p.ipv4 {
-                match parse_prefix(a).map_err(|e| cerr(k("ipv4"), e))? {
-                    (IpAddr::V4(v), l) => ipv4.push((v.octets(), l)),
+                let (ip, l) = parse_prefix(a).map_err(|e| cerr(k("ipv4"), e))?;
+                port_address(a, ip, l, &ipv4, &ipv6).map_err(|e| cerr(k("ipv4"), e))?;
+                match ip {
+                    IpAddr::V4(v) => ipv4.push((v.octets(), l)),
                     _ => return Err(cerr(k("ipv4"), format!("'{a}' is not IPv4"))),
                 }
-                port_address(a, IpAddr::from(ipv4[ipv4.len() - 1].0), ipv4[ipv4.len() - 1].1)
-                    .map_err(|e| cerr(k("ipv4"), e))?;
             }
             for a in &p.ipv6 {
-                match parse_prefix(a).map_err(|e| cerr(k("ipv6"), e))? {
-                    (IpAddr::V6(v), l) => ipv6.push((v.octets(), l)),
+                let (ip, l) = parse_prefix(a).map_err(|e| cerr(k("ipv6"), e))?;
+                port_address(a, ip, l, &ipv4, &ipv6).map_err(|e| cerr(k("ipv6"), e))?;
+                match ip {
+                    IpAddr::V6(v) => ipv6.push((v.octets(), l)),
                     _ => return Err(cerr(k("ipv6"), format!("'{a}' is not IPv6"))),
                 }
-                port_address(a, IpAddr::from(ipv6[ipv6.len() - 1].0), ipv6[ipv6.len() - 1].1)
-                    .map_err(|e| cerr(k("ipv6"), e))?;
             }
             for (o, op) in ports.iter().enumerate() {
                 let op: &PortPlan = op;
@@ -534,16 +534,6 @@ impl Config {
                             format!("{mine} overlaps {theirs} of {other}: a router's ports are on different subnets");
                         return Err(cerr(k(family), why));
                     }
-                }
-            }
-            for (x, a) in ipv4.iter().enumerate() {
-                if ipv4[..x].iter().any(|b| b.0 == a.0) {
-                    return Err(cerr(k("ipv4"), format!("{} is listed twice", IpAddr::from(a.0))));
-                }
-            }
-            for (x, a) in ipv6.iter().enumerate() {
-                if ipv6[..x].iter().any(|b| b.0 == a.0) {
-                    return Err(cerr(k("ipv6"), format!("{} is listed twice", IpAddr::from(a.0))));
                 }
             }
             let peer = p.peer.as_deref().map(|n| port_index(&k("peer"), n)).transpose()?;
@@ -710,11 +700,19 @@ impl RouteConfig {
     }
 }
 
-/// Refuses what cannot be a port's own address: a multicast or
-/// unspecified one, a prefix length of 0, and below /31 (RFC 3021) the
-/// subnet's network or broadcast address.
-fn port_address(text: &str, ip: IpAddr, len: u8) -> Result<(), String> {
+/// Refuses what cannot be a port's own address: one of the addresses
+/// the port already has (`v4`, `v6`), a multicast or unspecified one, a
+/// prefix length of 0, and below /31 (RFC 3021) the subnet's network or
+/// broadcast address.
+fn port_address(text: &str, ip: IpAddr, len: u8, v4: &[([u8; 4], u8)], v6: &[([u8; 16], u8)]) -> Result<(), String> {
     let bad = |why: &str| Err(format!("'{text}': {why}"));
+    let listed = match ip {
+        IpAddr::V4(a) => v4.iter().any(|(b, _)| *b == a.octets()),
+        IpAddr::V6(a) => v6.iter().any(|(b, _)| *b == a.octets()),
+    };
+    if listed {
+        return Err(format!("{ip} is listed twice"));
+    }
     if len == 0 {
         return bad("a port's address needs a prefix length of 1 or more");
     }
@@ -735,13 +733,18 @@ fn port_address(text: &str, ip: IpAddr, len: u8) -> Result<(), String> {
     }
 }
 
+/// "address/len" of an IPv4 (N = 4) or IPv6 (N = 16) address held as bytes.
+fn prefix_text<const N: usize>((a, l): &([u8; N], u8)) -> String {
+    match <[u8; 4]>::try_from(&a[..]) {
+        Ok(v4) => format!("{}/{l}", IpAddr::from(v4)),
+        Err(_) => format!("{}/{l}", IpAddr::from(<[u8; 16]>::try_from(&a[..]).unwrap_or_default())),
+    }
+}
+
 /// The first address of `mine` on a subnet that one of `theirs` is on too
 /// (either's length): (mine, theirs, whether they are one address).
 fn shared_subnet<const N: usize>(mine: &[([u8; N], u8)], theirs: &[([u8; N], u8)]) -> Option<(String, String, bool)> {
-    let show = |(a, l): &([u8; N], u8)| match N {
-        4 => format!("{}/{l}", IpAddr::from(<[u8; 4]>::try_from(&a[..]).unwrap_or_default())),
-        _ => format!("{}/{l}", IpAddr::from(<[u8; 16]>::try_from(&a[..]).unwrap_or_default())),
-    };
+    let show = prefix_text::<N>;
     mine.iter().find_map(|m| {
         theirs.iter().find(|t| on_link(&[**t], m.0) || on_link(&[*m], t.0)).map(|t| (show(m), show(t), m.0 == t.0))
     })
@@ -777,8 +780,8 @@ pub fn check_gateway(r: &RouteSpec, port: &PortSubnets, neighbours: &[NeighbourS
     let nets: Vec<String> = port
         .ipv4
         .iter()
-        .map(|(a, l)| format!("{}/{l}", IpAddr::from(dataplane::lpm::mask(*a, *l))))
-        .chain(port.ipv6.iter().map(|(a, l)| format!("{}/{l}", IpAddr::from(dataplane::lpm::mask(*a, *l)))))
+        .map(|(a, l)| prefix_text(&(dataplane::lpm::mask(*a, *l), *l)))
+        .chain(port.ipv6.iter().map(|(a, l)| prefix_text(&(dataplane::lpm::mask(*a, *l), *l))))
         .collect();
     let on = if nets.is_empty() { "no address".to_string() } else { nets.join(", ") };
     Err(format!(

@@ -246,22 +246,28 @@ enum HttpOutcome {
 }
 
 /// Why a request head was not read; the status that says so, if any.
-enum HeadError {
+pub enum HeadError {
     TooSlow,
     TooLong,
     Io(std::io::Error),
 }
 
-/// Reads an HTTP request head (up to the blank line) within `HTTP_HEAD_TIMEOUT`
-/// in all and `HTTP_MAX_HEAD` bytes: a client that trickles bytes in cannot
-/// hold the (one) metrics thread longer than that.
-fn read_http_head(stream: &mut TcpStream) -> Result<Vec<u8>, HeadError> {
-    let deadline = Instant::now() + HTTP_HEAD_TIMEOUT;
+/// Whether `head` holds a whole request head (up to its blank line).
+pub fn head_complete(head: &[u8]) -> bool {
+    head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
+}
+
+/// Reads an HTTP request head (up to the blank line) within `within` in
+/// all and `max` bytes: a client that trickles bytes in cannot hold the
+/// thread (the metrics endpoint's one, a dashboard connection's) longer
+/// than that. At the client's end of stream, what it sent (perhaps not a
+/// whole head: `head_complete`).
+pub fn read_http_head(stream: &mut TcpStream, within: Duration, max: usize) -> Result<Vec<u8>, HeadError> {
+    let deadline = Instant::now() + within;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    let complete = |h: &[u8]| h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n");
-    while !complete(&head) {
-        if head.len() >= HTTP_MAX_HEAD {
+    while !head_complete(&head) {
+        if head.len() >= max {
             return Err(HeadError::TooLong);
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -321,7 +327,7 @@ pub fn close_after_answer(stream: &mut TcpStream) {
 /// no answer from the control loop (503), are Err: failed).
 fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Result<HttpOutcome> {
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let head = match read_http_head(&mut stream) {
+    let head = match read_http_head(&mut stream, HTTP_HEAD_TIMEOUT, HTTP_MAX_HEAD) {
         Ok(h) => h,
         Err(e) => {
             let (status, why) = match e {

@@ -5,16 +5,16 @@
 //! 10 s 408, more than the connection limit 503. HEAD answers as GET
 //! without the body.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Hub, WebCounters};
 
 /// A request line and headers larger than this are refused.
-const MAX_REQUEST: u64 = 8 << 10;
+const MAX_REQUEST: usize = 8 << 10;
 
 /// A client that sends nothing, or takes nothing, for this long is dropped.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -109,30 +109,17 @@ type Unread = (Option<&'static str>, &'static str);
 /// bytes in holds its connection slot no longer than that; returns
 /// (method, path) or why not.
 fn read_request(s: &mut TcpStream, within: Duration) -> Result<(String, String), Unread> {
-    let deadline = Instant::now() + within;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    let complete = |h: &[u8]| h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n");
-    while !complete(&head) {
-        if head.len() as u64 > MAX_REQUEST {
-            return Err((Some("431 Request Header Fields Too Large"), "request head over 8 KiB"));
+    use control::server::{head_complete, read_http_head, HeadError};
+    let head = match read_http_head(s, within, MAX_REQUEST) {
+        Ok(h) if h.is_empty() => return Err((None, "no request")),
+        Ok(h) if !head_complete(&h) => return Err((Some("400 Bad Request"), "request head cut short")),
+        Ok(h) => h,
+        Err(HeadError::TooLong) => {
+            return Err((Some("431 Request Header Fields Too Large"), "request head over 8 KiB"))
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let timed_out = (Some("408 Request Timeout"), "request head not complete within 10 s");
-        if left.is_zero() {
-            return Err(timed_out);
-        }
-        s.set_read_timeout(Some(left)).map_err(|_| (None, "socket error"))?;
-        match s.read(&mut buf) {
-            Ok(0) if head.is_empty() => return Err((None, "no request")),
-            Ok(0) => return Err((Some("400 Bad Request"), "request head cut short")),
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(timed_out)
-            }
-            Err(_) => return Err((None, "socket error")),
-        }
-    }
+        Err(HeadError::TooSlow) => return Err((Some("408 Request Timeout"), "request head not complete within 10 s")),
+        Err(HeadError::Io(_)) => return Err((None, "socket error")),
+    };
     let bad = (Some("400 Bad Request"), "not an HTTP/1.x request line");
     let line = head.split(|&b| b == b'\n').next().ok_or(bad)?;
     let line = std::str::from_utf8(line).map_err(|_| bad)?;
@@ -221,6 +208,7 @@ fn events(mut s: TcpStream, hub: &Mutex<Hub>, c: &WebCounters, stop: &AtomicBool
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     fn get(addr: std::net::SocketAddr, req: &[u8]) -> String {
         let mut s = TcpStream::connect(addr).unwrap();
