@@ -199,6 +199,17 @@ impl QuickConsent {
         QuickConsent { ports, ..self }
     }
 
+    /// The same, to every port when it names each of `routed` (the ports
+    /// the quick path may send by): the quick path then skips the port's
+    /// test. (A port that sends nothing is always due its interval label.)
+    pub fn of_routes(self, routed: u32) -> QuickConsent {
+        if self.ports != 0 && self.ports & routed == routed {
+            self.with_ports(u32::MAX)
+        } else {
+            self
+        }
+    }
+
     /// Whether a packet the quick path would take leaves it for the full
     /// path: by its DSCP and IP protocol, and for UDP by its destination
     /// port (`dst_port`: None for a fragment but the first).
@@ -808,7 +819,7 @@ impl<C: ControlSink, F> Pipeline<C, F> {
             // What merging the inactive stages' consents would give, unmerged.
             QuickConsent::ALL
         } else {
-            self.stages.quick_consent_active(active, t)
+            self.stages.quick_consent_active(active, t).of_routes(t.routed_ports)
         };
         let quick = consent.ports != 0;
         let parses = burst.depth >= Depth::L3;
@@ -1155,6 +1166,19 @@ pub(crate) mod tests {
         assert!(!QuickConsent::ALL.leaving_udp(9).leaves(0, 6, || Some(9)), "TCP to that port");
     }
 
+    /// A consent that names every port a route leads to is one to every
+    /// port (the quick path then tests no port); one missing such a port,
+    /// or naming none, is left as it is, and what it leaves stays left.
+    #[test]
+    fn a_consent_to_every_routed_port_is_one_to_all() {
+        assert_eq!(QuickConsent::to_ports(0b0110).of_routes(0b0110).ports, u32::MAX);
+        assert_eq!(QuickConsent::to_ports(0b1110).of_routes(0b0110).ports, u32::MAX, "and an unrouted one");
+        assert_eq!(QuickConsent::to_ports(0b1100).of_routes(0b0110).ports, 0b1100);
+        assert_eq!(QuickConsent::NONE.of_routes(0).ports, 0, "no quick path");
+        let to = QuickConsent::to_ports(0b10).leaving_dscp(0x17, 0x3f).leaving_udp(9).of_routes(0b10);
+        assert!(to.leaves(0x17, 6, || None) && to.leaves(0, 17, || Some(9)) && !to.leaves(0, 17, || Some(8)));
+    }
+
     /// A router with INT (a transit) and INT-label runs at `Depth::L3`: a
     /// burst's quick path routes to the ports not due for their interval
     /// label (none while every port is), only packets without INT by
@@ -1218,6 +1242,9 @@ pub(crate) mod tests {
         p.run(&t, &mut c, &mut o, &load, &Burst::received(0, rx, Depth::Full), one);
         assert_eq!(c.events[Event::LabelInterval as usize], 1);
         assert_eq!(quick_ports(&mut p, T + 2), 0b10, "port 1 quiet now, port 0 still due");
+        let to = consent(&mut p, T + 2).of_routes(t.routed_ports);
+        assert_eq!(to.ports, u32::MAX, "no route leads to port 0: the burst's quick path tests no port");
+        assert!(!passes(&mut p, &dscp_marked, &to), "a label packet by its DSCP");
         let ports = &p.stages.3.ports;
         ports.commit(&ports.force(0, T + 2).expect("claimed"), &mut CounterValues::default());
         let to = consent(&mut p, T + 3);

@@ -264,6 +264,9 @@ pub struct Tables {
     /// `routes.hops` with this generation's gateway MACs: what the LPMs'
     /// values index.
     pub nexthops: Vec<NextHop>,
+    /// The ports (a bit each) a next hop with a rewrite leads to: the
+    /// only ones the router's quick path sends by.
+    pub routed_ports: u32,
     pub neigh4: FixedMap<u64, Neighbour>,
     pub neigh6: FixedMap<u128, Neighbour>,
     /// The switch's own addresses -> port.
@@ -603,6 +606,10 @@ impl Tables {
             let port = spec.ports.get(nh.port as usize).filter(|p| p.up);
             nh.rewrite = nh.gateway_mac.zip(port.map(|p| p.mac));
         }
+        let routed_ports = nexthops
+            .iter()
+            .filter(|nh| nh.rewrite.is_some())
+            .fold(0u32, |m, nh| m | 1u32.checked_shl(nh.port as u32).unwrap_or(0));
         let mut local4 = FixedMap::with_capacity(16);
         let mut local6 = FixedMap::with_capacity(16);
         for (i, p) in spec.ports.iter().enumerate() {
@@ -638,6 +645,7 @@ impl Tables {
             lpm6: routes.lpm6.clone(),
             routes,
             nexthops,
+            routed_ports,
             neigh4,
             neigh6,
             local4,
@@ -859,6 +867,8 @@ pub(crate) mod tests {
         let t3 = Tables::build_after(&s, 3, Some(&t2)).unwrap();
         assert!(Arc::ptr_eq(&t2.routes, &t3.routes));
         assert_eq!((gw(&t3), rewrite(&t3)), (Some([2, 0, 0, 0, 0, 0xfd]), None));
+        // The ports the quick path may send by follow the rewrites.
+        assert_eq!((t2.routed_ports, t3.routed_ports), (0b10, 0));
         // A route added: its region rebuilt in a copy of the IPv4 LPM, the
         // IPv6 one shared; and it routes.
         s.routes.upsert(RouteSpec { prefix: "192.0.2.0".parse().unwrap(), len: 24, port: 0, gateway: None });
