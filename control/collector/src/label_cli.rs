@@ -174,6 +174,8 @@ fn poller(
     shifts: std::sync::mpsc::Receiver<SetShift>,
 ) {
     let mut switches: Vec<Option<Switch>> = paths.iter().map(|_| None).collect();
+    // Why each switch last failed to answer: said once, not every window.
+    let mut why: Vec<Option<String>> = paths.iter().map(|_| None).collect();
     let mut w = 0u64;
     loop {
         let end = t0 + (w + 1) * window_ns;
@@ -206,10 +208,30 @@ fn poller(
             errors: 0,
             pro_params: None,
         };
-        for (slot, path) in switches.iter_mut().zip(&paths) {
+        for ((slot, path), why) in switches.iter_mut().zip(&paths).zip(&mut why) {
             if slot.is_none() {
-                // Not up yet (or gone): its ports count from when it answers.
-                *slot = Switch::connect(path).ok();
+                // Not up yet (or gone): its ports count from when it
+                // answers; until then each window counts it an error.
+                match Switch::connect(path) {
+                    Ok(s) => {
+                        if why.take().is_some() {
+                            eprintln!(
+                                "intcollector: --label-switch {}: answers now (node {})",
+                                path.display(),
+                                s.node_id
+                            );
+                        }
+                        *slot = Some(s);
+                    }
+                    Err(e) => {
+                        sample.errors += 1;
+                        if why.as_deref() != Some(e.as_str()) {
+                            eprintln!("intcollector: {e} (asked again each window; its ports count once it answers)");
+                            *why = Some(e);
+                        }
+                        continue;
+                    }
+                }
             }
             let Some(s) = slot else { continue };
             sample.pro_params.get_or_insert((s.interval_ns, s.max_shift));
@@ -224,6 +246,7 @@ fn poller(
                 Err(e) => {
                     sample.errors += 1;
                     eprintln!("intcollector: {e}");
+                    *why = Some(e);
                     *slot = None;
                 }
             }
@@ -309,6 +332,10 @@ impl LabelRun {
     pub fn new(a: &LabelArgs, now_ns: u64) -> Result<LabelRun, String> {
         if !(a.label_window_ms > 0.0 && a.label_window_ms <= 3_600_000.0) {
             return Err("--label-window-ms: must be more than 0 and at most an hour".into());
+        }
+        if a.label_domain == 0 {
+            // As the switches' label_domain_id: classic INT's reports are ID 0.
+            return Err("--label-domain: must be nonzero (0 is classic INT)".into());
         }
         let window_ns = (a.label_window_ms * 1e6) as u64;
         let pro_mode = match a.label_pro.as_deref() {
@@ -460,6 +487,7 @@ impl LabelRun {
             "occupation_paper": if tx > 0 { (items * 32) as f64 / tx as f64 } else { 0.0 },
             "occupation_wire": if tx > 0 { sm.block_bytes as f64 / tx as f64 } else { 0.0 },
             "active_per_node": sm.per_node,
+            "switch_errors": sm.errors,
             "pro": pro_changes,
         })
     }
@@ -491,5 +519,55 @@ impl LabelRun {
                 .into();
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        label: LabelArgs,
+    }
+
+    fn args(a: &[&str]) -> LabelArgs {
+        Cli::parse_from(std::iter::once("intcollector").chain(a.iter().copied())).label
+    }
+
+    /// A switch whose socket does not answer is counted in each window's
+    /// line and the summary (and said on stderr once), not left out
+    /// silently: its ports would just never be active.
+    #[test]
+    fn a_switch_that_does_not_answer_counts_in_every_window() {
+        let d = std::env::temp_dir().join(format!("intcollector-label-{}", std::process::id()));
+        let sock = d.join("none.sock");
+        let sock = sock.to_str().unwrap();
+        let mut run = LabelRun::new(&args(&["--label-switch", sock, "--label-window-ms", "20"]), crate::realtime_ns())
+            .expect("a switch not up yet is no error at start");
+        let mut lines = Vec::new();
+        for _ in 0..200 {
+            lines.extend(run.tick(crate::realtime_ns()));
+            if lines.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(lines.len() >= 2, "coverage lines while the switch is away: {lines:?}");
+        for l in &lines {
+            assert_eq!((l["switch_errors"].as_u64(), l["active"].as_u64()), (Some(1), Some(0)), "{l}");
+        }
+        assert_eq!(run.summary()["int_label_summary"]["switch_errors"].as_u64(), Some(lines.len() as u64));
+    }
+
+    #[test]
+    fn options_out_of_range_are_refused_by_name() {
+        let err = |a: &[&str]| LabelRun::new(&args(a), 0).err().expect("refused");
+        assert!(err(&["--label-domain", "0"]).starts_with("--label-domain:"));
+        assert!(err(&["--label-window-ms", "0"]).starts_with("--label-window-ms:"));
+        assert!(err(&["--label-pro", "shift"]).contains("--label-switch"));
+        assert!(err(&["--label-pro", "up"]).starts_with("--label-pro:"));
     }
 }

@@ -50,9 +50,10 @@ label time (older items discarded, counted stale). With --label-switch sockets (
 --active-ports) one int_label_coverage line per --label-window-ms: {start_ns, end_ns, active,\n\
 covered_arrival, covered_label, coverage_arrival, coverage_label, missed[[node, port]] (at most 64), newly_active[[node, port]], active_ports[[node, port]], items,\n\
 occupation_paper (items x 32 B / bytes sent), occupation_wire (label block bytes on the links /\n\
-bytes sent), active_per_node, pro[changes]}; --label-db-lines: an int_label_db line per update;\n\
+bytes sent), active_per_node, switch_errors (--label-switch sockets that did not answer),\n\
+pro[changes]}; --label-db-lines: an int_label_db line per update;\n\
 summary int_label_summary (reports, items, updated, stale, labels_per_report, coverage means and\n\
-minimum, occupation, Pro's changes). Kafka topics <prefix>label-db, <prefix>label-coverage;\n\
+minimum, occupation, switch_errors, Pro's changes). Kafka topics <prefix>label-db, <prefix>label-coverage;\n\
 Redis streams int:label:db, int:label:coverage."
 )]
 #[command(args_conflicts_with_subcommands = true)]
@@ -358,6 +359,13 @@ fn enter_netns(name: &str) -> Result<(), String> {
 
 fn run(cli: &Cli) -> Result<(), String> {
     let presence = presence(cli)?;
+    // Options are checked before anything binds: a refused one is the
+    // only line printed.
+    let redis_target = match &cli.redis {
+        Some(url) => Some(intcollector::redis::Target::parse(url).map_err(|e| format!("--redis: {e}"))?),
+        None => None,
+    };
+    let mut lab = label_cli::LabelRun::new(&cli.label, realtime_ns())?;
     // The dashboard binds first: it stays in the namespace started in.
     let web = match &cli.web {
         Some(addr) => {
@@ -398,17 +406,10 @@ fn run(cli: &Cli) -> Result<(), String> {
     );
     let mut web_totals_at = Instant::now();
     let started = Instant::now();
-    let mut lab = label_cli::LabelRun::new(&cli.label, realtime_ns())?;
     let mut t = Tracker::default();
     let mut am = Joiner::new(cli.ampm_mps as usize);
     let mut fl = intcollector::flows::FlowRecords::default();
-    let mut redis = match &cli.redis {
-        Some(url) => Some(intcollector::redis::RedisSink::new(
-            intcollector::redis::Target::parse(url).map_err(|e| format!("--redis: {e}"))?,
-            cli.redis_maxlen,
-        )),
-        None => None,
-    };
+    let mut redis = redis_target.map(|target| intcollector::redis::RedisSink::new(target, cli.redis_maxlen));
     let kafka = match &cli.kafka_brokers {
         Some(b) => Some(
             intcollector::kafka::KafkaSink::new(b, &cli.kafka_topic_prefix, cli.kafka_queue)
@@ -662,10 +663,10 @@ fn run(cli: &Cli) -> Result<(), String> {
             let l = &s["int_label_summary"];
             let _ = writeln!(
                 out,
-                "int_label reports {} items {} updated {} stale {} ports {}; windows {} coverage arrival mean {} min {} label mean {}; occupation paper {} wire {}",
+                "int_label reports {} items {} updated {} stale {} ports {}; windows {} coverage arrival mean {} min {} label mean {}; occupation paper {} wire {}; switch errors {}",
                 l["reports"], l["items"], l["updated"], l["stale"], l["ports"], l["windows"],
                 l["coverage_arrival_mean"], l["coverage_arrival_min"], l["coverage_label_mean"],
-                l["occupation_paper"], l["occupation_wire"]
+                l["occupation_paper"], l["occupation_wire"], l["switch_errors"]
             );
         }
     }
