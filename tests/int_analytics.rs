@@ -368,6 +368,21 @@ fn events_match_a_reference_exactly() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("threshold"), "{out:?}");
     let g = intctl(&sock, &["int", "event", "set", "queue", "--threshold", "0", "--change", "0"]);
     assert!(g["generation"].as_u64() > Some(1), "{g}");
+    // path_change takes --on or --off and nothing else; they, no other.
+    for (args, says) in [
+        (&["path_change"][..], "path_change: give --on or --off"),
+        (&["queue", "--on"][..], "--on/--off: path_change only"),
+        (&["path_change", "--on", "--threshold", "5"][..], "threshold"),
+    ] {
+        let out = Command::new(intctl_bin())
+            .arg("--socket")
+            .arg(&sock)
+            .args(["int", "event", "set"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(says), "{args:?}: {out:?}");
+    }
     intctl(&sock, &["int", "event", "set", "path_change", "--on"]);
     let after = intctl(&sock, &["int", "event", "show"]);
     assert_eq!(after["path_change"], true, "{after}");

@@ -794,6 +794,13 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Int {
             op: IntOp::Event { op: IntEventOp::Set { metric, threshold, change, mode, reset, rate_budget, on, off } },
         } => {
+            // The API's `enabled` is these flags: name them, not it.
+            match (metric.as_str(), *on || *off) {
+                ("path_change", false) => return Err("path_change: give --on or --off".into()),
+                ("path_change", true) => {}
+                (_, true) => return Err(format!("--on/--off: path_change only, not {metric}")),
+                (_, false) => {}
+            }
             let a = ia::IntEventSet {
                 metric: metric.clone(),
                 threshold: *threshold,

@@ -63,11 +63,11 @@ impl Switch {
                 ("rate_budget", a.rate_budget.is_some()),
             ] {
                 if given {
-                    return Err(ApiError::bad_argument(arg, "path_change takes only enabled"));
+                    return Err(ApiError::bad_argument(arg, "path_change is only switched on or off (enabled)"));
                 }
             }
             spec.path_change =
-                a.enabled.ok_or_else(|| ApiError::bad_argument("enabled", "path_change needs enabled"))?;
+                a.enabled.ok_or_else(|| ApiError::bad_argument("enabled", "path_change needs enabled: on or off"))?;
             return self.commit();
         }
         if a.enabled.is_some() {
