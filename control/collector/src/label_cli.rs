@@ -322,8 +322,18 @@ fn read_active(path: &PathBuf) -> Result<BTreeSet<PortKey>, String> {
             (Some(Ok(n)), Some(Ok(p)), None) if p <= u16::MAX as u32 => {
                 out.insert((n, p as u16));
             }
-            _ => return Err(format!("--active-ports {} line {}: expected \"NODE_ID PORT\"", path.display(), i + 1)),
+            _ => {
+                return Err(format!(
+                    "--active-ports {} line {}: '{line}' is not \"NODE_ID PORT\" (a node ID 0-4294967295, a port index 0-65535)",
+                    path.display(),
+                    i + 1
+                ))
+            }
         }
+    }
+    if out.is_empty() {
+        // Every window would cover all of none.
+        return Err(format!("--active-ports {}: no port listed", path.display()));
     }
     Ok(out)
 }
@@ -569,5 +579,21 @@ mod tests {
         assert!(err(&["--label-window-ms", "0"]).starts_with("--label-window-ms:"));
         assert!(err(&["--label-pro", "shift"]).contains("--label-switch"));
         assert!(err(&["--label-pro", "up"]).starts_with("--label-pro:"));
+        let d = std::env::temp_dir().join(format!("intcollector-active-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        for (text, says) in [
+            ("7 1\n7 70000\n", "line 2: '7 70000' is not"),
+            ("7 1 2\n", "line 1: '7 1 2' is not"),
+            ("# only a comment\n\n", "no port listed"),
+        ] {
+            let f = d.join("ports");
+            std::fs::write(&f, text).unwrap();
+            let e = err(&["--active-ports", f.to_str().unwrap()]);
+            assert!(e.starts_with("--active-ports ") && e.contains(says), "{text:?}: {e}");
+        }
+        std::fs::write(d.join("ports"), "7 1 # a comment\n8 0\n").unwrap();
+        let run = LabelRun::new(&args(&["--active-ports", d.join("ports").to_str().unwrap()]), 0).unwrap();
+        assert_eq!(run.static_active, Some(BTreeSet::from([(7, 1), (8, 0)])));
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
