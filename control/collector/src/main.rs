@@ -87,8 +87,9 @@ struct Cli {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=64))]
     ampm_mps: u8,
     /// Socket receive buffer in bytes: absorbs report bursts while this
-    /// process is not scheduled (above net.core.rmem_max needs root).
-    #[arg(long, default_value_t = 8 << 20, value_name = "BYTES")]
+    /// process is not scheduled (above net.core.rmem_max needs root; at
+    /// least 4096).
+    #[arg(long, default_value_t = 8 << 20, value_name = "BYTES", value_parser = rcvbuf_bytes)]
     rcvbuf: usize,
     /// Also store what it decodes in Redis (redis://HOST:PORT or
     /// redis+unix:///PATH): streams int:reports, int:flows, int:events and
@@ -336,6 +337,16 @@ fn presence(cli: &Cli) -> Result<Presence, String> {
 /// Asks for `want` bytes of socket receive buffer; past net.core.rmem_max
 /// the kernel clamps silently, so root retries with SO_RCVBUFFORCE. Returns
 /// what the socket has (the kernel reports twice the payload it grants).
+/// `--rcvbuf`: 0 or a few bytes would shrink the socket's buffer to the
+/// kernel's least (1152 bytes), dropping all but a report or two a burst.
+fn rcvbuf_bytes(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 4096 => Ok(n),
+        Ok(n) => Err(format!("{n} is below 4096 bytes")),
+        Err(_) => Err(format!("'{s}' is not a number of bytes")),
+    }
+}
+
 fn grow_receive_buffer(sock: &UdpSocket, want: usize) -> usize {
     use nix::sys::socket::{getsockopt, setsockopt, sockopt};
     let have = || getsockopt(sock, sockopt::RcvBuf).map(|b| b / 2).unwrap_or(0);
@@ -743,4 +754,21 @@ fn run(cli: &Cli) -> Result<(), String> {
     }
     let _ = out.flush();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn a_receive_buffer_below_4096_bytes_is_refused() {
+        let parse = |v: &str| Cli::try_parse_from(["intcollector", "--rcvbuf", v]).map(|c| c.rcvbuf);
+        assert_eq!(parse("65536").ok(), Some(65536));
+        assert_eq!(parse("4096").ok(), Some(4096));
+        for bad in ["0", "4095", "8M"] {
+            let e = parse(bad).expect_err(bad).to_string();
+            assert!(e.contains("--rcvbuf"), "{bad}: {e}");
+        }
+    }
 }
