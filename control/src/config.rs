@@ -706,11 +706,7 @@ impl RouteConfig {
 /// broadcast address.
 fn port_address(text: &str, ip: IpAddr, len: u8, v4: &[([u8; 4], u8)], v6: &[([u8; 16], u8)]) -> Result<(), String> {
     let bad = |why: &str| Err(format!("'{text}': {why}"));
-    let listed = match ip {
-        IpAddr::V4(a) => v4.iter().any(|(b, _)| *b == a.octets()),
-        IpAddr::V6(a) => v6.iter().any(|(b, _)| *b == a.octets()),
-    };
-    if listed {
+    if holds(v4, v6, ip) {
         return Err(format!("{ip} is listed twice"));
     }
     if len == 0 {
@@ -730,6 +726,14 @@ fn port_address(text: &str, ip: IpAddr, len: u8, v4: &[([u8; 4], u8)], v6: &[([u
             }
         }
         _ => Ok(()),
+    }
+}
+
+/// Whether `ip` is one of the addresses `v4` or `v6` (its family's) lists.
+fn holds(v4: &[([u8; 4], u8)], v6: &[([u8; 16], u8)], ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => v4.iter().any(|(b, _)| *b == a.octets()),
+        IpAddr::V6(a) => v6.iter().any(|(b, _)| *b == a.octets()),
     }
 }
 
@@ -763,11 +767,7 @@ pub struct PortSubnets<'a> {
 /// that port (as `ip route`'s `onlink`).
 pub fn check_gateway(r: &RouteSpec, port: &PortSubnets, neighbours: &[NeighbourSpec]) -> Result<(), String> {
     let Some(g) = r.gateway else { return Ok(()) };
-    let own = match g {
-        IpAddr::V4(a) => port.ipv4.iter().any(|(p, _)| *p == a.octets()),
-        IpAddr::V6(a) => port.ipv6.iter().any(|(p, _)| *p == a.octets()),
-    };
-    if own {
+    if holds(port.ipv4, port.ipv6, g) {
         return Err(format!("gateway {g} is the switch's own address on port '{}'", port.name));
     }
     let linked = match g {
