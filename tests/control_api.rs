@@ -174,6 +174,11 @@ fn every_command_round_trips() {
         let (ok, _, err) = intctl(&d, args);
         assert!(ok, "{args:?}: {err}");
     }
+    // A flow no worker holds is an error, as a route's (not the one
+    // removed above: the traffic has the workers learn it again).
+    let absent: Vec<&str> = flow_del.iter().map(|a| if *a == "1024" { "7" } else { a }).collect();
+    let (ok, _, err) = intctl(&d, &absent);
+    assert!(!ok && err.contains("key: no worker has this flow"), "{err}");
     let (ok, out, err) = intctl(&d, &["route", "get", "203.0.113.77"]);
     assert!(ok && out.starts_with("203.0.113.77: no route (generation "), "{out} {err}");
     // As `ip route`: a prefix with host bits set is refused (it would be a

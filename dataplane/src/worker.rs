@@ -182,6 +182,8 @@ pub struct WorkerShared {
     pub acked_flows: AtomicU64,
     /// Generation of the last flow install that failed (table full).
     pub failed_install: AtomicU64,
+    /// Generation of the last flow removal that found its key here.
+    pub removed_flow: AtomicU64,
     /// Filled by a `FlowCommand::Dump`.
     pub dump: std::sync::Mutex<Vec<FlowRecord>>,
     /// Filled by a `FlowCommand::DumpMacs`.
@@ -237,6 +239,7 @@ impl WorkerShared {
             acked_tables: AtomicU64::new(0),
             acked_flows: AtomicU64::new(0),
             failed_install: AtomicU64::new(0),
+            removed_flow: AtomicU64::new(0),
             dump: std::sync::Mutex::new(Vec::new()),
             mac_dump: std::sync::Mutex::new(Vec::new()),
             int_flow: std::sync::Mutex::new(Vec::new()),
@@ -543,8 +546,10 @@ fn flow_command(me: &WorkerShared, flows: &mut FlowTable, macs: &MacTable, cmd: 
                 *d = v;
             }
         }
-        FlowCommand::Remove { key, .. } => {
-            flows.remove(&key);
+        FlowCommand::Remove { key, generation } => {
+            if flows.remove(&key).is_some() {
+                me.removed_flow.store(generation, Ordering::Release);
+            }
         }
         FlowCommand::Clear { .. } => flows.clear(),
         // The stages', handled by `control_messages`.

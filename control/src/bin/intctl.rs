@@ -127,10 +127,18 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum Show {
+    /// Each port: driver, MAC, enabled, link, RX/TX packets and bytes, addresses.
     Ports,
+    /// Each worker: lcore, RX queues, packets, drops, busy %, flows, learned
+    /// MACs and the table generation it acknowledged.
     Workers,
+    /// Per port RX/TX packets and bytes, then every nonzero drop and event
+    /// counter, summed over the workers.
     Counters,
+    /// Packets dropped, by reason (the reasons README lists).
     Drops,
+    /// Each worker's flow table: key, action, static or learned,
+    /// packets, bytes and idle time.
     Flows {
         /// At most this many flows per worker.
         #[arg(long, default_value_t = 1000)]
@@ -149,8 +157,12 @@ enum Show {
         #[arg(long, default_value_t = 1000)]
         max: u64,
     },
+    /// The neighbours (router): IP, MAC, port, static or learned (ARP / ND).
     Neighbours,
+    /// The configuration the switch started with, as JSON (what commands
+    /// changed since shows in their own views: routes, neighbours, int ...).
     Config,
+    /// The switch's and DPDK's versions, the control protocol, instance and mode.
     Version,
     /// The Prometheus text the /metrics endpoint serves.
     Metrics,
@@ -335,17 +347,14 @@ enum AmpmOp {
         #[command(flatten)]
         m: MatchArgs,
     },
-    Del {
-        name: String,
-    },
+    /// Stop measuring the flow NAME.
+    Del { name: String },
 }
 
 #[derive(Subcommand)]
 enum RuleOp {
     /// Rows of one slot table (METHOD-ROLE, e.g. muxed-initiator) or of all.
-    Show {
-        table: Option<String>,
-    },
+    Show { table: Option<String> },
     /// Add a row to a slot table, or replace the row of the same name.
     Add {
         /// METHOD-ROLE: step|pulse|double|muxed - initiator|transit|terminator.
@@ -381,10 +390,8 @@ enum RuleOp {
         #[arg(long)]
         timestamp: bool,
     },
-    Del {
-        table: String,
-        name: String,
-    },
+    /// Remove the row NAME from TABLE (METHOD-ROLE, as `rule show` names them).
+    Del { table: String, name: String },
 }
 
 #[derive(Subcommand)]
@@ -409,9 +416,8 @@ enum WatchOp {
         #[arg(long)]
         domain_id: Option<u16>,
     },
-    Del {
-        name: String,
-    },
+    /// Remove the rule NAME (its flows fall to the next rule that matches).
+    Del { name: String },
 }
 
 #[derive(Subcommand)]
@@ -443,9 +449,8 @@ enum DetectOp {
         #[arg(long)]
         expr: Option<String>,
     },
-    Del {
-        name: String,
-    },
+    /// Remove the detection rule NAME (its flows fall to the next rule that matches).
+    Del { name: String },
     /// The rules in lookup order, with packets evaluated, reported,
     /// suppressed and without the rule's metric.
     Show,
@@ -519,23 +524,30 @@ struct FlowKeyArgs {
     /// Input port name.
     #[arg(long)]
     in_port: String,
+    /// Source address (IPv4 or IPv6, exact).
     #[arg(long)]
     src: String,
+    /// Destination address (the same family as --src).
     #[arg(long)]
     dst: String,
     /// udp, tcp, icmp, icmpv6 or a number.
     #[arg(long)]
     proto: String,
+    /// TCP/UDP source port (0 for other protocols).
     #[arg(long, default_value_t = 0)]
     src_port: u16,
+    /// TCP/UDP destination port (0 for other protocols).
     #[arg(long, default_value_t = 0)]
     dst_port: u16,
+    /// VLAN ID of the frames (0: untagged).
     #[arg(long, default_value_t = 0)]
     vlan: u16,
 }
 
 #[derive(Subcommand)]
 enum FlowOp {
+    /// Install an exact-match flow on every worker, or replace the action
+    /// of the same key: normal (the mode decides), drop or forward:PORT.
     Add {
         #[command(flatten)]
         key: FlowKeyArgs,
@@ -543,6 +555,7 @@ enum FlowOp {
         #[arg(long)]
         action: String,
     },
+    /// Remove the flow of this key from every worker (learned or added).
     Del {
         #[command(flatten)]
         key: FlowKeyArgs,
@@ -551,9 +564,11 @@ enum FlowOp {
 
 #[derive(Subcommand)]
 enum RouteOp {
+    /// Add a static route, or replace the route to the same prefix.
     Add {
         /// NETWORK/LEN (host bits clear).
         prefix: String,
+        /// The port it leaves by.
         #[arg(long)]
         port: String,
         /// Gateway (omit for a directly connected prefix): on one of the
@@ -561,47 +576,46 @@ enum RouteOp {
         #[arg(long)]
         via: Option<String>,
     },
-    Del {
-        prefix: String,
-    },
+    /// Remove the static route to PREFIX (connected routes stay).
+    Del { prefix: String },
     /// Adds the routes of a file (`routes_file`'s format: PREFIX PORT [VIA]
     /// lines), each replacing a route to its prefix, in one table
     /// generation; with --replace, instead of every configured route. The
     /// switch reads the file; a file with an error changes nothing.
     Load {
         file: std::path::PathBuf,
+        /// The file's routes replace every static route (configured or added).
         #[arg(long)]
         replace: bool,
     },
     /// Where a packet to ADDRESS goes (as `ip route get`): the route the
     /// configuration matches longest and the next hop (port, gateway and its
     /// MAC, or the switch itself) of the table generation the workers use.
-    Get {
-        address: String,
-    },
+    Get { address: String },
 }
 
 #[derive(Subcommand)]
 enum NeighbourOp {
+    /// Add a static neighbour (its MAC is not learned or aged), or replace one.
     Add {
         ip: String,
         mac: String,
+        /// The port it is reached by.
         #[arg(long)]
         port: String,
     },
-    Del {
-        ip: String,
-    },
+    /// Remove the neighbour entry of IP.
+    Del { ip: String },
 }
 
 #[derive(Subcommand)]
 enum PortOp {
-    Enable {
-        port: String,
-    },
-    Disable {
-        port: String,
-    },
+    /// Forward on the port again (and bring its link up where the device can).
+    Enable { port: String },
+    /// Stop forwarding on the port: what it receives and what would leave by
+    /// it is dropped (counted as port_down); its link goes down where the
+    /// device can.
+    Disable { port: String },
     /// Emulate a link on the port's egress, in netem syntax:
     /// delay TIME [JITTER], loss PCT, rate RATE, limit PACKETS; `none` removes it.
     Impair {
@@ -613,6 +627,7 @@ enum PortOp {
 
 #[derive(Subcommand)]
 enum ClearWhat {
+    /// Count the views (show, monitor) from now; /metrics stays monotonic.
     Counters,
 }
 

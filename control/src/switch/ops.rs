@@ -156,6 +156,11 @@ impl Switch {
 
     pub fn flow_del(&mut self, key: FlowKey) -> Result<Generation, ApiError> {
         let g = self.flow_command(|generation| FlowCommand::Remove { key, generation })?;
+        // As route and neighbour del: a key no worker held is an error,
+        // not an `ok` for a flow that a typo left in place.
+        if !self.shared.workers.iter().any(|w| w.removed_flow.load(Ordering::Acquire) == g) {
+            return Err(ApiError::not_found("key", "no worker has this flow (`show flows` lists them)"));
+        }
         Ok(Generation { generation: g })
     }
 
