@@ -49,21 +49,30 @@ enum Cmd {
     Manpage,
     /// Write a pcap of UDP test traffic (for net_pcap replay and benchmarks).
     GenTraffic {
+        /// The pcap file to write.
         #[arg(long)]
         out: String,
+        /// Frames in the file.
         #[arg(long, default_value_t = 1024)]
         count: usize,
+        /// Distinct 5-tuples: flow i adds i to --src's low bits and picks its
+        /// own source port; frames take the flows in turn (see --zipf, --shuffle).
         #[arg(long, default_value_t = 1)]
         flows: usize,
-        /// Frame length without FCS (60 = a 64-byte frame on the wire).
+        /// Frame length without FCS (60 = a 64-byte frame on the wire; a
+        /// length under the headers' is padded up to them; at most 65535).
         #[arg(long, default_value_t = 60)]
         size: usize,
+        /// Source MAC (the first of --macs).
         #[arg(long, default_value = "02:00:00:00:00:01")]
         src_mac: String,
+        /// Destination MAC: the switch port's for a router (the first of --dst-macs).
         #[arg(long, default_value = "02:00:00:00:00:02")]
         dst_mac: String,
+        /// Source address of flow 0 (IPv4 or IPv6; see --v6-share for a mix).
         #[arg(long, default_value = "10.0.1.10")]
         src: IpAddr,
+        /// Destination address (of flow 0 with --vary-dst).
         #[arg(long, default_value = "10.0.2.10")]
         dst: IpAddr,
         /// Vary the destination address per flow too.
