@@ -280,6 +280,7 @@ fn every_command_round_trips() {
         ),
         (&["port", "disable", "p5"], "no port named 'p5'"),
         (&["capture", "p0", "--count", "0", "--out", "/tmp/x.pcap"], "count"),
+        (&["monitor", "--iterations", "0"], "--iterations: at least 1"),
     ] {
         let (ok, _, err) = intctl(&d, args);
         assert!(!ok, "{args:?} should fail");

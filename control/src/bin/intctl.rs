@@ -1599,6 +1599,9 @@ fn monitor(c: &mut Client, interval: f64, iterations: Option<u64>, json_out: boo
     if !(0.05..=3600.0).contains(&interval) {
         return Err("--interval: must be between 0.05 and 3600 seconds".into());
     }
+    if iterations == Some(0) {
+        return Err("--iterations: at least 1 (leave it out to run until Ctrl-C)".into());
+    }
     let mut prev = c.command(&v::ShowCounters {}).map_err(explain)?;
     let mut t_prev = Instant::now();
     let mut n = 0u64;
