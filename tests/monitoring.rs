@@ -1,7 +1,8 @@
 //! The shipped monitoring files (`configs/monitoring/`) against a running
 //! switch: every metric the Grafana dashboard queries exists on its
 //! /metrics, every event a query names is one the switch counts, and the
-//! Prometheus scrape configuration points at the default metrics address.
+//! Prometheus scrape configuration points at the default metrics address;
+//! the sink analytics' and INT-label's state is on /metrics.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -145,5 +146,68 @@ method = \"double\"\ncarrier = \"ipv6_dest\"\nsrc = \"2001:db8:1::/64\"\n[[ampm.
     // The scrape configuration's target is the default metrics address.
     let prom = std::fs::read_to_string(repo().join("configs/monitoring/prometheus.yml")).unwrap();
     assert!(prom.contains("metrics_path: /metrics") && prom.contains("127.0.0.1:9417"), "{prom}");
+    sw.stop();
+}
+
+/// The value of the one metric line that starts with `series` (None: absent).
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn sink_analytics_and_label_state_are_on_metrics() {
+    let d = Scratch::new("monitoring-label");
+    let pcap = d.path("in.pcap");
+    let st = std::process::Command::new(intswitch_tests::intswitch_bin())
+        .args(["gen-traffic", "--out"])
+        .arg(&pcap)
+        .args(["--count", "64", "--flows", "16", "--int-hops", "2", "--background-share", "0.5"])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    // INT flows from upstream hops sunk at p1 into the analytics, the
+    // others labeled by INT-label (p1 its last hop).
+    let extra = "[int]\nnode_id = 1\nedge_ports = [\"p1\"]\n[[int.collector]]\naddress = \"127.0.0.1:9\"\n\
+[int.analytics]\ncache_rows = 1024\n[label]\ninterval_ms = 50.0\nedge_ports = [\"p1\"]\n";
+    let cfg = replay_config(
+        &d,
+        "monitoring-label",
+        "xconnect",
+        &pcap,
+        "02:00:00:00:01:01",
+        "peer = \"p1\"",
+        "peer = \"p0\"",
+        extra,
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    let addr = sw.metrics_addr();
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = scrape(&addr);
+        if sample(&m, "intswitch_label_labels_total{port=\"p1\",worker=\"0\"}").is_some_and(|n| n >= 2.0)
+            && sample(&m, "intswitch_int_flow_cache_entries").is_some_and(|n| n >= 1.0)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(sample(&m, "intswitch_label_labels_total{port=\"p1\",worker=\"0\"}").unwrap() >= 2.0, "{m}");
+    assert!(sample(&m, "intswitch_label_last_age_seconds{port=\"p1\"}").is_some_and(|s| s < 5.0), "{m}");
+    // p0 sends nothing, so it never labels: no age line.
+    assert_eq!(sample(&m, "intswitch_label_last_age_seconds{port=\"p0\"}"), None, "{m}");
+    assert_eq!(sample(&m, "intswitch_label_shift{port=\"p1\"}"), Some(0.0), "{m}");
+    assert!(sample(&m, "intswitch_int_flow_cache_entries").is_some_and(|n| (1.0..16.0).contains(&n)), "{m}");
+    assert_eq!(sample(&m, "intswitch_int_flow_cache_capacity"), Some(1024.0 * 12.0), "{m}");
+    assert!(sample(&m, "intswitch_int_flow_exported_total{record=\"flow\"}").is_some(), "{m}");
+    assert!(sample(&m, "intswitch_int_flow_send_errors_total{collector=\"127.0.0.1:9\"}").is_some(), "{m}");
+    let out = std::process::Command::new(intswitch_tests::intctl_bin())
+        .arg("--socket")
+        .arg(d.path("sw.sock"))
+        .args(["label", "set-shift", "p1", "3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(sample(&scrape(&addr), "intswitch_label_shift{port=\"p1\"}"), Some(3.0));
     sw.stop();
 }

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering;
 
-use dataplane::counters::Event;
+use dataplane::counters::{CounterValues, Event};
 use dataplane::DropReason;
 
 use crate::server::HttpCounters;
@@ -29,8 +29,9 @@ fn esc(s: &str) -> String {
 }
 
 /// Telemetry export, where configured: INT report rings and collectors,
+/// the sink analytics' flow cache and export, INT-label's per-port state,
 /// AM-PM records, collectors and per-flow color counters.
-fn export_metrics(o: &mut String, sw: &Switch) {
+fn export_metrics(o: &mut String, sw: &Switch, per: &[CounterValues]) {
     if let Ok(r) = sw.reports_view() {
         family(o, "intswitch_int_report_ring_pending", "gauge", "Report records waiting in a worker's ring.");
         for g in &r.rings {
@@ -48,6 +49,70 @@ fn export_metrics(o: &mut String, sw: &Switch) {
             family(o, name, "counter", help);
             for c in &r.collectors {
                 line(o, format_args!("{name}{{collector=\"{}\"}} {}", esc(&c.address), pick(c)));
+            }
+        }
+    }
+    if let Ok(a) = sw.analytics_view() {
+        family(
+            o,
+            "intswitch_int_flow_cache_entries",
+            "gauge",
+            "Sink analytics: flow cache entries in use, all workers.",
+        );
+        line(o, format_args!("intswitch_int_flow_cache_entries {}", a.entries));
+        family(o, "intswitch_int_flow_cache_capacity", "gauge", "Sink analytics: flow cache entries, all workers.");
+        line(o, format_args!("intswitch_int_flow_cache_capacity {}", a.capacity));
+        family(o, "intswitch_int_flow_exported_total", "counter", "Sink analytics: flow and event records exported.");
+        line(o, format_args!("intswitch_int_flow_exported_total{{record=\"flow\"}} {}", a.export.records));
+        line(o, format_args!("intswitch_int_flow_exported_total{{record=\"event\"}} {}", a.export.events));
+        family(
+            o,
+            "intswitch_int_flow_send_errors_total",
+            "counter",
+            "Sink analytics: datagrams a collector was not sent (lost).",
+        );
+        for c in &a.export.collectors {
+            line(
+                o,
+                format_args!(
+                    "intswitch_int_flow_send_errors_total{{collector=\"{}\"}} {}",
+                    esc(&c.address),
+                    c.send_errors
+                ),
+            );
+        }
+    }
+    if let Ok(l) = sw.label_view() {
+        family(
+            o,
+            "intswitch_label_shift",
+            "gauge",
+            "INT-label: a port's shift S (interval T >> S; 255: every packet).",
+        );
+        for p in &l.ports {
+            line(o, format_args!("intswitch_label_shift{{port=\"{}\"}} {}", esc(&p.port), p.shift));
+        }
+        family(
+            o,
+            "intswitch_label_last_age_seconds",
+            "gauge",
+            "INT-label: time since a port's last label (no line: never labeled).",
+        );
+        for p in &l.ports {
+            if let Some(ms) = p.lt_age_ms {
+                line(o, format_args!("intswitch_label_last_age_seconds{{port=\"{}\"}} {}", esc(&p.port), ms / 1e3));
+            }
+        }
+        family(
+            o,
+            "intswitch_label_labels_total",
+            "counter",
+            "INT-label: labels a port pushed (every kind), by worker.",
+        );
+        for (w, c) in per.iter().enumerate() {
+            for p in &l.ports {
+                let n = c.labels.get(p.index as usize).copied().unwrap_or(0);
+                line(o, format_args!("intswitch_label_labels_total{{port=\"{}\",worker=\"{w}\"}} {n}", esc(&p.port)));
             }
         }
     }
@@ -231,7 +296,7 @@ pub fn render(sw: &Switch, http: Option<&HttpCounters>) -> String {
     ] {
         line(&mut o, format_args!("intswitch_neighbour_resolution_total{{result=\"{result}\"}} {n}"));
     }
-    export_metrics(&mut o, sw);
+    export_metrics(&mut o, sw, &per);
     if let Some(h) = http {
         family(&mut o, "intswitch_metrics_http_requests_total", "counter", "Requests to this endpoint, by outcome.");
         for (result, n) in
