@@ -386,6 +386,24 @@ address = "{collector}"
     );
     std::fs::write(d.path("c.toml"), cfg).unwrap();
     let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    // A second flow of FlowMonID 77, and a carrier the flow's family lacks,
+    // are refused (the collector could not tell the first's records apart;
+    // the second would mark nothing).
+    for (args, want) in [
+        (&["b", "--flow-mon-id", "77", "--carrier", "dscp"][..], "flow_mon_id: 77 is flow 'both''s too"),
+        (&["b", "--flow-mon-id", "78", "--carrier", "ipv6_hbh", "--src", "10.70.0.0/16"], "carrier: 'ipv6_hbh'"),
+    ] {
+        let out = std::process::Command::new(intswitch_tests::intctl_bin())
+            .arg("--socket")
+            .arg(d.path("sw.sock"))
+            .args(["ampm", "add"])
+            .args(args)
+            .args(["--role", "initiator", "--method", "step"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+    }
     // Every packet arrives at once; its interval's record leaves in the
     // middle of the next one. Read records until they hold every packet
     // (bounded: 6 s of 1 s intervals).

@@ -106,6 +106,10 @@ pub struct Joiner {
     pub bad_records: u64,
     pub joined: u64,
     pub incomplete: u64,
+    /// Records of a (FlowMonID, interval) their node had sent already (two
+    /// flows of one FlowMonID on a switch, or two MPs of one node ID): not
+    /// joined, the first one stands.
+    pub duplicates: u64,
     pub loss_packets: i64,
     pub loss_bytes: i64,
     /// Joined intervals an MP saw only part of (started during them):
@@ -146,6 +150,7 @@ impl Joiner {
         let key = (r.flow_mon_id, r.interval);
         let v = self.pending.entry(key).or_default();
         if v.iter().any(|x| x.node == r.node) {
+            self.duplicates += 1;
             return None;
         }
         v.push(r);
@@ -218,6 +223,7 @@ impl Joiner {
             "records": self.records,
             "records_lost": self.records_lost,
             "bad_records": self.bad_records,
+            "duplicate_records": self.duplicates,
             "intervals_joined": self.joined,
             "intervals_partial": self.partial,
             "intervals_clock_step": self.clock_step,
@@ -304,8 +310,12 @@ mod tests {
         // Node 1's next record has seq 3: two lost.
         j.datagram(&rec(1, 3, "initiator", 2, 1, None, 0));
         j.datagram("garbage\n");
+        // Node 1 again for interval 2 (a second flow of its FlowMonID):
+        // counted, not joined.
+        j.datagram(&rec(1, 4, "initiator", 2, 5, None, 0));
         let s = &j.summary()["ampm_summary"];
         assert_eq!((s["records_lost"].as_u64(), s["bad_records"].as_u64()), (Some(2), Some(1)));
+        assert_eq!(s["duplicate_records"].as_u64(), Some(1));
     }
 
     #[test]

@@ -38,7 +38,8 @@ AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived
 {flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
 mean_delay_ns, partial, clock_step, mps[...], segments[...]}; partial: an MP started during the\n\
 interval; clock_step: an MP's wall clock stepped, its counters may hold other intervals');\n\
-summary: records, records_lost (sequence gaps), intervals joined/incomplete/partial/clock_step,\n\
+summary: records, records_lost (sequence gaps), duplicate_records (a node's second record of a\n\
+FlowMonID and interval: not joined), intervals joined/incomplete/partial/clock_step,\n\
 total loss (partial and clock_step intervals left out), mean delay.\n\
 INT sink analytics: one line per int_flow, int_event and int_hist record (--json: the record as\n\
 the switch sent it); summary (int_flow_summary): records (int_flow), events (int_event),\n\
@@ -659,8 +660,8 @@ fn run(cli: &Cli) -> Result<(), String> {
             let a = &s["ampm_summary"];
             let _ = writeln!(
                 out,
-                "ampm records {} lost {} bad {}; intervals joined {} incomplete {} partial {} clock_step {}; loss {} packets {} bytes; mean delay {} ns",
-                a["records"], a["records_lost"], a["bad_records"], a["intervals_joined"], a["intervals_incomplete"],
+                "ampm records {} lost {} bad {} duplicate {}; intervals joined {} incomplete {} partial {} clock_step {}; loss {} packets {} bytes; mean delay {} ns",
+                a["records"], a["records_lost"], a["bad_records"], a["duplicate_records"], a["intervals_joined"], a["intervals_incomplete"],
                 a["intervals_partial"], a["intervals_clock_step"],
                 a["loss_packets"], a["loss_bytes"], a["delay_mean_ns"]
             );

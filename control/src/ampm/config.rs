@@ -3,7 +3,7 @@
 //! per-interval counter records. Flows from the file and from `intctl ampm
 //! add` go through the same conversion.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use dataplane::ampm::{AmpmFlow, AmpmSetup, Carrier, FlowRef, Method, MpRole, TimeFormat, Timing};
 use dataplane::classifier::{field, Key};
@@ -201,6 +201,21 @@ impl AmpmFlowConfig {
         // The match fields are those of an INT watch rule: one parser.
         let w = crate::int::config::match_rule!(self, "none");
         let r = w.to_rule(ports)?;
+        // A carrier the matched family lacks only ever counts ampm_no_carrier.
+        let family = match carrier {
+            Carrier::Ipv4Flag { .. } => 4,
+            Carrier::Ipv6HopByHop | Carrier::Ipv6DestOpts => 6,
+            Carrier::Dscp { .. } => r.ip_version,
+        };
+        if r.ip_version != 0 && family != r.ip_version {
+            return Err(cerr(
+                "carrier",
+                format!(
+                    "'{}' is carried by IPv{family} packets, and src/dst match only IPv{}: nothing would be marked",
+                    self.carrier, r.ip_version
+                ),
+            ));
+        }
         let (mut value, mut mask) = (Key::default(), Key::default());
         // Addresses as the flow key holds them: IPv4 in the low 32 bits.
         let addr = |t: &dataplane::int::watch::Ternary<u128>| -> (u128, u128) {
@@ -240,6 +255,14 @@ impl AmpmFlowConfig {
     }
 }
 
+/// Why a second flow of one FlowMonID on a node is refused.
+pub fn shared_id(id: u32, other: &str) -> String {
+    format!(
+        "{id} is flow '{other}''s too: the collector joins records by FlowMonID and node, so two flows of one \
+         FlowMonID on a switch cannot be told apart"
+    )
+}
+
 impl AmpmConfig {
     /// `mtu`: each port's MTU (IP bytes), for collectors behind a port.
     pub fn to_plan(&self, ports: &[String], mtu: &[u16]) -> Result<AmpmPlan, ConfigError> {
@@ -257,10 +280,14 @@ impl AmpmConfig {
         // A set, not a scan of the earlier flows: up to 2^20 flows load in
         // linear time (with the scan, 100k flows took 48 s, 1M over an hour).
         let mut names = HashSet::with_capacity(self.flow.len());
+        let mut ids = HashMap::with_capacity(self.flow.len());
         for (i, f) in self.flow.iter().enumerate() {
             let at = |e: ConfigError| cerr(format!("ampm.flow[{i}].{}", e.key), e.reason);
             if !names.insert(f.name.as_str()) {
                 return Err(cerr(format!("ampm.flow[{i}].name"), format!("'{}' is used twice", f.name)));
+            }
+            if let Some(other) = ids.insert(f.flow_mon_id, f.name.as_str()) {
+                return Err(cerr(format!("ampm.flow[{i}].flow_mon_id"), shared_id(f.flow_mon_id, other)));
             }
             setup.flows.push(f.to_flow(ports, i as u32).map_err(at)?);
         }
@@ -328,6 +355,23 @@ address = "127.0.0.1:32766""#,
         }
         let e = parse("node_id = 1\n[[flow]]\nname = \"a\"\nflow_mon_id = 2000000\nrole = \"x\"\nmethod = \"muxed\"\ncarrier = \"dscp\"").unwrap_err();
         assert_eq!(e.key, "ampm.flow[0].flow_mon_id");
+        // A carrier the matched family lacks; any family with none given.
+        for (carrier, src, v) in
+            [("ipv4_flag", "2001:db8::/32", 6), ("ipv6_hbh", "10.0.0.0/8", 4), ("ipv6_dest", "10.0.0.0/8", 4)]
+        {
+            let e = parse(&format!("{base}carrier = \"{carrier}\"\nsrc = \"{src}\"")).unwrap_err();
+            assert_eq!(e.key, "ampm.flow[0].carrier");
+            assert!(e.reason.contains(&format!("match only IPv{v}")), "{}", e.reason);
+        }
+        for (carrier, src) in [("ipv4_flag", "10.0.0.0/8"), ("ipv6_hbh", "2001:db8::/32"), ("dscp", "2001:db8::/32")] {
+            parse(&format!("{base}carrier = \"{carrier}\"\nsrc = \"{src}\"")).unwrap();
+        }
+        parse(&format!("{base}carrier = \"ipv4_flag\"")).unwrap();
+        // One FlowMonID is one flow's on a switch.
+        let two = format!("{base}carrier = \"dscp\"\n[[flow]]\nname = \"b\"\nflow_mon_id = 1\nrole = \"transit\"\nmethod = \"muxed\"\ncarrier = \"dscp\"");
+        let e = parse(&two).unwrap_err();
+        assert_eq!(e.key, "ampm.flow[1].flow_mon_id");
+        assert!(e.reason.contains("1 is flow 'a''s too"), "{}", e.reason);
     }
 
     #[test]
@@ -336,7 +380,7 @@ address = "127.0.0.1:32766""#,
         let flow = |i: usize, name: &str| {
             format!(
                 "name = \"{name}\"\nflow_mon_id = {}\nrole = \"initiator\"\nmethod = \"muxed\"\ncarrier = \"dscp\"\ndst_port = {}\n",
-                i % 4096,
+                i,
                 i % 65536
             )
         };

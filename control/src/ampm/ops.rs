@@ -110,6 +110,12 @@ impl Switch {
         let names = self.port_names();
         let s = self.ampm_setup()?;
         let existing = s.flows.iter().position(|f| f.name == cfg.name);
+        if let Some(other) = s.flows.iter().find(|f| f.name != cfg.name && f.mp.flow_mon_id == cfg.flow_mon_id) {
+            return Err(ApiError::bad_argument(
+                "flow_mon_id",
+                crate::ampm::config::shared_id(cfg.flow_mon_id, &other.name),
+            ));
+        }
         let slot = match existing {
             Some(i) => s.flows[i].mp.slot,
             None => {
