@@ -600,6 +600,14 @@ impl Config {
         fn at(what: &'static str, i: usize) -> impl Fn(ConfigError) -> ConfigError {
             move |e| cerr(format!("{what}[{i}].{}", e.key), e.reason)
         }
+        // Only a router looks routes up; in another mode they would be
+        // taken and never used (as static MACs outside a bridge).
+        if mode != Mode::Router && (self.routes_file.is_some() || !self.routes.is_empty()) {
+            return Err(cerr(
+                if self.routes.is_empty() { "routes_file" } else { "route" },
+                format!("routes need mode = \"router\", not \"{}\"", self.mode),
+            ));
+        }
         let mut routes = self.file_routes(&names)?;
         for (i, r) in self.routes.iter().enumerate() {
             routes.push(r.to_spec(&names).map_err(at("route", i))?);
@@ -865,6 +873,13 @@ dst_port = 53
 action = "drop"
 "#;
 
+    /// BASE in another mode: without its route (a router's only).
+    fn base_as(mode: &str) -> String {
+        let route = "[[route]]\nprefix = \"172.16.0.0/12\"\nport = \"p1\"\nvia = \"10.0.2.254\"\n";
+        assert!(BASE.contains(route));
+        BASE.replace(route, "").replace("mode = \"router\"", &format!("mode = \"{mode}\""))
+    }
+
     fn err_of(text: &str) -> String {
         match Config::from_toml(text).and_then(|c| c.validate()) {
             Ok(_) => panic!("expected an error"),
@@ -976,8 +991,7 @@ action = "drop"
         let two =
             BASE.replace("ipv4 = [\"10.0.2.1/24\"]", "ipv4 = [\"10.0.2.1/24\", \"10.0.2.9/24\", \"10.0.3.0/31\"]");
         assert!(Config::from_toml(&two).unwrap().validate().is_ok());
-        let bridge = BASE.replace("mode = \"router\"", "mode = \"bridge\"").replace("10.0.2.1/24", "10.0.1.2/24");
-        let bridge: String = bridge.split("[[route]]").next().unwrap().to_string();
+        let bridge = base_as("bridge").replace("10.0.2.1/24", "10.0.1.2/24");
         assert!(Config::from_toml(&bridge).unwrap().validate().is_ok(), "{bridge}");
     }
 
@@ -1134,19 +1148,26 @@ action = "drop"
 
     #[test]
     fn mode_specific_rules() {
-        let e = err_of(&BASE.replace("mode = \"router\"", "mode = \"xconnect\""));
+        let e = err_of(&base_as("xconnect"));
         assert!(e.contains("port[0].peer"), "{e}");
-        let x = BASE
-            .replace("mode = \"router\"", "mode = \"xconnect\"")
+        let x = base_as("xconnect")
             .replace("device = \"net_ring0\"", "device = \"net_ring0\"\npeer = \"p1\"")
             .replace("device = \"net_ring1\"", "device = \"net_ring1\"\npeer = \"p0\"");
         let p = Config::from_toml(&x).unwrap().validate().unwrap();
         assert_eq!(p.ports[0].peer, Some(1));
+        // Routes are a router's; neighbours stay (collectors behind a port use them).
+        let route = "\n[[route]]\nprefix = \"10.9.0.0/16\"\nport = \"p1\"\n";
+        let e = err_of(&format!("{x}{route}"));
+        assert_eq!(e, "route: routes need mode = \"router\", not \"xconnect\"");
+        let e = err_of(&x.replacen("mode = \"xconnect\"", "mode = \"xconnect\"\nroutes_file = \"r.txt\"", 1));
+        assert!(e.starts_with("routes_file: routes need mode"), "{e}");
+        let n = "\n[[neighbour]]\nip = \"10.0.2.9\"\nmac = \"02:00:00:00:02:09\"\nport = \"p1\"\n";
+        Config::from_toml(&format!("{x}{n}")).unwrap().validate().unwrap();
     }
 
     #[test]
     fn bridge_static_macs() {
-        let br = BASE.replace("mode = \"router\"", "mode = \"bridge\"");
+        let br = base_as("bridge");
         let entry = |mac: &str, port: &str, vlan: u16| {
             format!("\n[[bridge.static_mac]]\nmac = \"{mac}\"\nport = \"{port}\"\nvlan = {vlan}\n")
         };

@@ -55,7 +55,20 @@ impl Switch {
         }
     }
 
+    /// Routes are a router's: another mode never looks them up.
+    fn routes_apply(&self) -> Result<(), ApiError> {
+        match self.plan().mode {
+            dataplane::tables::Mode::Router => Ok(()),
+            m => Err(ApiError::new(
+                "not_configured",
+                None,
+                format!("routes need mode = \"router\"; this switch's is \"{}\"", m.name()),
+            )),
+        }
+    }
+
     pub fn route_add(&mut self, r: RouteSpec) -> Result<Generation, ApiError> {
+        self.routes_apply()?;
         self.check_gateway(&r).map_err(|e| ApiError::bad_argument("via", e))?;
         self.spec.routes.upsert(r);
         self.commit()
@@ -85,6 +98,7 @@ impl Switch {
         if !std::path::Path::new(path).is_absolute() {
             return Err(ApiError::bad_argument("path", format!("{path}: need an absolute path (the switch's)")));
         }
+        self.routes_apply()?;
         let loaded = crate::config::read_routes_file(path, &self.port_names(), "path")?;
         for r in &loaded {
             self.check_gateway(r)
