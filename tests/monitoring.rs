@@ -69,35 +69,32 @@ fn event_matchers(expr: &str) -> Vec<String> {
     out
 }
 
-#[test]
-fn every_metric_and_event_the_grafana_dashboard_queries_exists_on_a_running_switch() {
-    let d = Scratch::new("monitoring");
+/// A cross-connect `name` replaying `gen-traffic TRAFFIC` from p0 to p1,
+/// with the config lines `extra`.
+fn start_replay(d: &Scratch, name: &str, traffic: &[&str], extra: &str) -> SwitchProcess {
     let pcap = d.path("in.pcap");
     let st = std::process::Command::new(intswitch_tests::intswitch_bin())
         .args(["gen-traffic", "--out"])
         .arg(&pcap)
-        .args(["--count", "64", "--flows", "8", "--v6-share", "0.5"])
+        .args(traffic)
         .output()
         .unwrap();
     assert!(st.status.success());
+    let cfg = replay_config(d, name, "xconnect", &pcap, "02:00:00:00:01:01", "peer = \"p1\"", "peer = \"p0\"", extra);
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    SwitchProcess::start(&d.path("c.toml"), None)
+}
+
+#[test]
+fn every_metric_and_event_the_grafana_dashboard_queries_exists_on_a_running_switch() {
+    let d = Scratch::new("monitoring");
     // Telemetry on, so its families are there: an INT source and sink, and
     // an AM-PM initiator exporting to a collector.
     let extra = "[int]\nnode_id = 1\nedge_ports = [\"p0\", \"p1\"]\n[[int.watch]]\nname = \"v4\"\nrole = \"source\"\n\
 src = \"10.0.1.0/24\"\ninstructions = [\"node_id\", \"hop_latency\"]\n[[int.collector]]\naddress = \"127.0.0.1:9\"\n\
 [ampm]\nnode_id = 1\ninterval = \"1s\"\n[[ampm.flow]]\nname = \"v6\"\nflow_mon_id = 5\nrole = \"initiator\"\n\
 method = \"double\"\ncarrier = \"ipv6_dest\"\nsrc = \"2001:db8:1::/64\"\n[[ampm.collector]]\naddress = \"127.0.0.1:9\"\n";
-    let cfg = replay_config(
-        &d,
-        "monitoring",
-        "xconnect",
-        &pcap,
-        "02:00:00:00:01:01",
-        "peer = \"p1\"",
-        "peer = \"p0\"",
-        extra,
-    );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    let sw = start_replay(&d, "monitoring", &["--count", "64", "--flows", "8", "--v6-share", "0.5"], extra);
     let metrics = scrape(&sw.metrics_addr());
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     let families: BTreeSet<String> = metrics
@@ -157,30 +154,16 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 #[test]
 fn sink_analytics_and_label_state_are_on_metrics() {
     let d = Scratch::new("monitoring-label");
-    let pcap = d.path("in.pcap");
-    let st = std::process::Command::new(intswitch_tests::intswitch_bin())
-        .args(["gen-traffic", "--out"])
-        .arg(&pcap)
-        .args(["--count", "64", "--flows", "16", "--int-hops", "2", "--background-share", "0.5"])
-        .output()
-        .unwrap();
-    assert!(st.status.success());
     // INT flows from upstream hops sunk at p1 into the analytics, the
     // others labeled by INT-label (p1 its last hop).
     let extra = "[int]\nnode_id = 1\nedge_ports = [\"p1\"]\n[[int.collector]]\naddress = \"127.0.0.1:9\"\n\
 [int.analytics]\ncache_rows = 1024\n[label]\ninterval_ms = 50.0\nedge_ports = [\"p1\"]\n";
-    let cfg = replay_config(
+    let sw = start_replay(
         &d,
         "monitoring-label",
-        "xconnect",
-        &pcap,
-        "02:00:00:00:01:01",
-        "peer = \"p1\"",
-        "peer = \"p0\"",
+        &["--count", "64", "--flows", "16", "--int-hops", "2", "--background-share", "0.5"],
         extra,
     );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let sw = SwitchProcess::start(&d.path("c.toml"), None);
     let addr = sw.metrics_addr();
     let mut m = String::new();
     for _ in 0..100 {
