@@ -88,10 +88,11 @@ fn start_replay(d: &Scratch, name: &str, traffic: &[&str], extra: &str) -> Switc
 #[test]
 fn every_metric_and_event_the_grafana_dashboard_queries_exists_on_a_running_switch() {
     let d = Scratch::new("monitoring");
-    // Telemetry on, so its families are there: an INT source and sink, and
-    // an AM-PM initiator exporting to a collector.
+    // Telemetry on, so its families are there: an INT source and sink with
+    // analytics, INT-label, and an AM-PM initiator exporting to a collector.
     let extra = "[int]\nnode_id = 1\nedge_ports = [\"p0\", \"p1\"]\n[[int.watch]]\nname = \"v4\"\nrole = \"source\"\n\
 src = \"10.0.1.0/24\"\ninstructions = [\"node_id\", \"hop_latency\"]\n[[int.collector]]\naddress = \"127.0.0.1:9\"\n\
+[int.analytics]\ncache_rows = 1024\n[label]\ninterval_ms = 50.0\n\
 [ampm]\nnode_id = 1\ninterval = \"1s\"\n[[ampm.flow]]\nname = \"v6\"\nflow_mon_id = 5\nrole = \"initiator\"\n\
 method = \"double\"\ncarrier = \"ipv6_dest\"\nsrc = \"2001:db8:1::/64\"\n[[ampm.collector]]\naddress = \"127.0.0.1:9\"\n";
     let sw = start_replay(&d, "monitoring", &["--count", "64", "--flows", "8", "--v6-share", "0.5"], extra);
@@ -137,6 +138,8 @@ method = \"double\"\ncarrier = \"ipv6_dest\"\nsrc = \"2001:db8:1::/64\"\n[[ampm.
         "intswitch_int_report_send_errors_total",
         "intswitch_ampm_flow_packets_total",
         "intswitch_ampm_send_errors_total",
+        "intswitch_int_flow_cache_entries",
+        "intswitch_label_shift",
     ] {
         assert!(queried.contains(n), "{n} is not on the dashboard");
     }
