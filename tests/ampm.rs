@@ -388,17 +388,28 @@ address = "{collector}"
     let sw = SwitchProcess::start(&d.path("c.toml"), None);
     // A second flow of FlowMonID 77, and a carrier the flow's family lacks,
     // are refused (the collector could not tell the first's records apart;
-    // the second would mark nothing).
+    // the second would mark nothing); so is a mark written by a reader's
+    // slot table (only an initiator's writes them).
+    let flow = ["--role", "initiator", "--method", "step"];
     for (args, want) in [
-        (&["b", "--flow-mon-id", "77", "--carrier", "dscp"][..], "flow_mon_id: 77 is flow 'both''s too"),
-        (&["b", "--flow-mon-id", "78", "--carrier", "ipv6_hbh", "--src", "10.70.0.0/16"], "carrier: 'ipv6_hbh'"),
+        (
+            [&["ampm", "add", "b", "--flow-mon-id", "77", "--carrier", "dscp"][..], &flow].concat(),
+            "flow_mon_id: 77 is flow 'both''s too",
+        ),
+        (
+            [&["ampm", "add", "b", "--flow-mon-id", "78", "--carrier", "ipv6_hbh", "--src", "10.70.0.0/16"][..], &flow]
+                .concat(),
+            "carrier: 'ipv6_hbh'",
+        ),
+        (
+            vec!["rule", "add", "step-terminator", "r", "--set-l", "true"],
+            "set_l: only an initiator's table writes marks",
+        ),
     ] {
         let out = std::process::Command::new(intswitch_tests::intctl_bin())
             .arg("--socket")
             .arg(d.path("sw.sock"))
-            .args(["ampm", "add"])
-            .args(args)
-            .args(["--role", "initiator", "--method", "step"])
+            .args(&args)
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

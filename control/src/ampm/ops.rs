@@ -188,6 +188,15 @@ impl Switch {
         crate::fields::check_name("name", &a.name)?;
         let t = self.ampm_setup()?.timing;
         let bad = |k: &str, e: String| ApiError::bad_argument(k, e);
+        // Only an initiator writes marks: the data path applies set_l and
+        // set_d there alone, so elsewhere they would be taken and ignored.
+        if !a.table.ends_with("-initiator") {
+            for (k, v) in [("set_l", a.set_l), ("set_d", a.set_d)] {
+                if v.is_some() {
+                    return Err(bad(k, format!("only an initiator's table writes marks ('{}' reads them)", a.table)));
+                }
+            }
+        }
         let mark = if a.mark.chars().all(|c| c == '*') {
             None
         } else {

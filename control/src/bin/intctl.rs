@@ -371,10 +371,10 @@ enum RuleOp {
         /// Register bit 0, 1 or *.
         #[arg(long, default_value = "*")]
         reg: String,
-        /// Write L (initiator).
+        /// Write L (initiator tables only).
         #[arg(long)]
         set_l: Option<bool>,
-        /// Write D (initiator).
+        /// Write D (initiator tables only).
         #[arg(long)]
         set_d: Option<bool>,
         /// New register value.
