@@ -157,7 +157,8 @@ enum Show {
         #[arg(long, default_value_t = 1000)]
         max: u64,
     },
-    /// The neighbours (router): IP, MAC, port, static or learned (ARP / ND).
+    /// The neighbours: IP, MAC, port, static or learned (ARP / ND; a router's
+    /// next hops, and in any mode collectors behind a port).
     Neighbours,
     /// The configuration the switch started with, as JSON (what commands
     /// changed since shows in their own views: routes, neighbours, int ...).
