@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::fields::{cerr, on_link, parse_host_ip, parse_ip, parse_network};
 pub use crate::fields::{
-    check_name, format_mac, parse_mac, parse_prefix, parse_proto, parse_proto_name, parse_seconds, parse_unicast_mac,
-    port_by_name, ConfigError, MAX_NAME_LEN,
+    check_name, format_mac, parse_mac, parse_positive_seconds, parse_prefix, parse_proto, parse_proto_name,
+    parse_seconds, parse_unicast_mac, port_by_name, ConfigError, MAX_NAME_LEN,
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -954,6 +954,9 @@ action = "drop"
         for bad in ["nan", "-1", "1e300", "inf", "x", ""] {
             assert!(parse_seconds(bad).is_err(), "{bad}");
         }
+        // A run of 0 s would start and stop at once, having measured nothing.
+        assert_eq!(parse_positive_seconds("0.25"), Ok(std::time::Duration::from_millis(250)));
+        assert!(parse_positive_seconds("0").unwrap_err().contains("more than 0"));
     }
 
     #[test]

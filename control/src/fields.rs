@@ -66,6 +66,15 @@ pub fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
     std::time::Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}': too many seconds"))
 }
 
+/// A time to run for: more than 0 seconds (`--duration`; omitted, a run
+/// lasts until a signal).
+pub fn parse_positive_seconds(s: &str) -> Result<std::time::Duration, String> {
+    match parse_seconds(s)? {
+        d if d.is_zero() => Err(format!("'{s}': must be more than 0 seconds")),
+        d => Ok(d),
+    }
+}
+
 /// Longest name of a port, watch rule, AM-PM flow or slot rule.
 pub const MAX_NAME_LEN: usize = 64;
 

@@ -55,17 +55,17 @@ pub struct RunArgs {
     /// gpint.hold_ms should match t_f.
     #[arg(long, default_value = "paper")]
     profile: String,
-    /// Paths in flight at once.
-    #[arg(long, default_value_t = 12)]
-    window: usize,
+    /// Paths in flight at once (1 or more).
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u16).range(1..))]
+    window: u16,
     /// No recovery probes: a lost probe fails its path.
     #[arg(long)]
     no_recovery: bool,
     /// The INT domain's UDP port (probes go there).
-    #[arg(long, default_value_t = 17768)]
+    #[arg(long, default_value_t = 17768, value_parser = clap::value_parser!(u16).range(1..))]
     int_port: u16,
-    /// gpint.udp_port: saved in the probes, feedbacks come to it.
-    #[arg(long, default_value_t = 17900)]
+    /// gpint.udp_port: saved in the probes, feedbacks come to it (not the INT port).
+    #[arg(long, default_value_t = 17900, value_parser = clap::value_parser!(u16).range(1..))]
     gpint_port: u16,
     /// gpint.domain_id.
     #[arg(long, default_value_t = 0x6701)]
@@ -82,9 +82,9 @@ pub struct RunArgs {
     /// MEA values a hop reports where the plan does not say.
     #[arg(long, default_value_t = 4)]
     mea: u8,
-    /// Give up after this many seconds.
-    #[arg(long, default_value_t = 600.0)]
-    duration: f64,
+    /// Give up after this many seconds (more than 0).
+    #[arg(long, default_value = "600", value_parser = control::config::parse_positive_seconds)]
+    duration: std::time::Duration,
 }
 
 #[derive(clap::Args)]
@@ -125,8 +125,9 @@ pub struct TopoArgs {
     /// moved on until it is).
     #[arg(value_parser = ["ws"])]
     kind: String,
-    #[arg(long)]
-    n: usize,
+    /// Switches, 3 to 100000.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(3..=MAX_TOPO_SWITCHES as i64))]
+    n: u32,
     #[arg(long, default_value_t = 4)]
     degree: usize,
     #[arg(long, default_value_t = 0.1)]
@@ -142,12 +143,16 @@ pub struct TopoArgs {
     /// mon at 10.77.K.2, where the switch's reports go).
     #[arg(long)]
     monitor: bool,
-    /// With --monitor: the switches' gpint.hold_ms.
-    #[arg(long, default_value_t = 400)]
+    /// With --monitor: the switches' gpint.hold_ms (1-60000).
+    #[arg(long, default_value_t = 400, requires = "monitor", value_parser = clap::value_parser!(u64).range(1..=60_000))]
     hold_ms: u64,
     #[arg(long)]
     out: Option<PathBuf>,
 }
+
+/// The largest WS graph `gpint topo` writes (a testbed file of about
+/// 300 bytes a switch).
+const MAX_TOPO_SWITCHES: u32 = 100_000;
 
 pub fn run(g: &Gpint) -> Result<(), String> {
     match g {
@@ -197,7 +202,7 @@ fn plan_cmd(a: &PlanArgs) -> Result<(), String> {
 }
 
 fn topo_cmd(a: &TopoArgs) -> Result<(), String> {
-    let g = watts_strogatz(a.n, a.degree, a.p, a.seed)?;
+    let g = watts_strogatz(a.n as usize, a.degree, a.p, a.seed)?;
     let name = a.name.clone().unwrap_or_else(|| format!("ws{}", a.n));
     let desc = format!("Watts-Strogatz WS({}, {}, {}), seed {}", a.n, a.degree, a.p, a.seed);
     let text = if a.monitor { g.to_gpint_testbed(&name, &desc, a.hold_ms)? } else { g.to_testbed(&name, &desc) };
@@ -241,7 +246,22 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
         let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("--via {s}: {e}"))?;
         // By DSCP a probe goes to the GPINT port; by port, to the INT port.
         let port = if a.dscp_probe.is_some() { a.gpint_port } else { a.int_port };
-        via.insert(sw.to_string(), SocketAddr::new(ip, port));
+        if via.insert(sw.to_string(), SocketAddr::new(ip, port)).is_some() {
+            return Err(format!("--via {s}: switch {sw} has an address already"));
+        }
+    }
+    if a.gpint_port == a.int_port {
+        // As the switches' gpint.udp_port: feedbacks and probes would be one.
+        return Err(format!("--gpint-port {}: must not be the INT port (--int-port)", a.gpint_port));
+    }
+    if let Some(sw) = a
+        .via
+        .iter()
+        .filter_map(|s| s.split_once('='))
+        .map(|(sw, _)| sw)
+        .find(|sw| !paths.iter().any(|p| p.hops.iter().any(|h| h.switch == *sw)))
+    {
+        return Err(format!("--via {sw}=...: the plan has no switch {sw} (a misspelt name?)"));
     }
     for p in &paths {
         for h in &p.hops {
@@ -279,9 +299,10 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
         }
         None => None,
     };
-    let mut m = Monitor::new(paths, profile, !a.no_recovery, a.window, first);
+    let mut m = Monitor::new(paths, profile, !a.no_recovery, a.window as usize, first);
     let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs_f64(a.duration.max(0.0));
+    // Past what an Instant holds: no deadline but the sessions'.
+    let deadline = t0.checked_add(a.duration);
     let mut send_errors = 0u64;
     let mut buf = vec![0u8; 65536];
     let mut sessions = 0;
@@ -295,7 +316,7 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
             }
         }
     };
-    while Instant::now() < deadline {
+    while deadline.is_none_or(|d| Instant::now() < d) {
         let mut idle = true;
         while let Ok((n, _)) = probes.recv_from(&mut buf) {
             idle = false;

@@ -22,7 +22,7 @@ pub struct LabelArgs {
     #[arg(long, value_name = "VALUE[/MASK]", default_value = "0x17")]
     pub label_dscp: String,
     /// The label domain marks by UDP port instead (label.presence "udp_port").
-    #[arg(long)]
+    #[arg(long, conflicts_with = "label_dscp", value_parser = clap::value_parser!(u16).range(1..))]
     pub label_udp_port: Option<u16>,
     /// Telemetry window T_i in ms: one int_label_coverage line each.
     #[arg(long, default_value_t = 100.0)]
@@ -32,7 +32,8 @@ pub struct LabelArgs {
     /// occupation; with --label-pro, S is set there.
     #[arg(long = "label-switch", value_name = "SOCKET")]
     pub label_switches: Vec<PathBuf>,
-    /// Active ports from a file instead: lines "NODE_ID PORT_INDEX".
+    /// Active ports from a file: lines "NODE_ID PORT_INDEX" (with
+    /// --label-switch too, added to the switches' active ports).
     #[arg(long, value_name = "FILE")]
     pub active_ports: Option<PathBuf>,
     /// Pro: drive each port's S through the switches' sockets: "shift"
@@ -40,8 +41,8 @@ pub struct LabelArgs {
     /// "flag" (stale for T_i: S = 255, held 10 x T_i).
     #[arg(long, value_name = "shift|flag")]
     pub label_pro: Option<String>,
-    /// Pro's k.
-    #[arg(long, default_value_t = 2)]
+    /// Pro's k (1 or more).
+    #[arg(long, default_value_t = 2, requires = "label_pro", value_parser = clap::value_parser!(u64).range(1..))]
     pub label_pro_k: u64,
     /// Print every database update as an int_label_db line.
     #[arg(long)]

@@ -65,7 +65,7 @@ struct Cli {
     #[arg(long, default_value = "0.0.0.0:32766")]
     listen: String,
     /// UDP port that marks INT in the inner packets (the switches' int.udp_port).
-    #[arg(long, default_value_t = 17768)]
+    #[arg(long, default_value_t = 17768, conflicts_with = "int_dscp", value_parser = clap::value_parser!(u16).range(1..))]
     int_port: u16,
     /// The domain marks INT by DSCP instead (int.presence = "dscp"):
     /// VALUE[/MASK], e.g. 0x17 (codepoint, mask 0x3f) or 0x01/0x01 (one bit).
@@ -78,11 +78,11 @@ struct Cli {
     /// (int_label_coverage lines, one a window, still print).
     #[arg(long)]
     quiet: bool,
-    /// Stop after this many reports, joined AM-PM intervals and int_flow / int_event records.
-    #[arg(long)]
+    /// Stop after this many reports, joined AM-PM intervals and int_flow / int_event records (1 or more).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
-    /// Stop after this many seconds.
-    #[arg(long, value_parser = control::config::parse_seconds)]
+    /// Stop after this many seconds (more than 0).
+    #[arg(long, value_parser = control::config::parse_positive_seconds)]
     duration: Option<Duration>,
     /// AM-PM: measurement points per flow (initiator, transits, terminator), 2-64.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=64))]
@@ -100,8 +100,8 @@ struct Cli {
     /// records, never the decoding.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
-    /// Entries each Redis stream keeps, about (XADD MAXLEN ~).
-    #[arg(long, default_value_t = 100_000)]
+    /// Entries each Redis stream keeps, about (XADD MAXLEN ~; 1 or more).
+    #[arg(long, default_value_t = 100_000, requires = "redis", value_parser = clap::value_parser!(u64).range(1..))]
     redis_maxlen: u64,
     /// Also send what it decodes to Kafka (HOST:PORT,...): topics
     /// <prefix>reports, <prefix>events, <prefix>flows, <prefix>histograms,
@@ -111,10 +111,10 @@ struct Cli {
     #[arg(long, value_name = "LIST")]
     kafka_brokers: Option<String>,
     /// Prefix of the Kafka topics.
-    #[arg(long, default_value = "int-")]
+    #[arg(long, default_value = "int-", requires = "kafka_brokers")]
     kafka_topic_prefix: String,
-    /// Messages the Kafka producer holds at most while brokers catch up.
-    #[arg(long, default_value_t = 100_000)]
+    /// Messages the Kafka producer holds at most while brokers catch up (1 or more).
+    #[arg(long, default_value_t = 100_000, requires = "kafka_brokers", value_parser = kafka_queue)]
     kafka_queue: usize,
     /// Serve a live dashboard on ADDR:PORT (e.g. 127.0.0.1:8080): flows
     /// with their path and per-hop latency and queue, AM-PM loss and delay
@@ -131,10 +131,10 @@ struct Cli {
     #[arg(long, value_name = "NAME")]
     netns: Option<String>,
     /// Ticks the dashboard keeps (points per series; 600 = 5 minutes).
-    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    #[arg(long, default_value_t = 600, requires = "web", value_parser = clap::value_parser!(u64).range(2..=100_000))]
     web_points: u64,
     /// Flows the dashboard draws (reports of further flows are counted).
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long, default_value_t = 32, requires = "web", value_parser = clap::value_parser!(u64).range(1..=1024))]
     web_flows: u64,
     #[command(flatten)]
     label: label_cli::LabelArgs,
@@ -345,6 +345,15 @@ fn rcvbuf_bytes(s: &str) -> Result<usize, String> {
         Ok(n) if n >= 4096 => Ok(n),
         Ok(n) => Err(format!("{n} is below 4096 bytes")),
         Err(_) => Err(format!("'{s}' is not a number of bytes")),
+    }
+}
+
+/// librdkafka's queue.buffering.max.messages takes 1 to 2^31 - 1 here.
+fn kafka_queue(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=i32::MAX as usize).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("{n} is not in 1..={}", i32::MAX)),
+        Err(_) => Err(format!("'{s}' is not a number of messages")),
     }
 }
 
@@ -771,5 +780,93 @@ mod tests {
             let e = parse(bad).expect_err(bad).to_string();
             assert!(e.contains("--rcvbuf"), "{bad}: {e}");
         }
+    }
+
+    /// Values that would stop at once, store nothing or match no port are
+    /// refused, and so is an option whose feature is not asked for (it
+    /// would be ignored) or that contradicts another (one would be).
+    #[test]
+    fn options_that_would_do_nothing_or_be_ignored_are_refused() {
+        let parse = |args: &[&str]| Cli::try_parse_from(std::iter::once("intcollector").chain(args.iter().copied()));
+        for (args, names) in [
+            (&["--count", "0"][..], "--count"),
+            (&["--duration", "0"], "--duration"),
+            (&["--int-port", "0"], "--int-port"),
+            (&["--label-udp-port", "0"], "--label-udp-port"),
+            (&["--redis", "redis://127.0.0.1:6379", "--redis-maxlen", "0"], "--redis-maxlen"),
+            (&["--kafka-brokers", "127.0.0.1:9092", "--kafka-queue", "0"], "--kafka-queue"),
+            (&["--kafka-brokers", "127.0.0.1:9092", "--kafka-queue", "2147483648"], "--kafka-queue"),
+            (&["--label-pro", "shift", "--label-switch", "/x", "--label-pro-k", "0"], "--label-pro-k"),
+            (&["--redis-maxlen", "10"], "--redis"),
+            (&["--kafka-queue", "10"], "--kafka-brokers"),
+            (&["--kafka-topic-prefix", "t-"], "--kafka-brokers"),
+            (&["--web-points", "100"], "--web"),
+            (&["--web-flows", "8"], "--web"),
+            (&["--label-pro-k", "3"], "--label-pro"),
+            (&["--int-port", "5000", "--int-dscp", "0x17"], "--int-dscp"),
+            (&["--label-udp-port", "5000", "--label-dscp", "0x18"], "--label-dscp"),
+        ] {
+            let e = parse(args).map(|_| ()).expect_err(&args.join(" ")).to_string();
+            assert!(e.contains(names), "{args:?}: {e}");
+        }
+        for args in [
+            &["--count", "1", "--duration", "0.5"][..],
+            &["--int-dscp", "0x17"],
+            &["--label-udp-port", "5000"],
+            &["--redis", "redis://127.0.0.1:6379", "--redis-maxlen", "10"],
+            &["--kafka-brokers", "127.0.0.1:9092", "--kafka-queue", "10", "--kafka-topic-prefix", ""],
+            &["--web", "127.0.0.1:0", "--web-points", "100", "--web-flows", "8"],
+        ] {
+            assert!(parse(args).is_ok(), "{args:?}");
+        }
+    }
+
+    /// `gpint topo`, `plan` and `run` as an operator types them: a run's
+    /// mistakes are refused before it binds a socket or sends a probe (an
+    /// endless --duration panicked; a misspelt --via switch was ignored).
+    #[test]
+    fn gpint_commands_refuse_mistakes_by_name() {
+        let dir = std::env::temp_dir().join(format!("intcollector-gpint-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (topo, plan) = (dir.join("ws6.toml"), dir.join("plan.json"));
+        let (topo, plan) = (topo.to_str().unwrap(), plan.to_str().unwrap());
+        let run = |args: &[&str]| -> Result<(), String> {
+            let cli = Cli::try_parse_from(std::iter::once("intcollector").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())?;
+            match &cli.command {
+                Some(Command::Gpint(g)) => gpint_cli::run(g),
+                _ => unreachable!("a gpint command"),
+            }
+        };
+        run(&["gpint", "topo", "ws", "--n", "6", "--out", topo]).unwrap();
+        run(&["gpint", "plan", "--topology", topo, "--out", plan]).unwrap();
+        let vias: Vec<String> = (1..=6).flat_map(|i| ["--via".into(), format!("s{i}=127.0.0.{}", i + 1)]).collect();
+        let run_with = |extra: &[&str]| {
+            let mut args = vec!["gpint", "run", "--plan", plan, "--listen", "127.0.0.1:0"];
+            args.extend(vias.iter().map(String::as_str));
+            args.extend(extra);
+            run(&args).expect_err(&extra.join(" "))
+        };
+        for (extra, says) in [
+            (&["--duration", "inf"][..], "--duration"),
+            (&["--duration", "0"], "more than 0"),
+            (&["--window", "0"], "--window"),
+            (&["--int-port", "0"], "--int-port"),
+            (&["--gpint-port", "17768"], "must not be the INT port"),
+            (&["--via", "s7=127.0.0.9"], "the plan has no switch s7"),
+            (&["--via", "s1=127.0.0.9"], "switch s1 has an address already"),
+        ] {
+            let e = run_with(extra);
+            assert!(e.contains(says), "{extra:?}: {e}");
+        }
+        for (args, says) in [
+            (&["gpint", "topo", "ws", "--n", "100001"][..], "--n"),
+            (&["gpint", "topo", "ws", "--n", "6", "--hold-ms", "5"], "--monitor"),
+            (&["gpint", "topo", "ws", "--n", "6", "--monitor", "--hold-ms", "0"], "--hold-ms"),
+        ] {
+            let e = run(args).expect_err(&args.join(" "));
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

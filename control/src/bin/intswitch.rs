@@ -25,8 +25,8 @@ struct Cli {
     /// Print live per-port rates every N seconds (0: off).
     #[arg(long, default_value_t = 1)]
     stats_interval: u64,
-    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long, value_parser = control::config::parse_seconds)]
+    /// Stop after this many seconds, more than 0 (default: run until SIGINT/SIGTERM).
+    #[arg(long, value_parser = control::config::parse_positive_seconds)]
     duration: Option<Duration>,
     /// Print the final counters as JSON.
     #[arg(long)]
