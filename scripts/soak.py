@@ -74,11 +74,14 @@ def traffic(role, work):
     if role in ("int-transit", "int-sink", "int-sink-analytics"):
         # The analytics see values drawn per packet and hop (which takes
         # one hop count, and a packet a flow at least: 16384 for 10000 flows).
-        hops = ["--int-hops", "1..5", "--count", "8192"]
+        # (--int-values draws its own frames: UDP over IPv4, no sizes,
+        # addresses or background to mix in; gen-traffic refuses them.)
         if role == "int-sink-analytics":
-            hops = ["--int-hops", "4", "--int-values", "exp", "--count", "16384"]
+            return ["--int-hops", "4", "--int-values", "exp", "--count", "16384", "--flows", "10000",
+                    "--zipf", "1.0", "--shuffle", "7", "--int-instructions", FIVE, "--int-rhc", "3"]
         return mixed + ["--flows", "10000", "--zipf", "1.0", "--dst-mac", "02:00:00:00:00:02",
-                        *hops, "--int-instructions", FIVE, "--int-rhc", "3", "--background-share", "0.3"]
+                        "--int-hops", "1..5", "--count", "8192", "--int-instructions", FIVE, "--int-rhc", "3",
+                        "--background-share", "0.3"]
     if role == "gpint-transit":
         # Probes of distinct requests from many monitors (a fifth IPv6),
         # each followed 8 probes later by its next hop's feedback (16384

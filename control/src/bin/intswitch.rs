@@ -83,7 +83,7 @@ enum Cmd {
         #[arg(long)]
         int_hops: Option<String>,
         /// With --int-hops: the share of flows (0-1) that carry no INT.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, requires = "int_hops")]
         background_share: f64,
         /// Distinct source MACs (--src-mac plus 0..N in its low bytes; flow i uses i mod N).
         #[arg(long, default_value_t = 1)]
@@ -117,65 +117,115 @@ enum Cmd {
         /// Share of frames (0-1) sent to the broadcast MAC.
         #[arg(long, default_value_t = 0.0)]
         broadcast_share: f64,
-        /// Instructions of that INT header (names as in the config's watch rules).
-        #[arg(long, value_delimiter = ',', default_value = "node_id,l1_ports,hop_latency,queue,ingress_ts")]
-        int_instructions: Vec<String>,
-        /// INT UDP port.
-        #[arg(long, default_value_t = 17768)]
-        int_port: u16,
-        /// Remaining hop count the INT header leaves.
-        #[arg(long, default_value_t = 4)]
-        int_rhc: u8,
+        /// Instructions of that INT header (names as in the config's watch
+        /// rules; with --int-hops or --int-values) [default:
+        /// node_id,l1_ports,hop_latency,queue,ingress_ts].
+        #[arg(long, value_delimiter = ',')]
+        int_instructions: Option<Vec<String>>,
+        /// INT UDP port (with --int-hops, --int-values or --gpint-probes) [default: 17768].
+        #[arg(long, conflicts_with = "int_dscp", value_parser = clap::value_parser!(u16).range(1..))]
+        int_port: Option<u16>,
+        /// Remaining hop count the INT header leaves (with --int-hops or
+        /// --int-values) [default: 4].
+        #[arg(long)]
+        int_rhc: Option<u8>,
         /// INT by DSCP presence with this codepoint (NPT 0) instead of the UDP port.
-        #[arg(long, value_parser = parse_u8_any)]
+        #[arg(long, value_parser = parse_u8_any, requires = "int_hops")]
         int_dscp: Option<u8>,
         /// The INT header's Domain Specific ID (e.g. a label domain's 0x4c42: label packets).
-        #[arg(long, default_value = "0", value_parser = parse_u16_any)]
+        #[arg(long, default_value = "0", value_parser = parse_u16_any, requires = "int_hops")]
         int_domain_id: u16,
         /// The frames are GPINT probes into a transit switch's p0 (--count
         /// probes, each a distinct request and attempt; SR: out
         /// --gpint-next-port, then the monitor; --v6-share, --int-port,
         /// --src-mac, --dst-mac and --shuffle as seed apply).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = GPINT_IGNORES)]
         gpint_probes: bool,
         /// Each probe's feedback from the next hop follows it.
-        #[arg(long)]
+        #[arg(long, requires = "gpint_probes")]
         gpint_feedbacks: bool,
         /// Probes between one and its feedback.
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, default_value_t = 8, requires = "gpint_feedbacks")]
         gpint_feedback_lag: usize,
         /// The switch's port index the probes leave by.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, requires = "gpint_probes")]
         gpint_next_port: u8,
         /// Port RX counters each probe collects at the switch.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, requires = "gpint_probes")]
         gpint_mea: u8,
         /// Monitors (distinct source addresses) the probes come from.
-        #[arg(long, default_value_t = 16)]
+        #[arg(long, default_value_t = 16, requires = "gpint_probes")]
         gpint_monitors: usize,
         /// `gpint.udp_port` of the domain.
-        #[arg(long, default_value_t = 17900)]
+        #[arg(long, default_value_t = 17900, requires = "gpint_probes")]
         gpint_udp_port: u16,
         /// `gpint.domain_id` of the domain.
-        #[arg(long, default_value_t = 0x6701)]
+        #[arg(long, default_value_t = 0x6701, requires = "gpint_probes")]
         gpint_domain_id: u16,
         /// INT frames whose hop values follow a model (README "Telemetry
         /// traces"): exp, or the microburst models web, cache, hadoop.
         /// --count packets over --flows flows (split evenly, or by --zipf),
         /// --int-hops hops (default 5) on --int-paths paths,
         /// --int-instructions, --int-rhc, --int-port; --shuffle is the seed.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = INT_VALUES_IGNORES)]
         int_values: Option<String>,
         /// Paths the --int-values flows take (one flow in eight changes
         /// path halfway).
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, requires = "int_values")]
         int_paths: usize,
         /// With --int-values: write the ground truth (per-flow aggregates,
         /// default histograms, bursts) as JSON to FILE.
-        #[arg(long)]
+        #[arg(long, requires = "int_values")]
         truth: Option<String>,
     },
 }
+
+/// What `gen-traffic --gpint-probes` does not read: taken with it, refused.
+const GPINT_IGNORES: [&str; 19] = [
+    "flows",
+    "size",
+    "src",
+    "dst",
+    "vary_dst",
+    "int_hops",
+    "macs",
+    "dst_macs",
+    "vlans",
+    "sizes",
+    "zipf",
+    "tcp_share",
+    "dst_spread",
+    "broadcast_share",
+    "int_instructions",
+    "int_rhc",
+    "int_dscp",
+    "int_values",
+    "int_domain_id",
+];
+
+/// What `gen-traffic --int-values` does not read (its model draws the rest).
+const INT_VALUES_IGNORES: [&str; 17] = [
+    "size",
+    "src",
+    "dst",
+    "vary_dst",
+    "macs",
+    "dst_macs",
+    "vlans",
+    "sizes",
+    "tcp_share",
+    "v6_share",
+    "dst_spread",
+    "broadcast_share",
+    "background_share",
+    "src_mac",
+    "dst_mac",
+    "int_dscp",
+    "int_domain_id",
+];
+
+/// The INT header gen-traffic writes without --int-instructions.
+const DEFAULT_INT_INSTRUCTIONS: [&str; 5] = ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts"];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -266,6 +316,18 @@ fn run(cli: Cli) -> Result<(), String> {
         truth,
     }) = cli.cmd
     {
+        let int_plain = int_hops.is_none() && int_values.is_none();
+        if int_plain && !gpint_probes && int_port.is_some() {
+            return Err("--int-port: only with --int-hops, --int-values or --gpint-probes".into());
+        }
+        if int_plain && (int_instructions.is_some() || int_rhc.is_some()) {
+            let what = if int_rhc.is_some() { "--int-rhc" } else { "--int-instructions" };
+            return Err(format!("{what}: only with --int-hops or --int-values (frames that carry INT)"));
+        }
+        let int_port = int_port.unwrap_or(17768);
+        let int_rhc = int_rhc.unwrap_or(4);
+        let int_instructions =
+            int_instructions.unwrap_or_else(|| DEFAULT_INT_INSTRUCTIONS.iter().map(|s| s.to_string()).collect());
         if let Some(model) = int_values {
             let t = control::traffic::TelemetryTrace {
                 model: control::traffic::Model::parse(&model).map_err(|e| format!("--int-values: {e}"))?,
@@ -298,9 +360,6 @@ fn run(cli: Cli) -> Result<(), String> {
                 got.bursts.len()
             );
             return Ok(());
-        }
-        if truth.is_some() {
-            return Err("--truth: only with --int-values".into());
         }
         if gpint_probes {
             let t = control::traffic::GpintTraffic {
@@ -439,7 +498,43 @@ fn run(cli: Cli) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_hops;
+    use super::{parse_hops, run, Cli};
+    use clap::Parser;
+
+    /// gen-traffic refuses what its mode would ignore (a trace that looks
+    /// mixed and is not: --int-values drew its own frames under --sizes),
+    /// before it writes anything.
+    #[test]
+    fn gen_traffic_refuses_options_its_mode_ignores() {
+        let out = std::env::temp_dir().join(format!("intswitch-gen-refused-{}.pcap", std::process::id()));
+        let gen = |args: &[&str]| -> Result<(), String> {
+            let base = ["intswitch", "gen-traffic", "--out", out.to_str().unwrap(), "--count", "8"];
+            let cli = Cli::try_parse_from(base.iter().chain(args)).map_err(|e| e.to_string())?;
+            run(cli)
+        };
+        for (args, says) in [
+            (&["--background-share", "0.5"][..], "--int-hops"),
+            (&["--int-dscp", "0x17"], "--int-hops"),
+            (&["--int-port", "5000"], "--int-port: only with"),
+            (&["--int-rhc", "3"], "--int-rhc: only with"),
+            (&["--int-instructions", "node_id"], "--int-instructions: only with"),
+            (&["--int-hops", "2", "--int-port", "0"], "--int-port"),
+            (&["--int-hops", "2", "--int-port", "5000", "--int-dscp", "0x17"], "--int-dscp"),
+            (&["--gpint-mea", "3"], "--gpint-probes"),
+            (&["--gpint-probes", "--gpint-feedback-lag", "2"], "--gpint-feedbacks"),
+            (&["--gpint-probes", "--flows", "5"], "--flows"),
+            (&["--gpint-probes", "--gpint-monitors", "0"], "--gpint-monitors"),
+            (&["--gpint-probes", "--gpint-udp-port", "17768"], "not the INT port"),
+            (&["--int-values", "exp", "--sizes", "imix"], "--sizes"),
+            (&["--int-values", "exp", "--v6-share", "0.2"], "--v6-share"),
+            (&["--int-paths", "2"], "--int-values"),
+            (&["--truth", "t.json"], "--int-values"),
+        ] {
+            let e = gen(args).expect_err(&args.join(" "));
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
+        assert!(!out.exists(), "nothing written");
+    }
 
     #[test]
     fn hop_counts_and_ranges() {

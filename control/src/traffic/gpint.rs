@@ -49,7 +49,11 @@ impl GpintTraffic {
             return Err(format!("--count: 1 to {} probes (15-bit requests x 256 attempts)", REQUESTS * 256));
         }
         if self.monitors == 0 || self.monitors > 65_536 {
-            return Err("--macs: 1 to 65536 monitors".into());
+            return Err("--gpint-monitors: 1 to 65536 monitors".into());
+        }
+        if self.gpint_port == 0 || self.gpint_port == self.int_port {
+            // As the switches' gpint.udp_port: probes and feedbacks would be one.
+            return Err(format!("--gpint-udp-port {}: 1-65535 and not the INT port", self.gpint_port));
         }
         if !(0.0..=1.0).contains(&self.v6_share) {
             return Err("--v6-share: from 0 to 1".into());
