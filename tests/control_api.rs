@@ -280,6 +280,9 @@ fn every_command_round_trips() {
         ),
         (&["port", "disable", "p5"], "no port named 'p5'"),
         (&["capture", "p0", "--count", "0", "--out", "/tmp/x.pcap"], "count"),
+        // NaN went as JSON null, so the capture ran with the default timeout.
+        (&["capture", "p0", "--count", "5", "--out", "/tmp/x.pcap", "--timeout", "nan"], "not a finite number"),
+        (&["monitor", "--interval", "inf", "--iterations", "1"], "not a finite number"),
         (&["monitor", "--iterations", "0"], "--iterations: at least 1"),
     ] {
         let (ok, _, err) = intctl(&d, args);

@@ -195,5 +195,15 @@ fn sink_analytics_and_label_state_are_on_metrics() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(sample(&scrape(&addr), "intswitch_label_shift{port=\"p1\"}"), Some(3.0));
+    // A source rule in the label domain (the config refuses it; the API
+    // took it): its packets would be taken for labels.
+    let out = std::process::Command::new(intswitch_tests::intctl_bin())
+        .arg("--socket")
+        .arg(d.path("sw.sock"))
+        .args(["int", "watch", "add", "src", "--role", "source", "--instructions", "node_id", "--domain-id", "0x4c42"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("0x4c42 is label.label_domain_id"), "{err}");
     sw.stop();
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::fields::{cerr, on_link, parse_host_ip, parse_ip, parse_network};
 pub use crate::fields::{
     check_name, format_mac, parse_mac, parse_positive_seconds, parse_prefix, parse_proto, parse_proto_name,
-    parse_seconds, parse_unicast_mac, port_by_name, ConfigError, MAX_NAME_LEN,
+    parse_seconds, parse_u16_any, parse_u8_any, parse_unicast_mac, port_by_name, ConfigError, MAX_NAME_LEN,
 };
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]

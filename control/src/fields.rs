@@ -66,6 +66,21 @@ pub fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
     std::time::Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}': too many seconds"))
 }
 
+/// A number on a command line, decimal or 0x-hex (IDs that configs and
+/// views write in hex: domain IDs, DSCP codepoints).
+pub fn parse_u16_any(s: &str) -> Result<u16, String> {
+    match s.strip_prefix("0x") {
+        Some(h) => u16::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|_| format!("'{s}' is not a number 0-65535 (decimal or 0x-hex)"))
+}
+
+/// As `parse_u16_any`, 0-255.
+pub fn parse_u8_any(s: &str) -> Result<u8, String> {
+    parse_u16_any(s)?.try_into().map_err(|_| format!("'{s}' is not a number 0-255"))
+}
+
 /// A time to run for: more than 0 seconds (`--duration`; omitted, a run
 /// lasts until a signal).
 pub fn parse_positive_seconds(s: &str) -> Result<std::time::Duration, String> {

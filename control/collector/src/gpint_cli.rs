@@ -68,7 +68,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 17900, value_parser = clap::value_parser!(u16).range(1..))]
     gpint_port: u16,
     /// gpint.domain_id.
-    #[arg(long, default_value_t = 0x6701)]
+    #[arg(long, default_value = "0x6701", value_parser = control::config::parse_u16_any)]
     domain_id: u16,
     /// The paper's mode (gpint.classify = "dscp"): probes carry this DSCP
     /// codepoint (gpint.dscp_probe, e.g. 0x17) and INT right after their

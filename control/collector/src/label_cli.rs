@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 pub struct LabelArgs {
     /// Reports with this Domain Specific ID are INT-label reports (the
     /// switches' label.label_domain_id).
-    #[arg(long, default_value_t = 0x4c42, value_parser = parse_u16)]
+    #[arg(long, default_value_t = 0x4c42, value_parser = control::config::parse_u16_any)]
     pub label_domain: u16,
     /// The label domain's presence: DSCP VALUE[/MASK] (label.presence "dscp").
     #[arg(long, value_name = "VALUE[/MASK]", default_value = "0x17")]
@@ -47,14 +47,6 @@ pub struct LabelArgs {
     /// Print every database update as an int_label_db line.
     #[arg(long)]
     pub label_db_lines: bool,
-}
-
-fn parse_u16(s: &str) -> Result<u16, String> {
-    let r = match s.strip_prefix("0x") {
-        Some(h) => u16::from_str_radix(h, 16),
-        None => s.parse(),
-    };
-    r.map_err(|_| format!("'{s}' is not a number 0-65535"))
 }
 
 /// A switch the controller reads and steers.

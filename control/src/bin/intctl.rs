@@ -55,7 +55,7 @@ enum Cmd {
         #[command(subcommand)]
         op: RouteOp,
     },
-    /// Add or delete static neighbours (router mode).
+    /// Add or delete static neighbours (a router's gateways; in every mode, collectors behind a port).
     Neighbour {
         #[command(subcommand)]
         op: NeighbourOp,
@@ -92,8 +92,8 @@ enum Cmd {
     },
     /// Live view of per-port and per-worker Mpps, Gbps and drops per reason.
     Monitor {
-        /// Seconds between refreshes.
-        #[arg(long, default_value_t = 1.0)]
+        /// Seconds between refreshes (0.05 to 3600).
+        #[arg(long, default_value_t = 1.0, value_parser = finite_seconds)]
         interval: f64,
         /// Stop after this many refreshes (default: until Ctrl-C).
         #[arg(long)]
@@ -116,7 +116,7 @@ enum Cmd {
         #[arg(long)]
         out: String,
         /// Give up after this many seconds (default 10, at most 300).
-        #[arg(long)]
+        #[arg(long, value_parser = finite_seconds)]
         timeout: Option<f64>,
     },
     /// Print a shell completion script for intctl (bash, zsh or fish).
@@ -413,8 +413,8 @@ enum WatchOp {
         /// Source: maximum hop count (default 8).
         #[arg(long)]
         max_hops: Option<u8>,
-        /// Source: domain-specific ID.
-        #[arg(long)]
+        /// Source: domain-specific ID (decimal or 0x-hex).
+        #[arg(long, value_parser = control::config::parse_u16_any)]
         domain_id: Option<u16>,
     },
     /// Remove the rule NAME (its flows fall to the next rule that matches).
@@ -1594,6 +1594,16 @@ fn rates(a: &CountersView, b: &CountersView, dt: f64) -> Rates {
         .filter(|(_, r)| *r != 0.0)
         .collect();
     Rates { interval_s: dt, ports, workers, drops_pps }
+}
+
+/// A number of seconds that JSON can carry: NaN and infinity would reach
+/// the switch as null, that is as no value at all (the default).
+fn finite_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        Ok(_) => Err(format!("'{s}' is not a finite number of seconds")),
+        Err(_) => Err(format!("'{s}' is not a number of seconds")),
+    }
 }
 
 fn monitor(c: &mut Client, interval: f64, iterations: Option<u64>, json_out: bool) -> Result<(), String> {

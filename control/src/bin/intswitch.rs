@@ -130,10 +130,10 @@ enum Cmd {
         #[arg(long)]
         int_rhc: Option<u8>,
         /// INT by DSCP presence with this codepoint (NPT 0) instead of the UDP port.
-        #[arg(long, value_parser = parse_u8_any, requires = "int_hops")]
+        #[arg(long, value_parser = control::config::parse_u8_any, requires = "int_hops")]
         int_dscp: Option<u8>,
         /// The INT header's Domain Specific ID (e.g. a label domain's 0x4c42: label packets).
-        #[arg(long, default_value = "0", value_parser = parse_u16_any, requires = "int_hops")]
+        #[arg(long, default_value = "0", value_parser = control::config::parse_u16_any, requires = "int_hops")]
         int_domain_id: u16,
         /// The frames are GPINT probes into a transit switch's p0 (--count
         /// probes, each a distinct request and attempt; SR: out
@@ -160,7 +160,7 @@ enum Cmd {
         #[arg(long, default_value_t = 17900, requires = "gpint_probes")]
         gpint_udp_port: u16,
         /// `gpint.domain_id` of the domain.
-        #[arg(long, default_value_t = 0x6701, requires = "gpint_probes")]
+        #[arg(long, default_value = "0x6701", value_parser = control::config::parse_u16_any, requires = "gpint_probes")]
         gpint_domain_id: u16,
         /// INT frames whose hop values follow a model (README "Telemetry
         /// traces"): exp, or the microburst models web, cache, hadoop.
@@ -236,19 +236,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// A number, decimal or 0x-hex.
-fn parse_u16_any(s: &str) -> Result<u16, String> {
-    match s.strip_prefix("0x") {
-        Some(h) => u16::from_str_radix(h, 16),
-        None => s.parse(),
-    }
-    .map_err(|_| format!("'{s}' is not a number 0-65535"))
-}
-
-fn parse_u8_any(s: &str) -> Result<u8, String> {
-    parse_u16_any(s)?.try_into().map_err(|_| format!("'{s}' is not a number 0-255"))
 }
 
 /// `N` or `MIN..MAX` hops.

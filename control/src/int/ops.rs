@@ -93,6 +93,20 @@ impl Switch {
     }
 
     pub fn int_watch_add(&mut self, rule: WatchRule) -> Result<Generation, ApiError> {
+        // As the config's [label] and [gpint] refuse such a rule: its packets
+        // would be taken for labels or probes (the INT stage leaves those).
+        if let Role::Source(s) = rule.role {
+            let taken = [
+                ("label.label_domain_id", self.spec.label.as_ref().map(|l| l.ds_id)),
+                ("gpint.domain_id", self.spec.gpint.as_ref().map(|g| g.domain_id)),
+            ];
+            if let Some((key, _)) = taken.iter().find(|(_, d)| *d == Some(s.domain_id)) {
+                return Err(ApiError::bad_argument(
+                    "domain_id",
+                    format!("{:#06x} is {key}: a source rule needs a domain of its own", s.domain_id),
+                ));
+            }
+        }
         self.int_spec_mut()?.upsert(rule);
         self.commit()
     }
