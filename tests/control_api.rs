@@ -261,6 +261,12 @@ fn every_command_round_trips() {
         (&["route", "del", "192.0.2.0/24"], "no route 192.0.2.0/24"),
         (&["route", "get", "203.0.113"], "'203.0.113' is not an IP address"),
         (&["neighbour", "add", "10.0.2.7", "zz:00", "--port", "p1"], "mac"),
+        // The switch itself, or no one host: taken before.
+        (
+            &["neighbour", "add", "10.0.2.1", "02:00:00:00:02:07", "--port", "p1"],
+            "the switch's own address on port 'p1'",
+        ),
+        (&["neighbour", "add", "10.0.2.255", "02:00:00:00:02:07", "--port", "p1"], "the broadcast address"),
         (
             &[
                 "flow",

@@ -618,11 +618,15 @@ impl Config {
             .enumerate()
             .map(|(i, n)| n.to_spec(&names).map_err(at("neighbour", i)))
             .collect::<Result<_, _>>()?;
+        let subnets: Vec<PortSubnets> =
+            ports.iter().map(|p| PortSubnets { name: &p.name, ipv4: &p.ipv4, ipv6: &p.ipv6, mac: p.mac }).collect();
+        for (i, n) in neighbours.iter().enumerate() {
+            check_neighbour(n, &subnets).map_err(at("neighbour", i))?;
+        }
         let file_routes = routes.len() - self.routes.len();
         for (i, r) in routes.iter().enumerate() {
-            let p = &ports[r.port as usize];
-            let subnets = PortSubnets { name: &p.name, ipv4: &p.ipv4, ipv6: &p.ipv6 };
-            check_gateway(r, &subnets, &neighbours).map_err(|e| match i.checked_sub(file_routes) {
+            let subnets = &subnets[r.port as usize];
+            check_gateway(r, subnets, &neighbours).map_err(|e| match i.checked_sub(file_routes) {
                 Some(i) => cerr(format!("route[{i}].via"), e),
                 None => {
                     let path = self.routes_file.as_deref().unwrap_or_default();
@@ -762,11 +766,38 @@ fn shared_subnet<const N: usize>(mine: &[([u8; N], u8)], theirs: &[([u8; N], u8)
     })
 }
 
-/// The subnets of a port (its addresses), as routes name their gateway's.
+/// The subnets of a port (its addresses), as routes name their gateway's,
+/// and its MAC where known (a config may leave it to the device).
 pub struct PortSubnets<'a> {
     pub name: &'a str,
     pub ipv4: &'a [([u8; 4], u8)],
     pub ipv6: &'a [([u8; 16], u8)],
+    pub mac: Option<[u8; 6]>,
+}
+
+/// Refuses a neighbour entry that names the switch itself, an address or
+/// the MAC of one of its ports (what is routed there would come back in),
+/// and below /31 the network or broadcast address of a subnet of the
+/// entry's port (no one host answers for it).
+pub fn check_neighbour(n: &NeighbourSpec, ports: &[PortSubnets]) -> Result<(), ConfigError> {
+    for p in ports {
+        if holds(p.ipv4, p.ipv6, n.ip) {
+            return Err(cerr("ip", format!("{} is the switch's own address on port '{}'", n.ip, p.name)));
+        }
+        if p.mac == Some(n.mac) {
+            return Err(cerr("mac", format!("{} is the MAC of the switch's port '{}'", format_mac(&n.mac), p.name)));
+        }
+    }
+    let (IpAddr::V4(a), Some(p)) = (n.ip, ports.get(n.port as usize)) else { return Ok(()) };
+    for (net, len) in p.ipv4.iter().filter(|(_, l)| *l < 31) {
+        let host = u32::from(a) & (u32::MAX >> len);
+        if on_link(&[(*net, *len)], a.octets()) && (host == 0 || host == u32::MAX >> len) {
+            let what = if host == 0 { "network" } else { "broadcast" };
+            let subnet = prefix_text(&(dataplane::lpm::mask(*net, *len), *len));
+            return Err(cerr("ip", format!("{a} is the {what} address of port '{}''s subnet {subnet}", p.name)));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a route whose gateway the switch could never resolve: its own
@@ -1009,6 +1040,32 @@ action = "drop"
         let elsewhere =
             with.replace("mac = \"02:00:00:00:00:fe\"\nport = \"p1\"", "mac = \"02:00:00:00:00:fe\"\nport = \"p0\"");
         assert!(err_of(&elsewhere).contains("route[0].via: gateway 192.0.2.7 is on no subnet of port 'p1'"));
+    }
+
+    /// A neighbour entry that names the switch itself, or a subnet's
+    /// network or broadcast address, was taken (config and `neighbour add`).
+    #[test]
+    fn a_neighbour_is_another_host() {
+        let n = |ip: &str, mac: &str| {
+            BASE.replace("ip = \"10.0.2.254\"\nmac = \"02:00:00:00:00:fe\"", &format!("ip = \"{ip}\"\nmac = \"{mac}\""))
+                .replace("via = \"10.0.2.254\"", &format!("via = \"{ip}\""))
+        };
+        let own_mac = n("10.0.2.254", "02:00:00:00:00:fe")
+            .replace("device = \"net_ring0\"", "device = \"net_ring0\"\nmac = \"02:00:00:00:00:fe\"");
+        for (cfg, want) in [
+            (n("10.0.2.1", "02:00:00:00:00:fe"), "neighbour[0].ip: 10.0.2.1 is the switch's own address on port 'p1'"),
+            (n("10.0.1.1", "02:00:00:00:00:fe"), "neighbour[0].ip: 10.0.1.1 is the switch's own address on port 'p0'"),
+            (
+                n("10.0.2.255", "02:00:00:00:00:fe"),
+                "neighbour[0].ip: 10.0.2.255 is the broadcast address of port 'p1''s subnet 10.0.2.0/24",
+            ),
+            (n("10.0.2.0", "02:00:00:00:00:fe"), "neighbour[0].ip: 10.0.2.0 is the network address"),
+            (own_mac, "neighbour[0].mac: 02:00:00:00:00:fe is the MAC of the switch's port 'p0'"),
+        ] {
+            let e = err_of(&cfg);
+            assert!(e.contains(want), "{e}");
+        }
+        assert!(Config::from_toml(&n("10.0.2.7", "02:00:00:00:00:07")).unwrap().validate().is_ok());
     }
 
     #[test]

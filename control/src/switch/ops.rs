@@ -78,7 +78,7 @@ impl Switch {
     /// neighbours in use.
     fn check_gateway(&self, r: &RouteSpec) -> Result<(), String> {
         let Some(p) = self.spec.ports.get(r.port as usize) else { return Ok(()) };
-        let subnets = crate::config::PortSubnets { name: &p.name, ipv4: &p.ipv4, ipv6: &p.ipv6 };
+        let subnets = crate::config::PortSubnets { name: &p.name, ipv4: &p.ipv4, ipv6: &p.ipv6, mac: Some(p.mac) };
         crate::config::check_gateway(r, &subnets, &self.spec.neighbours)
     }
 
@@ -142,6 +142,13 @@ impl Switch {
     }
 
     pub fn neighbour_add(&mut self, n: NeighbourSpec) -> Result<Generation, ApiError> {
+        let ports: Vec<crate::config::PortSubnets> = self
+            .spec
+            .ports
+            .iter()
+            .map(|p| crate::config::PortSubnets { name: &p.name, ipv4: &p.ipv4, ipv6: &p.ipv6, mac: Some(p.mac) })
+            .collect();
+        crate::config::check_neighbour(&n, &ports).map_err(|e| ApiError::bad_argument(&e.key, e.reason))?;
         self.spec.upsert_neighbour(n);
         self.commit()
     }
