@@ -844,6 +844,18 @@ impl FlowConfig {
         let in_port = port_by_name(ports, "in_port", &self.in_port)?;
         let (src, dst) = (parse_ip("src", &self.src)?, parse_ip("dst", &self.dst)?);
         let proto = parse_proto(&self.proto).map_err(|e| cerr("proto", e))?;
+        // Keys as the parse makes them: only TCP and UDP have ports (the
+        // others' are 0), VLAN IDs are 12 bits. Any other key never matches.
+        if !dataplane::parse::tcp_or_udp(proto) {
+            if let Some((k, p)) =
+                [("src_port", self.src_port), ("dst_port", self.dst_port)].into_iter().find(|(_, p)| *p != 0)
+            {
+                return Err(cerr(k, format!("{p}: protocol {proto} has no ports (only tcp and udp do; give 0)")));
+            }
+        }
+        if self.vlan > 4095 {
+            return Err(cerr("vlan", format!("{} is not a VLAN ID (0-4095; 0: untagged)", self.vlan)));
+        }
         let key = match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => FlowKey::v4(s.octets(), d.octets(), proto, self.src_port, self.dst_port),
             (IpAddr::V6(s), IpAddr::V6(d)) => FlowKey::v6(s.octets(), d.octets(), proto, self.src_port, self.dst_port),
@@ -1085,6 +1097,9 @@ action = "drop"
             ("mac = \"02:00:00:00:00:fe\"", "mac = \"02:00\"", "neighbour[0].mac"),
             ("proto = \"udp\"", "proto = \"sctpx\"", "flow[0].proto: unknown protocol"),
             ("action = \"drop\"", "action = \"forward:p7\"", "flow[0].action: no port named 'p7'"),
+            // Keys no packet has: ports on ICMP, a VLAN ID past 12 bits.
+            ("proto = \"udp\"", "proto = \"icmp\"", "flow[0].dst_port: 53: protocol 1 has no ports"),
+            ("action = \"drop\"", "action = \"drop\"\nvlan = 5000", "flow[0].vlan: 5000 is not a VLAN ID"),
             ("via = \"10.0.2.254\"", "via = \"2001:db8::1\"", "route[0].via: gateway and prefix"),
             (
                 "ipv4 = [\"10.0.2.1/24\"]",

@@ -100,8 +100,15 @@ impl Impairment {
         }
         let mut i = 0;
         let arg = |i: usize, what: &str| t.get(i).copied().ok_or_else(|| format!("'{what}' needs a value"));
+        // One value an option: a second would silently replace the first.
+        let mut seen: Vec<&str> = Vec::new();
         while i < t.len() {
+            if seen.contains(&t[i]) {
+                return Err(format!("'{}' is given twice", t[i]));
+            }
+            seen.push(t[i]);
             match t[i] {
+                "none" => return Err("'none' stands alone (it removes the impairment)".into()),
                 "delay" => {
                     imp.delay_ns = parse_time_ns(arg(i + 1, "delay")?)?;
                     i += 2;
@@ -287,6 +294,9 @@ mod tests {
         assert!(Impairment::parse("").unwrap().is_none());
         for (bad, want) in [
             ("duplicate 1%", "unsupported netem option 'duplicate'"),
+            ("delay 10ms loss 5% delay 20ms", "'delay' is given twice"),
+            ("none delay 1ms", "'none' stands alone"),
+            ("loss 1% none", "'none' stands alone"),
             ("delay", "'delay' needs a value"),
             ("delay 1ms 2ms", "jitter larger"),
             ("loss 120%", "between 0% and 100%"),

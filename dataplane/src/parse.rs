@@ -301,7 +301,7 @@ fn parse_l4(l4: &[u8], proto: u8) -> Result<(u16, u16), DropReason> {
 /// each become two branches, the first of which a mix of TCP and UDP
 /// mispredicts.
 #[inline(always)]
-pub(crate) fn tcp_or_udp(proto: u8) -> bool {
+pub fn tcp_or_udp(proto: u8) -> bool {
     const TCP_UDP: u64 = 1 << PROTO_TCP | 1 << PROTO_UDP;
     ((TCP_UDP >> (proto & 63)) & 1 != 0) & (proto < 64)
 }
