@@ -254,14 +254,19 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
         // As the switches' gpint.udp_port: feedbacks and probes would be one.
         return Err(format!("--gpint-port {}: must not be the INT port (--int-port)", a.gpint_port));
     }
-    if let Some(sw) = a
-        .via
-        .iter()
-        .filter_map(|s| s.split_once('='))
-        .map(|(sw, _)| sw)
-        .find(|sw| !paths.iter().any(|p| p.hops.iter().any(|h| h.switch == *sw)))
-    {
-        return Err(format!("--via {sw}=...: the plan has no switch {sw} (a misspelt name?)"));
+    // A switch no path visits: a misspelt name where the plan covers every
+    // switch of its topology, else possibly one the plan left out.
+    let every = v["switches"].as_u64().is_some_and(|n| v["stats"]["covered_switches"].as_u64() == Some(n));
+    for sw in a.via.iter().filter_map(|s| s.split_once('=')).map(|(sw, _)| sw) {
+        if paths.iter().any(|p| p.hops.iter().any(|h| h.switch == sw)) {
+            continue;
+        }
+        if every {
+            return Err(format!(
+                "--via {sw}=...: the plan has no switch {sw} (it visits every switch: a misspelt name?)"
+            ));
+        }
+        eprintln!("intcollector: --via {sw}: no path of the plan visits {sw}; not used");
     }
     for p in &paths {
         for h in &p.hops {
