@@ -60,7 +60,10 @@ pub fn parse_unicast_mac(s: &str) -> Result<[u8; 6], String> {
 /// negative and unrepresentable values are refused.
 pub fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
     let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if v.is_nan() || v < 0.0 {
+    if !v.is_finite() {
+        return Err(format!("'{s}' is not a finite number of seconds"));
+    }
+    if v < 0.0 {
         return Err(format!("'{s}': must be 0 or more seconds"));
     }
     std::time::Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}': too many seconds"))

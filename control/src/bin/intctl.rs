@@ -1596,14 +1596,10 @@ fn rates(a: &CountersView, b: &CountersView, dt: f64) -> Rates {
     Rates { interval_s: dt, ports, workers, drops_pps }
 }
 
-/// A number of seconds that JSON can carry: NaN and infinity would reach
-/// the switch as null, that is as no value at all (the default).
+/// `control::config::parse_seconds` as the f64 the API carries (finite:
+/// NaN and infinity would reach the switch as null, i.e. no value).
 fn finite_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() => Ok(v),
-        Ok(_) => Err(format!("'{s}' is not a finite number of seconds")),
-        Err(_) => Err(format!("'{s}' is not a number of seconds")),
-    }
+    control::config::parse_seconds(s).map(|d| d.as_secs_f64())
 }
 
 fn monitor(c: &mut Client, interval: f64, iterations: Option<u64>, json_out: bool) -> Result<(), String> {

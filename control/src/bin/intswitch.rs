@@ -311,7 +311,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let what = if int_rhc.is_some() { "--int-rhc" } else { "--int-instructions" };
             return Err(format!("{what}: only with --int-hops or --int-values (frames that carry INT)"));
         }
-        let int_port = int_port.unwrap_or(17768);
+        let int_port = int_port.unwrap_or(control::int::config::DEFAULT_UDP_PORT);
         let int_rhc = int_rhc.unwrap_or(4);
         let int_instructions =
             int_instructions.unwrap_or_else(|| DEFAULT_INT_INSTRUCTIONS.iter().map(|s| s.to_string()).collect());

@@ -115,8 +115,11 @@ fn yes() -> bool {
 fn default_presence() -> String {
     "udp_port".into()
 }
+/// The INT domain's UDP port where `udp_port` is not given (gen-traffic's too).
+pub const DEFAULT_UDP_PORT: u16 = 17768;
+
 fn default_udp_port() -> u16 {
-    17768
+    DEFAULT_UDP_PORT
 }
 fn default_dscp_value() -> u8 {
     0x17
