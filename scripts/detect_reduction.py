@@ -60,9 +60,9 @@ def rule(algo, thr_ns, rise_ns):
         expr = "hop_latency.max > %d AND hop_latency.max.delta > %d" % (thr_ns, rise_ns)
         return '[[int.expr]]\nname = "rise"\nexpr = "%s"\n\n[[int.detect]]\nname = "r"\nalgorithm = "cnf"\nexpr = "rise"\n' % expr
     metric = "hop_latency" if algo == "per_hop" else "e2e_latency"
-    r = '[[int.detect]]\nname = "r"\nalgorithm = "%s"\nmetric = "%s"\n' % (algo, metric)
+    r = '[[int.detect]]\nname = "r"\nalgorithm = "%s"\n' % algo
     if algo != "noop":
-        r += "threshold = %d\n" % thr_ns
+        r += 'metric = "%s"\nthreshold = %d\n' % (metric, thr_ns)
     return r
 
 

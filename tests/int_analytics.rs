@@ -1034,7 +1034,7 @@ fn a_modelled_trace_matches_the_independent_reference_exactly() {
 [[int.detect]]\nname = \"a\"\npriority = 4\ndst_port = \"80\"\nalgorithm = \"per_hop\"\nmetric = \"hop_latency\"\nthreshold = 20000\n\
 [[int.detect]]\nname = \"b\"\npriority = 3\ndst_port = \"81\"\nalgorithm = \"per_flow\"\nmetric = \"e2e_latency\"\nthreshold = 20000\n\
 [[int.detect]]\nname = \"c\"\npriority = 2\ndst_port = \"5000\"\nalgorithm = \"ewma\"\nmetric = \"queue\"\nthreshold = 100\nweight = 64\n\
-[[int.detect]]\nname = \"d\"\npriority = 1\nalgorithm = \"noop\"\nmetric = \"queue\"",
+[[int.detect]]\nname = \"d\"\npriority = 1\nalgorithm = \"noop\"",
     );
     let shown = intctl(&sock, &["int", "detect", "show"]);
     for (r, name) in shown["rules"].as_array().unwrap().iter().zip(rules) {

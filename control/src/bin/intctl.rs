@@ -434,7 +434,7 @@ enum DetectOp {
         algorithm: String,
         #[command(flatten)]
         m: MatchArgs,
-        /// What S sums over the hops: hop_latency (default), e2e_latency, queue, tx_util.
+        /// per_hop, per_flow, ewma: what S sums over the hops: hop_latency (default), e2e_latency, queue, tx_util.
         #[arg(long)]
         metric: Option<String>,
         /// T: per_hop, per_flow, ewma.

@@ -141,6 +141,18 @@ impl DetectConfig {
                 ))
             }
         };
+        // noop, none and interval decide without a sum: a metric or a
+        // threshold given them would be taken and never read.
+        if matches!(algorithm, Algorithm::Noop | Algorithm::None | Algorithm::Interval { .. }) {
+            for (key, given) in [("metric", self.metric.is_some()), ("threshold", self.threshold.is_some())] {
+                if given {
+                    return Err(cerr(
+                        key,
+                        format!("applies to per_hop, per_flow and ewma only ({} reads none)", self.algorithm),
+                    ));
+                }
+            }
+        }
         if self.weight.is_some() && !matches!(algorithm, Algorithm::Ewma { .. } | Algorithm::Cnf { .. }) {
             return Err(cerr("weight", "applies to ewma and cnf only"));
         }
@@ -208,6 +220,9 @@ mod tests {
             ("name = \"a\"\nalgorithm = \"per_flow\"\nweight = 4", "weight"),
             ("name = \"a\"\nalgorithm = \"interval\"", "interval_ms"),
             ("name = \"a\"\nalgorithm = \"noop\"\ninterval_ms = 5", "interval_ms"),
+            ("name = \"a\"\nalgorithm = \"noop\"\nmetric = \"queue\"", "metric"),
+            ("name = \"a\"\nalgorithm = \"none\"\nthreshold = 5", "threshold"),
+            ("name = \"a\"\nalgorithm = \"interval\"\ninterval_ms = 5\nmetric = \"queue\"", "metric"),
             ("name = \"a\"\nalgorithm = \"per_hop\"\nmetric = \"queue\"\nthreshold = 300000000", "threshold"),
             ("name = \"a\"\nalgorithm = \"noop\"\nsrc = \"10.0.0.0/33\"", "src"),
             ("name = \"a\"\nalgorithm = \"noop\"\nin_port = \"p9\"", "in_port"),
