@@ -30,6 +30,11 @@
 # printed at exit).
 # BENCH_PEERS=0 skips the peers (testpmd, OVS-DPDK, l3fwd; ratio 0.00: pgo.sh's
 # training and bench_ab.sh), BENCH_TESTPMD=0 testpmd alone.
+# INT-label's three cases (intlabel-core, intlabel-core-labeled,
+# intlabel-lasthop and their -imix) also run the case their goal compares
+# them with in the same rounds: a line case=<case>-against-<reference>
+# with both medians and ratio_paired, the median of the rounds' own ratios
+# (BENCH_PEERS=0 skips it).
 # BENCH_TESTPMD_IO=1 also runs testpmd io (frames moved untouched: what
 # the harness itself allows) in each round of the cases whose testpmd is
 # macswap, on the same trace: a line case=testpmd-io-<case> (ratio: io
@@ -368,6 +373,21 @@ l3fwd_beside() { # case line -L|-E|--lookup=fib rules-v4 rules-v6 [mem-MB]
   l3fwd_of[$1]+="$2|$3|$4|$5|${6:-} "
 }
 
+# The case a goal compares a case with (INT-label's: README "INT-label"),
+# run in the same rounds: each round runs testpmd, the switch on the case,
+# then the switch on the reference's config, so that a slow spell touches
+# both. A line case=<case>-against-<reference> follows the case's, with
+# both medians and the median of the rounds' own ratios (ratio_paired;
+# rounds= lists them). Skipped with BENCH_PEERS=0. Also registers the IMIX
+# variants (the reference's trace TRACE.pcap becomes TRACE-imix.pcap).
+declare -A goal_of=()
+goal_beside() { # case reference-case reference-trace-base reference-config
+  [[ "$peers" != 0 ]] || return 0
+  goal_of[$1]="$2|$4"
+  sed "s|$3.pcap|$3-imix.pcap|" "$4" >"${4%.toml}-imix.toml"
+  goal_of[$1-imix]="$2-imix|${4%.toml}-imix.toml"
+}
+
 # Worker 0's queues besides p0's with several workers: p1's and those of
 # the ports a config's tail adds.
 extra_queues() { # tail
@@ -454,6 +474,8 @@ run_case() { # name pcap config
   local theirs=() ours=() r i k first="" best=0 mpps share specs=() p j vs="" saved
   local l3n=() l3a=() l3m=() l3f=() name lookup v4 v6 mem io=()
   local -A ovs_f=() ovs_tx=()
+  local gref="" gcfg="" gf=() gr=() mine g
+  [[ -z "${goal_of[$1]:-}" ]] || IFS='|' read -r gref gcfg <<<"${goal_of[$1]}"
   # The l3fwds beside this case: line name, lookup and rules, memory.
   read -ra specs <<<"${l3fwd_of[$1]:-}"
   for p in "${specs[@]}"; do
@@ -472,9 +494,17 @@ run_case() { # name pcap config
     fi
     for i in "${!bins[@]}"; do
       bin=${bins[$i]}
-      ours[i]+=" $(intswitch_mpps "$3" "$1")"
+      g=$(intswitch_mpps "$3" "$1")
+      ours[i]+=" $g"
+      ((i)) || mine=$g
     done
     cp "$work/is.log" "$work/is-$r.log"
+    if [[ -n "$gref" ]]; then
+      bin=${bins[0]}
+      g=$(intswitch_mpps "$gcfg" "$gref")
+      gf+=("$g")
+      gr+=("$(awk -v a="$mine" -v b="$g" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }')")
+    fi
     for k in "${ovs_on[@]}"; do
       read -r mpps share < <(python3 scripts/bench_ovs.py run --dir "$ovs_dir" --kind "$k" --seconds "$secs" \
         --stats "$ovs_stats/$1-$k.txt" 2>>"$work/ovs-run.log" || echo "0.00 0.00")
@@ -517,6 +547,12 @@ run_case() { # name pcap config
                printf "\n" }'
     [[ -n "$first" ]] || first=$a
   done
+  if [[ -n "$gref" ]]; then
+    # shellcheck disable=SC2086 # the figures are words
+    awk -v n="$1-against-$gref" -v a="$(median ${ours[0]})" -v b="$(median "${gf[@]}")" -v r="$(median "${gr[@]}")" \
+      -v l="$(IFS=,; echo "${gr[*]}")" -v c="$1" \
+      'BEGIN { printf "case=%s mpps=%.2f against_mpps=%.2f ratio_paired=%.3f rounds=%s beside=%s\n", n, a, b, r, l, c }'
+  fi
   for j in "${!l3n[@]}"; do
     awk -v n="${l3n[j]}" -v a="${l3f[j]}" -v b="$(median "${theirs[@]}")" -v c="$1" \
       'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd beside=%s\n", n, a, (b > 0 ? a / b : 0), b, c }'
@@ -840,6 +876,7 @@ label_cfg() { # edge-ports extra
 }
 router_cfg "$work/l3-real.pcap" "$(int_cfg '[]' '')
 $(label_cfg '[]' '')" >"$work/label-core.toml"
+goal_beside intlabel-core l3-router "$work/l3-real" "$work/l3-real.toml"
 run_real intlabel-core "$work/l3-real" "$work/label-core.toml"
 six=node_id,l1_ports,hop_latency,queue,ingress_ts,egress_ts
 real "$work/label-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
@@ -851,13 +888,19 @@ real "$work/dscp-int-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" -
 dscp_int=$'presence = "dscp"'
 router_cfg "$work/label-real.pcap" "$(int_cfg '[]' '')
 $(label_cfg '[]' '')" >"$work/label-labeled.toml"
-run_real intlabel-core-labeled "$work/label-real" "$work/label-labeled.toml"
 router_cfg "$work/dscp-int-real.pcap" "$(int_cfg '[]' "$dscp_int")" >"$work/int-transit-dscp.toml"
+goal_beside intlabel-core-labeled int-transit-dscp "$work/dscp-int-real" "$work/int-transit-dscp.toml"
+run_real intlabel-core-labeled "$work/label-real" "$work/label-labeled.toml"
 run_real int-transit-dscp "$work/dscp-int-real" "$work/int-transit-dscp.toml"
 config xconnect "$work/label-real.pcap" 'peer = "p1"' 'peer = "p0"' \
   "$(int_cfg '["p1"]' "report_max_packet = ${BENCH_REPORT_PACKET:-1472}
 $collector")
 $(label_cfg '["p1"]' '')" >"$work/label-lasthop.toml"
+config xconnect "$work/dscp-int-real.pcap" 'peer = "p1"' 'peer = "p0"' \
+  "$(int_cfg '["p1"]' "$dscp_int
+report_max_packet = ${BENCH_REPORT_PACKET:-1472}
+$collector")" >"$work/sink-dscp-all.toml"
+goal_beside intlabel-lasthop int-sink-dscp-report-every-packet "$work/dscp-int-real" "$work/sink-dscp-all.toml"
 run_case intlabel-lasthop "$work/label-real.pcap" "$work/label-lasthop.toml"
 lasthop_reports() { # case: the label reports of its rounds, accounted for
   want "$1" || return 0
@@ -874,10 +917,6 @@ lasthop_reports intlabel-lasthop
 sed "s|$work/label-real.pcap|$work/label-real-imix.pcap|" "$work/label-lasthop.toml" >"$work/label-lasthop-imix.toml"
 run_case intlabel-lasthop-imix "$work/label-real-imix.pcap" "$work/label-lasthop-imix.toml"
 lasthop_reports intlabel-lasthop-imix
-config xconnect "$work/dscp-int-real.pcap" 'peer = "p1"' 'peer = "p0"' \
-  "$(int_cfg '["p1"]' "$dscp_int
-report_max_packet = ${BENCH_REPORT_PACKET:-1472}
-$collector")" >"$work/sink-dscp-all.toml"
 run_real int-sink-dscp-report-every-packet "$work/dscp-int-real" "$work/sink-dscp-all.toml"
 
 # What GPINT costs the traffic that is not GPINT's: the same transit with
