@@ -83,9 +83,10 @@ pub struct IntConfig {
     #[serde(default)]
     pub report_flow_interval_ms: u64,
     /// Entries of each worker's per-flow report-interval cache (8 ways),
-    /// without `[int.analytics]` (whose cache keeps the interval then).
-    #[serde(default = "default_filter_slots")]
-    pub report_filter_slots: usize,
+    /// with a report interval and without `[int.analytics]` (whose cache
+    /// keeps the interval then); default 65536.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_filter_slots: Option<usize>,
     /// UDP payload bytes per report packet (several reports are batched).
     #[serde(default = "default_max_packet")]
     pub report_max_packet: usize,
@@ -157,9 +158,8 @@ fn default_max_packet() -> usize {
 fn default_ring() -> usize {
     4096
 }
-fn default_filter_slots() -> usize {
-    65536
-}
+/// `report_filter_slots` when not given.
+const DEFAULT_FILTER_SLOTS: usize = 65536;
 
 /// One watchlist rule (file entry and API argument).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -448,8 +448,25 @@ impl IntConfig {
             ));
         }
         let max_slots = 1 << 22;
-        if self.report_filter_slots > max_slots || !self.report_filter_slots.is_power_of_two() {
+        let filter_slots = self.report_filter_slots.unwrap_or(DEFAULT_FILTER_SLOTS);
+        if filter_slots > max_slots || !filter_slots.is_power_of_two() {
             return Err(cerr(k("report_filter_slots"), format!("must be a power of two, 1..={max_slots}")));
+        }
+        // The cache is sized only where it keeps something: a given size
+        // it would not use is a mistake about which cache holds the flows.
+        if self.report_filter_slots.is_some() {
+            if self.analytics.is_some() {
+                return Err(cerr(
+                    k("report_filter_slots"),
+                    "[int.analytics] keeps the report interval in its flow cache (cache_rows x cache_ways)",
+                ));
+            }
+            if self.report_flow_interval_ms == 0 {
+                return Err(cerr(
+                    k("report_filter_slots"),
+                    "sizes the report-interval cache, and report_flow_interval_ms is 0 (every packet reported)",
+                ));
+            }
         }
         if !(64..=REPORT_MAX).contains(&self.report_truncate) {
             return Err(cerr(k("report_truncate"), format!("must be 64..={REPORT_MAX}")));
@@ -521,7 +538,7 @@ impl IntConfig {
             hw_id: self.hw_id,
             max_packet: self.report_max_packet,
             flow_interval_ms: self.report_flow_interval_ms,
-            filter_slots: if self.report_flow_interval_ms > 0 { self.report_filter_slots } else { 1 },
+            filter_slots: if self.report_flow_interval_ms > 0 { filter_slots } else { 1 },
             analytics,
             exprs,
         })
@@ -601,10 +618,20 @@ mod tests {
             ("node_id = 1\nreport_flow_interval_ms = 86400001", "int.report_flow_interval_ms"),
             ("node_id = 1\nreport_filter_slots = 1000", "int.report_filter_slots"),
             ("node_id = 1\nreport_filter_slots = 0", "int.report_filter_slots"),
+            ("node_id = 1\nreport_filter_slots = 1024", "int.report_filter_slots"),
+            (
+                "node_id = 1\nreport_flow_interval_ms = 10\nreport_filter_slots = 1024\n[analytics]",
+                "int.report_filter_slots",
+            ),
         ];
         for (cfg, key) in cases {
             assert_eq!(plan(cfg).unwrap_err().key, key, "{cfg}");
         }
+        assert_eq!(
+            plan("node_id = 1\nreport_flow_interval_ms = 10\nreport_filter_slots = 1024").unwrap().filter_slots,
+            1024
+        );
+        assert_eq!(plan("node_id = 1\nreport_flow_interval_ms = 10").unwrap().filter_slots, DEFAULT_FILTER_SLOTS);
         let e = plan("node_id = 1\nreport_max_packet = 1480\n[[collector]]\naddress = \"10.0.0.1:1\"\nport = \"p1\"")
             .unwrap_err();
         assert!(e.key == "int.collector[0].port" && e.reason.contains("MTU 1500"), "{e:?}");
