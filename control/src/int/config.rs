@@ -53,15 +53,15 @@ pub struct IntConfig {
     /// with an inserted UDP header otherwise) or "dscp" (NPT 0, TCP and UDP).
     #[serde(default = "default_presence")]
     pub presence: String,
-    /// The INT destination port (presence "udp_port").
-    #[serde(default = "default_udp_port")]
-    pub udp_port: u16,
+    /// The INT destination port (presence "udp_port"; default 17768).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_port: Option<u16>,
     /// Presence "dscp": DSCP & dscp_mask == dscp_value marks INT. A
-    /// codepoint (mask 0x3f, the default) or one bit (e.g. 0x01/0x01).
-    #[serde(default = "default_dscp_value")]
-    pub dscp_value: u8,
-    #[serde(default = "default_dscp_mask")]
-    pub dscp_mask: u8,
+    /// codepoint (0x17, mask 0x3f, the default) or one bit (e.g. 0x01/0x01).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp_value: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp_mask: Option<u8>,
     /// Ports at the edge of the INT domain: flows enter (source) and leave
     /// (sink) through them. The others are core ports.
     #[serde(default)]
@@ -119,14 +119,39 @@ fn default_presence() -> String {
 /// The INT domain's UDP port where `udp_port` is not given (gen-traffic's too).
 pub const DEFAULT_UDP_PORT: u16 = 17768;
 
-fn default_udp_port() -> u16 {
-    DEFAULT_UDP_PORT
-}
-fn default_dscp_value() -> u8 {
-    0x17
-}
-fn default_dscp_mask() -> u8 {
-    0x3f
+/// The presence `method` with its keys (`k` names them in their section),
+/// each given only where the method reads it: a DSCP given to a domain
+/// recognised by UDP port (or the reverse) would be taken and never
+/// matched. Keys not given take the defaults: port 17768, DSCP 0x17/0x3f.
+pub fn presence_of(
+    k: impl Fn(&str) -> String,
+    method: &str,
+    udp_port: Option<u16>,
+    dscp_value: Option<u8>,
+    dscp_mask: Option<u8>,
+) -> Result<Presence, ConfigError> {
+    let unused = |key: &str, of: &str| cerr(k(key), format!("applies to presence = \"{of}\", not \"{method}\""));
+    match method {
+        "udp_port" => {
+            if dscp_value.is_some() {
+                return Err(unused("dscp_value", "dscp"));
+            }
+            if dscp_mask.is_some() {
+                return Err(unused("dscp_mask", "dscp"));
+            }
+            match udp_port.unwrap_or(DEFAULT_UDP_PORT) {
+                0 => Err(cerr(k("udp_port"), "must be 1-65535")),
+                port => Ok(Presence::UdpPort(port)),
+            }
+        }
+        "dscp" => {
+            if udp_port.is_some() {
+                return Err(unused("udp_port", "udp_port"));
+            }
+            dscp_presence((&k("dscp_value"), &k("dscp_mask")), dscp_value.unwrap_or(0x17), dscp_mask.unwrap_or(0x3f))
+        }
+        p => Err(cerr(k("presence"), format!("'{p}' is not one of udp_port, dscp"))),
+    }
 }
 
 /// Checks a DSCP presence value/mask pair; errors name `keys` (value, mask).
@@ -425,12 +450,7 @@ impl IntConfig {
     /// `mtu`: each port's MTU (IP bytes) by index.
     pub fn to_plan(&self, ports: &[String], mtu: &[u16]) -> Result<IntPlan, ConfigError> {
         let k = |f: &str| format!("int.{f}");
-        let presence = match self.presence.as_str() {
-            "udp_port" if self.udp_port == 0 => return Err(cerr(k("udp_port"), "must be 1-65535")),
-            "udp_port" => Presence::UdpPort(self.udp_port),
-            "dscp" => dscp_presence((&k("dscp_value"), &k("dscp_mask")), self.dscp_value, self.dscp_mask)?,
-            p => return Err(cerr(k("presence"), format!("'{p}' is not one of udp_port, dscp"))),
-        };
+        let presence = presence_of(k, &self.presence, self.udp_port, self.dscp_value, self.dscp_mask)?;
         let mut edge = 0u32;
         for p in &self.edge_ports {
             edge |= 1 << port_by_name(ports, &k("edge_ports"), p)?;
@@ -615,6 +635,9 @@ mod tests {
             ("node_id = 1\npresence = \"vxlan\"", "int.presence"),
             ("node_id = 1\npresence = \"dscp\"\ndscp_value = 0x21\ndscp_mask = 0x01", "int.dscp_value"),
             ("node_id = 1\npresence = \"dscp\"\ndscp_mask = 0x40", "int.dscp_mask"),
+            ("node_id = 1\ndscp_value = 0x20", "int.dscp_value"),
+            ("node_id = 1\ndscp_mask = 0x01", "int.dscp_mask"),
+            ("node_id = 1\npresence = \"dscp\"\nudp_port = 5000", "int.udp_port"),
             ("node_id = 1\nreport_flow_interval_ms = 86400001", "int.report_flow_interval_ms"),
             ("node_id = 1\nreport_filter_slots = 1000", "int.report_filter_slots"),
             ("node_id = 1\nreport_filter_slots = 0", "int.report_filter_slots"),

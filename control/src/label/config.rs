@@ -4,12 +4,12 @@
 
 use dataplane::counters::MAX_PORTS;
 use dataplane::int::stage::REPORT_MAX;
-use dataplane::int::watch::{Presence, Role, WatchRule};
+use dataplane::int::watch::{Role, WatchRule};
 use dataplane::label::{FlowRule, LabelFn, LabelSpec, Thresholds, Times, MAX_HOP_LIMIT, MAX_SHIFT, MAX_TABLE};
 use serde::{Deserialize, Serialize};
 
 use crate::fields::{cerr, port_by_name, ConfigError};
-use crate::int::config::{dscp_presence, instruction_bits, IntPlan};
+use crate::int::config::{instruction_bits, presence_of, IntPlan};
 
 /// `[label]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -23,9 +23,14 @@ pub struct LabelConfig {
     /// ECMP path) or "udp_port" (the destination port is rewritten, so a
     /// labeled packet may take another ECMP path than its flow).
     pub presence: String,
-    pub udp_port: u16,
-    pub dscp_value: u8,
-    pub dscp_mask: u8,
+    /// Presence "udp_port" (default 17768).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_port: Option<u16>,
+    /// Presence "dscp" (default 0x17 / 0x3f).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dscp_value: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dscp_mask: Option<u8>,
     /// What a label holds (default: the paper's 32-byte item).
     pub instructions: Vec<String>,
     /// RHC at a packet's first label.
@@ -59,9 +64,9 @@ impl Default for LabelConfig {
             enabled: true,
             label_domain_id: 0x4c42,
             presence: "dscp".into(),
-            udp_port: 17768,
-            dscp_value: 0x17,
-            dscp_mask: 0x3f,
+            udp_port: None,
+            dscp_value: None,
+            dscp_mask: None,
             instructions: ["node_id", "l1_ports", "hop_latency", "queue", "ingress_ts", "egress_ts"]
                 .map(String::from)
                 .to_vec(),
@@ -176,12 +181,7 @@ impl LabelConfig {
                 ),
             ));
         }
-        let presence = match self.presence.as_str() {
-            "dscp" => dscp_presence((&k("dscp_value"), &k("dscp_mask")), self.dscp_value, self.dscp_mask)?,
-            "udp_port" if self.udp_port == 0 => return Err(cerr(k("udp_port"), "must be 1-65535")),
-            "udp_port" => Presence::UdpPort(self.udp_port),
-            p => return Err(cerr(k("presence"), format!("'{p}' is not one of dscp, udp_port"))),
-        };
+        let presence = presence_of(k, &self.presence, self.udp_port, self.dscp_value, self.dscp_mask)?;
         let bitmap = instruction_bits(&self.instructions).map_err(|e| cerr(k("instructions"), e))?;
         if bitmap == 0 {
             return Err(cerr(k("instructions"), "a label needs at least one instruction"));
@@ -311,6 +311,7 @@ impl LabelConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dataplane::int::watch::Presence;
 
     fn int_plan() -> IntPlan {
         let c: crate::int::config::IntConfig =
@@ -350,6 +351,9 @@ mod tests {
             ("probability = \"f9\"", "label.probability"),
             ("max_hop = 1", "label.max_hop"),
             ("presence = \"ip\"", "label.presence"),
+            ("udp_port = 5000", "label.udp_port"),
+            ("presence = \"udp_port\"\ndscp_value = 0x20", "label.dscp_value"),
+            ("presence = \"udp_port\"\nudp_port = 0", "label.udp_port"),
             ("[[watch]]\nname = \"w\"\nrole = \"sink\"", "label.watch[0].role"),
             ("[[flow]]\nname = \"f\"\ndst_port = 80", "label.flow[0].interval_ms"),
             ("[[flow]]\nname = \"f\"\ninterval_ms = 10\nin_port = \"p9\"", "label.flow[0].in_port"),
