@@ -136,18 +136,26 @@ impl Default for FlowTableConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BridgeConfig {
-    pub mac_capacity: usize,
-    pub aging_s: u64,
+    /// Learned addresses a worker holds (default 16384).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mac_capacity: Option<usize>,
+    /// Seconds a learned address stays without a frame from it (default 300).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aging_s: Option<u64>,
     /// `[[bridge.static_mac]]`: addresses pinned to a port.
     pub static_mac: Vec<StaticMacConfig>,
 }
 
-impl Default for BridgeConfig {
-    fn default() -> Self {
-        BridgeConfig { mac_capacity: 16384, aging_s: 300, static_mac: Vec::new() }
+impl BridgeConfig {
+    pub fn mac_capacity(&self) -> usize {
+        self.mac_capacity.unwrap_or(16384)
+    }
+
+    pub fn aging_s(&self) -> u64 {
+        self.aging_s.unwrap_or(300)
     }
 }
 
@@ -325,6 +333,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Learned MAC entries a worker's table holds: a bridge's `[bridge]
+    /// mac_capacity`; the other modes learn none, so their table holds one.
+    pub fn mac_capacity(&self) -> usize {
+        if self.mode == Mode::Bridge {
+            self.raw.bridge.mac_capacity()
+        } else {
+            1
+        }
+    }
+
     /// The forwarding state the plan describes, for ports whose devices
     /// have `port_macs` (in port order), with INT report intervals in ticks
     /// of a `tsc_hz` clock.
@@ -457,7 +475,7 @@ impl Config {
             return Err(cerr("flow_table.capacity", "must be at least 1"));
         }
         // MAC entries keep their last-seen time as flows do: one lap of it.
-        if self.bridge.aging_s > dataplane::flow_table::MAX_IDLE_TIMEOUT_S {
+        if self.bridge.aging_s() > dataplane::flow_table::MAX_IDLE_TIMEOUT_S {
             return Err(cerr(
                 "bridge.aging_s",
                 format!("at most {} (7 days); 0 never ages MAC entries", dataplane::flow_table::MAX_IDLE_TIMEOUT_S),
@@ -634,11 +652,16 @@ impl Config {
                 }
             })?;
         }
-        if mode != Mode::Bridge && !self.bridge.static_mac.is_empty() {
-            return Err(cerr(
-                "bridge.static_mac",
-                format!("static MAC entries need mode = \"bridge\", not \"{}\"", self.mode),
-            ));
+        if mode != Mode::Bridge {
+            // Only a bridge learns MACs: elsewhere its table is never read.
+            let given = [
+                ("bridge.static_mac", !self.bridge.static_mac.is_empty()),
+                ("bridge.mac_capacity", self.bridge.mac_capacity.is_some()),
+                ("bridge.aging_s", self.bridge.aging_s.is_some()),
+            ];
+            if let Some((key, _)) = given.iter().find(|(_, g)| *g) {
+                return Err(cerr(*key, format!("[bridge] needs mode = \"bridge\", not \"{}\"", self.mode)));
+            }
         }
         let mut static_macs: Vec<StaticMac> = Vec::new();
         for (i, s) in self.bridge.static_mac.iter().enumerate() {
@@ -1194,7 +1217,6 @@ action = "drop"
         for (section, key, max, want) in [
             ("dataplane", "tx_drain_us", 1_000_000u64, "dataplane.tx_drain_us: at most 1000000"),
             ("dataplane", "idle_sleep_us", 100_000, "dataplane.idle_sleep_us: at most 100000"),
-            ("bridge", "aging_s", 604_800, "bridge.aging_s: at most 604800"),
         ] {
             let with =
                 |v: u64| BASE.replacen("mode = \"router\"", &format!("mode = \"router\"\n[{section}]\n{key} = {v}"), 1);
@@ -1202,6 +1224,26 @@ action = "drop"
             Config::from_toml(&with(0)).unwrap().validate().unwrap();
             let e = err_of(&with(max + 1));
             assert!(e.contains(want), "{e}");
+        }
+        let bridge = |v: u64| {
+            format!(
+                "name = \"b\"\nmode = \"bridge\"\n[bridge]\naging_s = {v}\n[[port]]\nname = \"p0\"\ndevice = \"net_null0\"\n"
+            )
+        };
+        Config::from_toml(&bridge(604_800)).unwrap().validate().unwrap();
+        Config::from_toml(&bridge(0)).unwrap().validate().unwrap();
+        assert!(err_of(&bridge(604_801)).contains("bridge.aging_s: at most 604800"));
+    }
+
+    #[test]
+    fn bridge_settings_need_a_bridge() {
+        for (extra, key) in [
+            ("[bridge]\nmac_capacity = 1024", "bridge.mac_capacity"),
+            ("[bridge]\naging_s = 60", "bridge.aging_s"),
+            ("[[bridge.static_mac]]\nmac = \"02:00:00:00:00:01\"\nport = \"p0\"", "bridge.static_mac"),
+        ] {
+            let e = err_of(&BASE.replacen("mode = \"router\"", &format!("mode = \"router\"\n{extra}"), 1));
+            assert!(e.starts_with(key) && e.contains("needs mode = \"bridge\""), "{extra}: {e}");
         }
     }
 
@@ -1264,7 +1306,7 @@ action = "drop"
             assert!(e.contains(want), "{e} !~ {want}");
         }
         let e = err_of(&format!("{BASE}{}", entry("02:00:00:00:00:02", "p1", 0)));
-        assert!(e.contains("bridge.static_mac: static MAC entries need mode = \"bridge\""), "{e}");
+        assert!(e.contains("bridge.static_mac: [bridge] needs mode = \"bridge\""), "{e}");
     }
 
     #[test]

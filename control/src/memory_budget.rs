@@ -38,8 +38,8 @@ pub fn heap_needs(plan: &Plan) -> Vec<Need> {
         },
         Need {
             key: "bridge.mac_capacity",
-            value: c.bridge.mac_capacity.to_string(),
-            bytes: MacTable::bytes_for(c.bridge.mac_capacity),
+            value: plan.mac_capacity().to_string(),
+            bytes: MacTable::bytes_for(plan.mac_capacity()),
         },
     ];
     if let Some(a) = plan.int.as_ref().and_then(|i| i.analytics.as_ref()) {
@@ -217,11 +217,11 @@ mod tests {
 
     #[test]
     fn workers_multiply_the_tables() {
-        let p = plan("[bridge]\nmac_capacity = 1000000");
+        let p = plan("[flow_table]\ncapacity = 1000000");
         let shared = route_need(&p).bytes.unwrap();
         let one = check(&p, 1, None).unwrap() - shared;
         assert_eq!(check(&p, 4, None).unwrap(), 4 * one + shared);
         let e = check(&p, 4, Some(one * 3)).unwrap_err();
-        assert_eq!(e.key, "bridge.mac_capacity", "{e:?}");
+        assert_eq!(e.key, "flow_table.capacity", "{e:?}");
     }
 }

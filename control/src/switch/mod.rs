@@ -273,8 +273,8 @@ impl Switch {
                     hash_seed,
                 },
                 macs: MacSetup {
-                    capacity: plan.raw.bridge.mac_capacity,
-                    aging_s: plan.raw.bridge.aging_s,
+                    capacity: plan.mac_capacity(),
+                    aging_s: plan.raw.bridge.aging_s(),
                     share: workers.len() > 1,
                 },
                 tx_drain_us: d.tx_drain_us,
