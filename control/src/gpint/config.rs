@@ -26,20 +26,26 @@ pub struct GpintConfig {
     /// Feedback, copies, notices and the duplicate filter.
     pub recovery: bool,
     /// How long a copy waits for the next hop's feedback (the paper's
-    /// t_f: 1500; its fine-tuned profile 400).
-    pub hold_ms: u64,
-    /// Copies each worker keeps at most (2 KiB each, not mbufs).
-    pub clone_slots: usize,
+    /// t_f: 1500, the default; its fine-tuned profile 400). With recovery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_ms: Option<u64>,
+    /// Copies each worker keeps at most (2 KiB each, not mbufs; default
+    /// 64). With recovery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clone_slots: Option<usize>,
     /// Deliveries and notices each worker's ring to the control core holds.
     pub export_ring: usize,
     /// How probes and feedbacks are known: "udp_port" (probes to the INT
     /// port, feedbacks to udp_port) or "dscp" (the paper's codepoints).
     pub classify: String,
     /// "dscp": the codepoints of probes, feedbacks and the copies notices
-    /// carry (the paper's 0x17, 0x19, 0x21).
-    pub dscp_probe: u8,
-    pub dscp_feedback: u8,
-    pub dscp_notice: u8,
+    /// carry (default the paper's 0x17, 0x19, 0x21).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dscp_probe: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dscp_feedback: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dscp_notice: Option<u8>,
 }
 
 impl Default for GpintConfig {
@@ -49,13 +55,13 @@ impl Default for GpintConfig {
             udp_port: 17900,
             domain_id: 0x6701,
             recovery: true,
-            hold_ms: 1500,
-            clone_slots: 64,
+            hold_ms: None,
+            clone_slots: None,
             export_ring: 256,
             classify: "udp_port".into(),
-            dscp_probe: 0x17,
-            dscp_feedback: 0x19,
-            dscp_notice: 0x21,
+            dscp_probe: None,
+            dscp_feedback: None,
+            dscp_notice: None,
         }
     }
 }
@@ -86,6 +92,24 @@ impl GpintConfig {
         let Some(int) = int else {
             return Err(cerr("gpint", "needs [int]: probes are INT-MD packets"));
         };
+        // Keys of a mode or feature that is off would be taken and never read.
+        let unused = |given: &[(&str, bool)], why: &str| match given.iter().find(|(_, g)| *g) {
+            Some((k, _)) => Err(cerr(format!("gpint.{k}"), why.to_string())),
+            None => Ok(()),
+        };
+        if self.classify == "udp_port" {
+            let codes = [
+                ("dscp_probe", self.dscp_probe.is_some()),
+                ("dscp_feedback", self.dscp_feedback.is_some()),
+                ("dscp_notice", self.dscp_notice.is_some()),
+            ];
+            unused(&codes, "applies to classify = \"dscp\", not \"udp_port\"")?;
+        }
+        if !self.recovery {
+            let kept = [("hold_ms", self.hold_ms.is_some()), ("clone_slots", self.clone_slots.is_some())];
+            unused(&kept, "sizes the copies of recovery, and recovery = false keeps none")?;
+        }
+        let (hold_ms, clone_slots) = (self.hold_ms.unwrap_or(1500), self.clone_slots.unwrap_or(64));
         let dscp = match self.classify.as_str() {
             "udp_port" => None,
             "dscp" => Some(self.codepoints(int, ampm)?),
@@ -121,10 +145,10 @@ impl GpintConfig {
                 "needs at least one [[int.collector]]: deliveries and notices are Telemetry Reports",
             ));
         }
-        if !(1..=60_000).contains(&self.hold_ms) {
+        if !(1..=60_000).contains(&hold_ms) {
             return Err(cerr("gpint.hold_ms", "must be 1..=60000"));
         }
-        if !(1..=65_536).contains(&self.clone_slots) {
+        if !(1..=65_536).contains(&clone_slots) {
             return Err(cerr("gpint.clone_slots", "must be 1..=65536"));
         }
         if !(2..=65_536).contains(&self.export_ring) {
@@ -134,8 +158,8 @@ impl GpintConfig {
             udp_port: self.udp_port,
             domain_id: self.domain_id,
             recovery: self.recovery,
-            hold_ms: self.hold_ms,
-            clone_slots: self.clone_slots,
+            hold_ms,
+            clone_slots,
             export_ring: self.export_ring,
             dscp,
         }))
@@ -148,8 +172,11 @@ impl GpintConfig {
         int: &IntPlan,
         ampm: Option<&crate::ampm::config::AmpmConfig>,
     ) -> Result<GpintDscp, ConfigError> {
-        let codes =
-            [("dscp_probe", self.dscp_probe), ("dscp_feedback", self.dscp_feedback), ("dscp_notice", self.dscp_notice)];
+        let codes = [
+            ("dscp_probe", self.dscp_probe.unwrap_or(0x17)),
+            ("dscp_feedback", self.dscp_feedback.unwrap_or(0x19)),
+            ("dscp_notice", self.dscp_notice.unwrap_or(0x21)),
+        ];
         for (i, (k, c)) in codes.iter().enumerate() {
             let key = format!("gpint.{k}");
             if *c > 63 {
@@ -173,7 +200,7 @@ impl GpintConfig {
                 }
             }
         }
-        Ok(GpintDscp { probe: self.dscp_probe, feedback: self.dscp_feedback, notice: self.dscp_notice })
+        Ok(GpintDscp { probe: codes[0].1, feedback: codes[1].1, notice: codes[2].1 })
     }
 }
 
@@ -263,6 +290,9 @@ peer = "p0"
             (&format!("{INT}[gpint]\nudp_port = 17768\n"), "gpint.udp_port"),
             (&format!("{INT}[gpint]\nhold_ms = 0\n"), "gpint.hold_ms"),
             (&format!("{INT}[gpint]\nclone_slots = 0\n"), "gpint.clone_slots"),
+            (&format!("{INT}[gpint]\ndscp_probe = 0x20\n"), "gpint.dscp_probe"),
+            (&format!("{INT}[gpint]\nrecovery = false\nhold_ms = 400\n"), "gpint.hold_ms"),
+            (&format!("{INT}[gpint]\nrecovery = false\nclone_slots = 8\n"), "gpint.clone_slots"),
             (&format!("{INT}[gpint]\nexport_ring = 1\n"), "gpint.export_ring"),
             (
                 &format!(
