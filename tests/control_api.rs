@@ -605,7 +605,7 @@ fn valid_requests() -> Vec<(&'static str, Value)> {
         (
             "ampm_add",
             json!({"name": "a", "flow_mon_id": 7, "role": "initiator", "method": "muxed", "carrier": "dscp",
-                   "clear": true, "l_bit": 0, "d_bit": 1, "priority": 0, "src": "10.0.1.0/24", "proto": "udp",
+                   "l_bit": 0, "d_bit": 1, "priority": 0, "src": "10.0.1.0/24", "proto": "udp",
                    "dst_port": 5001}),
         ),
         ("ampm_del", json!({"name": "a"})),

@@ -53,15 +53,6 @@ fn default_sub_bits() -> u8 {
 fn default_max_flows() -> usize {
     16384
 }
-pub fn default_l_bit() -> u8 {
-    0
-}
-pub fn default_d_bit() -> u8 {
-    1
-}
-fn yes() -> bool {
-    true
-}
 
 /// Bytes of JSON lines per export datagram (what a collector's path must carry).
 pub const DATAGRAM: usize = 1400;
@@ -79,15 +70,16 @@ pub struct AmpmFlowConfig {
     pub method: String,
     /// "dscp", "ipv4_flag", "ipv6_hbh" or "ipv6_dest".
     pub carrier: String,
-    /// DSCP bit (0 = DSCP LSB) for L with the dscp carrier.
-    #[serde(default = "default_l_bit")]
-    pub l_bit: u8,
-    /// DSCP bit for D (double marking) with the dscp and ipv4_flag carriers.
-    #[serde(default = "default_d_bit")]
-    pub d_bit: u8,
-    /// Terminator: clear the marks / remove the IPv6 option.
-    #[serde(default = "yes")]
-    pub clear: bool,
+    /// DSCP bit (0 = DSCP LSB, the default) for L with the dscp carrier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l_bit: Option<u8>,
+    /// DSCP bit for D (double marking; default 1) with the dscp and
+    /// ipv4_flag carriers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d_bit: Option<u8>,
+    /// Terminator: clear the marks / remove the IPv6 option (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clear: Option<bool>,
     #[serde(default)]
     pub priority: u32,
     pub src: Option<String>,
@@ -165,6 +157,16 @@ pub fn timing(interval: &str, format: &str, sub_bits: u8) -> Result<Timing, Conf
 }
 
 impl AmpmFlowConfig {
+    /// The DSCP bit of L (dscp carrier).
+    pub fn l_bit(&self) -> u8 {
+        self.l_bit.unwrap_or(0)
+    }
+
+    /// The DSCP bit of D (dscp and ipv4_flag carriers).
+    pub fn d_bit(&self) -> u8 {
+        self.d_bit.unwrap_or(1)
+    }
+
     /// The flow for counter slot `slot`.
     pub fn to_flow(&self, ports: &[String], slot: u32) -> Result<AmpmFlow, ConfigError> {
         crate::fields::check_name("name", &self.name)?;
@@ -181,19 +183,38 @@ impl AmpmFlowConfig {
             Some(m) => *m,
             None => return Err(cerr("method", format!("'{}' is not one of step, pulse, double, muxed", self.method))),
         };
-        for (k, b) in [("l_bit", self.l_bit), ("d_bit", self.d_bit)] {
+        let (l_bit, d_bit) = (self.l_bit(), self.d_bit());
+        for (k, b) in [("l_bit", l_bit), ("d_bit", d_bit)] {
             if b > 5 {
                 return Err(cerr(k, "a DSCP bit: 0 (LSB) to 5"));
             }
         }
+        // A bit the carrier does not mark, or a clear a role never does,
+        // would be taken and never applied.
+        let only = |given: bool, k: &str, why: String| if given { Err(cerr(k, why)) } else { Ok(()) };
+        only(
+            self.l_bit.is_some() && self.carrier != "dscp",
+            "l_bit",
+            format!("applies to carrier \"dscp\", not \"{}\"", self.carrier),
+        )?;
+        only(
+            self.d_bit.is_some() && !matches!(self.carrier.as_str(), "dscp" | "ipv4_flag"),
+            "d_bit",
+            format!("applies to carriers \"dscp\" and \"ipv4_flag\", not \"{}\"", self.carrier),
+        )?;
+        only(
+            self.clear.is_some() && role != MpRole::Terminator,
+            "clear",
+            format!("applies to a terminator, not a {}", self.role),
+        )?;
         let carrier = match self.carrier.as_str() {
             "dscp" => {
-                if method == Method::Double && self.l_bit == self.d_bit {
+                if method == Method::Double && l_bit == d_bit {
                     return Err(cerr("d_bit", "double marking needs two different DSCP bits"));
                 }
-                Carrier::Dscp { l_bit: self.l_bit, d_bit: self.d_bit }
+                Carrier::Dscp { l_bit, d_bit }
             }
-            "ipv4_flag" => Carrier::Ipv4Flag { d_bit: self.d_bit },
+            "ipv4_flag" => Carrier::Ipv4Flag { d_bit },
             "ipv6_hbh" => Carrier::Ipv6HopByHop,
             "ipv6_dest" => Carrier::Ipv6DestOpts,
             c => return Err(cerr("carrier", format!("'{c}' is not one of dscp, ipv4_flag, ipv6_hbh, ipv6_dest"))),
@@ -247,7 +268,14 @@ impl AmpmFlowConfig {
         mask.0[field::PORTS] = (r.src_port.mask as u64) | (r.dst_port.mask as u64) << 16;
         Ok(AmpmFlow {
             name: self.name.clone(),
-            mp: FlowRef { slot, flow_mon_id: self.flow_mon_id, role, method, carrier, clear: self.clear },
+            mp: FlowRef {
+                slot,
+                flow_mon_id: self.flow_mon_id,
+                role,
+                method,
+                carrier,
+                clear: self.clear.unwrap_or(true),
+            },
             priority: self.priority,
             value,
             mask,
@@ -350,6 +378,9 @@ address = "127.0.0.1:32766""#,
             ("carrier = \"dscp\"\nl_bit = 9", "ampm.flow[0].l_bit"),
             ("carrier = \"dscp\"\nsrc = \"10.0.0.300/8\"", "ampm.flow[0].src"),
             ("carrier = \"dscp\"\nin_port = \"p9\"", "ampm.flow[0].in_port"),
+            ("carrier = \"ipv4_flag\"\nl_bit = 2", "ampm.flow[0].l_bit"),
+            ("carrier = \"ipv6_hbh\"\nd_bit = 2", "ampm.flow[0].d_bit"),
+            ("carrier = \"dscp\"\nclear = false", "ampm.flow[0].clear"),
         ] {
             assert_eq!(parse(&format!("{base}{extra}")).unwrap_err().key, key, "{extra}");
         }

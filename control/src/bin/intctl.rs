@@ -339,10 +339,10 @@ enum AmpmOp {
         /// DSCP bit for L (dscp carrier; 0 = LSB).
         #[arg(long)]
         l_bit: Option<u8>,
-        /// DSCP bit for D (double marking).
+        /// DSCP bit for D (double marking; dscp and ipv4_flag carriers).
         #[arg(long)]
         d_bit: Option<u8>,
-        /// Terminator: keep the marks (the next hop is the destination).
+        /// Terminator only: keep the marks (the next hop is the destination).
         #[arg(long)]
         keep_marks: bool,
         #[command(flatten)]
@@ -903,9 +903,9 @@ fn run(cli: Cli) -> Result<(), String> {
                 role: role.clone(),
                 method: method.clone(),
                 carrier: carrier.clone(),
-                l_bit: l_bit.unwrap_or_else(control::ampm::config::default_l_bit),
-                d_bit: d_bit.unwrap_or_else(control::ampm::config::default_d_bit),
-                clear: !keep_marks,
+                l_bit: *l_bit,
+                d_bit: *d_bit,
+                clear: keep_marks.then_some(false),
                 priority: m.priority,
                 src: m.src,
                 dst: m.dst,

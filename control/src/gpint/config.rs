@@ -191,7 +191,7 @@ impl GpintConfig {
                 }
             }
             for f in ampm.map(|a| a.flow.as_slice()).unwrap_or_default() {
-                let bits = if f.carrier == "dscp" { 1u8 << f.l_bit.min(5) | 1 << f.d_bit.min(5) } else { 0 };
+                let bits = if f.carrier == "dscp" { 1u8 << f.l_bit().min(5) | 1 << f.d_bit().min(5) } else { 0 };
                 if c & bits != 0 {
                     return Err(cerr(
                         key,
