@@ -98,8 +98,22 @@ pub struct DataplaneConfig {
     pub burst: usize,
     pub tx_drain_us: u64,
     pub idle: bool,
-    pub idle_empty_polls: u32,
-    pub idle_sleep_us: u32,
+    /// With `idle`: empty polls before sleeping (default 256).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_empty_polls: Option<u32>,
+    /// With `idle`: microseconds a sleep (default 100).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_sleep_us: Option<u32>,
+}
+
+impl DataplaneConfig {
+    pub fn idle_empty_polls(&self) -> u32 {
+        self.idle_empty_polls.unwrap_or(256)
+    }
+
+    pub fn idle_sleep_us(&self) -> u32 {
+        self.idle_sleep_us.unwrap_or(100)
+    }
 }
 
 impl Default for DataplaneConfig {
@@ -113,8 +127,8 @@ impl Default for DataplaneConfig {
             burst: 64,
             tx_drain_us: 100,
             idle: false,
-            idle_empty_polls: 256,
-            idle_sleep_us: 100,
+            idle_empty_polls: None,
+            idle_sleep_us: None,
         }
     }
 }
@@ -465,7 +479,18 @@ impl Config {
         if d.tx_drain_us > 1_000_000 {
             return Err(cerr("dataplane.tx_drain_us", "at most 1000000 (a second); 0 sends after every poll"));
         }
-        if d.idle_sleep_us > 100_000 {
+        // A worker that never idles never reads them.
+        if !d.idle {
+            for (key, given) in [
+                ("dataplane.idle_empty_polls", d.idle_empty_polls.is_some()),
+                ("dataplane.idle_sleep_us", d.idle_sleep_us.is_some()),
+            ] {
+                if given {
+                    return Err(cerr(key, "applies with idle = true (workers that never sleep ignore it)"));
+                }
+            }
+        }
+        if d.idle_sleep_us() > 100_000 {
             return Err(cerr(
                 "dataplane.idle_sleep_us",
                 "at most 100000 (0.1 s): a sleeping worker acks no table change",
@@ -1216,7 +1241,7 @@ action = "drop"
     fn times_that_become_tsc_ticks_are_bounded() {
         for (section, key, max, want) in [
             ("dataplane", "tx_drain_us", 1_000_000u64, "dataplane.tx_drain_us: at most 1000000"),
-            ("dataplane", "idle_sleep_us", 100_000, "dataplane.idle_sleep_us: at most 100000"),
+            ("dataplane", "idle = true\nidle_sleep_us", 100_000, "dataplane.idle_sleep_us: at most 100000"),
         ] {
             let with =
                 |v: u64| BASE.replacen("mode = \"router\"", &format!("mode = \"router\"\n[{section}]\n{key} = {v}"), 1);
@@ -1233,6 +1258,15 @@ action = "drop"
         Config::from_toml(&bridge(604_800)).unwrap().validate().unwrap();
         Config::from_toml(&bridge(0)).unwrap().validate().unwrap();
         assert!(err_of(&bridge(604_801)).contains("bridge.aging_s: at most 604800"));
+    }
+
+    #[test]
+    fn idle_settings_need_idle() {
+        for key in ["idle_empty_polls", "idle_sleep_us"] {
+            let e =
+                err_of(&BASE.replacen("mode = \"router\"", &format!("mode = \"router\"\n[dataplane]\n{key} = 10"), 1));
+            assert!(e.starts_with(&format!("dataplane.{key}")) && e.contains("idle = true"), "{e}");
+        }
     }
 
     #[test]

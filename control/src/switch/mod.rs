@@ -278,7 +278,7 @@ impl Switch {
                     share: workers.len() > 1,
                 },
                 tx_drain_us: d.tx_drain_us,
-                idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls, sleep_us: d.idle_sleep_us },
+                idle: IdleConfig { enabled: d.idle, empty_polls: d.idle_empty_polls(), sleep_us: d.idle_sleep_us() },
                 pool: pool.clone(),
                 stages: StageSetup { analytics, reports: producer, clock, gpint, label },
             };
