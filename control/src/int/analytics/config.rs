@@ -44,9 +44,10 @@ pub struct AnalyticsConfig {
     /// Node IDs each worker keeps histograms for (0: no histograms).
     #[serde(default = "default_hist_nodes")]
     pub histogram_nodes: usize,
-    /// Seconds between histogram snapshots to the collectors (0: only at stop).
-    #[serde(default = "default_idle_one")]
-    pub histogram_interval: u64,
+    /// Seconds between histogram snapshots to the collectors (0: only at
+    /// stop; default 1). With histograms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram_interval: Option<u64>,
     /// Each histogram's bins.
     #[serde(default)]
     pub bins: BinsConfig,
@@ -288,10 +289,6 @@ fn default_ring() -> usize {
 fn default_hist_nodes() -> usize {
     256
 }
-fn default_idle_one() -> u64 {
-    1
-}
-
 /// The validated section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AnalyticsPlan {
@@ -388,8 +385,23 @@ impl AnalyticsConfig {
         if self.histogram_nodes > MAX_HIST_NODES {
             return Err(cerr("histogram_nodes", format!("{} must be 0..={MAX_HIST_NODES}", self.histogram_nodes)));
         }
-        if self.histogram_interval > MAX_TIMEOUT_S {
-            return Err(cerr("histogram_interval", format!("{} s is over a day", self.histogram_interval)));
+        let hist_interval = self.histogram_interval.unwrap_or(1);
+        if hist_interval > MAX_TIMEOUT_S {
+            return Err(cerr("histogram_interval", format!("{hist_interval} s is over a day")));
+        }
+        // Without histograms their interval and bins would be taken and never read.
+        if self.histogram_nodes == 0 {
+            let b = &self.bins;
+            let given = [
+                ("histogram_interval", self.histogram_interval.is_some()),
+                ("bins.hop_latency", b.hop_latency.is_some()),
+                ("bins.queue", b.queue.is_some()),
+                ("bins.tx_util", b.tx_util.is_some()),
+                ("bins.e2e_latency", b.e2e_latency.is_some()),
+            ];
+            if let Some((k, _)) = given.iter().find(|(_, g)| *g) {
+                return Err(cerr(k, "applies to histograms, and histogram_nodes = 0 keeps none"));
+            }
         }
         let mut bins = HistSpec::default_bins();
         let b = &self.bins;
@@ -404,7 +416,7 @@ impl AnalyticsConfig {
         let hist = (self.histogram_nodes > 0).then_some(HistSpec { bins, nodes: self.histogram_nodes });
         Ok(AnalyticsPlan {
             hist,
-            hist_interval_s: self.histogram_interval,
+            hist_interval_s: hist_interval,
             hist_bytes: hist.map_or(0, |h| WorkerHist::memory_bytes(&h)),
             rows: self.cache_rows,
             ways: self.cache_ways,
@@ -478,6 +490,8 @@ mod tests {
             ("[events.queue]\nthreshold = 10\nmode = \"edge\"\nreset = 11", "int.analytics.events.queue.reset"),
             ("[events.e2e_latency]\nmode = \"edge\"", "int.analytics.events.e2e_latency.threshold"),
             ("histogram_nodes = 65537", "int.analytics.histogram_nodes"),
+            ("histogram_nodes = 0\nhistogram_interval = 5", "int.analytics.histogram_interval"),
+            ("histogram_nodes = 0\n[bins.queue]\nkind = \"log2\"", "int.analytics.bins.queue"),
             ("[bins.queue]\nkind = \"linear\"\nwidth = 0\ncount = 4", "int.analytics.bins.queue.width"),
             ("[bins.queue]\nkind = \"linear\"\nwidth = 1", "int.analytics.bins.queue.count"),
             ("[bins.queue]\nkind = \"linear\"\nwidth = 1\ncount = 70000", "int.analytics.bins.queue.count"),
