@@ -9,7 +9,7 @@ use dataplane::parse::FlowKey;
 use dataplane::tables::{Mode, NeighbourSpec, RouteSpec, StaticMac, TableSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::fields::{cerr, on_link, parse_host_ip, parse_ip, parse_network};
+use crate::fields::{cerr, on_link, parse_host_ip, parse_ip, parse_network, refuse_given};
 pub use crate::fields::{
     check_name, format_mac, parse_mac, parse_positive_seconds, parse_prefix, parse_proto, parse_proto_name,
     parse_seconds, parse_u16_any, parse_u8_any, parse_unicast_mac, port_by_name, ConfigError, MAX_NAME_LEN,
@@ -481,14 +481,11 @@ impl Config {
         }
         // A worker that never idles never reads them.
         if !d.idle {
-            for (key, given) in [
+            let idle = [
                 ("dataplane.idle_empty_polls", d.idle_empty_polls.is_some()),
                 ("dataplane.idle_sleep_us", d.idle_sleep_us.is_some()),
-            ] {
-                if given {
-                    return Err(cerr(key, "applies with idle = true (workers that never sleep ignore it)"));
-                }
-            }
+            ];
+            refuse_given(&idle, "applies with idle = true (workers that never sleep ignore it)")?;
         }
         if d.idle_sleep_us() > 100_000 {
             return Err(cerr(
@@ -684,9 +681,7 @@ impl Config {
                 ("bridge.mac_capacity", self.bridge.mac_capacity.is_some()),
                 ("bridge.aging_s", self.bridge.aging_s.is_some()),
             ];
-            if let Some((key, _)) = given.iter().find(|(_, g)| *g) {
-                return Err(cerr(*key, format!("[bridge] needs mode = \"bridge\", not \"{}\"", self.mode)));
-            }
+            refuse_given(&given, format!("[bridge] needs mode = \"bridge\", not \"{}\"", self.mode))?;
         }
         let mut static_macs: Vec<StaticMac> = Vec::new();
         for (i, s) in self.bridge.static_mac.iter().enumerate() {

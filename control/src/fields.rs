@@ -28,6 +28,15 @@ pub(crate) fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigE
     ConfigError { key: key.into(), reason: reason.into() }
 }
 
+/// The first of `keys` (key, given) that is given, refused with `why`: a
+/// key its mode or feature never reads would be taken and do nothing.
+pub(crate) fn refuse_given(keys: &[(&str, bool)], why: impl Into<String>) -> Result<(), ConfigError> {
+    match keys.iter().find(|(_, given)| *given) {
+        Some((key, _)) => Err(cerr(*key, why)),
+        None => Ok(()),
+    }
+}
+
 /// Parses "aa:bb:cc:dd:ee:ff".
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let parts: Vec<&str> = s.split(':').collect();

@@ -10,7 +10,7 @@ use dataplane::classifier::{field, Key};
 use serde::{Deserialize, Serialize};
 
 use crate::collector_tx::CollectorPlan;
-use crate::fields::ConfigError;
+use crate::fields::{refuse_given, ConfigError};
 use crate::int::config::{collector_plans, CollectorConfig};
 
 fn cerr(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -191,20 +191,17 @@ impl AmpmFlowConfig {
         }
         // A bit the carrier does not mark, or a clear a role never does,
         // would be taken and never applied.
-        let only = |given: bool, k: &str, why: String| if given { Err(cerr(k, why)) } else { Ok(()) };
-        only(
-            self.l_bit.is_some() && self.carrier != "dscp",
-            "l_bit",
-            format!("applies to carrier \"dscp\", not \"{}\"", self.carrier),
+        let c = &self.carrier;
+        refuse_given(
+            &[("l_bit", self.l_bit.is_some() && c != "dscp")],
+            format!("applies to carrier \"dscp\", not \"{c}\""),
         )?;
-        only(
-            self.d_bit.is_some() && !matches!(self.carrier.as_str(), "dscp" | "ipv4_flag"),
-            "d_bit",
-            format!("applies to carriers \"dscp\" and \"ipv4_flag\", not \"{}\"", self.carrier),
+        refuse_given(
+            &[("d_bit", self.d_bit.is_some() && !matches!(c.as_str(), "dscp" | "ipv4_flag"))],
+            format!("applies to carriers \"dscp\" and \"ipv4_flag\", not \"{c}\""),
         )?;
-        only(
-            self.clear.is_some() && role != MpRole::Terminator,
-            "clear",
+        refuse_given(
+            &[("clear", self.clear.is_some() && role != MpRole::Terminator)],
             format!("applies to a terminator, not a {}", self.role),
         )?;
         let carrier = match self.carrier.as_str() {

@@ -8,7 +8,7 @@ use dataplane::int::watch::Role;
 use dataplane::int::Presence;
 use serde::{Deserialize, Serialize};
 
-use crate::fields::{cerr, ConfigError};
+use crate::fields::{cerr, refuse_given, ConfigError};
 use crate::int::config::IntPlan;
 
 /// `[gpint]`.
@@ -93,21 +93,17 @@ impl GpintConfig {
             return Err(cerr("gpint", "needs [int]: probes are INT-MD packets"));
         };
         // Keys of a mode or feature that is off would be taken and never read.
-        let unused = |given: &[(&str, bool)], why: &str| match given.iter().find(|(_, g)| *g) {
-            Some((k, _)) => Err(cerr(format!("gpint.{k}"), why.to_string())),
-            None => Ok(()),
-        };
         if self.classify == "udp_port" {
             let codes = [
-                ("dscp_probe", self.dscp_probe.is_some()),
-                ("dscp_feedback", self.dscp_feedback.is_some()),
-                ("dscp_notice", self.dscp_notice.is_some()),
+                ("gpint.dscp_probe", self.dscp_probe.is_some()),
+                ("gpint.dscp_feedback", self.dscp_feedback.is_some()),
+                ("gpint.dscp_notice", self.dscp_notice.is_some()),
             ];
-            unused(&codes, "applies to classify = \"dscp\", not \"udp_port\"")?;
+            refuse_given(&codes, "applies to classify = \"dscp\", not \"udp_port\"")?;
         }
         if !self.recovery {
-            let kept = [("hold_ms", self.hold_ms.is_some()), ("clone_slots", self.clone_slots.is_some())];
-            unused(&kept, "sizes the copies of recovery, and recovery = false keeps none")?;
+            let kept = [("gpint.hold_ms", self.hold_ms.is_some()), ("gpint.clone_slots", self.clone_slots.is_some())];
+            refuse_given(&kept, "sizes the copies of recovery, and recovery = false keeps none")?;
         }
         let (hold_ms, clone_slots) = (self.hold_ms.unwrap_or(1500), self.clone_slots.unwrap_or(64));
         let dscp = match self.classify.as_str() {

@@ -130,24 +130,18 @@ pub fn presence_of(
     dscp_value: Option<u8>,
     dscp_mask: Option<u8>,
 ) -> Result<Presence, ConfigError> {
-    let unused = |key: &str, of: &str| cerr(k(key), format!("applies to presence = \"{of}\", not \"{method}\""));
+    let why = |of: &str| format!("applies to presence = \"{of}\", not \"{method}\"");
     match method {
         "udp_port" => {
-            if dscp_value.is_some() {
-                return Err(unused("dscp_value", "dscp"));
-            }
-            if dscp_mask.is_some() {
-                return Err(unused("dscp_mask", "dscp"));
-            }
+            let dscp = [(&*k("dscp_value"), dscp_value.is_some()), (&*k("dscp_mask"), dscp_mask.is_some())];
+            crate::fields::refuse_given(&dscp, why("dscp"))?;
             match udp_port.unwrap_or(DEFAULT_UDP_PORT) {
                 0 => Err(cerr(k("udp_port"), "must be 1-65535")),
                 port => Ok(Presence::UdpPort(port)),
             }
         }
         "dscp" => {
-            if udp_port.is_some() {
-                return Err(unused("udp_port", "udp_port"));
-            }
+            crate::fields::refuse_given(&[(&k("udp_port"), udp_port.is_some())], why("udp_port"))?;
             dscp_presence((&k("dscp_value"), &k("dscp_mask")), dscp_value.unwrap_or(0x17), dscp_mask.unwrap_or(0x3f))
         }
         p => Err(cerr(k("presence"), format!("'{p}' is not one of udp_port, dscp"))),

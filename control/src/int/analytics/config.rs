@@ -393,15 +393,13 @@ impl AnalyticsConfig {
         if self.histogram_nodes == 0 {
             let b = &self.bins;
             let given = [
-                ("histogram_interval", self.histogram_interval.is_some()),
-                ("bins.hop_latency", b.hop_latency.is_some()),
-                ("bins.queue", b.queue.is_some()),
-                ("bins.tx_util", b.tx_util.is_some()),
-                ("bins.e2e_latency", b.e2e_latency.is_some()),
+                ("int.analytics.histogram_interval", self.histogram_interval.is_some()),
+                ("int.analytics.bins.hop_latency", b.hop_latency.is_some()),
+                ("int.analytics.bins.queue", b.queue.is_some()),
+                ("int.analytics.bins.tx_util", b.tx_util.is_some()),
+                ("int.analytics.bins.e2e_latency", b.e2e_latency.is_some()),
             ];
-            if let Some((k, _)) = given.iter().find(|(_, g)| *g) {
-                return Err(cerr(k, "applies to histograms, and histogram_nodes = 0 keeps none"));
-            }
+            crate::fields::refuse_given(&given, "applies to histograms, and histogram_nodes = 0 keeps none")?;
         }
         let mut bins = HistSpec::default_bins();
         let b = &self.bins;

@@ -144,14 +144,10 @@ impl DetectConfig {
         // noop, none and interval decide without a sum: a metric or a
         // threshold given them would be taken and never read.
         if matches!(algorithm, Algorithm::Noop | Algorithm::None | Algorithm::Interval { .. }) {
-            for (key, given) in [("metric", self.metric.is_some()), ("threshold", self.threshold.is_some())] {
-                if given {
-                    return Err(cerr(
-                        key,
-                        format!("applies to per_hop, per_flow and ewma only ({} reads none)", self.algorithm),
-                    ));
-                }
-            }
+            crate::fields::refuse_given(
+                &[("metric", self.metric.is_some()), ("threshold", self.threshold.is_some())],
+                format!("applies to per_hop, per_flow and ewma only ({} reads none)", self.algorithm),
+            )?;
         }
         if self.weight.is_some() && !matches!(algorithm, Algorithm::Ewma { .. } | Algorithm::Cnf { .. }) {
             return Err(cerr("weight", "applies to ewma and cnf only"));
