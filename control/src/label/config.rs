@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::fields::{cerr, port_by_name, ConfigError};
 use crate::int::config::{instruction_bits, presence_of, IntPlan};
 
+/// MAX_hop where the config leaves it out (the paper's evaluation).
+const DEFAULT_MAX_HOP: u8 = 5;
+
 /// `[label]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -39,10 +42,12 @@ pub struct LabelConfig {
     pub interval_ms: f64,
     /// T1 (<= T): after any label, no probabilistic label for this long.
     pub rest_ms: f64,
-    /// f of Base B: "f1", "f2", "f3" or "table" (`table`); MAX_hop for F2/F3.
+    /// f of Base B: "f1", "f2", "f3" or "table" (`table`); MAX_hop for
+    /// F2, F3 and tables (default 5; F1 never reads it).
     pub probability: String,
     pub table: Vec<f64>,
-    pub max_hop: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_hop: Option<u8>,
     /// The largest S the Pro controller may set (255, every packet, aside).
     pub max_shift: u8,
     /// Host-facing ports: labels are exported and packets restored here,
@@ -75,7 +80,7 @@ impl Default for LabelConfig {
             rest_ms: 0.0,
             probability: "f1".into(),
             table: Vec::new(),
-            max_hop: 5,
+            max_hop: None,
             max_shift: 6,
             edge_ports: None,
             report_truncate: 128,
@@ -197,7 +202,8 @@ impl LabelConfig {
             ));
         }
         let rest_ns = (self.rest_ms * 1e6).round() as u64;
-        if !(2..=MAX_HOP_LIMIT).contains(&self.max_hop) {
+        let max_hop = self.max_hop.unwrap_or(DEFAULT_MAX_HOP);
+        if !(2..=MAX_HOP_LIMIT).contains(&max_hop) {
             return Err(cerr(k("max_hop"), format!("must be 2..={MAX_HOP_LIMIT}")));
         }
         let f = match self.probability.as_str() {
@@ -217,6 +223,25 @@ impl LabelConfig {
         };
         if !self.table.is_empty() && !matches!(f, LabelFn::Table(_)) {
             return Err(cerr(k("table"), "only with probability = \"table\""));
+        }
+        if f == LabelFn::F1 {
+            crate::fields::refuse_given(
+                &[(&k("max_hop"), self.max_hop.is_some())],
+                "applies to f2, f3 and table: f1 is 0 for an unlabeled packet and 1 for a labeled one whatever it carries",
+            )?;
+        }
+        // f is read at min(n, max_hop - 1): a longer table's tail never is.
+        if self.table.len() > max_hop as usize {
+            return Err(cerr(
+                k("table"),
+                format!(
+                    "{} entries, but f is read at min(n, max_hop - 1) and max_hop is {max_hop}: \
+                     set max_hop = {} or drop the entries past f({})",
+                    self.table.len(),
+                    self.table.len().max(2),
+                    max_hop - 1
+                ),
+            ));
         }
         if self.max_shift > MAX_SHIFT {
             return Err(cerr(k("max_shift"), format!("{}: must be 0..={MAX_SHIFT}", self.max_shift)));
@@ -287,7 +312,7 @@ impl LabelConfig {
             bitmap,
             max_labels: self.max_labels,
             times: Times { interval: 1, rest: 0 },
-            f: Thresholds::new(&f, self.max_hop),
+            f: Thresholds::new(&f, max_hop),
             edge_ports,
             mtu: port_mtu,
             truncate: self.report_truncate,
@@ -299,7 +324,7 @@ impl LabelConfig {
             interval_ns,
             rest_ns,
             f,
-            max_hop: self.max_hop,
+            max_hop,
             max_shift: self.max_shift,
             ring_size: self.ring_size,
             seed: self.seed,
@@ -338,6 +363,23 @@ mod tests {
     }
 
     #[test]
+    fn max_hop_bounds_where_f_is_read() {
+        // A table's every entry is read once max_hop reaches its length.
+        let p = plan("probability = \"table\"\ntable = [0, 0.25, 0.5, 0.75, 0.875, 1]\nmax_hop = 6").unwrap().unwrap();
+        assert_eq!((p.max_hop, p.spec.f.probability(4), p.spec.f.probability(5)), (6, 0.875, 1.0));
+        assert_eq!(p.spec.f.probability(9), 1.0);
+        let p = plan("probability = \"f2\"\nmax_hop = 3").unwrap().unwrap();
+        assert_eq!((p.spec.f.probability(1), p.spec.f.probability(2)), (0.5, 1.0));
+        // Left out: the paper's 5.
+        let p = plan("probability = \"f2\"").unwrap().unwrap();
+        assert_eq!((p.max_hop, p.spec.f.probability(1)), (5, 0.25));
+        let e = plan("max_hop = 4").unwrap_err().to_string();
+        assert!(e.contains("label.max_hop") && e.contains("f1"), "{e}");
+        let e = plan("probability = \"table\"\ntable = [0, 0.5, 0.5, 0.5, 0.5, 1]").unwrap_err().to_string();
+        assert!(e.contains("6 entries") && e.contains("max_hop = 6"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_key_and_the_reason() {
         for (text, key) in [
             ("interval_ms = 0", "label.interval_ms"),
@@ -350,6 +392,9 @@ mod tests {
             ("label_domain_id = 0", "label.label_domain_id"),
             ("probability = \"f9\"", "label.probability"),
             ("max_hop = 1", "label.max_hop"),
+            ("max_hop = 4", "label.max_hop"),
+            ("probability = \"table\"\ntable = [0, 0.5, 0.5, 0.5, 0.5, 1]", "label.table"),
+            ("probability = \"table\"\ntable = [0, 0.5, 1]\nmax_hop = 2", "label.table"),
             ("presence = \"ip\"", "label.presence"),
             ("udp_port = 5000", "label.udp_port"),
             ("presence = \"udp_port\"\ndscp_value = 0x20", "label.dscp_value"),
