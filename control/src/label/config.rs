@@ -13,6 +13,8 @@ use crate::int::config::{instruction_bits, presence_of, IntPlan};
 
 /// MAX_hop where the config leaves it out (the paper's evaluation).
 const DEFAULT_MAX_HOP: u8 = 5;
+const DEFAULT_REPORT_TRUNCATE: usize = 128;
+const DEFAULT_RING_SIZE: usize = 4096;
 
 /// `[label]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -53,10 +55,13 @@ pub struct LabelConfig {
     /// Host-facing ports: labels are exported and packets restored here,
     /// specific flows enter here (default: `[int] edge_ports`).
     pub edge_ports: Option<Vec<String>>,
-    /// Inner packet bytes a label report keeps (the stack always stays in).
-    pub report_truncate: usize,
-    /// Label reports each worker's ring holds.
-    pub ring_size: usize,
+    /// Inner packet bytes a label report keeps (the stack always stays in;
+    /// default 128). Only edge ports export.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report_truncate: Option<usize>,
+    /// Label reports each worker's ring holds (default 4096).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring_size: Option<usize>,
     /// Seed of the workers' random draws (0: from the clock).
     pub seed: u64,
     pub watch: Vec<LabelMatch>,
@@ -83,8 +88,8 @@ impl Default for LabelConfig {
             max_hop: None,
             max_shift: 6,
             edge_ports: None,
-            report_truncate: 128,
-            ring_size: 4096,
+            report_truncate: None,
+            ring_size: None,
             seed: 0,
             watch: Vec::new(),
             flow: Vec::new(),
@@ -262,10 +267,19 @@ impl LabelConfig {
                 "edge ports export labels as Telemetry Reports: needs at least one [[int.collector]]",
             ));
         }
-        if !(64..=REPORT_MAX).contains(&self.report_truncate) {
+        if edge_ports == 0 {
+            crate::fields::refuse_given(
+                &[(&k("report_truncate"), self.report_truncate.is_some()), (&k("ring_size"), self.ring_size.is_some())],
+                "applies to the label reports of edge ports, and this switch has none \
+                 ([label] edge_ports, or [int] edge_ports)",
+            )?;
+        }
+        let report_truncate = self.report_truncate.unwrap_or(DEFAULT_REPORT_TRUNCATE);
+        if !(64..=REPORT_MAX).contains(&report_truncate) {
             return Err(cerr(k("report_truncate"), format!("must be 64..={REPORT_MAX}")));
         }
-        if !(2..=1 << 20).contains(&self.ring_size) {
+        let ring_size = self.ring_size.unwrap_or(DEFAULT_RING_SIZE);
+        if !(2..=1 << 20).contains(&ring_size) {
             return Err(cerr(k("ring_size"), "must be 2..=1048576"));
         }
         let mut watch: Vec<WatchRule> = Vec::new();
@@ -294,7 +308,22 @@ impl LabelConfig {
             }
             let ns =
                 ms_to_ns(&key("interval_ms"), m.interval_ms.ok_or_else(|| cerr(key("interval_ms"), "is required"))?)?;
+            // Only a port where packets enter the domain starts a specific
+            // flow's labels (`stage::claim`).
+            if edge_ports == 0 {
+                return Err(cerr(
+                    key("name"),
+                    "specific flows enter at edge ports, and this switch has none \
+                     ([label] edge_ports, or [int] edge_ports)",
+                ));
+            }
             let r = m.rule(ports, "transit").map_err(|e| cerr(key(&e.key), e.reason))?;
+            if let Some(p) = r.in_port.filter(|&p| edge_ports & 1 << p == 0) {
+                return Err(cerr(
+                    key("in_port"),
+                    format!("{} is not an edge port: specific flows enter at edge ports", ports[p as usize]),
+                ));
+            }
             if flows.iter().any(|(w, _)| w.rule.name == r.name) {
                 return Err(cerr(key("name"), format!("'{}' is used twice", r.name)));
             }
@@ -315,7 +344,7 @@ impl LabelConfig {
             f: Thresholds::new(&f, max_hop),
             edge_ports,
             mtu: port_mtu,
-            truncate: self.report_truncate,
+            truncate: report_truncate,
             watch,
             flows: flows.iter().map(|(f, _)| f.clone()).collect(),
         };
@@ -326,7 +355,7 @@ impl LabelConfig {
             f,
             max_hop,
             max_shift: self.max_shift,
-            ring_size: self.ring_size,
+            ring_size,
             seed: self.seed,
             flow_intervals_ns: flows.iter().map(|(_, ns)| *ns).collect(),
         }))
@@ -424,5 +453,27 @@ mod tests {
             [("no-dns", Role::None), ("rest", Role::Transit)]
         );
         assert_eq!(p.spec(1_000_000_000).flows[0].interval_tsc, 10_000_000);
+        let p = plan("[[flow]]\nname = \"vip\"\nin_port = \"p0\"\ninterval_ms = 10\n").unwrap().unwrap();
+        assert_eq!(p.spec.flows[0].rule.in_port, Some(0));
+    }
+
+    /// A core switch (no edge port) never exports nor starts a specific
+    /// flow: what only those read is refused by name.
+    #[test]
+    fn edge_only_keys_need_an_edge_port() {
+        for (text, key) in [
+            ("edge_ports = []\nreport_truncate = 256", "label.report_truncate"),
+            ("edge_ports = []\nring_size = 1024", "label.ring_size"),
+            ("edge_ports = []\n[[flow]]\nname = \"vip\"\ninterval_ms = 10", "label.flow[0].name"),
+            ("[[flow]]\nname = \"vip\"\nin_port = \"p1\"\ninterval_ms = 10", "label.flow[0].in_port"),
+        ] {
+            let e = plan(text).unwrap_err();
+            assert_eq!(e.key, key, "{text}: {e}");
+            assert!(e.reason.contains("edge port"), "{text}: {e}");
+        }
+        let p = plan("edge_ports = []").unwrap().unwrap();
+        assert_eq!((p.spec.edge_ports, p.spec.truncate, p.ring_size), (0, 128, 4096));
+        let p = plan("report_truncate = 256\nring_size = 1024").unwrap().unwrap();
+        assert_eq!((p.spec.truncate, p.ring_size), (256, 1024));
     }
 }
