@@ -11,6 +11,9 @@ use dataplane::int::Presence;
 use intcollector::label::{LabelDb, PortKey, Pro, ProMode};
 use serde_json::{json, Value};
 
+/// T_i where `--label-window-ms` is not given.
+const DEFAULT_WINDOW_MS: f64 = 100.0;
+
 /// The command-line options of the label controller.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LabelArgs {
@@ -24,9 +27,10 @@ pub struct LabelArgs {
     /// The label domain marks by UDP port instead (label.presence "udp_port").
     #[arg(long, conflicts_with = "label_dscp", value_parser = clap::value_parser!(u16).range(1..))]
     pub label_udp_port: Option<u16>,
-    /// Telemetry window T_i in ms: one int_label_coverage line each.
-    #[arg(long, default_value_t = 100.0)]
-    pub label_window_ms: f64,
+    /// Telemetry window T_i in ms (default 100): one int_label_coverage
+    /// line each, over the active ports (--label-switch or --active-ports).
+    #[arg(long, value_name = "MS")]
+    pub label_window_ms: Option<f64>,
     /// A switch's control socket (repeat for each): its ports that sent in
     /// a window are the active ports, its label_block_bytes and TX bytes the
     /// occupation; with --label-pro, S is set there.
@@ -333,14 +337,22 @@ fn read_active(path: &PathBuf) -> Result<BTreeSet<PortKey>, String> {
 
 impl LabelRun {
     pub fn new(a: &LabelArgs, now_ns: u64) -> Result<LabelRun, String> {
-        if !(a.label_window_ms > 0.0 && a.label_window_ms <= 3_600_000.0) {
+        let window_ms = a.label_window_ms.unwrap_or(DEFAULT_WINDOW_MS);
+        if !(window_ms > 0.0 && window_ms <= 3_600_000.0) {
             return Err("--label-window-ms: must be more than 0 and at most an hour".into());
+        }
+        // Windows close only over active ports: without a source of them
+        // no coverage line is ever printed.
+        if a.label_window_ms.is_some() && a.label_switches.is_empty() && a.active_ports.is_none() {
+            return Err("--label-window-ms: coverage windows are over the active ports, \
+                        which come from --label-switch or --active-ports (neither given)"
+                .into());
         }
         if a.label_domain == 0 {
             // As the switches' label_domain_id: classic INT's reports are ID 0.
             return Err("--label-domain: must be nonzero (0 is classic INT)".into());
         }
-        let window_ns = (a.label_window_ms * 1e6) as u64;
+        let window_ns = (window_ms * 1e6) as u64;
         let pro_mode = match a.label_pro.as_deref() {
             None => None,
             Some("shift") => Some(ProMode::Shift),
@@ -570,6 +582,8 @@ mod tests {
         let err = |a: &[&str]| LabelRun::new(&args(a), 0).err().expect("refused");
         assert!(err(&["--label-domain", "0"]).starts_with("--label-domain:"));
         assert!(err(&["--label-window-ms", "0"]).starts_with("--label-window-ms:"));
+        let e = err(&["--label-window-ms", "50"]);
+        assert!(e.starts_with("--label-window-ms:") && e.contains("--active-ports"), "{e}");
         assert!(err(&["--label-pro", "shift"]).contains("--label-switch"));
         assert!(err(&["--label-pro", "up"]).starts_with("--label-pro:"));
         let d = std::env::temp_dir().join(format!("intcollector-active-{}", std::process::id()));
