@@ -267,11 +267,17 @@ impl LabelConfig {
                 "edge ports export labels as Telemetry Reports: needs at least one [[int.collector]]",
             ));
         }
+        // Label reports leave, and specific flows enter (`stage::claim`),
+        // only at edge ports.
         if edge_ports == 0 {
             crate::fields::refuse_given(
-                &[(&k("report_truncate"), self.report_truncate.is_some()), (&k("ring_size"), self.ring_size.is_some())],
-                "applies to the label reports of edge ports, and this switch has none \
-                 ([label] edge_ports, or [int] edge_ports)",
+                &[
+                    (&k("report_truncate"), self.report_truncate.is_some()),
+                    (&k("ring_size"), self.ring_size.is_some()),
+                    (&k("flow[0].name"), !self.flow.is_empty()),
+                ],
+                "applies at edge ports only (label reports leave there, specific flows enter there), \
+                 and this switch has none ([label] edge_ports, or [int] edge_ports)",
             )?;
         }
         let report_truncate = self.report_truncate.unwrap_or(DEFAULT_REPORT_TRUNCATE);
@@ -308,15 +314,6 @@ impl LabelConfig {
             }
             let ns =
                 ms_to_ns(&key("interval_ms"), m.interval_ms.ok_or_else(|| cerr(key("interval_ms"), "is required"))?)?;
-            // Only a port where packets enter the domain starts a specific
-            // flow's labels (`stage::claim`).
-            if edge_ports == 0 {
-                return Err(cerr(
-                    key("name"),
-                    "specific flows enter at edge ports, and this switch has none \
-                     ([label] edge_ports, or [int] edge_ports)",
-                ));
-            }
             let r = m.rule(ports, "transit").map_err(|e| cerr(key(&e.key), e.reason))?;
             if let Some(p) = r.in_port.filter(|&p| edge_ports & 1 << p == 0) {
                 return Err(cerr(
