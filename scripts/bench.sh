@@ -30,8 +30,8 @@
 # printed at exit).
 # BENCH_PEERS=0 skips the peers (testpmd, OVS-DPDK, l3fwd; ratio 0.00: pgo.sh's
 # training and bench_ab.sh), BENCH_TESTPMD=0 testpmd alone.
-# INT-label's three cases (intlabel-core, intlabel-core-labeled,
-# intlabel-lasthop and their -imix) also run the case their goal compares
+# INT-label's cases (intlabel-core, intlabel-core-int-transit,
+# intlabel-core-labeled, intlabel-lasthop and their -imix) also run the case their goal compares
 # them with in the same rounds: a line case=<case>-against-<reference>
 # with both medians and ratio_paired, the median of the rounds' own ratios
 # (BENCH_PEERS=0 skips it).
@@ -870,14 +870,22 @@ run_real int-transit "$work/int-real" "$work/int-transit-real.toml"
 # DSCP domain, a push on each). intlabel-lasthop: the same frames leave by
 # an edge port: each labeled, exported and restored (compare with
 # int-sink-dscp-report-every-packet, the INT sink reporting each); the
-# intlabel-lasthop-reports line accounts for every label report.
+# intlabel-lasthop-reports line accounts for every label report. The core
+# cases' [int] is there for the node ID, with transit = false (a node of
+# the label domain only); intlabel-core-int-transit is intlabel-core on a
+# node that is a classic INT transit too (the INT stage's presence test on
+# every packet).
 label_cfg() { # edge-ports extra
   printf '[label]\ninterval_ms = 50.0\nedge_ports = %s\n%s\n' "$1" "$2"
 }
-router_cfg "$work/l3-real.pcap" "$(int_cfg '[]' '')
+router_cfg "$work/l3-real.pcap" "$(int_cfg '[]' 'transit = false')
 $(label_cfg '[]' '')" >"$work/label-core.toml"
 goal_beside intlabel-core l3-router "$work/l3-real" "$work/l3-real.toml"
 run_real intlabel-core "$work/l3-real" "$work/label-core.toml"
+router_cfg "$work/l3-real.pcap" "$(int_cfg '[]' '')
+$(label_cfg '[]' '')" >"$work/label-core-int-transit.toml"
+goal_beside intlabel-core-int-transit l3-router "$work/l3-real" "$work/l3-real.toml"
+run_real intlabel-core-int-transit "$work/l3-real" "$work/label-core-int-transit.toml"
 six=node_id,l1_ports,hop_latency,queue,ingress_ts,egress_ts
 real "$work/label-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" --src 10.0.1.10 --dst 20.0.0.1 \
   --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes.txt" \
@@ -886,7 +894,7 @@ real "$work/dscp-int-real" 4096 --flows 100000 --zipf 1.0 --dst-mac "$DUT_MAC" -
   --tcp-share 0.6 --v6-share 0.2 --dst-spread "$work/routes.txt" \
   --int-hops 1..4 --int-instructions "$six" --int-rhc 4 --int-dscp 0x17
 dscp_int=$'presence = "dscp"'
-router_cfg "$work/label-real.pcap" "$(int_cfg '[]' '')
+router_cfg "$work/label-real.pcap" "$(int_cfg '[]' 'transit = false')
 $(label_cfg '[]' '')" >"$work/label-labeled.toml"
 router_cfg "$work/dscp-int-real.pcap" "$(int_cfg '[]' "$dscp_int")" >"$work/int-transit-dscp.toml"
 goal_beside intlabel-core-labeled int-transit-dscp "$work/dscp-int-real" "$work/int-transit-dscp.toml"

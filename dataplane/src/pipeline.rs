@@ -1261,6 +1261,16 @@ pub(crate) mod tests {
         let burst = Burst::received(0, RxTime { tsc: T + 3, wall_ns: 1 }, Depth::L3);
         Stage::<VecBuf>::begin(&mut p.stages, &t_edge, &burst);
         assert_eq!(Stage::<VecBuf>::quick_consent_active(&p.stages, active, &t_edge).ports, 0);
+        // A node that is no classic INT transit (no edge port, no rule):
+        // INT leaves nothing to the full path, the label stage its own.
+        let mut quiet = s.clone();
+        let int = quiet.int.as_mut().unwrap();
+        (int.transit, int.watch) = (false, Vec::new());
+        let t_quiet = Tables::build(&quiet, 3).unwrap();
+        Stage::<VecBuf>::begin(&mut p.stages, &t_quiet, &burst);
+        let to = Stage::<VecBuf>::quick_consent_active(&p.stages, active, &t_quiet);
+        assert!(passes(&mut p, &int_port, &to), "INT by its UDP port, not transited here");
+        assert!(!passes(&mut p, &dscp_marked, &to), "a label packet by its DSCP");
 
         // Bursts at L3 and at full depth, labels due and not, end the same.
         let mut burst = frames.clone();

@@ -242,8 +242,9 @@ impl WholeRole {
     /// edge) in `int_presence` and INT-label (Base B with F1 and a rest
     /// time, DSCP presence, the INT seeds' domain) on, and a default route
     /// for each family: its bursts run at `Depth::L3`, the quick path
-    /// taking the packets both stages let pass.
-    fn router_int_label(int_presence: Presence) -> WholeRole {
+    /// taking the packets both stages let pass. `transit` false: a node of
+    /// the label domain only (no classic INT transit, edge port or rule).
+    fn router_int_label(int_presence: Presence, transit: bool) -> WholeRole {
         let mut s = two_port_router_v6_routed();
         for (prefix, gw) in [("0.0.0.0", "10.0.2.254"), ("::", "2001:db8:2::fe")] {
             let gateway = Some(gw.parse().expect("gateway"));
@@ -251,6 +252,9 @@ impl WholeRole {
         }
         let mut int = int_node(5, 0b10, int_presence).spec().clone();
         int.label_ds_id = LABEL_DS;
+        if !transit {
+            (int.transit, int.edge_ports, int.watch) = (false, 0, Vec::new());
+        }
         s.int = Some(int);
         let presence = Presence::Dscp { value: 0x17, mask: 0x3f };
         let mut label = Self::label_spec(presence, false);
@@ -635,7 +639,8 @@ impl Roles {
             label: presences.iter().flat_map(|&p| [WholeRole::label(p, false), WholeRole::label(p, true)]).collect(),
             routed: presences
                 .iter()
-                .map(|&p| (WholeRole::router_int_label(p), WholeRole::router_int_label(p)))
+                .flat_map(|&p| [(p, true), (p, false)])
+                .map(|(p, tr)| (WholeRole::router_int_label(p, tr), WholeRole::router_int_label(p, tr)))
                 .collect(),
             routed_n: 0,
             c: CounterValues::default(),

@@ -1181,11 +1181,12 @@ fn print_int(r: &int::IntView) {
         int::PresenceView::UdpPort { udp_port } => format!("udp_port {udp_port}"),
     };
     println!(
-        "node {}  presence {}  edge {}  core {}  mtu_exceeded {}  report_md {}",
+        "node {}  presence {}  edge {}  core {}  transit {}  mtu_exceeded {}  report_md {}",
         r.node_id,
         presence,
         r.edge_ports.join(","),
         r.core_ports.join(","),
+        if r.transit { "on" } else { "off (transit rules only)" },
         r.mtu_exceeded,
         r.report_md.join(","),
     );

@@ -59,6 +59,9 @@ pub struct IntView {
     /// Each port's INT MTU, by name.
     pub mtu: BTreeMap<String, u16>,
     pub source_pushes: bool,
+    /// Whether INT packets leaving by a core port get this node's hop
+    /// (false: only where a transit watch rule says so).
+    pub transit: bool,
     /// "report" or "flag".
     pub mtu_exceeded: String,
     /// Instructions of the sink's own metadata in reports.

@@ -69,6 +69,11 @@ pub struct IntConfig {
     /// The source pushes its own metadata.
     #[serde(default = "yes")]
     pub source_pushes: bool,
+    /// Packets that carry INT and leave by a core port get this node's hop
+    /// (false: they pass untouched unless a watch rule says transit; a
+    /// node of an INT-label domain that takes no part in classic INT).
+    #[serde(default = "yes")]
+    pub transit: bool,
     /// A push that does not fit the egress MTU: "flag" (set M) or "report"
     /// (export an intermediate report with the I flag and strip the stack).
     #[serde(default = "default_mtu_exceeded")]
@@ -501,6 +506,7 @@ impl IntConfig {
             edge_ports: edge,
             mtu: [1500; MAX_PORTS],
             source_pushes: self.source_pushes,
+            transit: self.transit,
             mtu_report,
             report: ReportParams { md_bits, truncate: self.report_truncate, flow_interval_tsc: 0 },
             watch: Vec::new(),
@@ -606,6 +612,9 @@ mod tests {
         assert_eq!(j.dst.as_deref(), Some("10.31.2.2/32"));
         assert_eq!(j.dst_port.as_deref(), Some("0x1388/0xff00"));
         assert_eq!(p.collectors.len(), 1);
+        assert!(p.spec.transit, "a transit by default");
+        let quiet = plan("node_id = 7\ntransit = false\n").unwrap();
+        assert!(!quiet.spec.transit && quiet.spec.passes_all());
     }
 
     #[test]

@@ -84,6 +84,7 @@ impl Switch {
             core_ports: core.into_iter().map(|(_, n)| n.clone()).collect(),
             mtu: names.iter().enumerate().map(|(i, n)| (n.clone(), s.mtu[i])).collect(),
             source_pushes: s.source_pushes,
+            transit: s.transit,
             mtu_exceeded: if s.mtu_report { "report" } else { "flag" }.into(),
             report_md: instruction_names(s.report.md_bits),
             report_truncate: s.report.truncate,

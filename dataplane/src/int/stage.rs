@@ -394,10 +394,14 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         Ok(b) if spec.label_ds_id != 0 && b.domain_id == spec.label_ds_id => return Ok(()),
         Ok(b) => b,
         // Malformed: a sink cannot restore it, so it drops it with the named
-        // reason; a transit node passes it on untouched and counts it.
+        // reason; a transit node passes it on untouched and counts it; a
+        // node that is no transit (`transit = false`) passes it uncounted,
+        // as it passes well-formed ones.
         Err(r) if sink_here => return Err(r),
         Err(r) => {
-            passed(ctx.counters, r);
+            if spec.transit {
+                passed(ctx.counters, r);
+            }
             return Ok(());
         }
     };
@@ -406,7 +410,9 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         Some(Role::Sink) => Role::Sink,
         Some(Role::Transit) if !sink_here => Role::Transit,
         _ if sink_here => Role::Sink,
-        _ => Role::Transit,
+        _ if spec.transit => Role::Transit,
+        // Not a transit here: the packet passes untouched.
+        _ => return Ok(()),
     };
     if role == Role::Transit {
         let md = hop.measure().metadata(spec.node_id, ctx.clock);
@@ -639,6 +645,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     #[inline(always)]
     fn quick_consent(&self, t: &Tables) -> QuickConsent {
         match &t.int {
+            Some(s) if s.passes_all() => QuickConsent::ALL,
             Some(_) if !self.may_source && !Stage::<B>::prefetch_pass(self, t) => self.consent.to_ports(u32::MAX),
             _ => QuickConsent::NONE,
         }
@@ -719,6 +726,7 @@ pub(crate) mod tests {
             edge_ports: edge,
             mtu: [1500; MAX_PORTS],
             source_pushes: true,
+            transit: true,
             label_ds_id: 0,
             mtu_report: false,
             report: ReportParams { md_bits: 0x7c00, truncate: 64, flow_interval_tsc: 0 },
@@ -877,6 +885,47 @@ pub(crate) mod tests {
         let mut b2 = VecBuf::new(&orig, 256);
         s1.run(&mut b2, hop(1, 0)).unwrap();
         assert_eq!(b2.bytes(), &orig[..]);
+    }
+
+    /// `transit = false`: a packet with INT leaving by a core port passes
+    /// untouched unless a transit rule matches it; an edge port still
+    /// sinks. Only a node that acts on no packet (no edge port, no rule)
+    /// lets the quick path take them all (the pipeline's tests).
+    #[test]
+    fn a_node_without_transit_passes_int_on_unless_a_rule_says_transit() {
+        let orig = udp4([10, 0, 1, 2], [10, 0, 2, 2], 4000, 5001, b"payload!");
+        let mut b = VecBuf::new(&orig, 256);
+        Node::new(spec(1, 0b01)).run(&mut b, hop(0, 1)).unwrap();
+        let sourced = b.bytes().to_vec();
+        let quiet = |edge| {
+            let mut s = spec(2, edge);
+            s.transit = false;
+            s
+        };
+        let mut s2 = Node::new(quiet(0));
+        s2.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(b.bytes(), &sourced[..], "no hop pushed, nothing else changed");
+        assert_eq!(s2.c.events[Event::IntTransited as usize], 0);
+        let mut ruled = quiet(0);
+        ruled.upsert(WatchRule { priority: 5, ..WatchRule::any("every-flow", Role::Transit) });
+        let mut s2 = Node::new(ruled);
+        s2.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(s2.c.events[Event::IntTransited as usize], 1, "a transit rule still pushes");
+        let mut s3 = Node::new(quiet(0b10));
+        s3.run(&mut b, hop(0, 1)).unwrap();
+        assert_eq!(s3.c.events[Event::IntSunk as usize], 1, "an edge port still sinks");
+        assert_eq!(b.bytes(), &orig[..]);
+        let v = IntMd::new_checked(&s3.reports[0].packet()[14 + 20 + 8..]).unwrap();
+        assert_eq!(v.hops(), 2, "the source's hop and the ruled transit's, not the first pass's");
+
+        let mut bare = quiet(0);
+        bare.watch.clear();
+        assert!(bare.passes_all());
+        let mut transit = bare.clone();
+        transit.transit = true;
+        for acts in [quiet(0), quiet(0b10), transit] {
+            assert!(!acts.passes_all());
+        }
     }
 
     #[test]

@@ -167,6 +167,10 @@ pub struct IntSpec {
     pub mtu: [u16; MAX_PORTS],
     /// The source pushes its own metadata.
     pub source_pushes: bool,
+    /// Whether packets that carry INT and leave by a core port get this
+    /// node's hop when no watch rule says otherwise (false: they pass
+    /// untouched, as through a switch without INT).
+    pub transit: bool,
     /// A push that would exceed the MTU: export what was collected as an
     /// intermediate report (I flag) and strip the stack, instead of setting M.
     pub mtu_report: bool,
@@ -185,6 +189,14 @@ pub struct IntSpec {
 impl IntSpec {
     pub fn is_edge(&self, port: usize) -> bool {
         port < 32 && self.edge_ports & (1 << port) != 0
+    }
+
+    /// Whether this node acts on no packet that leaves by a port (no edge
+    /// port, no watch rule, no default transit): forwarding may pass every
+    /// packet by the stage, which then sees only drops.
+    #[inline]
+    pub fn passes_all(&self) -> bool {
+        !self.transit && self.edge_ports == 0 && self.watch.is_empty()
     }
 
     /// Whether a watch rule may make this switch the source of a packet
@@ -227,6 +239,7 @@ mod tests {
             edge_ports: 0b01,
             mtu: [1500; MAX_PORTS],
             source_pushes: true,
+            transit: true,
             label_ds_id: 0,
             mtu_report: false,
             report: ReportParams { md_bits: 0x7c00, truncate: 256, flow_interval_tsc: 0 },
