@@ -192,8 +192,8 @@ impl IntSpec {
     }
 
     /// Whether this node acts on no packet that leaves by a port (no edge
-    /// port, no watch rule, no default transit): forwarding may pass every
-    /// packet by the stage, which then sees only drops.
+    /// port, no watch rule, no default transit): the router's quick path
+    /// may take every packet past the stage.
     #[inline]
     pub fn passes_all(&self) -> bool {
         !self.transit && self.edge_ports == 0 && self.watch.is_empty()
