@@ -31,10 +31,10 @@
 # BENCH_PEERS=0 skips the peers (testpmd, OVS-DPDK, l3fwd; ratio 0.00: pgo.sh's
 # training and bench_ab.sh), BENCH_TESTPMD=0 testpmd alone.
 # INT-label's cases (intlabel-core, intlabel-core-int-transit,
-# intlabel-core-labeled, intlabel-lasthop and their -imix) also run the case their goal compares
-# them with in the same rounds: a line case=<case>-against-<reference>
-# with both medians and ratio_paired, the median of the rounds' own ratios
-# (BENCH_PEERS=0 skips it).
+# intlabel-core-labeled, intlabel-lasthop and their -imix) also run the
+# case their goal compares them with in the same rounds: a line
+# case=<case>-against-<reference> with both medians and ratio_paired, the
+# median of the rounds' own ratios (BENCH_PEERS=0 skips it).
 # BENCH_TESTPMD_IO=1 also runs testpmd io (frames moved untouched: what
 # the harness itself allows) in each round of the cases whose testpmd is
 # macswap, on the same trace: a line case=testpmd-io-<case> (ratio: io

@@ -389,6 +389,10 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
         return Ok(());
     };
     let sink_here = spec.is_edge(out_port as usize);
+    // No transit here and no rule that could make one: nothing to read.
+    if !sink_here && !spec.transit && spec.watch.is_empty() {
+        return Ok(());
+    }
     let block = match int::Block::read(pkt.bytes(), meta, blk) {
         // INT-label's packets are the label stage's.
         Ok(b) if spec.label_ds_id != 0 && b.domain_id == spec.label_ds_id => return Ok(()),
