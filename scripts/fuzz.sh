@@ -15,6 +15,8 @@
 # line per target: {"target", "seconds", "execs", "execs_per_s", "corpus",
 # "new_units", "finding"}. `cargo test` replays the kept corpora
 # (tests/fuzz_replay.rs); copy a finding there as a regression test.
+# FUZZ_CHECKS=1 builds with debug assertions and overflow checks (what the
+# release build wraps silently or leaves unchecked then panics).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
@@ -22,7 +24,9 @@ shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(wire pipeline collector collector_records config control_request)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-(cd tests && cargo fuzz build --fuzz-dir fuzz --sanitizer none -O)
+build=(--fuzz-dir fuzz --sanitizer none -O)
+[[ "${FUZZ_CHECKS:-0}" == 1 ]] && build+=(--debug-assertions)
+(cd tests && cargo fuzz build "${build[@]}")
 fail=0
 for t in "${targets[@]}"; do
   kept="tests/fuzz/corpus/$t"
@@ -32,7 +36,7 @@ for t in "${targets[@]}"; do
   before=$(ls "$work" | wc -l)
   log=$(mktemp)
   set +e
-  (cd tests && cargo fuzz run --fuzz-dir fuzz --sanitizer none -O "$t" "../$work" "../$kept" -- \
+  (cd tests && cargo fuzz run "${build[@]}" "$t" "../$work" "../$kept" -- \
       -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" >"$log" 2>&1)
   rc=$?
   set -e
