@@ -18,11 +18,21 @@
 # FUZZ_CHECKS=1 builds with debug assertions and overflow checks (what the
 # release build wraps silently or leaves unchecked then panics).
 set -euo pipefail
+source "$(dirname "$0")/usage.sh" "$@"
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(wire pipeline collector collector_records config control_request)
+all=(wire pipeline collector collector_records config control_request)
+((${#targets[@]})) || targets=("${all[@]}")
+# Refused before cargo-fuzz's install and the targets' build (minutes).
+if ! [[ "$secs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz.sh: SECONDS=$secs: need a positive whole number (see --help)" >&2
+  exit 2
+fi
+for t in "${targets[@]}"; do
+  [[ -d "tests/fuzz/corpus/$t" ]] || { echo "fuzz.sh: no target '$t' (targets: ${all[*]})" >&2; exit 2; }
+done
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 build=(--fuzz-dir fuzz --sanitizer none -O)
 [[ "${FUZZ_CHECKS:-0}" == 1 ]] && build+=(--debug-assertions)
@@ -30,7 +40,6 @@ build=(--fuzz-dir fuzz --sanitizer none -O)
 fail=0
 for t in "${targets[@]}"; do
   kept="tests/fuzz/corpus/$t"
-  [[ -d "$kept" ]] || { echo "fuzz: no target '$t'" >&2; exit 2; }
   work="target/fuzz-corpus/$t"
   mkdir -p "$work" "tests/fuzz/artifacts/$t"
   before=$(ls "$work" | wc -l)

@@ -7,24 +7,32 @@
 # cache misses, so a pair of configs that differ in one section shows
 # what that section adds to every packet.
 #
-#   scripts/stage_instructions.sh CONFIG.toml:TRACE.pcap [...]
+#   scripts/stage_instructions.sh CONFIG.toml:TRACE.pcap [...]   (relative paths: from the repository root)
 #
 # Configs and traces: any the switch takes; BENCH_KEEP=1 scripts/bench.sh
 # leaves those of its cases. Needs valgrind. Prints per pair:
 # case=<config name> instructions_per_packet=<n> burst_packets=<n>
 set -euo pipefail
+source "$(dirname "$0")/usage.sh" "$@"
 cd "$(dirname "$0")/.."
 if (( $# < 1 )); then
   echo "usage: scripts/stage_instructions.sh CONFIG.toml:TRACE.pcap [...]" >&2
   exit 2
 fi
+# Refused before the stage bench's build (minutes). Relative paths are
+# from the repository's root.
+for pair in "$@"; do
+  [[ "$pair" == *:* ]] || { echo "stage_instructions.sh: $pair: need CONFIG:TRACE" >&2; exit 2; }
+  for f in "${pair%%:*}" "${pair#*:}"; do
+    [[ -f "$f" ]] || { echo "stage_instructions.sh: $f: no such file" >&2; exit 2; }
+  done
+done
 command -v valgrind >/dev/null || { echo "stage_instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 bench=$(cargo bench -p control --bench stages --no-run 2>&1 | sed -nE 's/.*Executable .*\((.*)\)$/\1/p' | tail -n 1)
 [[ -x "$bench" ]] || { echo "stage_instructions.sh: the stage bench did not build" >&2; exit 1; }
 out=$(mktemp -d /tmp/intswitch-instr.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 for pair in "$@"; do
-  [[ "$pair" == *:* ]] || { echo "stage_instructions.sh: $pair: need CONFIG:TRACE" >&2; exit 2; }
   line=$(STAGES_RUN="$pair" STAGES_PASSES=3 valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
     --toggle-collect='*Worker*burst*' "$bench" 2>"$out/vg.log" | grep '^stage=') ||
     { tail -n 20 "$out/vg.log" >&2; exit 1; }

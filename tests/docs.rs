@@ -135,25 +135,40 @@ fn every_script_answers_help() {
 /// The long-running shell scripts answer `--help` with their header
 /// comment; those whose settings are all environment variables refuse
 /// other arguments, rather than starting a benchmark or a build (soak.sh
-/// takes MINUTES and refuses what is not a number).
+/// takes MINUTES and refuses what is not a number, fuzz.sh SECONDS and
+/// target names, stage_instructions.sh CONFIG:TRACE pairs of files).
 #[test]
 fn long_running_scripts_answer_help_and_refuse_arguments() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts");
-    let run = |script: &str, arg: &str| {
-        std::process::Command::new("timeout").args(["20", "bash", &format!("{dir}/{script}"), arg]).output().unwrap()
+    let run = |script: &str, args: &[&str]| {
+        std::process::Command::new("timeout")
+            .args(["20", "bash", &format!("{dir}/{script}")])
+            .args(args)
+            .output()
+            .unwrap()
     };
-    for script in ["bench.sh", "soak.sh", "pgo.sh", "bench_ab.sh"] {
-        let help = run(script, "--help");
+    for script in ["bench.sh", "soak.sh", "pgo.sh", "bench_ab.sh", "fuzz.sh", "stage_instructions.sh"] {
+        let help = run(script, &["--help"]);
         assert!(help.status.success(), "{script} --help: {}", help.status);
         let text = String::from_utf8_lossy(&help.stdout);
         assert!(text.lines().count() >= 3 && !text.contains("#!/"), "{script} --help printed {text:?}");
     }
     for script in ["bench.sh", "pgo.sh"] {
-        let other = run(script, "--rounds=3");
+        let other = run(script, &["--rounds=3"]);
         assert_eq!(other.status.code(), Some(2), "{script} --rounds=3: {}", other.status);
         assert!(String::from_utf8_lossy(&other.stderr).contains("environment"), "{script}: {other:?}");
     }
-    let soak = run("soak.sh", "--minutes=3");
+    let soak = run("soak.sh", &["--minutes=3"]);
     assert_eq!(soak.status.code(), Some(2), "soak.sh --minutes=3: {}", soak.status);
     assert!(String::from_utf8_lossy(&soak.stderr).contains("positive number"), "soak.sh: {soak:?}");
+    for (script, args, says) in [
+        ("fuzz.sh", &["--seconds=3"][..], "positive whole number"),
+        ("fuzz.sh", &["5", "no_such_target"], "no target 'no_such_target'"),
+        ("stage_instructions.sh", &["configs/demo.toml"], "need CONFIG:TRACE"),
+        ("stage_instructions.sh", &["configs/demo.toml:no-such.pcap"], "no-such.pcap: no such file"),
+    ] {
+        let out = run(script, args);
+        assert_eq!(out.status.code(), Some(2), "{script} {args:?}: {}", out.status);
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{script} {args:?}: {out:?}");
+    }
 }
