@@ -1,6 +1,7 @@
 //! Every counter a user can see, every control command and every config
 //! key is documented: drop reasons, events and commands by name in
-//! README.md, config keys in configs/reference.toml.
+//! README.md, config keys in configs/reference.toml; and the documents'
+//! links lead to a heading or a file that exists.
 
 use dataplane::counters::Event;
 use dataplane::drop_reason::DropReason;
@@ -171,4 +172,79 @@ fn long_running_scripts_answer_help_and_refuse_arguments() {
         assert_eq!(out.status.code(), Some(2), "{script} {args:?}: {}", out.status);
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{script} {args:?}: {out:?}");
     }
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation other than `-`
+/// and `_` dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The headings' anchors and the link targets (`](target)`) of a Markdown
+/// text, outside fenced code blocks.
+fn anchors_and_links(text: &str) -> (Vec<String>, Vec<String>) {
+    let (mut anchors, mut links, mut fenced) = (Vec::new(), Vec::new(), false);
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        if let Some(h) = line.strip_prefix('#') {
+            // A repeated heading's anchor gets -1, -2, ...
+            let base = anchor(h.trim_start_matches('#'));
+            let n = seen.entry(base.clone()).or_default();
+            anchors.push(if *n == 0 { base.clone() } else { format!("{base}-{n}") });
+            *n += 1;
+        }
+        for (at, _) in line.match_indices("](") {
+            if let Some(end) = line[at + 2..].find(')') {
+                links.push(line[at + 2..at + 2 + end].to_string());
+            }
+        }
+    }
+    (anchors, links)
+}
+
+#[test]
+fn the_documents_links_resolve() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let mut broken = Vec::new();
+    for doc in ["README.md", "configs/testbed/README.md", "scripts/wireshark/README.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        let (anchors, links) = anchors_and_links(&text);
+        let dir = root.join(doc).parent().unwrap().to_path_buf();
+        for link in links {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let ok = match link.split_once('#') {
+                Some(("", a)) => anchors.iter().any(|x| x == a),
+                Some((path, _)) => dir.join(path).exists(),
+                None => dir.join(&link).exists(),
+            };
+            if !ok {
+                broken.push(format!("{doc}: ]({link})"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to no heading or file: {broken:?}");
+}
+
+#[test]
+fn anchors_follow_githubs_rule() {
+    let (anchors, links) = anchors_and_links(
+        "# A\n## AM-PM (Alternate Marking) measurement\n### Where: `x`\n## A\n```\n# not a heading ](nope)\n```\nsee [x](#a-1)\n",
+    );
+    assert_eq!(anchors, ["a", "am-pm-alternate-marking-measurement", "where-x", "a-1"]);
+    assert_eq!(links, ["#a-1"]);
 }
