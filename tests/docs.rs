@@ -199,9 +199,11 @@ fn anchors_and_links(text: &str) -> (Vec<String>, Vec<String>) {
         if fenced {
             continue;
         }
-        if let Some(h) = line.strip_prefix('#') {
+        // An ATX heading: hashes, then a space.
+        let h = line.trim_start_matches('#');
+        if line.starts_with('#') && h.starts_with(' ') {
             // A repeated heading's anchor gets -1, -2, ...
-            let base = anchor(h.trim_start_matches('#'));
+            let base = anchor(h);
             let n = seen.entry(base.clone()).or_default();
             anchors.push(if *n == 0 { base.clone() } else { format!("{base}-{n}") });
             *n += 1;
@@ -243,7 +245,7 @@ fn the_documents_links_resolve() {
 #[test]
 fn anchors_follow_githubs_rule() {
     let (anchors, links) = anchors_and_links(
-        "# A\n## AM-PM (Alternate Marking) measurement\n### Where: `x`\n## A\n```\n# not a heading ](nope)\n```\nsee [x](#a-1)\n",
+        "# A\n## AM-PM (Alternate Marking) measurement\n#tag\n### Where: `x`\n## A\n```\n# not a heading ](nope)\n```\nsee [x](#a-1)\n",
     );
     assert_eq!(anchors, ["a", "am-pm-alternate-marking-measurement", "where-x", "a-1"]);
     assert_eq!(links, ["#a-1"]);
