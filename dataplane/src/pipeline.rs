@@ -215,11 +215,20 @@ impl QuickConsent {
     /// port (`dst_port`: None for a fragment but the first).
     #[inline(always)]
     pub fn leaves(&self, dscp: u8, proto: u8, dst_port: impl FnOnce() -> Option<u16>) -> bool {
-        self.leaves_some
-            && (self.dscp >> (dscp & 0x3f) & 1 != 0
-                || (proto == crate::parse::PROTO_UDP
-                    && self.udp[0] != NO_PORT
-                    && (self.all_udp || dst_port().is_none_or(|p| self.udp.contains(&(p as u32))))))
+        if !self.leaves_some {
+            return false;
+        }
+        let by_dscp = self.dscp >> (dscp & 0x3f) & 1 != 0;
+        if self.udp[0] == NO_PORT {
+            return by_dscp;
+        }
+        // Without a branch on the protocol: on traffic that mixes TCP and
+        // UDP a test of `proto` is a coin toss the branch predictor loses.
+        let named = match dst_port() {
+            Some(p) => (self.udp[0] == p as u32) | (self.udp[1] == p as u32),
+            None => true,
+        };
+        by_dscp | (proto == crate::parse::PROTO_UDP) & (self.all_udp | named)
     }
 }
 
@@ -1164,6 +1173,11 @@ pub(crate) mod tests {
         assert!(!QuickConsent::ALL.leaves(0, 17, || unreachable!()));
         assert!(QuickConsent::ALL.leaving_udp(9).leaves(0, 17, || None), "a later fragment: unsure");
         assert!(!QuickConsent::ALL.leaving_udp(9).leaves(0, 6, || Some(9)), "TCP to that port");
+        assert!(!QuickConsent::ALL.leaving_udp(9).leaves(0, 6, || None), "a later TCP fragment");
+        // Both slots, and every UDP port once more are named than they hold.
+        let two = QuickConsent::ALL.leaving_udp(9).leaving_udp(7);
+        assert!(two.leaves(0, 17, || Some(7)) && two.leaves(0, 17, || Some(9)) && !two.leaves(0, 17, || Some(8)));
+        assert!(two.leaving_udp(5).leaves(0, 17, || Some(8)) && !two.leaving_udp(5).leaves(0, 6, || Some(8)));
     }
 
     /// A consent that names every port a route leads to is one to every
