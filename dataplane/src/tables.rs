@@ -620,7 +620,11 @@ impl Tables {
                 local6.insert(v6_key(*a), i as u16).map_err(|_| "too many local IPv6 addresses".to_string())?;
             }
         }
-        let mut static_macs = CompactMap::with_capacity(spec.static_macs.len().max(1));
+        // Room for twice the entries, so at most a quarter of the slots in
+        // use: the table is fixed for its generation, and at up to half
+        // load a third of the hits went on past their home slot, a branch
+        // the probe mispredicts. A lookup still touches one line an entry.
+        let mut static_macs = CompactMap::with_capacity(spec.static_macs.len().max(1) * 2);
         for s in &spec.static_macs {
             if s.port >= nports {
                 return Err(format!("static MAC on port index {} of {}", s.port, nports));
