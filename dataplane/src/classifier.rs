@@ -257,8 +257,11 @@ impl<A: Clone> PackedTable<A, KEY_WORDS> {
 
 impl<A: Clone, const N: usize> PackedTable<A, N> {
     fn with_words(from: [u8; N], len: usize) -> Self {
-        // Twice the rules, so probes stay short.
-        let size = (len.max(1) * 2).next_power_of_two();
+        // Four slots a rule at least (at most a quarter in use): probes
+        // stay short, and a key no rule holds (a packet of a flow not
+        // measured) soon meets an empty slot; the table is built once a
+        // rule set, and a lookup touches one line all the same.
+        let size = (len.max(1) * 4).next_power_of_two();
         let slots = vec![PackedSlot { words: [0; N], entry: None }; size].into_boxed_slice();
         PackedTable { from, slots, index_mask: size - 1 }
     }
