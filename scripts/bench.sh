@@ -64,7 +64,8 @@
 # switch's pipeline on that case's config and trace
 # (scripts/stage_instructions.sh: the stage bench under callgrind, exact
 # and untouched by the VM's noise; no PMDs): case=<case>-instr
-# instructions_per_packet=<n> burst_packets=<n>. Needs valgrind.
+# instructions_per_packet=<n> burst_packets=<n> mispredicted_per_packet=<n>
+# (conditional branches, callgrind's model). Needs valgrind.
 # BENCH_L3FWD=1 (one worker) also measures DPDK's own l3fwd example, built
 # from dpdk-doc's sources, on the same vdevs and traffic: with the L3 case's
 # 10k routes (LPM) and 100k flows (exact match), with the realistic router
