@@ -203,7 +203,7 @@ impl LabelPorts {
     /// (Base A, then Base B with `f` when it has any probability; Pro by the
     /// port's S). `draw` gives a uniform 32-bit number, asked only where
     /// the outcome is not certain (f(n) strictly between 0 and 1).
-    #[inline]
+    #[inline(always)]
     pub fn decide(
         &self,
         port: usize,

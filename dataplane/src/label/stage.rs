@@ -107,89 +107,122 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     ct: u64,
 ) -> Result<(), DropReason> {
     let spec = ctx.spec;
-    let (in_port, out_port) = hop.ports();
     if !matches!(meta.key.proto(), PROTO_TCP | PROTO_UDP) || !int::applicable(pkt.bytes(), meta) {
         return Ok(());
     }
-    let last_hop = spec.is_edge(out_port as usize);
-    let block = match int::find_applicable(pkt.bytes(), meta, spec.presence) {
-        None => None,
-        Some(at) => match Block::read(pkt.bytes(), meta, at) {
-            // Another INT domain's packet: classic INT, not ours.
-            Ok(b) if b.domain_id != spec.ds_id => return Ok(()),
-            Ok(b) => Some(b),
-            Err(r) if last_hop => return Err(r),
+    let last_hop = spec.is_edge(hop.ports().1 as usize);
+    let Some(at) = int::find_applicable(pkt.bytes(), meta, spec.presence) else {
+        return apply_unlabeled(ctx, pkt, meta, hop, last_hop, ct);
+    };
+    match Block::read(pkt.bytes(), meta, at) {
+        // Another INT domain's packet: classic INT, not ours.
+        Ok(b) if b.domain_id != spec.ds_id => Ok(()),
+        Ok(b) => apply_labeled(ctx, pkt, meta, hop, &b, last_hop, ct),
+        Err(r) if last_hop => Err(r),
+        Err(_) => {
+            ctx.counters.event(Event::LabelPassedMalformed);
+            Ok(())
+        }
+    }
+}
+
+/// `apply` on a packet that carries labels (`b`): a push when the port
+/// decides on one, or at a last hop the export and restore. A path of its
+/// own, as every packet of a label flow takes it: one path for both kinds
+/// kept the block in an `Option` and matched on it three times.
+#[inline(always)]
+fn apply_labeled<B: PacketBuf, R: ReportSink>(
+    ctx: &mut LabelCtx<R>,
+    pkt: &mut B,
+    meta: &PacketMeta,
+    hop: &impl HopSource,
+    b: &Block,
+    last_hop: bool,
+    ct: u64,
+) -> Result<(), DropReason> {
+    let spec = ctx.spec;
+    let (in_port, out_port) = hop.ports();
+    let out = out_port as usize;
+    let watched = spec.watched(|| watch_fields(pkt.bytes(), meta, in_port, Some(b)));
+    let c = if watched { claim(ctx, meta, Some(b), None, in_port, out, ct) } else { None };
+    if last_hop {
+        return export(ctx, pkt, meta, hop, b, c);
+    }
+    let mut pushed = false;
+    if let Some(c) = c {
+        let md = hop.measure().metadata(spec.node_id, ctx.clock);
+        match int::transit_block(pkt, meta, b, &md, spec.mtu[out] as usize) {
+            Ok(Transit::Pushed) => {
+                pushed = true;
+                ctx.ports.commit(&c, ctx.counters);
+            }
+            Ok(Transit::Exhausted) => skipped(ctx, &c, Event::LabelSkippedRhc),
+            Ok(Transit::MtuExceeded) => skipped(ctx, &c, Event::LabelSkippedMtu),
             Err(_) => {
+                ctx.ports.undo(&c);
                 ctx.counters.event(Event::LabelPassedMalformed);
                 return Ok(());
             }
-        },
-    };
-    let fields = (!spec.watch.is_empty() || !spec.flows.is_empty())
-        .then(|| watch_fields(pkt.bytes(), meta, in_port, block.as_ref()));
-    let watched = fields.as_ref().is_none_or(|f| spec.watched(|| *f));
-    let out = out_port as usize;
-    if let (true, Some(b)) = (last_hop, &block) {
-        let c = if watched { claim(ctx, meta, block.as_ref(), fields.as_ref(), in_port, out, ct) } else { None };
-        return export(ctx, pkt, meta, hop, b, c);
-    }
-    let mut changed = false;
-    if let Some(c) = watched.then(|| claim(ctx, meta, block.as_ref(), fields.as_ref(), in_port, out, ct)).flatten() {
-        let md = hop.measure().metadata(spec.node_id, ctx.clock);
-        let mtu = spec.mtu[out] as usize;
-        match &block {
-            None => {
-                // A label that does not fit whole is not started (a block
-                // without the item would say nothing).
-                if meta.l3_end - meta.l3_offset + first_label_len(spec, meta) > mtu {
-                    skipped(ctx, &c, Event::LabelSkippedMtu);
-                } else {
-                    let p = IntParams {
-                        presence: spec.presence,
-                        bitmap: spec.bitmap,
-                        max_hops: spec.max_labels,
-                        domain_id: spec.ds_id,
-                        source_pushes: true,
-                        ds_flags: if c.kind == crate::label::Kind::Specific { DS_FLAG_A } else { 0 },
-                    };
-                    match int::source_unmarked(pkt, meta, &p, &md, mtu) {
-                        Ok(_) => changed = true,
-                        Err(Skip::Mtu) => skipped(ctx, &c, Event::LabelSkippedMtu),
-                        Err(Skip::NoRoom) => skipped(ctx, &c, Event::LabelNoHeadroom),
-                        Err(Skip::NotApplicable | Skip::Presence) => ctx.ports.undo(&c),
-                    }
-                }
-            }
-            Some(b) => match int::transit_block(pkt, meta, b, &md, mtu) {
-                Ok(Transit::Pushed) => changed = true,
-                Ok(Transit::Exhausted) => skipped(ctx, &c, Event::LabelSkippedRhc),
-                Ok(Transit::MtuExceeded) => skipped(ctx, &c, Event::LabelSkippedMtu),
-                Err(_) => {
-                    ctx.ports.undo(&c);
-                    ctx.counters.event(Event::LabelPassedMalformed);
-                    return Ok(());
-                }
-            },
         }
-        if changed {
-            ctx.ports.commit(&c, ctx.counters);
+    }
+    // The label bytes this packet carries on to the next hop (the
+    // occupation of the link by labels); a push added HopML words
+    // (`transit_block` checked the bitmap's).
+    ctx.counters.event_n(Event::LabelBlockBytes, (b.total + if pushed { b.hop_ml * 4 } else { 0 }) as u64);
+    Ok(())
+}
+
+/// `apply` on a packet without labels: the first label when the port
+/// decides on one (or a specific flow's), exported at once at a last hop.
+/// Not inlined: a core port takes it only in the bursts it is due for its
+/// interval label (`quiet_ports`).
+#[inline(never)]
+fn apply_unlabeled<B: PacketBuf, R: ReportSink>(
+    ctx: &mut LabelCtx<R>,
+    pkt: &mut B,
+    meta: &PacketMeta,
+    hop: &impl HopSource,
+    last_hop: bool,
+    ct: u64,
+) -> Result<(), DropReason> {
+    let spec = ctx.spec;
+    let (in_port, out_port) = hop.ports();
+    let out = out_port as usize;
+    let fields =
+        (!spec.watch.is_empty() || !spec.flows.is_empty()).then(|| watch_fields(pkt.bytes(), meta, in_port, None));
+    if !fields.as_ref().is_none_or(|f| spec.watched(|| *f)) {
+        return Ok(());
+    }
+    let Some(c) = claim(ctx, meta, None, fields.as_ref(), in_port, out, ct) else { return Ok(()) };
+    let mtu = spec.mtu[out] as usize;
+    // A label that does not fit whole is not started (a block without the
+    // item would say nothing).
+    if meta.l3_end - meta.l3_offset + first_label_len(spec, meta) > mtu {
+        skipped(ctx, &c, Event::LabelSkippedMtu);
+        return Ok(());
+    }
+    let p = IntParams {
+        presence: spec.presence,
+        bitmap: spec.bitmap,
+        max_hops: spec.max_labels,
+        domain_id: spec.ds_id,
+        source_pushes: true,
+        ds_flags: if c.kind == crate::label::Kind::Specific { DS_FLAG_A } else { 0 },
+    };
+    let md = hop.measure().metadata(spec.node_id, ctx.clock);
+    match int::source_unmarked(pkt, meta, &p, &md, mtu) {
+        Ok(_) => ctx.ports.commit(&c, ctx.counters),
+        Err(e) => {
+            match e {
+                Skip::Mtu => skipped(ctx, &c, Event::LabelSkippedMtu),
+                Skip::NoRoom => skipped(ctx, &c, Event::LabelNoHeadroom),
+                Skip::NotApplicable | Skip::Presence => ctx.ports.undo(&c),
+            }
+            return Ok(());
         }
     }
     if !last_hop {
-        // The label bytes this packet carries on to the next hop (the
-        // occupation of the link by labels).
-        let carried = match (&block, changed) {
-            // A push adds HopML words (`transit_block` checked the bitmap's).
-            (Some(b), _) => b.total + if changed { b.hop_ml * 4 } else { 0 },
-            (None, true) => first_label_len(spec, meta),
-            (None, false) => 0,
-        };
-        if carried > 0 {
-            ctx.counters.event_n(Event::LabelBlockBytes, carried as u64);
-        }
-        return Ok(());
-    }
-    if !changed {
+        ctx.counters.event_n(Event::LabelBlockBytes, first_label_len(spec, meta) as u64);
         return Ok(());
     }
     // A last hop that started the packet's first label (a one-hop path):
@@ -352,7 +385,7 @@ fn passes_quietly(spec: &LabelSpec, quiet: u32, b: &[u8], meta: &PacketMeta, out
 }
 
 /// Whether an earlier stage changed the packet's IP length since it was
-/// parsed (an INT source or sink): the parse's offsets past L4 are stale.
+/// parsed (INT: a source, a push or a sink): the parse's offsets past L4 are stale.
 #[inline]
 fn resized(b: &[u8], meta: &PacketMeta) -> bool {
     let l3 = meta.l3_offset;
@@ -403,8 +436,10 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for LabelStage<R> {
         if passes_quietly(spec, self.quiet, m.bytes(), meta, out_port) {
             return Step::Next;
         }
+        // An INT stage that acts on no packet (a node of the label domain
+        // only) resized none.
         let reparsed;
-        let meta = if cx.tables.int.is_some() && resized(m.bytes(), meta) {
+        let meta = if cx.tables.int.as_ref().is_some_and(|s| !s.passes_all()) && resized(m.bytes(), meta) {
             match crate::parse::parse(m.bytes(), in_port) {
                 Ok(r) => {
                     reparsed = r;
