@@ -64,36 +64,37 @@ fn skipped<R: ReportSink>(ctx: &mut LabelCtx<R>, c: &Claim, e: Event) {
     ctx.counters.event(e);
 }
 
-/// The port's label decision for this packet: specific flows (A set, or
-/// entering at an edge port under a `[[label.flow]]` rule) always, else
-/// Base A/B/Pro on the labels it carries.
+/// The port's label decision for a packet carrying `b`: always when it
+/// belongs to a specific flow (DS flag A), else Base A/B/Pro on the labels
+/// it carries.
 #[inline(always)]
-fn claim<R: ReportSink>(
+fn claim_labeled<R: ReportSink>(ctx: &mut LabelCtx<R>, b: &Block, out: usize, ct: u64) -> Option<Claim> {
+    if b.ds_flags & DS_FLAG_A != 0 {
+        return ctx.ports.force(out, ct);
+    }
+    let rng = &mut *ctx.rng;
+    ctx.ports.decide(out, ct, b.hops(), ctx.spec.times, &ctx.spec.f, || rng.next_u64() as u32)
+}
+
+/// The port's label decision for a packet without labels: always for a
+/// specific flow entering at an edge port (a `[[label.flow]]` rule, once
+/// per its interval), else Base A/B/Pro with none carried.
+fn claim_unlabeled<R: ReportSink>(
     ctx: &mut LabelCtx<R>,
     meta: &PacketMeta,
-    block: Option<&Block>,
     fields: Option<&WatchFields>,
     in_port: u16,
     out: usize,
     ct: u64,
 ) -> Option<Claim> {
     let spec = ctx.spec;
-    let rng = &mut *ctx.rng;
-    match block {
-        Some(b) if b.ds_flags & DS_FLAG_A != 0 => ctx.ports.force(out, ct),
-        Some(b) => ctx.ports.decide(out, ct, b.hops(), spec.times, &spec.f, || rng.next_u64() as u32),
-        None => {
-            let specific = spec.is_edge(in_port as usize)
-                && fields
-                    .and_then(|f| spec.specific(f))
-                    .is_some_and(|iv| specific_due(ctx.slots, meta.key.hash64(), iv, ct));
-            if specific {
-                ctx.ports.force(out, ct)
-            } else {
-                ctx.ports.decide(out, ct, 0, spec.times, &spec.f, || rng.next_u64() as u32)
-            }
-        }
+    let specific = spec.is_edge(in_port as usize)
+        && fields.and_then(|f| spec.specific(f)).is_some_and(|iv| specific_due(ctx.slots, meta.key.hash64(), iv, ct));
+    if specific {
+        return ctx.ports.force(out, ct);
     }
+    let rng = &mut *ctx.rng;
+    ctx.ports.decide(out, ct, 0, spec.times, &spec.f, || rng.next_u64() as u32)
 }
 
 /// The label stage on one packet leaving by the hop's output port at `ct`
@@ -144,7 +145,7 @@ fn apply_labeled<B: PacketBuf, R: ReportSink>(
     let (in_port, out_port) = hop.ports();
     let out = out_port as usize;
     let watched = spec.watched(|| watch_fields(pkt.bytes(), meta, in_port, Some(b)));
-    let c = if watched { claim(ctx, meta, Some(b), None, in_port, out, ct) } else { None };
+    let c = if watched { claim_labeled(ctx, b, out, ct) } else { None };
     if last_hop {
         return export(ctx, pkt, meta, hop, b, c);
     }
@@ -193,7 +194,7 @@ fn apply_unlabeled<B: PacketBuf, R: ReportSink>(
     if !fields.as_ref().is_none_or(|f| spec.watched(|| *f)) {
         return Ok(());
     }
-    let Some(c) = claim(ctx, meta, None, fields.as_ref(), in_port, out, ct) else { return Ok(()) };
+    let Some(c) = claim_unlabeled(ctx, meta, fields.as_ref(), in_port, out, ct) else { return Ok(()) };
     let mtu = spec.mtu[out] as usize;
     // A label that does not fit whole is not started (a block without the
     // item would say nothing).
