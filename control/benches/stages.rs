@@ -59,7 +59,7 @@ use dataplane::int::analytics::{rule_counters, AnalyticsSetup};
 use dataplane::int::report_ring::{report_ring, ReportConsumer};
 use dataplane::int::stage::{ReportRecord, WallClock};
 use dataplane::parse::parse;
-use dataplane::pipeline::{Burst, PortLoad, RxTime, VecOut};
+use dataplane::pipeline::{Burst, PortLoad, RxTime, Shortcut, VecOut};
 use dataplane::pktbuf::{PacketBuf, VecBuf};
 use dataplane::tables::Tables;
 use dataplane::wire::int_md::instr;
@@ -443,9 +443,15 @@ impl<'a> Worker<'a> {
         for (b, f) in self.slots.iter_mut().zip(frames) {
             b.as_mut().expect("buffer").load(f, 128);
         }
-        let (_, depth) = self.pipe.shortcut::<VecBuf, _>(self.t, &self.out, 0);
+        // The path the worker takes: a bridge that no stage reads runs on
+        // its shortcut.
+        let (shortcut, depth) = self.pipe.shortcut::<VecBuf, _>(self.t, &self.out, 0);
         let burst = Burst::received(0, RxTime { tsc: dataplane::dpdk::tsc(), wall_ns: 0 }, depth);
-        self.pipe.run(self.t, &mut self.c, &mut self.out, &self.load, &burst, &mut self.slots[..n]);
+        if shortcut == Shortcut::L2 {
+            self.pipe.run_l2(self.t, &mut self.c, &mut self.out, 0, burst.now, &mut self.slots[..n]);
+        } else {
+            self.pipe.run(self.t, &mut self.c, &mut self.out, &self.load, &burst, &mut self.slots[..n]);
+        }
         for (slot, (b, v)) in self.slots.iter_mut().zip(self.out.out.drain(..)) {
             self.forwarded += matches!(v, Verdict::Tx(_)) as u64;
             black_box(b.bytes().len());

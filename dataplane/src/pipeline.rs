@@ -648,10 +648,34 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         (s, depth)
     }
 
+    /// A burst on `Shortcut::L2` (a bridge that no stage reads): each frame
+    /// decided by its Ethernet header alone, handed to `out`, and the burst
+    /// counted in. `now`: the time learned MACs are stamped with.
+    #[inline]
+    pub fn run_l2<B: PacketBuf, O: Output<B>>(
+        &mut self,
+        t: &Tables,
+        c: &mut CounterValues,
+        out: &mut O,
+        in_port: u16,
+        now: u64,
+        pkts: &mut [Option<B>],
+    ) {
+        let mut bytes = 0u64;
+        for slot in pkts.iter_mut() {
+            let m = slot.take().expect("received");
+            bytes += m.frame_len() as u64;
+            let v = self.forward.l2_verdict(t, c, m.bytes(), in_port, now);
+            out.deliver(m, v, in_port, t, c, now);
+        }
+        c.rx_packets[in_port as usize] += pkts.len() as u64;
+        c.rx_bytes[in_port as usize] += bytes;
+    }
+
     /// Runs the stages on the `n` packets of `pkts` (taking them) and hands
     /// each to `out`. The one place a received burst's packets are counted
     /// in (by `run_full` and `run_stage_quick`), but for the shortcuts' (a
-    /// wire's relay, a bridge's `L2Burst`).
+    /// wire's relay, a bridge's `run_l2`).
     pub fn run<B: PacketBuf, O: Output<B>>(
         &mut self,
         t: &Tables,
@@ -1155,6 +1179,65 @@ pub(crate) mod tests {
             assert_eq!(captured.5, left, "every packet captured as it left (routed, and the ARP reply)");
             assert_eq!((captured.0, captured.1), (l3.0, l3.1), "capture changes no packet");
         }
+    }
+
+    /// The bridge's shortcut (`run_l2`, the worker's path for a bridge no
+    /// stage reads) ends a burst as the pipeline does at the bridge's depth
+    /// (`L2`, where a capture keeps it): the same verdicts, drops, events,
+    /// counters and learned MACs.
+    #[test]
+    fn a_bridge_burst_on_its_shortcut_ends_as_through_the_stages() {
+        use crate::tables::StaticMac;
+        let mut s = two_port_router();
+        s.mode = Mode::Bridge;
+        s.static_macs.push(StaticMac { vlan: 0, mac: [2, 0, 0, 0, 0, 0x22], port: 1 });
+        let t = Tables::build(&s, 1).unwrap();
+        let out = VecOut::<VecBuf>::new(1, 0);
+        assert_eq!(pipeline(false).shortcut::<VecBuf, _>(&t, &out, 0).0, Shortcut::L2);
+        let frame = |dst: [u8; 6], src: [u8; 6], tail: &[u8]| {
+            let mut f = [dst, src].concat();
+            f.extend(tail);
+            f
+        };
+        let ip = [0x08, 0x00, 0x45, 0, 0, 20];
+        let vlan = |tail: &[u8]| [&[0x81, 0x00, 0x00, 0x07][..], tail].concat();
+        let (a, b, c) = ([2, 0, 0, 0, 0, 0x11], [2, 0, 0, 0, 0, 0x22], [2, 0, 0, 0, 0, 0x33]);
+        let frames = vec![
+            frame(b, a, &ip),                      // to a static MAC
+            frame(c, a, &ip),                      // unknown: flooded
+            frame([0xff; 6], c, &ip),              // broadcast, c learned
+            frame(c, a, &ip),                      // c now known, on port 0: same segment
+            frame(a, b, &ip),                      // from a static MAC: not learned
+            frame(b, a, &vlan(&ip)),               // VLAN 7: b is static on VLAN 0 only
+            frame(b, a, &vlan(&vlan(&vlan(&ip)))), // a third tag
+            frame(b, a, &[]),                      // no EtherType
+            [0u8; 6].to_vec(),                     // truncated
+        ];
+        let rx = RxTime { tsc: 1, wall_ns: 1 };
+        let run = |shortcut: bool| {
+            let (mut p, mut out) = (pipeline(false), VecOut::<VecBuf>::new(64, 0));
+            let mut c = CounterValues::default();
+            for _ in 0..2 {
+                let mut pkts: Vec<_> = frames.iter().map(|f| Some(VecBuf::new(f, 64))).collect();
+                if shortcut {
+                    p.run_l2(&t, &mut c, &mut out, 0, 5, &mut pkts);
+                } else {
+                    p.run(&t, &mut c, &mut out, &PortLoad::default(), &Burst::received(0, rx, Depth::L2), &mut pkts);
+                }
+                assert!(pkts.iter().all(Option::is_none), "every frame taken");
+            }
+            let sent: Vec<_> = out.out.iter().map(|(m, v)| (m.bytes().to_vec(), *v)).collect();
+            (sent, c.drops, c.events, c.rx_packets, c.rx_bytes, c.tx_packets, p.forward.macs.len())
+        };
+        let (l2, staged) = (run(true), run(false));
+        assert_eq!(l2, staged);
+        let verdicts: Vec<_> = l2.0.iter().take(frames.len()).map(|(_, v)| *v).collect();
+        assert_eq!(verdicts[..3], [Verdict::Tx(1), Verdict::Flood, Verdict::Flood]);
+        assert_eq!(verdicts[3], Verdict::Drop(DropReason::L2SameSegment));
+        assert_eq!(verdicts[6], Verdict::Drop(DropReason::VlanTooDeep));
+        assert_eq!(l2.3[0], 2 * frames.len() as u64, "every frame counted in");
+        assert_eq!(verdicts[5], Verdict::Flood, "b is static on VLAN 0 only");
+        assert_eq!(l2.6, 3, "a on VLANs 0 and 7 and c learned, not the static b");
     }
 
     /// A consent's DSCP set holds exactly the values whose masked bits are

@@ -412,8 +412,15 @@ pub fn run(setup: WorkerSetup, shared: Arc<Shared>) -> i32 {
                     r.packets
                 }
                 Shortcut::L2 if up => {
-                    let l2 = L2Burst { in_port: *in_port, max: burst, now: house.last_poll_tsc };
-                    l2.run(&mut pipe.forward, &tables, &mut c, &mut out, rxq, &mut pkts)
+                    // The bridge only stamps learned MACs with the time: the
+                    // last poll's will do (no TSC read per burst) unless
+                    // link emulation schedules packets by it.
+                    let now = if tables.emulated == 0 { house.last_poll_tsc } else { dpdk::tsc() };
+                    let n = rxq.rx_burst_into(burst, &mut pkts);
+                    if n > 0 {
+                        pipe.run_l2(&tables, &mut c, &mut out, *in_port, now, &mut pkts[..n]);
+                    }
+                    n
                 }
                 _ => {
                     let n = rxq.rx_burst_into(burst, &mut pkts);
@@ -694,46 +701,6 @@ impl Housekeeping {
                 std::thread::sleep(Duration::from_micros(us));
             }
         }
-    }
-}
-
-/// A bridge burst that only forwarding reads, by its Ethernet header
-/// (`Shortcut::L2`): each frame decided and delivered.
-struct L2Burst {
-    in_port: u16,
-    max: usize,
-    /// The bridge only stamps learned MACs with it: the last poll's time
-    /// will do (no TSC read per burst) unless link emulation schedules
-    /// packets by it.
-    now: u64,
-}
-
-impl L2Burst {
-    fn run(
-        &self,
-        fwd: &mut ForwardStage<EventQueue>,
-        t: &Tables,
-        c: &mut CounterValues,
-        out: &mut Egress,
-        rxq: &mut RxQueue,
-        pkts: &mut [Option<Mbuf>; MAX_BURST],
-    ) -> usize {
-        let ip = self.in_port as usize;
-        let now = if t.emulated == 0 { self.now } else { dpdk::tsc() };
-        let n = rxq.rx_burst_into(self.max, pkts);
-        if n == 0 {
-            return 0;
-        }
-        let mut bytes = 0u64;
-        for slot in pkts.iter_mut().take(n) {
-            let m = slot.take().expect("received");
-            bytes += m.pkt_len() as u64;
-            let v = fwd.l2_verdict(t, c, m.data(), self.in_port, now);
-            out.deliver(m, v, ip, t, c, now);
-        }
-        c.rx_packets[ip] += n as u64;
-        c.rx_bytes[ip] += bytes;
-        n
     }
 }
 
