@@ -144,6 +144,13 @@ impl Block {
         })
     }
 
+    /// The domain ID of the block at `at`, read alone (no check of the
+    /// block): enough to leave another domain's packet to its own stage.
+    #[inline(always)]
+    pub fn domain_id_at(b: &[u8], at: usize) -> Option<u16> {
+        b.get(at + SHIM_LEN + 6..at + SHIM_LEN + 8).map(|d| u16::from_be_bytes([d[0], d[1]]))
+    }
+
     /// Hops in the stack (only the sink asks, so transit never computes it).
     #[inline]
     pub fn hops(&self) -> usize {

@@ -393,9 +393,11 @@ pub fn apply<B: PacketBuf, R: ReportSink>(
     if !sink_here && !spec.transit && spec.watch.is_empty() {
         return Ok(());
     }
+    // INT-label's packets are the label stage's (which checks the block).
+    if spec.label_ds_id != 0 && int::Block::domain_id_at(pkt.bytes(), blk) == Some(spec.label_ds_id) {
+        return Ok(());
+    }
     let block = match int::Block::read(pkt.bytes(), meta, blk) {
-        // INT-label's packets are the label stage's.
-        Ok(b) if spec.label_ds_id != 0 && b.domain_id == spec.label_ds_id => return Ok(()),
         Ok(b) => b,
         // Malformed: a sink cannot restore it, so it drops it with the named
         // reason; a transit node passes it on untouched and counts it; a
@@ -525,6 +527,10 @@ pub struct IntStage<R: ReportSink> {
     /// Whether watch rules may source the burst's packets (its input port
     /// is an edge port).
     may_source: bool,
+    /// Whether the node passes every forwarded packet as it is (no
+    /// transit, sink or source here: a node of the label domain only), so
+    /// that only drops and floods need a look.
+    passes_forwarded: bool,
     /// What the domain's presence leaves to the full path.
     consent: int::ConsentMemo,
     /// The flow hashes whose cache rows the burst's prefetch pass loads,
@@ -542,6 +548,7 @@ impl<R: ReportSink> IntStage<R> {
             clock,
             times: BurstClock::new(0),
             may_source: false,
+            passes_forwarded: false,
             consent: int::ConsentMemo::default(),
             prefetched: [0; MAX_BURST],
             prefetched_len: 0,
@@ -637,6 +644,7 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     fn begin(&mut self, t: &Tables, burst: &Burst) {
         self.times = BurstClock::new(burst.rx_tsc);
         self.may_source = t.int.as_ref().is_some_and(|s| s.may_source_at(burst.in_port));
+        self.passes_forwarded = t.int.as_ref().is_some_and(|s| s.passes_all());
         if let Some(s) = &t.int {
             self.consent.refresh(s.presence);
         }
@@ -673,6 +681,10 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     #[inline(always)]
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
         let (Some(spec), Ok(meta)) = (cx.tables.int.as_ref(), &p.meta) else { return Step::Next };
+        // `apply` would find nothing to do (before it reads the presence).
+        if self.passes_forwarded && matches!(p.verdict, Verdict::Tx(_)) {
+            return Step::Next;
+        }
         // Most packets of a transit: nothing to do, whatever the verdict.
         if !may_act_from(spec, m.bytes(), meta, self.may_source) {
             return Step::Next;
@@ -925,6 +937,19 @@ pub(crate) mod tests {
         let mut bare = quiet(0);
         bare.watch.clear();
         assert!(bare.passes_all());
+        // What the stage's skip of such a node's forwarded packets rests
+        // on: `apply` changes, counts and reports nothing for them, from
+        // any port, with INT or without; a dropped INT packet is still
+        // reported.
+        let mut n = Node::new(bare.clone());
+        for (f, h) in [(&sourced, hop(0, 1)), (&sourced, hop(1, 0)), (&orig, hop(0, 1)), (&orig, hop(1, 0))] {
+            let mut b = VecBuf::new(f, 256);
+            n.run(&mut b, h).unwrap();
+            assert_eq!(b.bytes(), &f[..]);
+        }
+        assert!(n.c.events.iter().all(|&e| e == 0) && n.reports.is_empty());
+        n.drop_report(&sourced, hop(0, 1), DropReason::NoRoute);
+        assert_eq!(n.reports.len(), 1, "a drop is still reported");
         let mut transit = bare.clone();
         transit.transit = true;
         for acts in [quiet(0), quiet(0b10), transit] {
@@ -1046,6 +1071,24 @@ pub(crate) mod tests {
         let mut t2 = Node::new(spec(2, 0));
         t2.run(&mut VecBuf::new(&hopml0, 256), hop(0, 1)).unwrap();
         assert_eq!(t2.c.events[Event::IntPassedBadHopMl as usize], 1);
+
+        // The same blocks in the INT-label domain are the label stage's:
+        // a transit or sink here leaves them as they are and counts
+        // nothing (the label stage counts or drops the malformed ones).
+        let label_node = |edge| {
+            let mut s = spec(2, edge);
+            s.label_ds_id = 7;
+            Node::new(s)
+        };
+        for f in [b.bytes().to_vec(), bad, hopml0] {
+            for (edge, out) in [(0, 1), (0b10, 1)] {
+                let mut n = label_node(edge);
+                let mut m = VecBuf::new(&f, 256);
+                assert_eq!(n.run(&mut m, hop(0, out)), Ok(()));
+                assert_eq!(m.bytes(), &f[..]);
+                assert!(n.c.events.iter().all(|&e| e == 0) && n.reports.is_empty());
+            }
+        }
     }
 
     #[test]
