@@ -527,10 +527,6 @@ pub struct IntStage<R: ReportSink> {
     /// Whether watch rules may source the burst's packets (its input port
     /// is an edge port).
     may_source: bool,
-    /// Whether the node passes every forwarded packet as it is (no
-    /// transit, sink or source here: a node of the label domain only), so
-    /// that only drops and floods need a look.
-    passes_forwarded: bool,
     /// What the domain's presence leaves to the full path.
     consent: int::ConsentMemo,
     /// The flow hashes whose cache rows the burst's prefetch pass loads,
@@ -548,7 +544,6 @@ impl<R: ReportSink> IntStage<R> {
             clock,
             times: BurstClock::new(0),
             may_source: false,
-            passes_forwarded: false,
             consent: int::ConsentMemo::default(),
             prefetched: [0; MAX_BURST],
             prefetched_len: 0,
@@ -644,7 +639,6 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     fn begin(&mut self, t: &Tables, burst: &Burst) {
         self.times = BurstClock::new(burst.rx_tsc);
         self.may_source = t.int.as_ref().is_some_and(|s| s.may_source_at(burst.in_port));
-        self.passes_forwarded = t.int.as_ref().is_some_and(|s| s.passes_all());
         if let Some(s) = &t.int {
             self.consent.refresh(s.presence);
         }
@@ -681,10 +675,6 @@ impl<B: PacketBuf, R: ReportSink> Stage<B> for IntStage<R> {
     #[inline(always)]
     fn packet<O: Output<B>>(&mut self, cx: &mut Cx<'_, O>, m: &mut B, p: &mut Packet) -> Step {
         let (Some(spec), Ok(meta)) = (cx.tables.int.as_ref(), &p.meta) else { return Step::Next };
-        // `apply` would find nothing to do (before it reads the presence).
-        if self.passes_forwarded && matches!(p.verdict, Verdict::Tx(_)) {
-            return Step::Next;
-        }
         // Most packets of a transit: nothing to do, whatever the verdict.
         if !may_act_from(spec, m.bytes(), meta, self.may_source) {
             return Step::Next;
