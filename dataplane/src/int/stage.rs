@@ -927,10 +927,10 @@ pub(crate) mod tests {
         let mut bare = quiet(0);
         bare.watch.clear();
         assert!(bare.passes_all());
-        // What the stage's skip of such a node's forwarded packets rests
-        // on: `apply` changes, counts and reports nothing for them, from
-        // any port, with INT or without; a dropped INT packet is still
-        // reported.
+        // What the quick path's consent for such a node (every packet)
+        // rests on: `apply` changes, counts and reports nothing for a
+        // forwarded packet, from any port, with INT or without; a dropped
+        // INT packet is still reported.
         let mut n = Node::new(bare.clone());
         for (f, h) in [(&sourced, hop(0, 1)), (&sourced, hop(1, 0)), (&orig, hop(0, 1)), (&orig, hop(1, 0))] {
             let mut b = VecBuf::new(f, 256);
