@@ -243,12 +243,14 @@ fn ampm_loss_and_delay_every_method_and_carrier() {
     let iv = intervals(&tb, t0, t1, T_NS);
     let d = delays(&iv);
     assert!(d.len() >= 6 * 6, "{d:?}");
-    // Never below the configured delay. A scheduling stall on a loaded
-    // host may hold a packet tens of milliseconds (CI once saw 9 of 47
-    // pairs over 25 ms, the worst 43.8 ms), so the bound on each pair is
-    // loose, and the figure that counts is the median: fewer than half the
-    // pairs may be late.
-    assert!(d.iter().all(|x| (20_000_000..100_000_000).contains(x)), "{d:?}");
+    // Never below the configured delay, but for the time MP1 took from
+    // reading the packet's burst (the time the impairment delays it from)
+    // to stamping it (CI once saw 19.99944 ms): the 50 us. A
+    // scheduling stall on a loaded host may hold a packet tens of
+    // milliseconds (CI once saw 9 of 47 pairs over 25 ms, the worst 43.8
+    // ms), so the bound on each pair is loose, and the figure that counts
+    // is the median: fewer than half the pairs may be late.
+    assert!(d.iter().all(|x| (19_950_000..100_000_000).contains(x)), "{d:?}");
     let late = d.iter().filter(|&&x| x >= 25_000_000).count();
     assert!(late * 2 < d.len(), "{late} of {} pairs over 25 ms: {d:?}", d.len());
     // netem's timer itself overshoots by tens of microseconds (CI: median
