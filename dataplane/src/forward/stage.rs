@@ -116,7 +116,7 @@ impl<C: ControlSink> ForwardStage<C> {
 
     /// A frame's verdict from its Ethernet header alone (below `Depth::L3`:
     /// a bridge, or a cross-connect with nothing reading past it).
-    #[inline]
+    #[inline(always)]
     pub fn l2_verdict(&mut self, t: &Tables, c: &mut CounterValues, frame: &[u8], in_port: u16, now: u64) -> Verdict {
         if t.mode == Mode::CrossConnect {
             return super::cross_connect(t, in_port, FlowAction::Normal);
