@@ -86,6 +86,10 @@ pub struct Sunk {
     pub removed: usize,
 }
 
+/// Where a block's domain ID lies from its start (the shim), for
+/// `Block::read` and the peek `Block::domain_id_at`.
+const DOMAIN_ID_AT: usize = SHIM_LEN + 6;
+
 /// The header of the INT block at `at`, checked and read once: the stage
 /// decides the role from it and the transform goes on from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +141,7 @@ impl Block {
             hop_ml: (h[SHIM_LEN + 2] & 0x1f) as usize,
             rhc: h[SHIM_LEN + 3],
             bitmap: be16(h, SHIM_LEN + 4),
-            domain_id: be16(h, SHIM_LEN + 6),
+            domain_id: be16(h, DOMAIN_ID_AT),
             ds_flags: be16(h, SHIM_LEN + 10),
             discard: h[SHIM_LEN] & 0x08 != 0,
             hdr_sum: header_sum(h),
@@ -148,7 +152,7 @@ impl Block {
     /// block): enough to leave another domain's packet to its own stage.
     #[inline(always)]
     pub fn domain_id_at(b: &[u8], at: usize) -> Option<u16> {
-        b.get(at + SHIM_LEN + 6..at + SHIM_LEN + 8).map(|d| u16::from_be_bytes([d[0], d[1]]))
+        b.get(at + DOMAIN_ID_AT..at + DOMAIN_ID_AT + 2).map(|d| u16::from_be_bytes([d[0], d[1]]))
     }
 
     /// Hops in the stack (only the sink asks, so transit never computes it).
