@@ -137,7 +137,8 @@ fn every_script_answers_help() {
 /// comment; those whose settings are all environment variables refuse
 /// other arguments, rather than starting a benchmark or a build (soak.sh
 /// takes MINUTES and refuses what is not a number, fuzz.sh SECONDS and
-/// target names, stage_instructions.sh CONFIG:TRACE pairs of files).
+/// target names, stage_instructions.sh CONFIG:TRACE pairs of files,
+/// worker_instructions.sh a config and a testpmd mode).
 #[test]
 fn long_running_scripts_answer_help_and_refuse_arguments() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts");
@@ -148,7 +149,9 @@ fn long_running_scripts_answer_help_and_refuse_arguments() {
             .output()
             .unwrap()
     };
-    for script in ["bench.sh", "soak.sh", "pgo.sh", "bench_ab.sh", "fuzz.sh", "stage_instructions.sh"] {
+    for script in
+        ["bench.sh", "soak.sh", "pgo.sh", "bench_ab.sh", "fuzz.sh", "stage_instructions.sh", "worker_instructions.sh"]
+    {
         let help = run(script, &["--help"]);
         assert!(help.status.success(), "{script} --help: {}", help.status);
         let text = String::from_utf8_lossy(&help.stdout);
@@ -167,6 +170,8 @@ fn long_running_scripts_answer_help_and_refuse_arguments() {
         ("fuzz.sh", &["5", "no_such_target"], "no target 'no_such_target'"),
         ("stage_instructions.sh", &["configs/demo.toml"], "need CONFIG:TRACE"),
         ("stage_instructions.sh", &["configs/demo.toml:no-such.pcap"], "no-such.pcap: no such file"),
+        ("worker_instructions.sh", &["no-such.toml"], "no-such.toml: no such file"),
+        ("worker_instructions.sh", &["configs/demo.toml", "rxonly"], "peer rxonly: io or macswap"),
     ] {
         let out = run(script, args);
         assert_eq!(out.status.code(), Some(2), "{script} {args:?}: {}", out.status);

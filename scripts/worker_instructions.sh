@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Instructions per packet of the switch's worker thread, drivers included
+# (not a test): `intswitch -c CONFIG` under callgrind for a while, the
+# busiest thread's instructions over the packets the ports received, split
+# into the PMDs' share (the librte_net_* drivers and the thread-local
+# lookups they make) and the switch's own. With a peer, dpdk-testpmd runs
+# the same way on the trace of the config's net_pcap port (as bench.sh
+# runs it: that pcap in, net_null out), so the two counts compare what
+# each executes for a packet on the same trace and drivers; against the
+# timed ratio of bench.sh, what is left over is stalls (cache misses,
+# mispredicted branches), not instructions. Exact and repeatable where
+# timings on a shared VM swing by 20 % or more.
+#
+#   scripts/worker_instructions.sh CONFIG.toml [io|macswap]   (a relative path: from the repository root)
+#
+# CONFIG: any the switch takes (BENCH_KEEP=1 scripts/bench.sh leaves those
+# of its cases); it runs with `huge = false` and a file prefix of its own,
+# the rest as written. WORKER_SECONDS (default 20) sets each run's length
+# under callgrind (start-up takes seconds of it). Needs valgrind. Prints:
+# who=intswitch|testpmd-<mode> packets=<n> instructions_per_packet=<n>
+#   pmd_per_packet=<n> own_per_packet=<n>
+set -euo pipefail
+source "$(dirname "$0")/usage.sh" "$@"
+cd "$(dirname "$0")/.."
+if (( $# < 1 || $# > 2 )); then
+  echo "usage: scripts/worker_instructions.sh CONFIG.toml [io|macswap]" >&2
+  exit 2
+fi
+cfg=$1 peer=${2:-}
+[[ -f "$cfg" ]] || { echo "worker_instructions.sh: $cfg: no such file" >&2; exit 2; }
+[[ -z "$peer" || "$peer" == io || "$peer" == macswap ]] ||
+  { echo "worker_instructions.sh: peer $peer: io or macswap" >&2; exit 2; }
+secs=${WORKER_SECONDS:-20}
+[[ "$secs" =~ ^[0-9]+$ ]] && (( secs >= 5 )) ||
+  { echo "worker_instructions.sh: WORKER_SECONDS=$secs: a whole number of seconds, at least 5" >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "worker_instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+out=$(mktemp -d /tmp/intswitch-winstr.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+
+# The busiest thread's callgrind file, split by object: prints
+# "<total> <pmd>" (the PMDs' code and ld.so's thread-local lookups, which
+# only the drivers' mbuf frees and allocations make per packet).
+split() {
+  local f
+  f=$(for t in "$out/$1".cg-*; do echo "$(sed -nE 's/^summary: ([0-9]+)/\1/p' "$t") $t"; done | sort -n | tail -n 1 | cut -d' ' -f2)
+  callgrind_annotate --threshold=100 "$f" 2>/dev/null | python3 -c '
+import re, sys
+total = pmd = 0
+for line in sys.stdin:
+    m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$", line)
+    if not m:
+        continue
+    n, what = int(m.group(1).replace(",", "")), m.group(2)
+    if "PROGRAM TOTALS" in what:
+        total = n
+    elif "librte_net_" in what or "ld-linux" in what:
+        pmd += n
+print(total, pmd)'
+}
+
+report() { # who packets "total pmd"
+  local total pmd
+  read -r total pmd <<<"$3"
+  (( $2 > 0 )) || { echo "worker_instructions.sh: $1 received no packets" >&2; exit 1; }
+  awk -v w="$1" -v p="$2" -v t="$total" -v d="$pmd" 'BEGIN {
+    printf "who=%s packets=%d instructions_per_packet=%.1f pmd_per_packet=%.1f own_per_packet=%.1f\n", w, p, t / p, d / p, (t - d) / p }'
+}
+
+sed -E "s/^huge = true/huge = false/; s/^file_prefix = .*/file_prefix = \"winstr-$$\"/" "$cfg" >"$out/cfg.toml"
+cargo build --release -q --bin intswitch
+valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out/is.cg" \
+  target/release/intswitch -c "$out/cfg.toml" --duration "$secs" --json >"$out/is.json" 2>"$out/is.log" ||
+  { tail -n 20 "$out/is.log" >&2; exit 1; }
+packets=$(tail -n 1 "$out/is.json" | python3 -c 'import json, sys; print(sum(p["rx_packets"] for p in json.load(sys.stdin)["ports"]))')
+report intswitch "$packets" "$(split is)"
+
+[[ -n "$peer" ]] || exit 0
+pcap=$(sed -nE 's/.*rx_pcap=([^,"]+).*/\1/p' "$cfg" | head -n 1)
+[[ -f "$pcap" ]] || { echo "worker_instructions.sh: the config has no net_pcap port with an rx_pcap to replay" >&2; exit 2; }
+mbufs=$(sed -nE 's/^mbufs = ([0-9]+)/\1/p' "$cfg" | head -n 1)
+timeout -s INT $((secs + 30)) valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out/tp.cg" \
+  dpdk-testpmd -l 0-1 --no-huge -m 2048 --no-pci --file-prefix "winstr-tp-$$" \
+  --vdev "net_pcap0,rx_pcap=$pcap,infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
+  --forward-mode="$peer" --stats-period 5 --total-num-mbufs="${mbufs:-200000}" --no-lsc-interrupt \
+  --nb-cores=1 --rxq=1 --txq=1 >"$out/tp.log" 2>&1 </dev/null || true
+# Port 0's RX total at exit: the packets testpmd forwarded.
+packets=$(sed -nE 's/.*RX-packets: *([0-9]+).*/\1/p' "$out/tp.log" | sort -n | tail -n 1)
+report "testpmd-$peer" "${packets:-0}" "$(split tp)"
