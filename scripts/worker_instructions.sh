@@ -3,33 +3,51 @@
 # (not a test): `intswitch -c CONFIG` under callgrind for a while, the
 # busiest thread's instructions over the packets the ports received, split
 # into the PMDs' share (the librte_net_* drivers and the thread-local
-# lookups they make) and the switch's own. With a peer, dpdk-testpmd runs
-# the same way on the trace of the config's net_pcap port (as bench.sh
-# runs it: that pcap in, net_null out), so the two counts compare what
-# each executes for a packet on the same trace and drivers; against the
-# timed ratio of bench.sh, what is left over is stalls (cache misses,
-# mispredicted branches), not instructions. Exact and repeatable where
-# timings on a shared VM swing by 20 % or more.
+# lookups they make) and the switch's own. With a peer, dpdk-testpmd or
+# DPDK's l3fwd runs the same way on the trace of the config's net_pcap
+# port (as bench.sh runs them: that pcap in, net_null out), so the two
+# counts compare what each executes for a packet on the same trace and
+# drivers; against the timed ratio of bench.sh, what is left over is
+# stalls (cache misses, mispredicted branches), not instructions. Exact
+# and repeatable where timings on a shared VM swing by 20 % or more.
 #
-#   scripts/worker_instructions.sh CONFIG.toml [io|macswap]   (a relative path: from the repository root)
+#   scripts/worker_instructions.sh CONFIG.toml [io|macswap|l3fwd-lpm|l3fwd-em]
+#   (a relative path: from the repository root)
 #
 # CONFIG: any the switch takes (BENCH_KEEP=1 scripts/bench.sh leaves those
 # of its cases); it runs with `huge = false` and a file prefix of its own,
 # the rest as written. WORKER_SECONDS (default 20) sets each run's length
-# under callgrind (start-up takes seconds of it). Needs valgrind. Prints:
-# who=intswitch|testpmd-<mode> packets=<n> instructions_per_packet=<n>
-#   pmd_per_packet=<n> own_per_packet=<n>
+# under callgrind (start-up takes seconds of it). Needs valgrind.
+#
+# l3fwd needs L3FWD_BIN (BENCH_L3FWD=1 BENCH_KEEP=1 scripts/bench.sh leaves
+# it at <kept folder>/examples/l3fwd/build/l3fwd) and L3FWD_RULES="IPV4
+# IPV6", its rule files (that folder's l3-router-v4.cfg l3-router-v6.cfg
+# for lpm on the router traces, em-<trace>.cfg em-<trace>-v6.cfg for em).
+# Its thread is counted from when it forwards (callgrind_control -i on),
+# its packets by its per-packet calls (processx4_step3, four a call; its
+# net_pcap port's counters under valgrind fall short of what it sends).
+#
+# Prints: who=intswitch|testpmd-<mode>|l3fwd-<lookup> packets=<n>
+#   instructions_per_packet=<n> pmd_per_packet=<n> own_per_packet=<n>
 set -euo pipefail
 source "$(dirname "$0")/usage.sh" "$@"
 cd "$(dirname "$0")/.."
 if (( $# < 1 || $# > 2 )); then
-  echo "usage: scripts/worker_instructions.sh CONFIG.toml [io|macswap]" >&2
+  echo "usage: scripts/worker_instructions.sh CONFIG.toml [io|macswap|l3fwd-lpm|l3fwd-em]" >&2
   exit 2
 fi
 cfg=$1 peer=${2:-}
 [[ -f "$cfg" ]] || { echo "worker_instructions.sh: $cfg: no such file" >&2; exit 2; }
-[[ -z "$peer" || "$peer" == io || "$peer" == macswap ]] ||
-  { echo "worker_instructions.sh: peer $peer: io or macswap" >&2; exit 2; }
+case "$peer" in
+  "" | io | macswap) ;;
+  l3fwd-lpm | l3fwd-em)
+    [[ -x "${L3FWD_BIN:-}" ]] || { echo "worker_instructions.sh: $peer needs L3FWD_BIN, an l3fwd binary (see --help)" >&2; exit 2; }
+    read -r -a rules <<<"${L3FWD_RULES:-}"
+    (( ${#rules[@]} == 2 )) && [[ -f "${rules[0]}" && -f "${rules[1]}" ]] ||
+      { echo "worker_instructions.sh: $peer needs L3FWD_RULES=\"IPV4 IPV6\", two rule files (see --help)" >&2; exit 2; }
+    ;;
+  *) echo "worker_instructions.sh: peer $peer: io, macswap, l3fwd-lpm or l3fwd-em" >&2; exit 2 ;;
+esac
 secs=${WORKER_SECONDS:-20}
 [[ "$secs" =~ ^[0-9]+$ ]] && (( secs >= 5 )) ||
   { echo "worker_instructions.sh: WORKER_SECONDS=$secs: a whole number of seconds, at least 5" >&2; exit 2; }
@@ -40,9 +58,12 @@ trap 'rm -rf "$out"' EXIT
 # The busiest thread's callgrind file, split by object: prints
 # "<total> <pmd>" (the PMDs' code and ld.so's thread-local lookups, which
 # only the drivers' mbuf frees and allocations make per packet).
+busiest() {
+  for t in "$out/$1".cg-*; do echo "$(sed -nE 's/^totals: ([0-9]+)/\1/p' "$t") $t"; done | sort -n | tail -n 1 | cut -d' ' -f2
+}
 split() {
   local f
-  f=$(for t in "$out/$1".cg-*; do echo "$(sed -nE 's/^summary: ([0-9]+)/\1/p' "$t") $t"; done | sort -n | tail -n 1 | cut -d' ' -f2)
+  f=$(busiest "$1")
   callgrind_annotate --threshold=100 "$f" 2>/dev/null | python3 -c '
 import re, sys
 total = pmd = 0
@@ -77,6 +98,62 @@ report intswitch "$packets" "$(split is)"
 [[ -n "$peer" ]] || exit 0
 pcap=$(sed -nE 's/.*rx_pcap=([^,"]+).*/\1/p' "$cfg" | head -n 1)
 [[ -f "$pcap" ]] || { echo "worker_instructions.sh: the config has no net_pcap port with an rx_pcap to replay" >&2; exit 2; }
+if [[ "$peer" == l3fwd-* ]]; then
+  prefix=winstr-l3-$$
+  lookup=-E
+  [[ "$peer" == l3fwd-lpm ]] && lookup=-L
+  valgrind --tool=callgrind --separate-threads=yes --instr-atstart=no --callgrind-out-file="$out/l3.cg" \
+    "$L3FWD_BIN" -l 1 --no-huge -m 2048 --no-pci --file-prefix "$prefix" --log-level=error \
+    --vdev "net_pcap0,rx_pcap=$pcap,infinite_rx=1" --vdev "net_null0,no-rx=1" -- \
+    -p 0x3 --config "(0,0,1),(1,0,1)" --parse-ptype "$lookup" \
+    --rule_ipv4 "${rules[0]}" --rule_ipv6 "${rules[1]}" >"$out/l3.log" 2>&1 </dev/null &
+  pid=$!
+  # Counted from once it has sent (its telemetry socket answers) until
+  # before the stop.
+  python3 - "/var/run/dpdk/$prefix/dpdk_telemetry.v2" "$secs" "$pid" <<'PY' ||
+import json, os, socket, subprocess, sys, time
+path, secs, pid = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+def sent():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(path)
+    s.recv(1024)
+    s.send(b"/ethdev/stats,1")
+    n = json.loads(s.recv(65536))["/ethdev/stats"]["opackets"]
+    s.close()
+    return n
+for _ in range(1200):  # up to 10 minutes to start under valgrind (a large rule set loads slowly)
+    os.kill(int(pid), 0)
+    try:
+        if sent() > 0:
+            break
+    except OSError:
+        pass
+    time.sleep(0.5)
+else:
+    sys.exit("l3fwd did not start forwarding")
+subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+time.sleep(secs)
+subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+PY
+    { kill -INT "$pid" 2>/dev/null; wait "$pid"; tail -n 20 "$out/l3.log" >&2; exit 1; }
+  kill -INT "$pid"
+  wait "$pid" || true
+  # processx4_step3's calls, from each of its callers.
+  packets=$(callgrind_annotate --tree=caller "$(busiest l3)" 2>/dev/null | python3 -c '
+import re, sys
+calls = pending = 0
+for line in sys.stdin:
+    m = re.match(r"\s*[\d,]+ \([^)]*\)\s+<\s.*\(([\d,]+)x\)", line)
+    if m:
+        pending += int(m.group(1).replace(",", ""))
+        continue
+    if re.match(r"\s*[\d,]+ \([^)]*\)\s+\*\s.*:processx4_step3 ", line):
+        calls += pending
+    pending = 0
+print(calls * 4)')
+  report "$peer" "${packets:-0}" "$(split l3)"
+  exit 0
+fi
 mbufs=$(sed -nE 's/^mbufs = ([0-9]+)/\1/p' "$cfg" | head -n 1)
 timeout -s INT $((secs + 30)) valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out/tp.cg" \
   dpdk-testpmd -l 0-1 --no-huge -m 2048 --no-pci --file-prefix "winstr-tp-$$" \

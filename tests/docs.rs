@@ -138,7 +138,7 @@ fn every_script_answers_help() {
 /// other arguments, rather than starting a benchmark or a build (soak.sh
 /// takes MINUTES and refuses what is not a number, fuzz.sh SECONDS and
 /// target names, stage_instructions.sh CONFIG:TRACE pairs of files,
-/// worker_instructions.sh a config and a testpmd mode).
+/// worker_instructions.sh a config and a peer).
 #[test]
 fn long_running_scripts_answer_help_and_refuse_arguments() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts");
@@ -171,7 +171,8 @@ fn long_running_scripts_answer_help_and_refuse_arguments() {
         ("stage_instructions.sh", &["configs/demo.toml"], "need CONFIG:TRACE"),
         ("stage_instructions.sh", &["configs/demo.toml:no-such.pcap"], "no-such.pcap: no such file"),
         ("worker_instructions.sh", &["no-such.toml"], "no-such.toml: no such file"),
-        ("worker_instructions.sh", &["configs/demo.toml", "rxonly"], "peer rxonly: io or macswap"),
+        ("worker_instructions.sh", &["configs/demo.toml", "rxonly"], "peer rxonly: io, macswap"),
+        ("worker_instructions.sh", &["configs/demo.toml", "l3fwd-em"], "l3fwd-em needs L3FWD_BIN"),
     ] {
         let out = run(script, args);
         assert_eq!(out.status.code(), Some(2), "{script} {args:?}: {}", out.status);
