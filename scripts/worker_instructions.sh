@@ -52,15 +52,24 @@ secs=${WORKER_SECONDS:-20}
 [[ "$secs" =~ ^[0-9]+$ ]] && (( secs >= 5 )) ||
   { echo "worker_instructions.sh: WORKER_SECONDS=$secs: a whole number of seconds, at least 5" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "worker_instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+# A peer replays the config's net_pcap trace: refused before the switch's
+# run (minutes) when there is none.
+if [[ -n "$peer" ]]; then
+  pcap=$(sed -nE 's/.*rx_pcap=([^,"]+).*/\1/p' "$cfg" | head -n 1)
+  [[ -f "$pcap" ]] || { echo "worker_instructions.sh: the config has no net_pcap port with an rx_pcap to replay" >&2; exit 2; }
+  # The peer's ports, as bench.sh gives them: the trace in, net_null out.
+  vdevs=(--vdev "net_pcap0,rx_pcap=$pcap,infinite_rx=1" --vdev "net_null0,no-rx=1")
+fi
 out=$(mktemp -d /tmp/intswitch-winstr.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 
-# The busiest thread's callgrind file, split by object: prints
-# "<total> <pmd>" (the PMDs' code and ld.so's thread-local lookups, which
-# only the drivers' mbuf frees and allocations make per packet).
+# The busiest thread's callgrind file of a run.
 busiest() {
   for t in "$out/$1".cg-*; do echo "$(sed -nE 's/^totals: ([0-9]+)/\1/p' "$t") $t"; done | sort -n | tail -n 1 | cut -d' ' -f2
 }
+# That file's instructions, split by object: prints "<total> <pmd>" (the
+# PMDs' code and ld.so's thread-local lookups, which only the drivers'
+# mbuf frees and allocations make per packet).
 split() {
   local f
   f=$(busiest "$1")
@@ -96,15 +105,12 @@ packets=$(tail -n 1 "$out/is.json" | python3 -c 'import json, sys; print(sum(p["
 report intswitch "$packets" "$(split is)"
 
 [[ -n "$peer" ]] || exit 0
-pcap=$(sed -nE 's/.*rx_pcap=([^,"]+).*/\1/p' "$cfg" | head -n 1)
-[[ -f "$pcap" ]] || { echo "worker_instructions.sh: the config has no net_pcap port with an rx_pcap to replay" >&2; exit 2; }
 if [[ "$peer" == l3fwd-* ]]; then
   prefix=winstr-l3-$$
   lookup=-E
   [[ "$peer" == l3fwd-lpm ]] && lookup=-L
   valgrind --tool=callgrind --separate-threads=yes --instr-atstart=no --callgrind-out-file="$out/l3.cg" \
-    "$L3FWD_BIN" -l 1 --no-huge -m 2048 --no-pci --file-prefix "$prefix" --log-level=error \
-    --vdev "net_pcap0,rx_pcap=$pcap,infinite_rx=1" --vdev "net_null0,no-rx=1" -- \
+    "$L3FWD_BIN" -l 1 --no-huge -m 2048 --no-pci --file-prefix "$prefix" --log-level=error "${vdevs[@]}" -- \
     -p 0x3 --config "(0,0,1),(1,0,1)" --parse-ptype "$lookup" \
     --rule_ipv4 "${rules[0]}" --rule_ipv6 "${rules[1]}" >"$out/l3.log" 2>&1 </dev/null &
   pid=$!
@@ -156,8 +162,7 @@ print(calls * 4)')
 fi
 mbufs=$(sed -nE 's/^mbufs = ([0-9]+)/\1/p' "$cfg" | head -n 1)
 timeout -s INT $((secs + 30)) valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out/tp.cg" \
-  dpdk-testpmd -l 0-1 --no-huge -m 2048 --no-pci --file-prefix "winstr-tp-$$" \
-  --vdev "net_pcap0,rx_pcap=$pcap,infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
+  dpdk-testpmd -l 0-1 --no-huge -m 2048 --no-pci --file-prefix "winstr-tp-$$" "${vdevs[@]}" --log-level=error -- \
   --forward-mode="$peer" --stats-period 5 --total-num-mbufs="${mbufs:-200000}" --no-lsc-interrupt \
   --nb-cores=1 --rxq=1 --txq=1 >"$out/tp.log" 2>&1 </dev/null || true
 # Port 0's RX total at exit: the packets testpmd forwarded.

@@ -173,6 +173,7 @@ fn long_running_scripts_answer_help_and_refuse_arguments() {
         ("worker_instructions.sh", &["no-such.toml"], "no-such.toml: no such file"),
         ("worker_instructions.sh", &["configs/demo.toml", "rxonly"], "peer rxonly: io, macswap"),
         ("worker_instructions.sh", &["configs/demo.toml", "l3fwd-em"], "l3fwd-em needs L3FWD_BIN"),
+        ("worker_instructions.sh", &["configs/reference.toml", "io"], "no net_pcap port with an rx_pcap"),
     ] {
         let out = run(script, args);
         assert_eq!(out.status.code(), Some(2), "{script} {args:?}: {}", out.status);
