@@ -27,8 +27,17 @@
 # its packets by its per-packet calls (processx4_step3, four a call; its
 # net_pcap port's counters under valgrind fall short of what it sends).
 #
+# WORKER_CACHE=1 also simulates this machine's L1 data cache and its
+# per-core L2 (their sizes from /sys; valgrind's default where unreadable)
+# and adds the misses a packet, split the same way: what instructions do
+# not show (a table that spills out of L1, a frame read first here). A
+# model (no hardware prefetcher, no overlap out of order): a place to
+# look; keep a change on a timed A/B (scripts/bench_ab.sh) only.
+#
 # Prints: who=intswitch|testpmd-<mode>|l3fwd-<lookup> packets=<n>
 #   instructions_per_packet=<n> pmd_per_packet=<n> own_per_packet=<n>
+#   [l1d_misses_per_packet=<n> l1d_misses_pmd=<n> l1d_misses_own=<n>
+#    l2_misses_per_packet=<n> l2_misses_pmd=<n> l2_misses_own=<n>]
 set -euo pipefail
 source "$(dirname "$0")/usage.sh" "$@"
 cd "$(dirname "$0")/.."
@@ -49,6 +58,8 @@ case "$peer" in
   *) echo "worker_instructions.sh: peer $peer: io, macswap, l3fwd-lpm or l3fwd-em" >&2; exit 2 ;;
 esac
 secs=${WORKER_SECONDS:-20}
+cache=${WORKER_CACHE:-0}
+[[ "$cache" == 0 || "$cache" == 1 ]] || { echo "worker_instructions.sh: WORKER_CACHE=$cache: 0 or 1" >&2; exit 2; }
 [[ "$secs" =~ ^[0-9]+$ ]] && (( secs >= 5 )) ||
   { echo "worker_instructions.sh: WORKER_SECONDS=$secs: a whole number of seconds, at least 5" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "worker_instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -63,42 +74,79 @@ fi
 out=$(mktemp -d /tmp/intswitch-winstr.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 
+# This machine's L1 data cache and per-core L2 as valgrind's --D1 and --LL
+# (size,associativity,line); nothing where /sys does not say.
+cache_geometry() {
+  local d level type size ways line
+  for d in /sys/devices/system/cpu/cpu0/cache/index*; do
+    level=$(cat "$d/level" 2>/dev/null) type=$(cat "$d/type" 2>/dev/null) size=$(cat "$d/size" 2>/dev/null)
+    ways=$(cat "$d/ways_of_associativity" 2>/dev/null) line=$(cat "$d/coherency_line_size" 2>/dev/null)
+    [[ "$ways" =~ ^[0-9]+$ && "$line" =~ ^[0-9]+$ && "$size" =~ ^([0-9]+)K$ ]] || continue
+    size=$((BASH_REMATCH[1] * 1024))
+    case "$level/$type" in
+      1/Data) echo "--D1=$size,$ways,$line" ;;
+      2/Unified) echo "--LL=$size,$ways,$line" ;;
+    esac
+  done
+}
+vg=(--tool=callgrind --separate-threads=yes)
+events=Ir
+if [[ "$cache" == 1 ]]; then
+  mapfile -t geometry < <(cache_geometry)
+  vg+=(--cache-sim=yes "${geometry[@]}")
+  events=Ir,D1mr,D1mw,DLmr,DLmw
+fi
+
 # The busiest thread's callgrind file of a run.
 busiest() {
-  for t in "$out/$1".cg-*; do echo "$(sed -nE 's/^totals: ([0-9]+)/\1/p' "$t") $t"; done | sort -n | tail -n 1 | cut -d' ' -f2
+  for t in "$out/$1".cg-*; do echo "$(sed -nE 's/^totals: ([0-9]+).*/\1/p' "$t") $t"; done | sort -n | tail -n 1 | cut -d' ' -f2
 }
-# That file's instructions, split by object: prints "<total> <pmd>" (the
-# PMDs' code and ld.so's thread-local lookups, which only the drivers'
-# mbuf frees and allocations make per packet).
+# That file's counts (instructions, and with WORKER_CACHE the misses),
+# split by object: prints the totals, then the PMDs' share (their code
+# and ld.so's thread-local lookups, which only the drivers' mbuf frees
+# and allocations make per packet).
 split() {
   local f
   f=$(busiest "$1")
-  callgrind_annotate --threshold=100 "$f" 2>/dev/null | python3 -c '
+  callgrind_annotate --show="$events" --show-percs=no --threshold=100 --auto=no "$f" 2>/dev/null | python3 -c '
 import re, sys
-total = pmd = 0
+n = int(sys.argv[1])
+total, pmd = [0] * n, [0] * n
 for line in sys.stdin:
-    m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$", line)
-    if not m:
+    t = line.split()
+    if len(t) <= n or not all(re.fullmatch(r"[\d,]+|\.", v) for v in t[:n]):
         continue
-    n, what = int(m.group(1).replace(",", "")), m.group(2)
+    counts = [0 if v == "." else int(v.replace(",", "")) for v in t[:n]]
+    what = " ".join(t[n:])
     if "PROGRAM TOTALS" in what:
-        total = n
+        total = counts
     elif "librte_net_" in what or "ld-linux" in what:
-        pmd += n
-print(total, pmd)'
+        pmd = [a + b for a, b in zip(pmd, counts)]
+print(*total, *pmd)' "$(tr , ' ' <<<"$events" | wc -w)"
 }
 
-report() { # who packets "total pmd"
-  local total pmd
-  read -r total pmd <<<"$3"
+report() { # who packets "totals pmd"
+  local c
+  read -r -a c <<<"$3"
   (( $2 > 0 )) || { echo "worker_instructions.sh: $1 received no packets" >&2; exit 1; }
-  awk -v w="$1" -v p="$2" -v t="$total" -v d="$pmd" 'BEGIN {
-    printf "who=%s packets=%d instructions_per_packet=%.1f pmd_per_packet=%.1f own_per_packet=%.1f\n", w, p, t / p, d / p, (t - d) / p }'
+  if (( ${#c[@]} == 2 )); then
+    awk -v w="$1" -v p="$2" -v t="${c[0]}" -v d="${c[1]}" 'BEGIN {
+      printf "who=%s packets=%d instructions_per_packet=%.1f pmd_per_packet=%.1f own_per_packet=%.1f\n", w, p, t / p, d / p, (t - d) / p }'
+  else
+    # Ir D1mr D1mw DLmr DLmw, totals then the PMDs': L1 misses are reads
+    # and writes, L2 (valgrind's last level) the same.
+    awk -v w="$1" -v p="$2" -v c="${c[*]}" 'BEGIN {
+      split(c, v, " ")
+      l1 = v[2] + v[3]; l1d = v[7] + v[8]; l2 = v[4] + v[5]; l2d = v[9] + v[10]
+      printf "who=%s packets=%d instructions_per_packet=%.1f pmd_per_packet=%.1f own_per_packet=%.1f", w, p, v[1] / p, v[6] / p, (v[1] - v[6]) / p
+      printf " l1d_misses_per_packet=%.2f l1d_misses_pmd=%.2f l1d_misses_own=%.2f", l1 / p, l1d / p, (l1 - l1d) / p
+      printf " l2_misses_per_packet=%.2f l2_misses_pmd=%.2f l2_misses_own=%.2f\n", l2 / p, l2d / p, (l2 - l2d) / p }'
+  fi
 }
 
 sed -E "s/^huge = true/huge = false/; s/^file_prefix = .*/file_prefix = \"winstr-$$\"/" "$cfg" >"$out/cfg.toml"
 cargo build --release -q --bin intswitch
-valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out/is.cg" \
+valgrind "${vg[@]}" --callgrind-out-file="$out/is.cg" \
   target/release/intswitch -c "$out/cfg.toml" --duration "$secs" --json >"$out/is.json" 2>"$out/is.log" ||
   { tail -n 20 "$out/is.log" >&2; exit 1; }
 packets=$(tail -n 1 "$out/is.json" | python3 -c 'import json, sys; print(sum(p["rx_packets"] for p in json.load(sys.stdin)["ports"]))')
@@ -109,7 +157,7 @@ if [[ "$peer" == l3fwd-* ]]; then
   prefix=winstr-l3-$$
   lookup=-E
   [[ "$peer" == l3fwd-lpm ]] && lookup=-L
-  valgrind --tool=callgrind --separate-threads=yes --instr-atstart=no --callgrind-out-file="$out/l3.cg" \
+  valgrind "${vg[@]}" --instr-atstart=no --callgrind-out-file="$out/l3.cg" \
     "$L3FWD_BIN" -l 1 --no-huge -m 2048 --no-pci --file-prefix "$prefix" --log-level=error "${vdevs[@]}" -- \
     -p 0x3 --config "(0,0,1),(1,0,1)" --parse-ptype "$lookup" \
     --rule_ipv4 "${rules[0]}" --rule_ipv6 "${rules[1]}" >"$out/l3.log" 2>&1 </dev/null &
@@ -161,7 +209,7 @@ print(calls * 4)')
   exit 0
 fi
 mbufs=$(sed -nE 's/^mbufs = ([0-9]+)/\1/p' "$cfg" | head -n 1)
-timeout -s INT $((secs + 30)) valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out/tp.cg" \
+timeout -s INT $((secs + 30)) valgrind "${vg[@]}" --callgrind-out-file="$out/tp.cg" \
   dpdk-testpmd -l 0-1 --no-huge -m 2048 --no-pci --file-prefix "winstr-tp-$$" "${vdevs[@]}" --log-level=error -- \
   --forward-mode="$peer" --stats-period 5 --total-num-mbufs="${mbufs:-200000}" --no-lsc-interrupt \
   --nb-cores=1 --rxq=1 --txq=1 >"$out/tp.log" 2>&1 </dev/null || true

@@ -138,7 +138,7 @@ fn every_script_answers_help() {
 /// other arguments, rather than starting a benchmark or a build (soak.sh
 /// takes MINUTES and refuses what is not a number, fuzz.sh SECONDS and
 /// target names, stage_instructions.sh CONFIG:TRACE pairs of files,
-/// worker_instructions.sh a config and a peer).
+/// worker_instructions.sh a config, a peer and a WORKER_CACHE of 0 or 1).
 #[test]
 fn long_running_scripts_answer_help_and_refuse_arguments() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts");
@@ -179,6 +179,13 @@ fn long_running_scripts_answer_help_and_refuse_arguments() {
         assert_eq!(out.status.code(), Some(2), "{script} {args:?}: {}", out.status);
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{script} {args:?}: {out:?}");
     }
+    let cache = std::process::Command::new("timeout")
+        .args(["20", "bash", &format!("{dir}/worker_instructions.sh"), "configs/demo.toml"])
+        .env("WORKER_CACHE", "yes")
+        .output()
+        .unwrap();
+    assert_eq!(cache.status.code(), Some(2), "WORKER_CACHE=yes: {}", cache.status);
+    assert!(String::from_utf8_lossy(&cache.stderr).contains("WORKER_CACHE=yes: 0 or 1"), "{cache:?}");
 }
 
 /// GitHub's anchor for a heading: lower case, punctuation other than `-`
