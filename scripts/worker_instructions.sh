@@ -34,8 +34,15 @@
 # model (no hardware prefetcher, no overlap out of order): a place to
 # look; keep a change on a timed A/B (scripts/bench_ab.sh) only.
 #
+# The switch's own includes the aging sweeps of its flow and MAC tables
+# (aging_per_packet): they run by the clock, a slice a millisecond, so
+# under valgrind, which slows the packets tens of times and the clock not
+# at all, they take a far larger share a packet than at speed (where it
+# is well under one instruction).
+#
 # Prints: who=intswitch|testpmd-<mode>|l3fwd-<lookup> packets=<n>
 #   instructions_per_packet=<n> pmd_per_packet=<n> own_per_packet=<n>
+#   aging_per_packet=<n>
 #   [l1d_misses_per_packet=<n> l1d_misses_pmd=<n> l1d_misses_own=<n>
 #    l2_misses_per_packet=<n> l2_misses_pmd=<n> l2_misses_own=<n>]
 set -euo pipefail
@@ -104,14 +111,15 @@ busiest() {
 # That file's counts (instructions, and with WORKER_CACHE the misses),
 # split by object: prints the totals, then the PMDs' share (their code
 # and ld.so's thread-local lookups, which only the drivers' mbuf frees
-# and allocations make per packet).
+# and allocations make per packet), then the instructions of the tables'
+# aging sweeps (FixedMap::sweep, part of the switch's own).
 split() {
   local f
   f=$(busiest "$1")
   callgrind_annotate --show="$events" --show-percs=no --threshold=100 --auto=no "$f" 2>/dev/null | python3 -c '
 import re, sys
 n = int(sys.argv[1])
-total, pmd = [0] * n, [0] * n
+total, pmd, aging = [0] * n, [0] * n, 0
 for line in sys.stdin:
     t = line.split()
     if len(t) <= n or not all(re.fullmatch(r"[\d,]+|\.", v) for v in t[:n]):
@@ -122,26 +130,24 @@ for line in sys.stdin:
         total = counts
     elif "librte_net_" in what or "ld-linux" in what:
         pmd = [a + b for a, b in zip(pmd, counts)]
-print(*total, *pmd)' "$(tr , ' ' <<<"$events" | wc -w)"
+    elif re.search(r":dataplane::fixed_map::FixedMap<[^>]*>::sweep\b", what):
+        aging += counts[0]
+print(*total, *pmd, aging)' "$(tr , ' ' <<<"$events" | wc -w)"
 }
 
-report() { # who packets "totals pmd"
-  local c
-  read -r -a c <<<"$3"
+report() { # who packets "totals pmd aging"
   (( $2 > 0 )) || { echo "worker_instructions.sh: $1 received no packets" >&2; exit 1; }
-  if (( ${#c[@]} == 2 )); then
-    awk -v w="$1" -v p="$2" -v t="${c[0]}" -v d="${c[1]}" 'BEGIN {
-      printf "who=%s packets=%d instructions_per_packet=%.1f pmd_per_packet=%.1f own_per_packet=%.1f\n", w, p, t / p, d / p, (t - d) / p }'
-  else
-    # Ir D1mr D1mw DLmr DLmw, totals then the PMDs': L1 misses are reads
-    # and writes, L2 (valgrind's last level) the same.
-    awk -v w="$1" -v p="$2" -v c="${c[*]}" 'BEGIN {
-      split(c, v, " ")
+  # Ir [D1mr D1mw DLmr DLmw], the totals then the PMDs', then the aging's
+  # Ir: L1 misses are reads and writes, L2 (valgrind's last level) the same.
+  awk -v w="$1" -v p="$2" -v c="$3" 'BEGIN {
+    k = split(c, v, " "); n = (k - 1) / 2
+    printf "who=%s packets=%d instructions_per_packet=%.1f pmd_per_packet=%.1f own_per_packet=%.1f aging_per_packet=%.1f", w, p, v[1] / p, v[n + 1] / p, (v[1] - v[n + 1]) / p, v[k] / p
+    if (n == 5) {
       l1 = v[2] + v[3]; l1d = v[7] + v[8]; l2 = v[4] + v[5]; l2d = v[9] + v[10]
-      printf "who=%s packets=%d instructions_per_packet=%.1f pmd_per_packet=%.1f own_per_packet=%.1f", w, p, v[1] / p, v[6] / p, (v[1] - v[6]) / p
       printf " l1d_misses_per_packet=%.2f l1d_misses_pmd=%.2f l1d_misses_own=%.2f", l1 / p, l1d / p, (l1 - l1d) / p
-      printf " l2_misses_per_packet=%.2f l2_misses_pmd=%.2f l2_misses_own=%.2f\n", l2 / p, l2d / p, (l2 - l2d) / p }'
-  fi
+      printf " l2_misses_per_packet=%.2f l2_misses_pmd=%.2f l2_misses_own=%.2f", l2 / p, l2d / p, (l2 - l2d) / p
+    }
+    printf "\n" }'
 }
 
 sed -E "s/^huge = true/huge = false/; s/^file_prefix = .*/file_prefix = \"winstr-$$\"/" "$cfg" >"$out/cfg.toml"
@@ -193,7 +199,7 @@ PY
   kill -INT "$pid"
   wait "$pid" || true
   # processx4_step3's calls, from each of its callers.
-  packets=$(callgrind_annotate --tree=caller "$(busiest l3)" 2>/dev/null | python3 -c '
+  packets=$(callgrind_annotate --show=Ir --tree=caller "$(busiest l3)" 2>/dev/null | python3 -c '
 import re, sys
 calls = pending = 0
 for line in sys.stdin:

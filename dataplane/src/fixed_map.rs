@@ -308,6 +308,10 @@ impl<K: MapKey, V, C: Default, L: Packing<Option<(K, V)>>> FixedMap<K, V, C, L> 
     /// Visits up to `budget` slots from `cursor`, removing entries for which
     /// `keep` says false. Returns the next cursor and the number removed.
     /// Incremental, so a worker can age a large table a little per poll.
+    /// Never inlined: a profile then shows the aging apart from the packets'
+    /// work (it runs by the clock, so under valgrind's slowdown it takes a
+    /// far larger share a packet than at speed).
+    #[inline(never)]
     pub fn sweep(
         &mut self,
         cursor: usize,
