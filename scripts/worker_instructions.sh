@@ -97,11 +97,11 @@ cache_geometry() {
   done
 }
 vg=(--tool=callgrind --separate-threads=yes)
-events=Ir
+events=Ir nevents=1
 if [[ "$cache" == 1 ]]; then
   mapfile -t geometry < <(cache_geometry)
   vg+=(--cache-sim=yes "${geometry[@]}")
-  events=Ir,D1mr,D1mw,DLmr,DLmw
+  events=Ir,D1mr,D1mw,DLmr,DLmw nevents=5
 fi
 
 # The busiest thread's callgrind file of a run.
@@ -132,7 +132,7 @@ for line in sys.stdin:
         pmd = [a + b for a, b in zip(pmd, counts)]
     elif re.search(r":dataplane::fixed_map::FixedMap<[^>]*>::sweep\b", what):
         aging += counts[0]
-print(*total, *pmd, aging)' "$(tr , ' ' <<<"$events" | wc -w)"
+print(*total, *pmd, aging)' "$nevents"
 }
 
 report() { # who packets "totals pmd aging"
