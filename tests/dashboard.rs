@@ -88,16 +88,33 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
         assert_eq!(f["path"], serde_json::json!([1, 2, 3]), "{name}: {f}");
         assert!(f["hops"].as_array().unwrap().iter().all(|h| h["lat"].as_u64().is_some()), "{f}");
     }
-    // The impaired link's 2 ms is in the path latency (first to last hop's ingress).
-    let path_ns: Vec<u64> = t
-        .iter()
-        .flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default())
-        .filter_map(|(_, f)| f["path_ns"].as_u64())
-        .collect();
-    let mut sorted = path_ns.clone();
-    sorted.sort_unstable();
-    let median = sorted[sorted.len() / 2];
-    assert!((1_500_000..20_000_000).contains(&median), "path latency median {median} ns");
+    // The impaired link's 2 ms is in the path latency (first to last hop's
+    // ingress), in the flows' means of the newest ticks. A loaded host may
+    // hold the first packets for hundreds of milliseconds (under a busy
+    // loop the first ticks' median was 507 ms), so the ticks are read again
+    // until those settle: at most 12 s, inside the demo's first phase (20 s).
+    let newest_median = |t: &[Value]| {
+        let mut v: Vec<u64> = t
+            .iter()
+            .rev()
+            .take(5)
+            .flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default())
+            .filter_map(|(_, f)| f["path_ns"].as_u64())
+            .collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied()
+    };
+    let settle = Instant::now() + Duration::from_secs(12);
+    let mut t = t;
+    loop {
+        let median = newest_median(&t);
+        if median.is_some_and(|m| (1_500_000..20_000_000).contains(&m)) {
+            break;
+        }
+        assert!(Instant::now() < settle, "path latency median of the newest ticks {median:?} ns");
+        std::thread::sleep(Duration::from_millis(500));
+        t = ticks(port);
+    }
     assert!(t.iter().all(|k| k["totals"]["bad_packets"] == 0), "undecodable reports");
 
     // Chromium draws it: every chart the demo feeds has points.
