@@ -79,7 +79,7 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
         std::thread::sleep(Duration::from_millis(500));
     }
     eprintln!("demo: first report on the dashboard {:?} after start", first_report.unwrap());
-    let t = ticks(port);
+    let mut t = ticks(port);
     let flows: std::collections::BTreeMap<String, Value> =
         t.iter().flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default()).collect();
     assert_eq!(flows.len(), 4, "{flows:?}");
@@ -105,7 +105,6 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
         v.get(v.len() / 2).copied()
     };
     let settle = Instant::now() + Duration::from_secs(12);
-    let mut t = t;
     loop {
         let median = newest_median(&t);
         if median.is_some_and(|m| (1_500_000..20_000_000).contains(&m)) {
