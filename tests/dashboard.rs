@@ -30,6 +30,11 @@ fn get(port: u16, path: &str) -> Option<String> {
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
 }
 
+/// The flows of the dashboard's ticks, as (name, flow) pairs, tick by tick.
+fn tick_flows(ticks: &[Value]) -> impl Iterator<Item = (String, Value)> + '_ {
+    ticks.iter().flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default())
+}
+
 fn namespaces() -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -80,8 +85,7 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
     }
     eprintln!("demo: first report on the dashboard {:?} after start", first_report.unwrap());
     let mut t = ticks(port);
-    let flows: std::collections::BTreeMap<String, Value> =
-        t.iter().flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default()).collect();
+    let flows: std::collections::BTreeMap<String, Value> = tick_flows(&t).collect();
     assert_eq!(flows.len(), 4, "{flows:?}");
     for (name, f) in &flows {
         assert!(name.contains(">10.33.2.2:510"), "{name}");
@@ -94,13 +98,8 @@ fn the_demo_feeds_the_dashboard_and_chromium_draws_every_chart() {
     // loop the first ticks' median was 507 ms), so the ticks are read again
     // until those settle: at most 12 s, inside the demo's first phase (20 s).
     let newest_median = |t: &[Value]| {
-        let mut v: Vec<u64> = t
-            .iter()
-            .rev()
-            .take(5)
-            .flat_map(|k| k["flows"].as_object().cloned().unwrap_or_default())
-            .filter_map(|(_, f)| f["path_ns"].as_u64())
-            .collect();
+        let newest = &t[t.len().saturating_sub(5)..];
+        let mut v: Vec<u64> = tick_flows(newest).filter_map(|(_, f)| f["path_ns"].as_u64()).collect();
         v.sort_unstable();
         v.get(v.len() / 2).copied()
     };

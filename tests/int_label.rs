@@ -379,8 +379,7 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     let windows: Vec<&Value> =
         all.iter().copied().filter(|w| pairs(&w["active_ports"]).is_superset(&BTreeSet::from(PATHS_PORTS))).collect();
     let mean = windows.iter().map(|w| w["coverage_arrival"].as_f64().unwrap()).sum::<f64>() / windows.len() as f64;
-    // (A window's index counts T_i since the collector's start, so the span
-    // says how long the steady windows took.)
+    // (A window's index counts T_i since the collector's start.)
     let span = windows.first().zip(windows.last()).map(|(a, b)| format!("{}..={}", a["window"], b["window"]));
     println!("clos: {} windows (indexes {}), mean coverage_arrival {mean:.4}", windows.len(), span.unwrap_or_default());
     // (At least 10: a window closes once the collector has sampled the 12
