@@ -382,11 +382,9 @@ fn clos_coverage_route_change_and_pro_under_loss() {
     // (A window's index counts T_i since the collector's start.)
     let span = windows.first().zip(windows.last()).map(|(a, b)| format!("{}..={}", a["window"], b["window"]));
     println!("clos: {} windows (indexes {}), mean coverage_arrival {mean:.4}", windows.len(), span.unwrap_or_default());
-    // (At least 10: a window closes once the collector has sampled the 12
-    // switches' counters, 24 control-socket calls, and one whose sample ran
-    // late is skipped: beside a busy loop, 17 windows closed in the six
-    // seconds of traffic in a run of the whole suite, 50 in a run of this
-    // test alone.)
+    // (At least 10, enough for the mean: a window closes once the collector
+    // has sampled the 12 switches' counters, 24 control-socket calls, and
+    // one whose sample ran late is skipped, so a loaded host closes fewer.)
     assert!(windows.len() >= 10, "{} windows with the paths' ports active", windows.len());
     assert!(mean >= 0.9, "mean coverage {mean}");
     let db_ports: BTreeSet<(u64, u64)> = lines
