@@ -24,7 +24,7 @@ pub trait PacketBuf {
     }
 
     /// Opens `n` bytes at offset `at` by moving the first `at` bytes forward.
-    #[inline]
+    #[inline(always)]
     fn insert_at(&mut self, at: usize, n: usize) -> bool {
         if at > self.bytes().len() || !self.grow_front(n) {
             return false;
@@ -34,7 +34,7 @@ pub trait PacketBuf {
     }
 
     /// Removes `n` bytes at offset `at` by moving the first `at` bytes back.
-    #[inline]
+    #[inline(always)]
     fn remove_at(&mut self, at: usize, n: usize) -> bool {
         if at + n > self.bytes().len() {
             return false;
