@@ -49,6 +49,22 @@ pub fn key(vlan: u16, mac: &[u8; 6]) -> u64 {
     lo | hi << 32 | (vlan as u64) << 48
 }
 
+/// Whether a key's MAC is a group (multicast or broadcast) address: its
+/// first byte's lowest bit, the key's lowest.
+#[inline(always)]
+pub fn is_group(key: u64) -> bool {
+    key & 1 != 0
+}
+
+/// `key(vlan, mac)` of the MAC at `at` in `frame` (0: the destination, 6:
+/// the source), read as one 8-byte load from the frame and masked; None
+/// when the frame ends before `at + 8` (an Ethernet header holds both).
+#[inline(always)]
+pub fn key_in(vlan: u16, frame: &[u8], at: usize) -> Option<u64> {
+    let w = u64::from_le_bytes(*frame.get(at..)?.first_chunk::<8>()?);
+    Some(w & 0xffff_ffff_ffff | (vlan as u64) << 48)
+}
+
 /// What a learn call changed.
 /// An address seen on a port: what one worker's bridge tells the others
 /// (through the control core), taken there with `MacTable::sync_key`.
@@ -252,6 +268,17 @@ mod tests {
         // MAC bytes in the low 48 bits (first byte lowest), VLAN above.
         assert_eq!(key(0x0abc, &[1, 2, 3, 4, 5, 6]), 0x0abc_0605_0403_0201);
         assert_ne!(key(1, &A), key(2, &A));
+    }
+
+    #[test]
+    fn key_in_a_frame_is_key() {
+        let f: Vec<u8> = (1..=14).collect();
+        assert_eq!(key_in(0x0abc, &f, 0), Some(key(0x0abc, &[1, 2, 3, 4, 5, 6])));
+        assert_eq!(key_in(7, &f, 6), Some(key(7, &[7, 8, 9, 10, 11, 12])));
+        assert_eq!(key_in(7, &f[..13], 6), None, "the load needs two bytes past the MAC");
+        assert_eq!(key_in(7, &f, 7), None);
+        assert!(!is_group(key(0xfff, &[0xfe, 0xff, 0xff, 0xff, 0xff, 0xff])));
+        assert!(is_group(key(0, &[0x01, 0, 0x5e, 0, 0, 1])) && is_group(key(0, &[0xff; 6])));
     }
 
     #[test]

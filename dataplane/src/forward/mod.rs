@@ -160,12 +160,6 @@ pub fn bridge_l2(ctx: &mut Ctx, frame: &[u8], in_port: u16) -> Verdict {
     }
 }
 
-/// The 6-byte MAC at `off`, if the frame holds it.
-#[inline(always)]
-fn mac_at(frame: &[u8], off: usize) -> Option<&[u8; 6]> {
-    frame.get(off..off + 6).and_then(|b| b.try_into().ok())
-}
-
 #[inline(always)]
 fn flow_lookup(ctx: &mut Ctx, meta: &PacketMeta, len: usize) -> FlowAction {
     // An empty table without learning cannot match: skip the hash and probe
@@ -212,19 +206,19 @@ fn tx_if_up(t: &Tables, port: u16) -> Verdict {
 // Inlined: the L2-only path then drops the flow-action branch (A/B +7 %).
 #[inline(always)]
 fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u16) -> Verdict {
-    // The MACs as references into the frame: copies assembled on the stack
-    // and read back as keys stalled store forwarding.
-    let (Some(dst), Some(src)) = (mac_at(frame, 0), mac_at(frame, 6)) else {
+    // The keys read from the frame itself: copies assembled on the stack
+    // and read back as keys stalled store forwarding. A key's lowest bit
+    // is its MAC's group bit.
+    let (Some(src_key), Some(dst_key)) = (mac_table::key_in(vlan, frame, 6), mac_table::key_in(vlan, frame, 0)) else {
         return Verdict::Drop(DropReason::EthTruncated);
     };
-    let src_key = mac_table::key(vlan, src);
     // A static address is never learned (nor moved by a frame that claims
     // it from another port). Static entries are fixed for the process (the
     // config's), so an address the table already holds is not static: only
     // a new one is looked up among them. Every frame looks its MACs up:
     // remembering a burst's last pair paid only on one-pair traces and cost
     // traffic of many hosts.
-    if !ethernet::is_multicast(src) {
+    if !mac_table::is_group(src_key) {
         let learned = match ctx.macs.refresh_key(src_key, in_port, ctx.now) {
             Some(l) => Some(l),
             None if ctx.tables.static_port(src_key).is_none() => Some(ctx.macs.insert_key(src_key, in_port, ctx.now)),
@@ -245,10 +239,9 @@ fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u
     if let FlowAction::Forward(p) = action {
         return tx_if_up(ctx.tables, p);
     }
-    if ethernet::is_multicast(dst) {
+    if mac_table::is_group(dst_key) {
         return Verdict::Flood;
     }
-    let dst_key = mac_table::key(vlan, dst);
     let out = ctx.tables.static_port(dst_key).or_else(|| ctx.macs.lookup_key(dst_key));
     match out {
         Some(p) if p == in_port => Verdict::Drop(DropReason::L2SameSegment),
