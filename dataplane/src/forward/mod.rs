@@ -207,8 +207,7 @@ fn tx_if_up(t: &Tables, port: u16) -> Verdict {
 #[inline(always)]
 fn bridge(ctx: &mut Ctx, frame: &[u8], in_port: u16, action: FlowAction, vlan: u16) -> Verdict {
     // The keys read from the frame itself: copies assembled on the stack
-    // and read back as keys stalled store forwarding. A key's lowest bit
-    // is its MAC's group bit.
+    // and read back as keys stalled store forwarding.
     let (Some(src_key), Some(dst_key)) = (mac_table::key_in(vlan, frame, 6), mac_table::key_in(vlan, frame, 0)) else {
         return Verdict::Drop(DropReason::EthTruncated);
     };
