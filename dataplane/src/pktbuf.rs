@@ -24,9 +24,9 @@ pub trait PacketBuf {
     }
 
     /// Opens `n` bytes at offset `at` by moving the first `at` bytes forward.
-    /// Always inlined, as `remove_at`: every INT push (sink) makes one, and
-    /// as a call it paid its own prologue and bounds checks on top of the
-    /// caller's.
+    /// Always inlined, as `remove_at`: every INT push opens its room with
+    /// this (and every sink closes it with `remove_at`), and as a call it
+    /// paid its own prologue and bounds checks on top of the caller's.
     #[inline(always)]
     fn insert_at(&mut self, at: usize, n: usize) -> bool {
         if at > self.bytes().len() || !self.grow_front(n) {
