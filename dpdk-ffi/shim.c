@@ -53,15 +53,18 @@ unsigned shim_ring_count(const struct rte_ring *r) { return rte_ring_count(r); }
 
 /* RTE_ETH_RSS_* are function-like macros (RTE_BIT64) that bindgen cannot evaluate. */
 uint64_t shim_rss_hf_5tuple(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP; }
+/* RTE_ETH_RX_OFFLOAD_* likewise (RTE_BIT64). */
+uint64_t shim_rx_offload_ipv4_cksum(void) { return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM; }
 
 /* Layout facts the Rust side relies on when it reads mbuf fields directly. */
-void shim_mbuf_layout(uint32_t out[5])
+void shim_mbuf_layout(uint32_t out[6])
 {
 	out[0] = offsetof(struct rte_mbuf, data_off);
 	out[1] = offsetof(struct rte_mbuf, nb_segs);
 	out[2] = offsetof(struct rte_mbuf, pkt_len);
 	out[3] = offsetof(struct rte_mbuf, data_len);
 	out[4] = sizeof(struct rte_mbuf);
+	out[5] = offsetof(struct rte_mbuf, ol_flags);
 }
 
 struct rte_fib *shim_fib_create(const char *name, int socket_id, uint32_t max_routes, uint32_t num_tbl8)

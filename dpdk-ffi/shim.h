@@ -44,7 +44,8 @@ unsigned shim_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsigned
 unsigned shim_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n);
 unsigned shim_ring_count(const struct rte_ring *r);
 uint64_t shim_rss_hf_5tuple(void);
-void shim_mbuf_layout(uint32_t out[5]);
+uint64_t shim_rx_offload_ipv4_cksum(void);
+void shim_mbuf_layout(uint32_t out[6]);
 /* DPDK's LPM tables, to compare lookups with the switch's own LPM (their
  * configs hold a union and enums bindgen renders awkwardly). */
 struct rte_fib;

@@ -230,6 +230,9 @@ pub struct PortConfig {
     pub promiscuous: bool,
     #[serde(default = "yes")]
     pub rss: bool,
+    /// Let the device verify received IPv4 header checksums where it can.
+    #[serde(default = "yes")]
+    pub rx_checksum_offload: bool,
     pub mac: Option<String>,
     #[serde(default)]
     pub ipv4: Vec<String>,
@@ -299,6 +302,7 @@ pub struct PortPlan {
     pub mtu: Option<u16>,
     pub promiscuous: bool,
     pub rss: bool,
+    pub rx_checksum_offload: bool,
     pub mac: Option<[u8; 6]>,
     pub ipv4: Vec<([u8; 4], u8)>,
     pub ipv6: Vec<([u8; 16], u8)>,
@@ -317,6 +321,8 @@ impl PortPlan {
             ipv4: self.ipv4.clone(),
             ipv6: self.ipv6.clone(),
             impair: self.impair,
+            // Set from the opened device (`Port::rx_checksum_active`).
+            nic_checks_ipv4: false,
         }
     }
 }
@@ -600,6 +606,7 @@ impl Config {
                 mtu: p.mtu,
                 promiscuous: p.promiscuous,
                 rss: p.rss,
+                rx_checksum_offload: p.rx_checksum_offload,
                 mac,
                 ipv4,
                 ipv6,

@@ -605,6 +605,22 @@ impl Mbuf {
         unsafe { (*self.raw()).nb_segs }
     }
 
+    /// The device's verdict on the IPv4 header checksum, where its port
+    /// verifies them (`Port::rx_checksum_active`): Some(true) good (or
+    /// "none": the header is intact, its checksum field not filled),
+    /// Some(false) bad, None not checked.
+    #[inline(always)]
+    pub fn ipv4_checksum_by_nic(&self) -> Option<bool> {
+        // SAFETY: field read on an owned mbuf (offset checked against C by
+        // dpdk-ffi's tests).
+        let f = unsafe { (*self.raw()).ol_flags } & ffi::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64;
+        match f as u32 {
+            ffi::RTE_MBUF_F_RX_IP_CKSUM_BAD => Some(false),
+            ffi::RTE_MBUF_F_RX_IP_CKSUM_UNKNOWN => None,
+            _ => Some(true),
+        }
+    }
+
     /// Port the packet was received on.
     #[inline(always)]
     pub fn port(&self) -> u16 {
@@ -756,6 +772,8 @@ pub struct PortSetup {
     pub rss: bool,
     /// MAC address to set instead of the device's own.
     pub mac: Option<[u8; 6]>,
+    /// Let the device verify IPv4 header checksums where it can.
+    pub rx_checksum: bool,
 }
 
 /// What the device reported about itself.
@@ -765,6 +783,8 @@ pub struct PortInfo {
     pub max_rx_queues: u16,
     pub max_tx_queues: u16,
     pub rss_offloads: u64,
+    /// RTE_ETH_RX_OFFLOAD_* the device offers.
+    pub rx_offloads: u64,
     pub min_mtu: u16,
     pub max_mtu: u16,
 }
@@ -776,6 +796,7 @@ pub struct Port {
     mac: [u8; 6],
     info: PortInfo,
     rss_active: bool,
+    rx_checksum_active: bool,
     _eal: Eal,
 }
 
@@ -812,6 +833,11 @@ impl Port {
         if rss_active {
             conf.rxmode.mq_mode = ffi::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
             conf.rx_adv_conf.rss_conf.rss_hf = want_hf;
+        }
+        let ipv4_cksum = rx_offload_ipv4_cksum();
+        let rx_checksum_active = setup.rx_checksum && info.rx_offloads & ipv4_cksum != 0;
+        if rx_checksum_active {
+            conf.rxmode.offloads |= ipv4_cksum;
         }
         // SAFETY: id is a valid port; conf is a fully initialised struct.
         let rc = unsafe { ffi::rte_eth_dev_configure(id, setup.rx_queues, setup.tx_queues, &conf) };
@@ -878,7 +904,7 @@ impl Port {
             }
             mac = m;
         }
-        Ok(Port { id, name: name.to_string(), mac, info, rss_active, _eal: eal.clone() })
+        Ok(Port { id, name: name.to_string(), mac, info, rss_active, rx_checksum_active, _eal: eal.clone() })
     }
 
     fn query_info(id: u16) -> Result<PortInfo, DpdkError> {
@@ -899,6 +925,7 @@ impl Port {
             max_rx_queues: di.max_rx_queues,
             max_tx_queues: di.max_tx_queues,
             rss_offloads: di.flow_type_rss_offloads,
+            rx_offloads: di.rx_offload_capa,
             min_mtu: di.min_mtu,
             max_mtu: di.max_mtu,
         })
@@ -922,6 +949,12 @@ impl Port {
 
     pub fn rss_active(&self) -> bool {
         self.rss_active
+    }
+
+    /// Whether the device verifies received IPv4 header checksums (and
+    /// marks each mbuf with its verdict, `Mbuf::ipv4_checksum_by_nic`).
+    pub fn rx_checksum_active(&self) -> bool {
+        self.rx_checksum_active
     }
 
     pub fn link(&self) -> LinkStatus {
@@ -1013,6 +1046,11 @@ impl Drop for Port {
 fn rss_hf_5tuple() -> u64 {
     // SAFETY: returns a constant.
     unsafe { ffi::shim_rss_hf_5tuple() }
+}
+
+fn rx_offload_ipv4_cksum() -> u64 {
+    // SAFETY: returns a constant.
+    unsafe { ffi::shim_rx_offload_ipv4_cksum() }
 }
 
 const fn libc_enotsup() -> i32 {

@@ -23,6 +23,15 @@ pub trait PacketBuf {
         self.bytes().len()
     }
 
+    /// What the receiving NIC found of the IPv4 header checksum: Some(true)
+    /// good, Some(false) bad, None not checked (verify it in software).
+    /// Trusted only from a port that verifies them
+    /// (`tables::PortState::nic_checks_ipv4`).
+    #[inline(always)]
+    fn ipv4_checksum_by_nic(&self) -> Option<bool> {
+        None
+    }
+
     /// Opens `n` bytes at offset `at` by moving the first `at` bytes forward.
     /// Always inlined, as `remove_at`: every INT push opens its room with
     /// this (and every sink closes it with `remove_at`), and as a call it
@@ -105,6 +114,10 @@ impl PacketBuf for crate::dpdk::Mbuf {
     #[inline(always)]
     fn frame_len(&self) -> usize {
         self.pkt_len()
+    }
+    #[inline(always)]
+    fn ipv4_checksum_by_nic(&self) -> Option<bool> {
+        crate::dpdk::Mbuf::ipv4_checksum_by_nic(self)
     }
 }
 

@@ -44,6 +44,10 @@ pub struct PortState {
     pub ipv6: Vec<([u8; 16], u8)>,
     /// Link emulation on this port's egress.
     pub impair: crate::impair::Impairment,
+    /// The device verifies received IPv4 header checksums: the data path
+    /// takes its verdict (`PacketBuf::ipv4_checksum_by_nic`) instead of
+    /// summing the header again.
+    pub nic_checks_ipv4: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -695,6 +699,13 @@ impl Tables {
         self.static_macs.get(&k).copied()
     }
 
+    /// Whether `port`'s device verifies received IPv4 header checksums
+    /// (`PortState::nic_checks_ipv4`).
+    #[inline(always)]
+    pub fn nic_checks_ipv4(&self, port: u16) -> bool {
+        self.ports.get(port as usize).is_some_and(|p| p.nic_checks_ipv4)
+    }
+
     /// Whether port index `port` emulates a link (one bit test on the
     /// per-packet path).
     #[inline(always)]
@@ -737,6 +748,7 @@ pub(crate) mod tests {
                     ipv4: vec![([10, 0, 1, 1], 24)],
                     ipv6: vec![([0x20, 1, 0xd, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 64)],
                     impair: Default::default(),
+                    nic_checks_ipv4: false,
                 },
                 PortState {
                     name: "p1".into(),
@@ -745,6 +757,7 @@ pub(crate) mod tests {
                     ipv4: vec![([10, 0, 2, 1], 24)],
                     ipv6: vec![([0x20, 1, 0xd, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 64)],
                     impair: Default::default(),
+                    nic_checks_ipv4: false,
                 },
             ],
             xconnect: vec![Some(1), Some(0)],

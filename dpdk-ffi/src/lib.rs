@@ -15,8 +15,8 @@ mod tests {
     /// match the C compiler's.
     #[test]
     fn mbuf_layout_matches_c() {
-        let mut c = [0u32; 5];
-        // SAFETY: writes five u32 into the array.
+        let mut c = [0u32; 6];
+        // SAFETY: writes six u32 into the array.
         unsafe { shim_mbuf_layout(c.as_mut_ptr()) };
         let rust = [
             std::mem::offset_of!(rte_mbuf, data_off) as u32,
@@ -24,6 +24,7 @@ mod tests {
             std::mem::offset_of!(rte_mbuf, pkt_len) as u32,
             std::mem::offset_of!(rte_mbuf, data_len) as u32,
             std::mem::size_of::<rte_mbuf>() as u32,
+            std::mem::offset_of!(rte_mbuf, ol_flags) as u32,
         ];
         assert_eq!(rust, c);
     }

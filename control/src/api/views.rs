@@ -55,6 +55,10 @@ pub struct PortView {
     pub impair: String,
     pub link: LinkView,
     pub rss: bool,
+    /// The device verifies received IPv4 header checksums, and the data
+    /// path takes its verdict (`rx_checksum_offload` on a device that can).
+    #[serde(default)]
+    pub rx_checksum_offload: bool,
     pub ipv4: Vec<String>,
     pub ipv6: Vec<String>,
     pub rx_packets: u64,

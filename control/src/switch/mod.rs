@@ -167,13 +167,17 @@ impl Switch {
                 promiscuous: p.promiscuous,
                 rss: p.rss,
                 mac: p.mac,
+                rx_checksum: p.rx_checksum_offload,
             };
             ports
                 .push(Port::open(&eal, &p.device, &setup, &pool).map_err(|e| format!("port[{pi}] '{}': {e}", p.name))?);
         }
         let macs: Vec<[u8; 6]> = ports.iter().map(|p| p.mac()).collect();
         let hz = dpdk::tsc_hz().max(1);
-        let spec = plan.table_spec(&macs, hz);
+        let mut spec = plan.table_spec(&macs, hz);
+        for (s, dev) in spec.ports.iter_mut().zip(&ports) {
+            s.nic_checks_ipv4 = dev.rx_checksum_active();
+        }
         let tables = Tables::build(&spec, 1)?;
         let shared = Arc::new(Shared::new(tables, workers.len()));
         // Startup flows reach every worker before traffic: RSS may put a flow on any.

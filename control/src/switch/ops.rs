@@ -320,6 +320,7 @@ impl Switch {
                     impair: p.impair.to_netem(),
                     link: LinkView { up: link.up, speed_mbps: link.speed_mbps, full_duplex: link.full_duplex },
                     rss: dev.rss_active(),
+                    rx_checksum_offload: dev.rx_checksum_active(),
                     ipv4: p.ipv4.iter().map(|(a, l)| format!("{}/{l}", IpAddr::from(*a))).collect(),
                     ipv6: p.ipv6.iter().map(|(a, l)| format!("{}/{l}", IpAddr::from(*a))).collect(),
                     rx_packets: c.rx_packets[i],

@@ -65,6 +65,10 @@ pub struct Ctx<'a> {
     pub learn_flows: bool,
     /// Set to the next hop a `NeighbourUnresolved` verdict waits for.
     pub unresolved: Option<IpAddr>,
+    /// The receiving NIC's verdict on the packet's IPv4 header checksum,
+    /// where its port's device checks them (`stage::nic_verdict`); None:
+    /// sum the header here.
+    pub nic_ipv4_checksum: Option<bool>,
 }
 
 impl<'a> Ctx<'a> {
@@ -78,7 +82,7 @@ impl<'a> Ctx<'a> {
         now: u64,
         learn_flows: bool,
     ) -> Ctx<'a> {
-        Ctx { tables, flows, macs, counters, control, now, learn_flows, unresolved: None }
+        Ctx { tables, flows, macs, counters, control, now, learn_flows, unresolved: None, nic_ipv4_checksum: None }
     }
 
     fn notify(&mut self, ev: ControlEvent) {
@@ -315,7 +319,7 @@ fn route_v4(
     let l3 = meta.l3_offset;
     let eth_multicast = frame[0] & 1 != 0;
     let mut ip = Ipv4Packet::new_unchecked(&mut frame[l3..meta.l3_end]);
-    if !ip.verify_checksum() {
+    if !ctx.nic_ipv4_checksum.unwrap_or_else(|| ip.verify_checksum()) {
         return Verdict::Drop(DropReason::Ipv4BadChecksum);
     }
     let dst = ip.dst();

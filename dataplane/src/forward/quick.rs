@@ -57,7 +57,9 @@ impl Flows<'_> {
 /// name, and is none of the packets they act on): rewrites it and returns
 /// the output port. None leaves it (and the flow table) untouched.
 /// `FLOWS`: whether the flow table is in use (entries, or learning);
-/// without, its code is left out, not branched over.
+/// without, its code is left out, not branched over. `nic`: the receiving
+/// NIC's verdict on the IPv4 header checksum where the port's device checks
+/// them (`stage::nic_verdict`), else None (summed here).
 #[inline(always)]
 pub fn route<const FLOWS: bool>(
     t: &Tables,
@@ -65,10 +67,11 @@ pub fn route<const FLOWS: bool>(
     in_port: u16,
     flows: &mut Flows,
     to: &QuickConsent,
+    nic: Option<bool>,
 ) -> Option<u16> {
     let eth = frame.first_chunk::<ETH>()?;
     match u16::from_be_bytes([eth[12], eth[13]]) {
-        ETHERTYPE_IPV4 => route_v4::<FLOWS>(t, frame, in_port, flows, to),
+        ETHERTYPE_IPV4 => route_v4::<FLOWS>(t, frame, in_port, flows, to, nic),
         ETHERTYPE_IPV6 => route_v6::<FLOWS>(t, frame, in_port, flows, to),
         _ => None,
     }
@@ -87,6 +90,7 @@ fn route_v4<const FLOWS: bool>(
     in_port: u16,
     flows: &mut Flows,
     to: &QuickConsent,
+    nic: Option<bool>,
 ) -> Option<u16> {
     let ip: &[u8; V4] = frame.get(ETH..)?.first_chunk()?;
     // A packet a stage acts on costs no more checks here: they are the
@@ -97,12 +101,12 @@ fn route_v4<const FLOWS: bool>(
     }
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
     // To us; version 4 without options; the total length as
-    // `Ipv4Packet::new_checked` takes it; a valid header checksum; TTL
-    // above 1; not multicast.
+    // `Ipv4Packet::new_checked` takes it; a valid header checksum (the
+    // NIC's verdict where it checks); TTL above 1; not multicast.
     if !to_us(t, frame, in_port) || ip[0] != 0x45 || total < V4 || total > frame.len() - ETH {
         return None;
     }
-    if !checksum::header_verifies(ip) || ip[8] <= 1 || ip[16] >= 224 {
+    if !nic.unwrap_or_else(|| checksum::header_verifies(ip)) || ip[8] <= 1 || ip[16] >= 224 {
         return None;
     }
     if first_fragment(ip) && !l4_holds(ip[9], &frame[ETH + V4..ETH + total]) {
@@ -238,8 +242,9 @@ fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) {
 /// as the full path (`forward::process`, learning flows when `learn`)
 /// does: the same port and bytes, the same flow entries and counters after;
 /// and that otherwise it leaves the frame and `flows` as they came. True
-/// when it routed it; `flows` then holds the full path's result. For the
-/// tests and the pipeline fuzz.
+/// when it routed it; `flows` then holds the full path's result. `nic`:
+/// what the receiving NIC marked of its IPv4 header checksum, to both. For
+/// the tests and the pipeline fuzz.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn assert_as_the_full_path(
     t: &Tables,
@@ -248,6 +253,7 @@ pub(crate) fn assert_as_the_full_path(
     learn: bool,
     now: u64,
     input: &[u8],
+    nic: Option<bool>,
 ) -> bool {
     struct Discard;
     impl super::ControlSink for Discard {
@@ -260,9 +266,9 @@ pub(crate) fn assert_as_the_full_path(
     let mut qf = Flows { table: &mut quick_flows, learn, now, counters: &mut cq };
     let in_use = learn || !flows.is_empty();
     let routed = if in_use {
-        route::<true>(t, &mut quick, 0, &mut qf, &QuickConsent::ALL)
+        route::<true>(t, &mut quick, 0, &mut qf, &QuickConsent::ALL, nic)
     } else {
-        route::<false>(t, &mut quick, 0, &mut qf, &QuickConsent::ALL)
+        route::<false>(t, &mut quick, 0, &mut qf, &QuickConsent::ALL, nic)
     };
     let Some(out) = routed else {
         assert_eq!(quick, input, "quick path changed a frame it left: {input:02x?}");
@@ -274,7 +280,10 @@ pub(crate) fn assert_as_the_full_path(
         return false;
     };
     let (mut full, mut c) = (input.to_vec(), CounterValues::default());
-    let v = super::process(&mut super::Ctx::new(t, flows, macs, &mut c, &mut Discard, now, learn), &mut full, 0);
+    let mut sink = Discard;
+    let mut ctx = super::Ctx::new(t, flows, macs, &mut c, &mut sink, now, learn);
+    ctx.nic_ipv4_checksum = nic;
+    let v = super::process(&mut ctx, &mut full, 0);
     assert_eq!(v, super::Verdict::Tx(out), "quick path routed what the full path did not: {input:02x?}");
     assert_eq!(quick, full, "quick path wrote other bytes: {input:02x?}");
     assert!(entries(&quick_flows) == entries(flows), "quick path accounted flows otherwise: {input:02x?}");
@@ -398,7 +407,7 @@ pub(crate) mod tests {
             }
             let (mut routed, mut v4, mut v6) = (0, 0, 0);
             for (i, f) in variants.iter().enumerate() {
-                if assert_as_the_full_path(t, &mut flows, &mut macs, learn, (i as u64) << 20, f) {
+                if assert_as_the_full_path(t, &mut flows, &mut macs, learn, (i as u64) << 20, f, None) {
                     routed += 1;
                     v4 += (f[12..14] == [8, 0]) as usize;
                     v6 += (f[12..14] == [0x86, 0xdd]) as usize;
@@ -418,7 +427,7 @@ pub(crate) mod tests {
     fn route_with(t: &Tables, f: &mut [u8], in_port: u16, to: &QuickConsent) -> Option<u16> {
         let (mut table, mut counters) = (FlowTable::new(16, 0), CounterValues::default());
         let flows = &mut Flows { table: &mut table, learn: false, now: 0, counters: &mut counters };
-        route::<false>(t, f, in_port, flows, to)
+        route::<false>(t, f, in_port, flows, to, None)
     }
 
     /// Packets a feature stage acts on, by their DSCP (any protocol) or
@@ -479,7 +488,14 @@ pub(crate) mod tests {
         let (mut table, mut c) = (FlowTable::new(16, 0), CounterValues::default());
         let run = |table: &mut FlowTable, c: &mut CounterValues, learn: bool, f: &[u8]| {
             let mut f = f.to_vec();
-            route::<true>(&t, &mut f, 0, &mut Flows { table, learn, now: 5 << 20, counters: c }, &QuickConsent::ALL)
+            route::<true>(
+                &t,
+                &mut f,
+                0,
+                &mut Flows { table, learn, now: 5 << 20, counters: c },
+                &QuickConsent::ALL,
+                None,
+            )
         };
         // Learned on the first packet, counted on the next.
         for f in [&v4, &v6] {
@@ -510,12 +526,12 @@ pub(crate) mod tests {
         for ports in [0b01, 0] {
             let mut f = v6.clone();
             let flows = &mut Flows { table: &mut fresh, learn: true, now: 1, counters: &mut c };
-            assert_eq!(route::<true>(&t, &mut f, 0, flows, &QuickConsent::to_ports(ports)), None);
+            assert_eq!(route::<true>(&t, &mut f, 0, flows, &QuickConsent::to_ports(ports), None), None);
             assert_eq!(f, v6);
         }
         assert!(fresh.is_empty() && c == CounterValues::default());
         let flows = &mut Flows { table: &mut fresh, learn: true, now: 1, counters: &mut c };
-        assert_eq!(route::<true>(&t, &mut v6.clone(), 0, flows, &QuickConsent::to_ports(0b10)), Some(1));
+        assert_eq!(route::<true>(&t, &mut v6.clone(), 0, flows, &QuickConsent::to_ports(0b10), None), Some(1));
     }
 
     #[test]

@@ -75,7 +75,8 @@ impl<C: ControlSink> ForwardStage<C> {
     /// when it routed the frame (rewritten, accounted to its flow), else
     /// None and the frame as it came, for the full path. `flows`: what
     /// `flows_in_use` said at the start of the burst; `consent`: what the
-    /// feature stages let it take.
+    /// feature stages let it take; `nic_checks`: `Tables::nic_checks_ipv4`
+    /// of the burst's port.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub fn quick_route<B: PacketBuf>(
@@ -87,15 +88,17 @@ impl<C: ControlSink> ForwardStage<C> {
         in_port: u16,
         flows: bool,
         consent: &QuickConsent,
+        nic_checks: bool,
     ) -> Option<u16> {
         if !m.single_segment() {
             return None;
         }
         let mut f = super::quick::Flows { table: &mut self.flows, learn: self.learn, now, counters: c };
+        let nic = if nic_checks { m.ipv4_checksum_by_nic() } else { None };
         if flows {
-            super::quick::route::<true>(t, m.bytes_mut(), in_port, &mut f, consent)
+            super::quick::route::<true>(t, m.bytes_mut(), in_port, &mut f, consent, nic)
         } else {
-            super::quick::route::<false>(t, m.bytes_mut(), in_port, &mut f, consent)
+            super::quick::route::<false>(t, m.bytes_mut(), in_port, &mut f, consent, nic)
         }
     }
 
@@ -123,6 +126,17 @@ impl<C: ControlSink> ForwardStage<C> {
         }
         let mut ctx = Ctx::new(t, &mut self.flows, &mut self.macs, c, &mut self.control, now, false);
         super::bridge_l2(&mut ctx, frame, in_port)
+    }
+}
+
+/// What the NIC that received `m` on `in_port` found of its IPv4 header
+/// checksum, where that port's device checks them; None: sum it here.
+#[inline(always)]
+pub fn nic_verdict<B: PacketBuf>(t: &Tables, in_port: u16, m: &B) -> Option<bool> {
+    if t.nic_checks_ipv4(in_port) {
+        m.ipv4_checksum_by_nic()
+    } else {
+        None
     }
 }
 
@@ -170,6 +184,7 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
             return Step::Next;
         }
         let mut ctx = Ctx::new(t, &mut self.flows, &mut self.macs, cx.c, &mut self.control, burst.now, self.learn);
+        ctx.nic_ipv4_checksum = nic_verdict(t, burst.in_port, m);
         p.verdict = super::process_parsed(&mut ctx, m.bytes_mut(), burst.in_port, &p.meta);
         if p.verdict == Verdict::Drop(DropReason::NeighbourUnresolved) {
             // Held while the control core resolves the next hop; once only
@@ -180,5 +195,84 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
             }
         }
         Step::Next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forward::quick::tests::corpus;
+    use crate::forward::{process, ControlEvent};
+    use crate::pktbuf::VecBuf;
+    use crate::tables::tests::two_port_router_v6_routed;
+
+    struct Discard;
+    impl ControlSink for Discard {
+        fn send(&mut self, _ev: ControlEvent) -> bool {
+            true
+        }
+    }
+
+    /// A frame with what its NIC marked of the IPv4 header checksum.
+    struct Marked(VecBuf, Option<bool>);
+    impl PacketBuf for Marked {
+        fn bytes(&self) -> &[u8] {
+            self.0.bytes()
+        }
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            self.0.bytes_mut()
+        }
+        fn grow_front(&mut self, n: usize) -> bool {
+            self.0.grow_front(n)
+        }
+        fn shrink_front(&mut self, n: usize) -> bool {
+            self.0.shrink_front(n)
+        }
+        fn ipv4_checksum_by_nic(&self) -> Option<bool> {
+            self.1
+        }
+    }
+
+    /// A NIC's checksum verdict stands for the header's sum, on the quick
+    /// and the full path, only where the receiving port's device checks
+    /// them: a good header it marks bad is dropped as `ipv4_bad_checksum`,
+    /// a header it marks good is not summed again; from other ports, and
+    /// unmarked, the header is summed.
+    #[test]
+    fn a_nic_checksum_verdict_counts_only_where_the_port_checks() {
+        const ETH_IP_CSUM: usize = 14 + 10;
+        let good = corpus()[2].clone();
+        let mut bad = good.clone();
+        bad[ETH_IP_CSUM] ^= 0x40;
+        let mut s = two_port_router_v6_routed();
+        let unchecked = Tables::build(&s, 1).unwrap();
+        s.ports[0].nic_checks_ipv4 = true;
+        let checked = Tables::build(&s, 1).unwrap();
+        // (tables, frame, the NIC's mark, routed to port 1)
+        let cases = [
+            (&unchecked, &good, Some(false), true),
+            (&unchecked, &bad, Some(true), false),
+            (&unchecked, &bad, None, false),
+            (&checked, &good, Some(false), false),
+            (&checked, &bad, Some(true), true),
+            (&checked, &good, None, true),
+            (&checked, &bad, None, false),
+        ];
+        for (i, (t, f, mark, routes)) in cases.into_iter().enumerate() {
+            let mut m = Marked(VecBuf::new(f, 64), mark);
+            let mut fs = ForwardStage::new(FlowTable::new(16, 0), MacTable::new(16, 0), false, Discard);
+            let mut c = CounterValues::default();
+            let quick = fs.quick_route(t, &mut c, 0, &mut m, 0, false, &QuickConsent::ALL, t.nic_checks_ipv4(0));
+            assert_eq!(quick, routes.then_some(1), "case {i}: quick path");
+            let mut full = Marked(VecBuf::new(f, 64), mark);
+            let (mut ft, mut mt, mut sink) = (FlowTable::new(16, 0), MacTable::new(16, 0), Discard);
+            let mut ctx = Ctx::new(t, &mut ft, &mut mt, &mut c, &mut sink, 0, false);
+            ctx.nic_ipv4_checksum = nic_verdict(t, 0, &full);
+            let want = if routes { Verdict::Tx(1) } else { Verdict::Drop(DropReason::Ipv4BadChecksum) };
+            assert_eq!(process(&mut ctx, full.bytes_mut(), 0), want, "case {i}: full path");
+            if routes {
+                assert_eq!(m.bytes(), full.bytes(), "case {i}: the same bytes");
+            }
+        }
     }
 }
