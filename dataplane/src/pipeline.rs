@@ -864,7 +864,6 @@ impl<C: ControlSink, F> Pipeline<C, F> {
         let two_pass =
             parses && !quick && (Stage::<B>::prefetch_pass(&self.forward, t) || self.stages.prefetch_pass(t));
         let quick_flows = quick && self.forward.flows_in_use();
-        let nic_checks = quick && t.nic_checks_ipv4(in_port);
         if quick && self.forward.quick_prefetch_pass() {
             for m in pkts.iter().flatten() {
                 self.forward.quick_prefetch(m, in_port);
@@ -894,9 +893,7 @@ impl<C: ControlSink, F> Pipeline<C, F> {
             rx_bytes += m.frame_len() as u64;
             if quick {
                 let (c, now) = (&mut *cx.c, burst.now);
-                if let Some(port) =
-                    self.forward.quick_route(t, c, now, &mut m, in_port, quick_flows, &consent, nic_checks)
-                {
+                if let Some(port) = self.forward.quick_route(t, c, now, &mut m, in_port, quick_flows, &consent) {
                     cx.out.deliver(m, Verdict::Tx(port), in_port, t, cx.c, burst.now);
                     continue;
                 }
@@ -1331,7 +1328,7 @@ pub(crate) mod tests {
         // Whether the quick path takes `f` (to port 1) with `to`.
         let passes = |p: &mut WorkerPipeline, f: &[u8], to: &QuickConsent| {
             let mut m = VecBuf::new(f, 256);
-            p.forward.quick_route(&t, &mut CounterValues::default(), 1, &mut m, 0, false, to, false).is_some()
+            p.forward.quick_route(&t, &mut CounterValues::default(), 1, &mut m, 0, false, to).is_some()
         };
         assert_eq!(quick_ports(&mut p, T + 1), 0, "every port due for its interval label");
         // A burst at full depth labels port 1 (the plain IPv4 frame's).

@@ -66,7 +66,7 @@ pub struct Ctx<'a> {
     /// Set to the next hop a `NeighbourUnresolved` verdict waits for.
     pub unresolved: Option<IpAddr>,
     /// The receiving NIC's verdict on the packet's IPv4 header checksum,
-    /// where its port's device checks them (`stage::nic_verdict`); None:
+    /// where its port's device checks them (`ForwardStage::nic_verdict`); None:
     /// sum the header here.
     pub nic_ipv4_checksum: Option<bool>,
 }

@@ -59,7 +59,7 @@ impl Flows<'_> {
 /// `FLOWS`: whether the flow table is in use (entries, or learning);
 /// without, its code is left out, not branched over. `nic`: the receiving
 /// NIC's verdict on the IPv4 header checksum where the port's device checks
-/// them (`stage::nic_verdict`), else None (summed here).
+/// them (`ForwardStage::nic_verdict`), else None (summed here).
 #[inline(always)]
 pub fn route<const FLOWS: bool>(
     t: &Tables,

@@ -8,7 +8,7 @@ use crate::counters::CounterValues;
 use crate::flow_table::{FlowAction, FlowTable};
 use crate::mac_table::MacTable;
 use crate::parse::{L3Kind, PacketMeta};
-use crate::pipeline::{Cx, Depth, Output, Packet, QuickConsent, Stage, Step};
+use crate::pipeline::{Burst, Cx, Depth, Output, Packet, QuickConsent, Stage, Step};
 use crate::pktbuf::PacketBuf;
 use crate::tables::{Mode, Tables};
 use crate::DropReason;
@@ -26,11 +26,14 @@ pub struct ForwardStage<C: ControlSink> {
     pub learn: bool,
     /// Where requests to the control core go (neighbours, resolution, MACs).
     pub control: C,
+    /// The burst's port verifies IPv4 header checksums
+    /// (`Tables::nic_checks_ipv4`), set in `begin`.
+    nic_checks: bool,
 }
 
 impl<C: ControlSink> ForwardStage<C> {
     pub fn new(flows: FlowTable, macs: MacTable, learn: bool, control: C) -> ForwardStage<C> {
-        ForwardStage { flows, macs, learn, control }
+        ForwardStage { flows, macs, learn, control, nic_checks: false }
     }
 
     /// Whether the flow table has anything to do (entries, or learning):
@@ -75,8 +78,7 @@ impl<C: ControlSink> ForwardStage<C> {
     /// when it routed the frame (rewritten, accounted to its flow), else
     /// None and the frame as it came, for the full path. `flows`: what
     /// `flows_in_use` said at the start of the burst; `consent`: what the
-    /// feature stages let it take; `nic_checks`: `Tables::nic_checks_ipv4`
-    /// of the burst's port.
+    /// feature stages let it take.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub fn quick_route<B: PacketBuf>(
@@ -88,13 +90,12 @@ impl<C: ControlSink> ForwardStage<C> {
         in_port: u16,
         flows: bool,
         consent: &QuickConsent,
-        nic_checks: bool,
     ) -> Option<u16> {
         if !m.single_segment() {
             return None;
         }
+        let nic = self.nic_verdict(m);
         let mut f = super::quick::Flows { table: &mut self.flows, learn: self.learn, now, counters: c };
-        let nic = if nic_checks { m.ipv4_checksum_by_nic() } else { None };
         if flows {
             super::quick::route::<true>(t, m.bytes_mut(), in_port, &mut f, consent, nic)
         } else {
@@ -107,6 +108,17 @@ impl<C: ControlSink> ForwardStage<C> {
     #[inline(always)]
     pub fn quick_prefetch_pass(&self) -> bool {
         self.flows.len() >= PREFETCH_MIN_FLOWS
+    }
+
+    /// What the NIC that received `m` found of its IPv4 header checksum,
+    /// where the burst's port checks them; None: sum it here.
+    #[inline(always)]
+    pub fn nic_verdict<B: PacketBuf>(&self, m: &B) -> Option<bool> {
+        if self.nic_checks {
+            m.ipv4_checksum_by_nic()
+        } else {
+            None
+        }
     }
 
     /// The quick path's first pass on a frame.
@@ -129,17 +141,6 @@ impl<C: ControlSink> ForwardStage<C> {
     }
 }
 
-/// What the NIC that received `m` on `in_port` found of its IPv4 header
-/// checksum, where that port's device checks them; None: sum it here.
-#[inline(always)]
-pub fn nic_verdict<B: PacketBuf>(t: &Tables, in_port: u16, m: &B) -> Option<bool> {
-    if t.nic_checks_ipv4(in_port) {
-        m.ipv4_checksum_by_nic()
-    } else {
-        None
-    }
-}
-
 impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
     #[inline]
     fn depth<O: Output<B>>(&self, t: &Tables, _out: &O) -> Option<Depth> {
@@ -152,6 +153,11 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
             Mode::CrossConnect => Depth::Wire,
             Mode::Bridge => Depth::L2,
         })
+    }
+
+    #[inline(always)]
+    fn begin(&mut self, t: &Tables, burst: &Burst) {
+        self.nic_checks = t.nic_checks_ipv4(burst.in_port);
     }
 
     #[inline(always)]
@@ -183,8 +189,9 @@ impl<B: PacketBuf, C: ControlSink> Stage<B> for ForwardStage<C> {
             p.verdict = self.l2_verdict(t, cx.c, m.bytes(), burst.in_port, burst.now);
             return Step::Next;
         }
+        let nic = self.nic_verdict(m);
         let mut ctx = Ctx::new(t, &mut self.flows, &mut self.macs, cx.c, &mut self.control, burst.now, self.learn);
-        ctx.nic_ipv4_checksum = nic_verdict(t, burst.in_port, m);
+        ctx.nic_ipv4_checksum = nic;
         p.verdict = super::process_parsed(&mut ctx, m.bytes_mut(), burst.in_port, &p.meta);
         if p.verdict == Verdict::Drop(DropReason::NeighbourUnresolved) {
             // Held while the control core resolves the next hop; once only
@@ -203,6 +210,7 @@ mod tests {
     use super::*;
     use crate::forward::quick::tests::corpus;
     use crate::forward::{process, ControlEvent};
+    use crate::pipeline::RxTime;
     use crate::pktbuf::VecBuf;
     use crate::tables::tests::two_port_router_v6_routed;
 
@@ -262,12 +270,13 @@ mod tests {
             let mut m = Marked(VecBuf::new(f, 64), mark);
             let mut fs = ForwardStage::new(FlowTable::new(16, 0), MacTable::new(16, 0), false, Discard);
             let mut c = CounterValues::default();
-            let quick = fs.quick_route(t, &mut c, 0, &mut m, 0, false, &QuickConsent::ALL, t.nic_checks_ipv4(0));
+            Stage::<Marked>::begin(&mut fs, t, &Burst::received(0, RxTime { tsc: 0, wall_ns: 0 }, Depth::L3));
+            let quick = fs.quick_route(t, &mut c, 0, &mut m, 0, false, &QuickConsent::ALL);
             assert_eq!(quick, routes.then_some(1), "case {i}: quick path");
             let mut full = Marked(VecBuf::new(f, 64), mark);
             let (mut ft, mut mt, mut sink) = (FlowTable::new(16, 0), MacTable::new(16, 0), Discard);
             let mut ctx = Ctx::new(t, &mut ft, &mut mt, &mut c, &mut sink, 0, false);
-            ctx.nic_ipv4_checksum = nic_verdict(t, 0, &full);
+            ctx.nic_ipv4_checksum = fs.nic_verdict(&full);
             let want = if routes { Verdict::Tx(1) } else { Verdict::Drop(DropReason::Ipv4BadChecksum) };
             assert_eq!(process(&mut ctx, full.bytes_mut(), 0), want, "case {i}: full path");
             if routes {
