@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): each forwarding mode on one worker core with
 # 64-byte frames, next to dpdk-testpmd (io or macswap, see below) on the same
-# vdevs with the same traffic, in the same run. Source: net_pcap replaying
-# a generated pcap (infinite_rx=1); sink: net_null.
+# vdevs with the same traffic, in the same run, at the switch's RX burst (the
+# case config's `burst`, 64 by default; testpmd's own default is 32). Source:
+# net_pcap replaying a generated pcap (infinite_rx=1); sink: net_null.
 # Prints one line per case: case=<name> mpps=<x.xx> ratio=<x.xx>
 # testpmd_mpps=<x.xx> testpmd=io|macswap (io for the cross-connect cases,
 # which move frames untouched; macswap for the rest); the
@@ -216,10 +217,19 @@ testpmd_mode() { # case: io for a cross-connect (it moves frames untouched), mac
   if [[ "$1" == xconnect* ]]; then echo io; else echo macswap; fi
 }
 
-testpmd_mpps() { # pcap [forward-mode]
+# The switch's RX burst in a config: its `burst`, else the default that
+# configs/reference.toml states. testpmd runs at it (its own default is 32).
+burst_of() { # config
+  local b
+  b=$(sed -nE 's/^burst = ([0-9]+).*/\1/p' "$1" | head -n 1)
+  [[ -n "$b" ]] || b=$(sed -nE 's/^burst = ([0-9]+).*/\1/p' configs/reference.toml | head -n 1)
+  echo "${b:-64}"
+}
+
+testpmd_mpps() { # pcap [forward-mode] [burst]
   timeout $((secs + 20)) dpdk-testpmd -l "0-$workers" "${tp_mem[@]}" --no-pci --file-prefix "bench-tp-$$" \
     --vdev "net_pcap0,$(rx_pcaps "$1")infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
-    --forward-mode="${2:-macswap}" --stats-period 1 --total-num-mbufs=$tp_mbufs --no-lsc-interrupt \
+    --forward-mode="${2:-macswap}" --burst="${3:-64}" --stats-period 1 --total-num-mbufs=$tp_mbufs --no-lsc-interrupt \
     --nb-cores="$workers" --rxq="$workers" --txq="$workers" \
     >"$work/tp.log" 2>&1 </dev/null &
   local pid=$! i
@@ -475,7 +485,8 @@ run_case() { # name pcap config
   local theirs=() ours=() r i k first="" best=0 mpps share specs=() p j vs="" saved
   local l3n=() l3a=() l3m=() l3f=() name lookup v4 v6 mem io=()
   local -A ovs_f=() ovs_tx=()
-  local gref="" gcfg="" gf=() gr=() mine g
+  local gref="" gcfg="" gf=() gr=() mine g burst
+  burst=$(burst_of "$3")
   [[ -z "${goal_of[$1]:-}" ]] || IFS='|' read -r gref gcfg <<<"${goal_of[$1]}"
   # The l3fwds beside this case: line name, lookup and rules, memory.
   read -ra specs <<<"${l3fwd_of[$1]:-}"
@@ -489,9 +500,9 @@ run_case() { # name pcap config
   # touches all; each figure is the median of its rounds. ours[i] holds
   # build i's figures, space-separated.
   for ((r = 0; r < rounds; r++)); do
-    if [[ "$peers" != 0 && "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2" "$(testpmd_mode "$1")")"); else theirs+=(0); fi
+    if [[ "$peers" != 0 && "${BENCH_TESTPMD:-1}" != 0 ]]; then theirs+=("$(testpmd_mpps "$2" "$(testpmd_mode "$1")" "$burst")"); else theirs+=(0); fi
     if [[ "$peers" != 0 && "${BENCH_TESTPMD_IO:-0}" != 0 && "$(testpmd_mode "$1")" != io ]]; then
-      io+=("$(testpmd_mpps "$2" io)")
+      io+=("$(testpmd_mpps "$2" io "$burst")")
     fi
     for i in "${!bins[@]}"; do
       bin=${bins[$i]}

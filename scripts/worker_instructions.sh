@@ -215,9 +215,11 @@ print(calls * 4)')
   exit 0
 fi
 mbufs=$(sed -nE 's/^mbufs = ([0-9]+)/\1/p' "$cfg" | head -n 1)
+# At the switch's RX burst, as bench.sh runs it (testpmd's default is 32).
+burst=$(sed -nE 's/^burst = ([0-9]+).*/\1/p' "$cfg" configs/reference.toml | head -n 1)
 timeout -s INT $((secs + 30)) valgrind "${vg[@]}" --callgrind-out-file="$out/tp.cg" \
   dpdk-testpmd -l 0-1 --no-huge -m 2048 --no-pci --file-prefix "winstr-tp-$$" "${vdevs[@]}" --log-level=error -- \
-  --forward-mode="$peer" --stats-period 5 --total-num-mbufs="${mbufs:-200000}" --no-lsc-interrupt \
+  --forward-mode="$peer" --burst="$burst" --stats-period 5 --total-num-mbufs="${mbufs:-200000}" --no-lsc-interrupt \
   --nb-cores=1 --rxq=1 --txq=1 >"$out/tp.log" 2>&1 </dev/null || true
 # Port 0's RX total at exit: the packets testpmd forwarded.
 packets=$(sed -nE 's/.*RX-packets: *([0-9]+).*/\1/p' "$out/tp.log" | sort -n | tail -n 1)
