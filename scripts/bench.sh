@@ -223,13 +223,13 @@ burst_of() { # config
   local b
   b=$(sed -nE 's/^burst = ([0-9]+).*/\1/p' "$1" | head -n 1)
   [[ -n "$b" ]] || b=$(sed -nE 's/^burst = ([0-9]+).*/\1/p' configs/reference.toml | head -n 1)
-  echo "${b:-64}"
+  echo "$b"
 }
 
-testpmd_mpps() { # pcap [forward-mode] [burst]
+testpmd_mpps() { # pcap forward-mode burst
   timeout $((secs + 20)) dpdk-testpmd -l "0-$workers" "${tp_mem[@]}" --no-pci --file-prefix "bench-tp-$$" \
     --vdev "net_pcap0,$(rx_pcaps "$1")infinite_rx=1" --vdev "net_null0,no-rx=1" --log-level=error -- \
-    --forward-mode="${2:-macswap}" --burst="${3:-64}" --stats-period 1 --total-num-mbufs=$tp_mbufs --no-lsc-interrupt \
+    --forward-mode="$2" --burst="$3" --stats-period 1 --total-num-mbufs=$tp_mbufs --no-lsc-interrupt \
     --nb-cores="$workers" --rxq="$workers" --txq="$workers" \
     >"$work/tp.log" 2>&1 </dev/null &
   local pid=$! i
