@@ -75,13 +75,17 @@
 # with the realistic router and AM-PM traces' own TCP and UDP flows, IPv4
 # and IPv6 (exact match; lines l3fwd-em-l3-router..., l3fwd-em-ampm...,
 # l3fwd-em-ampm-v6...),
-# and with the AM-PM cases' 10k flows (exact match). Its lines end in
+# and with the AM-PM cases' 10k flows and the 1k-flow INT sink analytics
+# trace's flows (exact match: lines l3fwd-em-analytics...). Its lines end in
 # build=l3fwd: a reference for what one table lookup a packet costs on this
 # harness. l3fwd runs in the rounds of the case it stands beside, on its
 # trace (l3fwd-lpm on the router traces beside both l3-router and
 # l3-router-routing-only, l3fwd-em beside each case on its trace), and its
 # lines end in beside=<case>; that case's line gains vs_l3fwd_em,
-# vs_l3fwd_lpm or vs_l3fwd_fib (ours / l3fwd's).
+# vs_l3fwd_lpm or vs_l3fwd_fib (ours / l3fwd's). With BENCH_TESTPMD_IO=1
+# an l3fwd line also gains vs_testpmd_io (l3fwd's / testpmd io's, same
+# rounds and trace): how much of what the harness moves untouched is left
+# with one lookup a packet.
 set -euo pipefail
 source "$(dirname "$0")/usage.sh" "$@"
 no_arguments "$@"
@@ -567,7 +571,10 @@ run_case() { # name pcap config
   fi
   for j in "${!l3n[@]}"; do
     awk -v n="${l3n[j]}" -v a="${l3f[j]}" -v b="$(median "${theirs[@]}")" -v c="$1" \
-      'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=l3fwd beside=%s\n", n, a, (b > 0 ? a / b : 0), b, c }'
+      -v io="$( ((${#io[@]} == 0)) || median "${io[@]}")" \
+      'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f", n, a, (b > 0 ? a / b : 0), b
+               if (io != "") printf " vs_testpmd_io=%.2f", (io > 0 ? a / io : 0)
+               printf " build=l3fwd beside=%s\n", c }'
   done
   if ((${#io[@]})); then
     awk -v a="$(median "${io[@]}")" -v b="$(median "${theirs[@]}")" -v c="$1" \
@@ -1070,6 +1077,9 @@ print('case=%s %s%s' % (sys.argv[1], ' '.join('%s=%.0f' % (k, statistics.median(
 if want int-sink-analytics-5x4-1k-flows; then
   an_gen "$work/an-1k.pcap" 1000 65536 --zipf 1.1
   an_cfg "$work/an-1k.pcap" 186 "" >"$work/an-1k.toml"
+  # l3fwd-em on the trace's flows: one lookup a packet and no INT, the
+  # harness's reference for the sink's absolute goal (15 Mpps).
+  l3fwd_flows analytics an-1k int-sink-analytics-5x4-1k-flows
   run_case int-sink-analytics-5x4-1k-flows "$work/an-1k.pcap" "$work/an-1k.toml"
   analytics_line int-sink-analytics-5x4-1k-flows-figures " flows=1000"
 fi
