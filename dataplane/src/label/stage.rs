@@ -300,7 +300,9 @@ fn export<B: PacketBuf, R: ReportSink>(
 /// length, RHC and the IP and UDP lengths say so (the L4 checksum of the
 /// copy is left as it was; a report's inner packet is cut short anyway).
 /// Each header is one view at its offset (the copy holds them: they lie
-/// before the stack); a field per index cost a bounds check each.
+/// before the stack); a field per index cost a bounds check each. The
+/// IPv4 checksum is updated for a length grown by `n` (> 0), not for any
+/// change of the word.
 fn label_copy_lengths(d: &mut [u8], meta: &PacketMeta, b: &Block, n: usize) {
     use crate::wire::int_md::SHIM_LEN;
     let add16 = |f: &mut [u8], o: usize| {
@@ -314,10 +316,8 @@ fn label_copy_lengths(d: &mut [u8], meta: &PacketMeta, b: &Block, n: usize) {
     let l3 = meta.l3_offset;
     if meta.key.ip_version() == 4 {
         if let Some(ip) = d.get_mut(l3..).and_then(|ip| ip.first_chunk_mut::<12>()) {
-            let old = u16::from_be_bytes([ip[2], ip[3]]);
             add16(ip, 2);
-            let c =
-                crate::wire::checksum::update16(u16::from_be_bytes([ip[10], ip[11]]), old, old.wrapping_add(n as u16));
+            let c = crate::wire::checksum::word_grew(u16::from_be_bytes([ip[10], ip[11]]), n as u16);
             ip[10..12].copy_from_slice(&c.to_be_bytes());
         }
     } else if let Some(ip) = d.get_mut(l3..).and_then(|ip| ip.first_chunk_mut::<6>()) {

@@ -55,6 +55,17 @@ pub fn ttl_decremented(hc: u16) -> u16 {
     !(((s & 0xffff) + (s >> 16)) as u16)
 }
 
+/// A checksum `hc` once one 16-bit word it covers grew by `n` (1..=0xffff,
+/// the word not wrapping): RFC 1624 eqn. 3, where `!old + new` is
+/// `0xffff + n`, the same as `n` in one's complement but for a zero sum,
+/// which `n` > 0 rules out.
+#[inline(always)]
+pub fn word_grew(hc: u16, n: u16) -> u16 {
+    let s = (!hc) as u32 + n as u32;
+    // At most 0xffff + 0xffff: one fold leaves 16 bits.
+    !(((s & 0xffff) + (s >> 16)) as u16)
+}
+
 /// Folds a 64-bit sum of 32-bit big-endian words (and 16-bit ones) to at
 /// most 17 bits, as `sum` returns it.
 #[inline]
@@ -186,6 +197,24 @@ mod tests {
             assert_eq!(header_verifies(&h), want, "{h:02x?}");
         }
         assert!(valid > 9_000, "the mended half verifies: {valid}");
+    }
+
+    #[test]
+    fn a_word_grown_updates_as_rfc1624_eqn3() {
+        let mut rng = crate::rand::XorShift::new(0x1624_3);
+        for i in 0..200_000u32 {
+            let r = rng.next_u64();
+            let (hc, old) = match i {
+                0 => (0, 0),
+                1 => (0xffff, 0),
+                2 => (0, 0xfffe),
+                _ => (r as u16, (r >> 16) as u16),
+            };
+            // 1..=0xffff, kept where the word does not wrap.
+            let n = 1 + ((r >> 32) as u32 % 0xffff) as u16;
+            let Some(new) = old.checked_add(n) else { continue };
+            assert_eq!(word_grew(hc, n), update16(hc, old, new), "hc {hc:#x} old {old:#x} n {n}");
+        }
     }
 
     #[test]
