@@ -317,7 +317,7 @@ fn label_copy_lengths(d: &mut [u8], meta: &PacketMeta, b: &Block, n: usize) {
     if meta.key.ip_version() == 4 {
         if let Some(ip) = d.get_mut(l3..).and_then(|ip| ip.first_chunk_mut::<12>()) {
             add16(ip, 2);
-            let c = crate::wire::checksum::word_grew(u16::from_be_bytes([ip[10], ip[11]]), n as u16);
+            let c = crate::wire::checksum::word_added(u16::from_be_bytes([ip[10], ip[11]]), n as u16);
             ip[10..12].copy_from_slice(&c.to_be_bytes());
         }
     } else if let Some(ip) = d.get_mut(l3..).and_then(|ip| ip.first_chunk_mut::<6>()) {

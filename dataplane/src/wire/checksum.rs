@@ -47,21 +47,20 @@ pub fn header_verifies(h: &[u8; 20]) -> bool {
 }
 
 /// An IPv4 header checksum `hc` once the TTL (the high byte of its word)
-/// is one less: RFC 1624's incremental update.
+/// is one less: `word_added` with -0x0100.
 #[inline(always)]
 pub fn ttl_decremented(hc: u16) -> u16 {
-    let s = (!hc) as u32 + 0xfeff;
-    // At most 0xffff + 0xfeff: one fold leaves 16 bits.
-    !(((s & 0xffff) + (s >> 16)) as u16)
+    word_added(hc, 0xfeff)
 }
 
-/// A checksum `hc` once one 16-bit word it covers grew by `n` (1..=0xffff,
-/// the word not wrapping): RFC 1624 eqn. 3, where `!old + new` is
-/// `0xffff + n`, the same as `n` in one's complement but for a zero sum,
-/// which `n` > 0 rules out.
+/// A checksum `hc` once `d` (nonzero, one's complement: `n` for a word
+/// grown by `n` without wrapping, `0xfeff` for one less in its high byte)
+/// was added to one 16-bit word it covers: RFC 1624 eqn. 3, where
+/// `!old + new` is `0xffff + d`, the same as `d` in one's complement but
+/// for a zero sum, which `d` > 0 rules out.
 #[inline(always)]
-pub fn word_grew(hc: u16, n: u16) -> u16 {
-    let s = (!hc) as u32 + n as u32;
+pub fn word_added(hc: u16, d: u16) -> u16 {
+    let s = (!hc) as u32 + d as u32;
     // At most 0xffff + 0xffff: one fold leaves 16 bits.
     !(((s & 0xffff) + (s >> 16)) as u16)
 }
@@ -213,7 +212,7 @@ mod tests {
             // 1..=0xffff, kept where the word does not wrap.
             let n = 1 + ((r >> 32) as u32 % 0xffff) as u16;
             let Some(new) = old.checked_add(n) else { continue };
-            assert_eq!(word_grew(hc, n), update16(hc, old, new), "hc {hc:#x} old {old:#x} n {n}");
+            assert_eq!(word_added(hc, n), update16(hc, old, new), "hc {hc:#x} old {old:#x} n {n}");
         }
     }
 
