@@ -542,7 +542,10 @@ run_case() { # name pcap config
     k=${l3n[j]#l3fwd-}
     vs+=" l3fwd_${k%%-*}=${l3f[j]}"
   done
-  ((${#io[@]} == 0)) || vs+=" testpmd_io=$(median "${io[@]}")"
+  # testpmd io's median, empty when it did not run.
+  local io_mpps=""
+  ((${#io[@]} == 0)) || io_mpps=$(median "${io[@]}")
+  [[ -z "$io_mpps" ]] || vs+=" testpmd_io=$io_mpps"
   for k in "${ovs_on[@]}"; do
     # shellcheck disable=SC2086 # the figures are words
     ovs_f[$k]=$(median ${ovs_f[$k]})
@@ -570,14 +573,13 @@ run_case() { # name pcap config
       'BEGIN { printf "case=%s mpps=%.2f against_mpps=%.2f ratio_paired=%.3f rounds=%s beside=%s\n", n, a, b, r, l, c }'
   fi
   for j in "${!l3n[@]}"; do
-    awk -v n="${l3n[j]}" -v a="${l3f[j]}" -v b="$(median "${theirs[@]}")" -v c="$1" \
-      -v io="$( ((${#io[@]} == 0)) || median "${io[@]}")" \
+    awk -v n="${l3n[j]}" -v a="${l3f[j]}" -v b="$(median "${theirs[@]}")" -v c="$1" -v io="$io_mpps" \
       'BEGIN { printf "case=%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f", n, a, (b > 0 ? a / b : 0), b
                if (io != "") printf " vs_testpmd_io=%.2f", (io > 0 ? a / io : 0)
                printf " build=l3fwd beside=%s\n", c }'
   done
-  if ((${#io[@]})); then
-    awk -v a="$(median "${io[@]}")" -v b="$(median "${theirs[@]}")" -v c="$1" \
+  if [[ -n "$io_mpps" ]]; then
+    awk -v a="$io_mpps" -v b="$(median "${theirs[@]}")" -v c="$1" \
       'BEGIN { printf "case=testpmd-io-%s mpps=%.2f ratio=%.2f testpmd_mpps=%.2f build=testpmd beside=%s\n", c, a, (b > 0 ? a / b : 0), b, c }'
   fi
   for k in "${ovs_on[@]}"; do
