@@ -35,7 +35,9 @@
 # intlabel-core-labeled, intlabel-lasthop and their -imix) also run the
 # case their goal compares them with in the same rounds: a line
 # case=<case>-against-<reference> with both medians and ratio_paired, the
-# median of the rounds' own ratios (BENCH_PEERS=0 skips it).
+# median of the rounds' own ratios (BENCH_PEERS=0 skips it). The last hop's
+# intlabel-lasthop-reports line adds refused=<ours>/<reference> a round:
+# the share of reports each one's full ring refused.
 # BENCH_TESTPMD_IO=1 also runs testpmd io (frames moved untouched: what
 # the harness itself allows) in each round of the cases whose testpmd is
 # macswap, on the same trace: a line case=testpmd-io-<case> (ratio: io
@@ -491,6 +493,7 @@ run_case() { # name pcap config
   local -A ovs_f=() ovs_tx=()
   local gref="" gcfg="" gf=() gr=() mine g burst
   burst=$(burst_of "$3")
+  rm -f "$work"/is-ref-*.log
   [[ -z "${goal_of[$1]:-}" ]] || IFS='|' read -r gref gcfg <<<"${goal_of[$1]}"
   # The l3fwds beside this case: line name, lookup and rules, memory.
   read -ra specs <<<"${l3fwd_of[$1]:-}"
@@ -518,6 +521,7 @@ run_case() { # name pcap config
     if [[ -n "$gref" ]]; then
       bin=${bins[0]}
       g=$(intswitch_mpps "$gcfg" "$gref")
+      cp "$work/is.log" "$work/is-ref-$r.log"
       gf+=("$g")
       gr+=("$(awk -v a="$mine" -v b="$g" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }')")
     fi
@@ -933,14 +937,31 @@ goal_beside intlabel-lasthop int-sink-dscp-report-every-packet "$work/dscp-int-r
 run_case intlabel-lasthop "$work/label-real.pcap" "$work/label-lasthop.toml"
 lasthop_reports() { # case: the label reports of its rounds, accounted for
   want "$1" || return 0
-  for ((r = 0; r < rounds; r++)); do tail -n 1 "$work/is-$r.log"; done | python3 -c "
-import json, statistics, sys
-rows = [json.loads(l)['events'] for l in sys.stdin]
+  python3 - "$1" "$work" "$rounds" "$secs" <<'PY'
+import json, os, statistics, sys
+case, work, rounds, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+def last(path):
+    if not os.path.exists(path):
+        return None
+    lines = open(path).read().splitlines()
+    return json.loads(lines[-1])['events'] if lines else None
+rows = [last(f'{work}/is-{r}.log') or {} for r in range(rounds)]
 k = ['label_sunk', 'label_exported', 'label_report_ring_full']
-m = {x: statistics.median(r.get(x, 0) / $secs for r in rows) for x in k}
+m = {x: statistics.median(r.get(x, 0) / secs for r in rows) for x in k}
 ok = all(r.get('label_sunk', 0) == r.get('label_exported', 0) + r.get('label_report_ring_full', 0) for r in rows)
-print('case=%s-reports %s accounted=%s' % (sys.argv[1], ' '.join('%s_per_s=%.0f' % (x, m[x]) for x in k), 'yes' if ok else 'NO'))
-" "$1"
+def refused(full, sunk):
+    return '%.2f' % (full / sunk) if sunk else '-'
+# Each round's share of reports the full ring refused, the case's / the
+# reference's (the INT sink's, run beside it): a refused report costs the
+# worker less than an exported one, so the rounds' ratios follow these.
+shares = []
+for r, row in enumerate(rows):
+    ref = last(f'{work}/is-ref-{r}.log') or {}
+    theirs = refused(ref.get('int_report_ring_full', 0), ref.get('int_sunk', 0)) if ref else '-'
+    shares.append(refused(row.get('label_report_ring_full', 0), row.get('label_sunk', 0)) + '/' + theirs)
+print('case=%s-reports %s accounted=%s refused=%s' % (case, ' '.join('%s_per_s=%.0f' % (x, m[x]) for x in k),
+      'yes' if ok else 'NO', ','.join(shares)))
+PY
 }
 lasthop_reports intlabel-lasthop
 sed "s|$work/label-real.pcap|$work/label-real-imix.pcap|" "$work/label-lasthop.toml" >"$work/label-lasthop-imix.toml"

@@ -3,6 +3,14 @@
 //! as many individual reports as fit), and send each packet to every
 //! collector with that collector's own 22-bit sequence number.
 //!
+//! Reports are packed by their encoded length, each length (up to
+//! `SHAPES` at once) into packets of its own, so that full packets of one
+//! length leave together in one UDP GSO send: traffic of mixed hop counts
+//! gives reports of several lengths, which packed in arrival order made
+//! packets of ever-changing lengths and GSO sends of about two packets.
+//! Within a poll, reports of different lengths may therefore leave in
+//! another order than the rings held them.
+//!
 //! Individual report layout (RepType 1 INT, InType 3 Ethernet):
 //! header word, RepMdBits | domain ID, DSMdBits | DSMdStatus (0), the sink's
 //! metadata in RepMdBits order (bit 15, set on drop reports: queue ID,
@@ -25,6 +33,10 @@ pub const REPMD_SUPPORTED: u16 = 0x7f80;
 
 /// Group header sequence numbers are 22 bits.
 const SEQ_MASK: u32 = 0x3f_ffff;
+
+/// Report lengths packed apart at once; a further length takes the place
+/// of one of them (whose packets are sent first).
+const SHAPES: usize = 32;
 
 /// The parts of one individual report: a worker's report record, or a
 /// GPINT delivery or notice (whose probe may be longer than a record holds).
@@ -179,6 +191,28 @@ impl Batch {
     }
 }
 
+/// The packet being filled with reports of one encoded length, and the
+/// full packets of that length waiting to leave together.
+struct Shape {
+    /// The reports' encoded length (0: none yet).
+    report_len: usize,
+    buf: Vec<u8>,
+    /// Bytes of `buf` used (from the group header on).
+    off: usize,
+    reports: usize,
+    batch: Batch,
+}
+
+impl Shape {
+    fn new() -> Shape {
+        Shape { report_len: 0, buf: vec![0; 65536], off: GROUP_HDR_LEN, reports: 0, batch: Batch::new() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.reports == 0 && self.batch.packets == 0
+    }
+}
+
 /// The control core's report exporter.
 pub struct Exporter {
     node_id: u32,
@@ -196,8 +230,9 @@ pub struct Exporter {
     label: Vec<ReportConsumer>,
     label_received: Vec<u64>,
     collectors: Vec<Collector>,
-    buf: Vec<u8>,
-    batch: Batch,
+    shapes: Vec<Shape>,
+    /// The shape a new length takes when all are in use (in turn).
+    evict: usize,
     /// Export paused (`intctl int export pause`): records stay in the rings.
     pub paused: bool,
     reports: u64,
@@ -237,8 +272,8 @@ impl Exporter {
             label: Vec::new(),
             label_received: Vec::new(),
             collectors: cs,
-            buf: vec![0; 65536],
-            batch: Batch::new(),
+            shapes: (0..SHAPES).map(|_| Shape::new()).collect(),
+            evict: 0,
             paused: false,
             reports: 0,
             packets: 0,
@@ -303,8 +338,6 @@ impl Exporter {
     /// `poll`'s work, timed by it.
     fn export(&mut self, budget: usize, out: &mut dyn PortOut) -> usize {
         let mut taken = 0;
-        let mut off = GROUP_HDR_LEN;
-        let mut in_packet = 0;
         // Out of `self` while its slots are read (send borrows `self`).
         let mut rings = std::mem::take(&mut self.rings);
         // Where each record is read out of its ring to be encoded.
@@ -312,7 +345,7 @@ impl Exporter {
         for (ri, ring) in rings.iter_mut().enumerate() {
             let mut n = 0;
             while taken < budget && ring.pop_into(&mut rec) {
-                self.add(&ReportParts::of(&rec), self.md_bits, &mut off, &mut in_packet, out);
+                self.add(&ReportParts::of(&rec), self.md_bits, out);
                 n += 1;
                 taken += 1;
             }
@@ -324,7 +357,7 @@ impl Exporter {
             while taken < budget && ring.pop_into(&mut rec) {
                 // A label report carries no metadata of the last hop's own
                 // beside its labels (RepMdBits 0).
-                self.add(&ReportParts::of(&rec), 0, &mut off, &mut in_packet, out);
+                self.add(&ReportParts::of(&rec), 0, out);
                 self.label_received[ri] += 1;
                 taken += 1;
             }
@@ -334,7 +367,7 @@ impl Exporter {
         for (ri, ring) in gpint.iter_mut().enumerate() {
             while taken < budget {
                 let Ok(g) = ring.pop() else { break };
-                self.add(&ReportParts::of_gpint(&g), self.md_bits, &mut off, &mut in_packet, out);
+                self.add(&ReportParts::of_gpint(&g), self.md_bits, out);
                 self.gpint_received[ri] += 1;
                 if g.flags & FLAG_D != 0 {
                     self.gpint_notices += 1;
@@ -345,42 +378,71 @@ impl Exporter {
             }
         }
         self.gpint = gpint;
-        if in_packet > 0 {
-            self.send(off, in_packet, out);
-        }
         // Nothing is held back between polls.
-        self.flush(out);
+        for s in 0..SHAPES {
+            self.finish_packet(s, out);
+            self.flush(s, out);
+        }
         taken
     }
 
-    /// Encodes one report into the packet being filled (sending that first
-    /// when the report would not fit; a report longer than a packet goes
-    /// alone).
-    fn add(&mut self, r: &ReportParts, md_bits: u16, off: &mut usize, in_packet: &mut usize, out: &mut dyn PortOut) {
+    /// Encodes one report into the packet being filled with reports of its
+    /// length (that packet queued first when the report would not fit; a
+    /// report longer than a packet goes alone).
+    fn add(&mut self, r: &ReportParts, md_bits: u16, out: &mut dyn PortOut) {
         let len = encoded_len(r, md_bits);
-        if *off + len > self.max_packet && *in_packet > 0 {
-            self.send(*off, *in_packet, out);
-            (*off, *in_packet) = (GROUP_HDR_LEN, 0);
+        let s = self.shape_for(len, out);
+        if self.shapes[s].off + len > self.max_packet && self.shapes[s].reports > 0 {
+            self.finish_packet(s, out);
         }
-        encode(r, md_bits, &mut self.buf[*off..*off + len]);
-        *off += len;
-        *in_packet += 1;
+        let sh = &mut self.shapes[s];
+        encode(r, md_bits, &mut sh.buf[sh.off..sh.off + len]);
+        sh.off += len;
+        sh.reports += 1;
     }
 
-    /// Queues the packet in `buf[..len]` (its group header is written per
-    /// collector when it leaves).
-    fn send(&mut self, len: usize, reports: usize, out: &mut dyn PortOut) {
-        if !self.batch.takes(len) {
-            self.flush(out);
+    /// The shape that packs reports of `len` bytes: the one that does, else
+    /// an empty one, else the next in turn, emptied (sent) first.
+    fn shape_for(&mut self, len: usize, out: &mut dyn PortOut) -> usize {
+        if let Some(s) = self.shapes.iter().position(|sh| sh.report_len == len) {
+            return s;
         }
-        self.batch.push(&self.buf[..len], reports);
+        let s = match self.shapes.iter().position(Shape::is_empty) {
+            Some(s) => s,
+            None => {
+                let s = self.evict;
+                self.evict = (s + 1) % SHAPES;
+                self.finish_packet(s, out);
+                self.flush(s, out);
+                s
+            }
+        };
+        self.shapes[s].report_len = len;
+        s
     }
 
-    /// Sends the batch to every collector, numbered with that collector's
-    /// sequence: in one call where its socket takes UDP GSO, else packet by
-    /// packet.
-    fn flush(&mut self, out: &mut dyn PortOut) {
-        let b = &mut self.batch;
+    /// Queues shape `s`'s packet, if it holds reports, for sending with the
+    /// others of its length (sending those first when the batch is full or
+    /// the packet is longer); its group header is written per collector
+    /// when it leaves.
+    fn finish_packet(&mut self, s: usize, out: &mut dyn PortOut) {
+        let (len, reports) = (self.shapes[s].off, self.shapes[s].reports);
+        if reports == 0 {
+            return;
+        }
+        if !self.shapes[s].batch.takes(len) {
+            self.flush(s, out);
+        }
+        let sh = &mut self.shapes[s];
+        sh.batch.push(&sh.buf[..len], reports);
+        (sh.off, sh.reports) = (GROUP_HDR_LEN, 0);
+    }
+
+    /// Sends shape `s`'s batch to every collector, numbered with that
+    /// collector's sequence: in one call where its socket takes UDP GSO,
+    /// else packet by packet.
+    fn flush(&mut self, s: usize, out: &mut dyn PortOut) {
+        let b = &mut self.shapes[s].batch;
         if b.packets == 0 {
             return;
         }
@@ -552,6 +614,87 @@ mod tests {
         // The poll that sent them was timed: capacity = reports / busy time.
         assert!(j.busy_s > 0.0);
         assert_eq!(j.reports_per_busy_s, (10.0 / j.busy_s) as u64);
+    }
+
+    /// The individual reports' lengths (bytes) in one report packet.
+    fn report_lengths(packet: &[u8]) -> Vec<usize> {
+        let mut at = GROUP_HDR_LEN;
+        let mut lens = Vec::new();
+        while at < packet.len() {
+            let len = 4 + 4 * Individual::parse(&packet[at..]).unwrap().len_words as usize;
+            lens.push(len);
+            at += len;
+        }
+        assert_eq!(at, packet.len(), "reports end with the packet");
+        lens
+    }
+
+    /// Reports of two lengths, alternating in the ring, are packed each
+    /// length into packets of its own: full packets of one length, then
+    /// the shorter last one of each; every report arrives, numbered packets
+    /// 0, 1, 2, ... without a gap.
+    #[test]
+    fn reports_of_mixed_lengths_are_packed_by_length() {
+        let (rx, plan) = receiver();
+        let (mut p, c) = report_ring(64);
+        let mut ex = Exporter::new(9, 2, 0x4000, 300, vec![c], &[plan], &NoPorts).unwrap();
+        // 116- and 56-byte reports: two or five to a 300-byte packet.
+        for i in 0..24 {
+            assert!(p.push(&rec(if i % 2 == 0 { 100 } else { 40 }, 0)));
+        }
+        assert_eq!(ex.poll(1000, &mut NoPorts), 24);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        // 12 long reports: 6 packets; 12 short: 2 full packets and one of 2.
+        for _ in 0..9 {
+            let n = rx.recv(&mut buf).unwrap();
+            got.push(buf[..n].to_vec());
+        }
+        let mut seqs: Vec<u32> = got.iter().map(|g| parse_group(g).unwrap().seq).collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, (0..9).collect::<Vec<u32>>());
+        let mut per_len = std::collections::BTreeMap::new();
+        for g in &got {
+            let lens = report_lengths(g);
+            assert!(lens.iter().all(|&l| l == lens[0]), "one length a packet: {lens:?}");
+            *per_len.entry(lens[0]).or_insert(0) += lens.len();
+        }
+        assert_eq!(per_len.into_iter().collect::<Vec<_>>(), vec![(56, 12), (116, 12)]);
+        let sizes: Vec<usize> = got.iter().map(|g| g.len()).collect();
+        assert_eq!(sizes.iter().filter(|&&n| n == 8 + 2 * 116).count(), 6, "{sizes:?}");
+        assert_eq!(sizes.iter().filter(|&&n| n == 8 + 5 * 56).count(), 2, "{sizes:?}");
+        assert_eq!(sizes.iter().filter(|&&n| n == 8 + 2 * 56).count(), 1, "{sizes:?}");
+    }
+
+    /// More lengths than are packed apart at once: a new length takes a
+    /// shape whose packets leave first; none is lost or numbered twice.
+    #[test]
+    fn more_lengths_than_shapes_lose_nothing() {
+        let (rx, plan) = receiver();
+        let (mut p, c) = report_ring(256);
+        let mut ex = Exporter::new(9, 2, 0x4000, 1400, vec![c], &[plan], &NoPorts).unwrap();
+        let lens: Vec<usize> = (0..3 * (SHAPES + 4)).map(|i| 20 + 4 * (i % (SHAPES + 4))).collect();
+        for &l in &lens {
+            assert!(p.push(&rec(l, 0)));
+        }
+        assert_eq!(ex.poll(1000, &mut NoPorts), lens.len());
+        let packets = ex.view(&[0]).packets;
+        let mut seqs = Vec::new();
+        let mut reports = 0;
+        let mut buf = [0u8; 2048];
+        for _ in 0..packets {
+            let n = rx.recv(&mut buf).unwrap();
+            seqs.push(parse_group(&buf[..n]).unwrap().seq);
+            reports += report_lengths(&buf[..n]).len();
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (0..packets as u32).collect::<Vec<u32>>());
+        assert_eq!(reports, lens.len());
+        let j = ex.view(&[0]);
+        assert_eq!(
+            (j.reports, j.collectors[0].reports, j.collectors[0].send_errors),
+            (lens.len() as u64, lens.len() as u64, 0)
+        );
     }
 
     /// Packets of different lengths: a GSO batch holds equal ones (a shorter
