@@ -191,11 +191,10 @@ impl Batch {
     }
 }
 
-/// The packet being filled with reports of one encoded length, and the
-/// full packets of that length waiting to leave together.
+/// The packet being filled with reports of one encoded length (the
+/// exporter's `shape_lens`), and the full packets of that length waiting
+/// to leave together.
 struct Shape {
-    /// The reports' encoded length (0: none yet).
-    report_len: usize,
     buf: Vec<u8>,
     /// Bytes of `buf` used (from the group header on).
     off: usize,
@@ -205,7 +204,7 @@ struct Shape {
 
 impl Shape {
     fn new() -> Shape {
-        Shape { report_len: 0, buf: vec![0; 65536], off: GROUP_HDR_LEN, reports: 0, batch: Batch::new() }
+        Shape { buf: vec![0; 65536], off: GROUP_HDR_LEN, reports: 0, batch: Batch::new() }
     }
 
     fn is_empty(&self) -> bool {
@@ -231,6 +230,9 @@ pub struct Exporter {
     label_received: Vec<u64>,
     collectors: Vec<Collector>,
     shapes: Vec<Shape>,
+    /// Each shape's report length (0: none yet), apart from the shapes so
+    /// that a report's search reads one or two cache lines.
+    shape_lens: [usize; SHAPES],
     /// The shape a new length takes when all are in use (in turn).
     evict: usize,
     /// Export paused (`intctl int export pause`): records stay in the rings.
@@ -273,6 +275,7 @@ impl Exporter {
             label_received: Vec::new(),
             collectors: cs,
             shapes: (0..SHAPES).map(|_| Shape::new()).collect(),
+            shape_lens: [0; SHAPES],
             evict: 0,
             paused: false,
             reports: 0,
@@ -404,7 +407,7 @@ impl Exporter {
     /// The shape that packs reports of `len` bytes: the one that does, else
     /// an empty one, else the next in turn, emptied (sent) first.
     fn shape_for(&mut self, len: usize, out: &mut dyn PortOut) -> usize {
-        if let Some(s) = self.shapes.iter().position(|sh| sh.report_len == len) {
+        if let Some(s) = self.shape_lens.iter().position(|&l| l == len) {
             return s;
         }
         let s = match self.shapes.iter().position(Shape::is_empty) {
@@ -417,7 +420,7 @@ impl Exporter {
                 s
             }
         };
-        self.shapes[s].report_len = len;
+        self.shape_lens[s] = len;
         s
     }
 
