@@ -945,10 +945,13 @@ def last(path):
         return None
     lines = open(path).read().splitlines()
     return json.loads(lines[-1])['events'] if lines else None
-rows = [last(f'{work}/is-{r}.log') or {} for r in range(rounds)]
+# A round without its counters is not accounted for.
+got = [last(f'{work}/is-{r}.log') for r in range(rounds)]
+rows = [r or {} for r in got]
 k = ['label_sunk', 'label_exported', 'label_report_ring_full']
 m = {x: statistics.median(r.get(x, 0) / secs for r in rows) for x in k}
-ok = all(r.get('label_sunk', 0) == r.get('label_exported', 0) + r.get('label_report_ring_full', 0) for r in rows)
+ok = all(r is not None and r.get('label_sunk', 0) == r.get('label_exported', 0) + r.get('label_report_ring_full', 0)
+         for r in got)
 def refused(full, sunk):
     return '%.2f' % (full / sunk) if sunk else '-'
 # Each round's share of reports the full ring refused, the case's / the
