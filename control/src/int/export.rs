@@ -383,8 +383,7 @@ impl Exporter {
         self.gpint = gpint;
         // Nothing is held back between polls.
         for s in 0..SHAPES {
-            self.finish_packet(s, out);
-            self.flush(s, out);
+            self.send_all(s, out);
         }
         taken
     }
@@ -415,8 +414,7 @@ impl Exporter {
             None => {
                 let s = self.evict;
                 self.evict = (s + 1) % SHAPES;
-                self.finish_packet(s, out);
-                self.flush(s, out);
+                self.send_all(s, out);
                 s
             }
         };
@@ -439,6 +437,12 @@ impl Exporter {
         let sh = &mut self.shapes[s];
         sh.batch.push(&sh.buf[..len], reports);
         (sh.off, sh.reports) = (GROUP_HDR_LEN, 0);
+    }
+
+    /// Sends all that shape `s` holds: its packet, then its batch.
+    fn send_all(&mut self, s: usize, out: &mut dyn PortOut) {
+        self.finish_packet(s, out);
+        self.flush(s, out);
     }
 
     /// Sends shape `s`'s batch to every collector, numbered with that
