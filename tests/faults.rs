@@ -6,7 +6,8 @@
 //! rings full and counted; a collector that does not read loses reports
 //! only as counted sequence gaps, and one behind a DPDK port whose TX is
 //! full only as counted `tx_full` drops. (Clock steps: the AM-PM exporter's unit
-//! tests; export paused: int_reports' paused-export test.)
+//! tests; export paused: int_reports' paused-export test.) A switch
+//! stopped with its export paused sends what its rings hold.
 
 use std::fs::File;
 use std::path::Path;
@@ -208,6 +209,31 @@ fn a_stalled_control_core_leaves_the_workers_forwarding_and_their_full_rings_cou
     // Every packet raised a report: taken by the control core or refused.
     let taken: u64 = r["rings"].as_array().unwrap().iter().map(|x| x["received"].as_u64().unwrap()).sum();
     assert_eq!(taken + full(r), ports[0]["rx_packets"].as_u64().unwrap(), "{r}");
+}
+
+/// A switch stopped while its export is paused: what the rings hold is
+/// sent at stop, not dropped with them (a pause holds records back).
+#[test]
+fn a_switch_stopped_with_its_export_paused_sends_what_its_rings_hold() {
+    let d = Scratch::new("faults-paused-stop");
+    let pcap = int_trace(&d);
+    let sock_rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sink = sink_section(&sock_rx.local_addr().unwrap().to_string(), "ring_size = 1024\n");
+    let cfg = xconnect_config(&d, "faults-paused-stop", &pcap, &sink);
+    let sock = d.path("sw.sock");
+    let sw = SwitchProcess::start(&cfg, None);
+    assert_eq!(intctl(&sock, &["int", "export", "pause"])["paused"], true);
+    let pending =
+        |v: &Value| v["rings"].as_array().unwrap().iter().map(|r| r["pending"].as_u64().unwrap()).sum::<u64>();
+    wait_until("the paused ring full", || pending(&intctl(&sock, &["show", "reports"])) == 1024);
+    let before = intctl(&sock, &["show", "reports"])["reports"].as_u64().unwrap();
+    let fin = sw.stop();
+    let r = &fin["int_reports"];
+    assert_eq!(pending(r), 0, "nothing left in the rings: {r}");
+    let taken: u64 = r["rings"].as_array().unwrap().iter().map(|x| x["received"].as_u64().unwrap()).sum();
+    assert_eq!(r["reports"].as_u64().unwrap(), taken, "every record taken was sent: {r}");
+    assert!(taken >= before + 1024, "the 1024 held at stop went out: {before} before, {taken} taken: {r}");
+    assert_eq!(r["collectors"][0]["send_errors"], 0, "{r}");
 }
 
 /// Report export slower than the workers: the collector's socket, with a

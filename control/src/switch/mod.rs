@@ -533,6 +533,9 @@ impl Switch {
             eprintln!("intswitch: at stop: {e}");
         }
         if let Some(ex) = &mut self.exporter {
+            // A pause holds records in the rings; stopping sends them (as it
+            // does R_G's) rather than dropping them with the rings.
+            ex.paused = false;
             // Collectors behind a DPDK port count what is left as send errors.
             let mut out = PortSender::new(&self.spec, None);
             while ex.poll(1 << 16, &mut out) > 0 {}
