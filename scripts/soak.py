@@ -9,9 +9,10 @@ removes what the role has: routes and neighbours (router, INT source),
 exact flows (every role), INT watch rules (INT roles), AM-PM flows (AM-PM
 roles), the report export paused and resumed (INT sink), the analytics'
 event thresholds, detection rules and CNF expressions changed and the flow
-cache flushed (INT sink with analytics), the label shift (INT-label), the
-clone buffer shown (GPINT transit), and a capture is started and ends every
-other second.
+cache flushed (INT sink with analytics), the label shift (INT-label; at
+the last hop also the report export paused and resumed and the ports'
+label state shown), the clone buffer shown (GPINT transit), and a capture
+is started and ends every other second.
 Every second the switch's mempool use and the process's RSS are sampled.
 
 A role passes when:
@@ -27,7 +28,11 @@ A role passes when:
   - no heap growth: RSS over the last third of the run is within
     --rss-slack-mib of its level over the middle third (the first third is
     warm-up: the flow and MAC tables fill in that time);
-  - every churn operation was answered without error.
+  - every churn operation was answered without error;
+  - at an INT-label last hop, every label report is accounted for
+    (label_sunk == label_exported + label_report_ring_full, none of them 0
+    but the refused), every one queued was sent (the exporter's reports ==
+    label_exported) and the collector received report packets.
 
 Prints one line per role and a JSON summary (--json FILE). Exit status 1
 if any role failed. scripts/soak.sh runs it on the release build;
@@ -49,8 +54,9 @@ import time
 
 DUT_MAC = "02:00:00:00:be:00"
 FIVE = "node_id,l1_ports,hop_latency,queue,ingress_ts"
+SIX = FIVE + ",egress_ts"
 ROLES = ["bridge", "router", "int-source", "int-transit", "int-sink", "int-sink-analytics", "gpint-transit",
-         "ampm-initiator", "ampm-terminator", "int-label"]
+         "ampm-initiator", "ampm-terminator", "int-label", "int-label-lasthop"]
 
 
 def routes_file(path):
@@ -82,6 +88,14 @@ def traffic(role, work):
         return mixed + ["--flows", "10000", "--zipf", "1.0", "--dst-mac", "02:00:00:00:00:02",
                         "--int-hops", "1..5", "--count", "8192", "--int-instructions", FIVE, "--int-rhc", "3",
                         "--background-share", "0.3"]
+    if role == "int-label-lasthop":
+        # Label packets of the label domain (1-4 labels of the paper's 32
+        # bytes, DSCP 0x17) and 30 % without a label: the last hop labels,
+        # exports and restores the first, and labels by its interval (and
+        # exports at once) some of the others.
+        return mixed + ["--flows", "10000", "--zipf", "1.0", "--dst-mac", "02:00:00:00:00:02",
+                        "--int-hops", "1..4", "--count", "8192", "--int-instructions", SIX, "--int-rhc", "4",
+                        "--int-dscp", "0x17", "--int-domain-id", "0x4c42", "--background-share", "0.3"]
     if role == "gpint-transit":
         # Probes of distinct requests from many monitors (a fifth IPv6),
         # each followed 8 probes later by its next hop's feedback (16384
@@ -147,6 +161,9 @@ def config(role, work, trace, sock, collector_port, idle):
                 f'role = "{r}"', 'method = "muxed"', 'carrier = "dscp"', 'src = "10.1.0.0/22"']
     if role == "int-label":
         out += ["[int]", "node_id = 4", "[label]", "interval_ms = 0.01", "seed = 3"]
+    if role == "int-label-lasthop":
+        out += ["[int]", "node_id = 6", "[[int.collector]]", f'address = "127.0.0.1:{collector_port}"',
+                "[label]", "interval_ms = 0.01", 'edge_ports = ["p1"]', "seed = 3"]
     if role == "gpint-transit":
         out += ["[int]", "node_id = 5", "[[int.collector]]", f'address = "127.0.0.1:{collector_port}"',
                 "[gpint]", "hold_ms = 1"]
@@ -196,7 +213,7 @@ class Churn:
                 c("route", "del", spare)
                 c("route", "add", used, *via)
                 c("neighbour", "del", nbr)
-        if role.startswith("int-") and role != "int-label":
+        if role.startswith("int-") and not role.startswith("int-label"):
             r = {"int-source": "source", "int-transit": "transit", "int-sink": "sink",
                  "int-sink-analytics": "sink"}[role]
             if add:
@@ -205,7 +222,7 @@ class Churn:
                   *only_source)
             else:
                 c("int", "watch", "del", "churn")
-        if role in ("int-sink", "int-sink-analytics"):
+        if role in ("int-sink", "int-sink-analytics", "int-label-lasthop"):
             c("int", "export", "pause" if t % 4 == 1 else "resume")
         if role == "int-sink-analytics":
             # Thresholds up and down; a CNF rule for a slice of the flows
@@ -229,8 +246,10 @@ class Churn:
                   "--carrier", "dscp", "--src", f"10.1.{4 + n % 4}.0/24")
             else:
                 c("ampm", "del", "churn")
-        if role == "int-label":
+        if role in ("int-label", "int-label-lasthop"):
             c("label", "set-shift", "p1", str(t % 3))
+        if role == "int-label-lasthop":
+            c("show", "label")
         if role == "gpint-transit":
             # The clone buffer's slots, as an operator watches them.
             c("show", "gpint")
@@ -355,6 +374,19 @@ def run_role(role, a, work):
         (rss_growth <= a.rss_slack_mib, f"RSS grew by {rss_growth} MiB"),
         (churn.errors == 0, churn.last_error),
     ]
+    if role == "int-label-lasthop":
+        ev = fin["events"]
+        sunk, exported, refused = (ev.get(k, 0) for k in ("label_sunk", "label_exported", "label_report_ring_full"))
+        sent = (fin.get("int_reports") or {}).get("reports", 0)
+        res.update(label_sunk=sunk, label_exported=exported, label_refused=refused, reports_sent=sent)
+        checks += [
+            (sunk > 0 and exported > 0, f"label reports: sunk {sunk}, exported {exported}"),
+            (sunk == exported + refused, f"label_sunk {sunk} != exported {exported} + refused {refused}"),
+            # The only reports of the role: each queued one was sent (the
+            # rings are drained at stop, paused or not).
+            (sent == exported, f"reports sent {sent} != label_exported {exported}"),
+            (received[0] > 0, "the collector received no report packet"),
+        ]
     failed = [w for ok, w in checks if not ok]
     res.update(ok=not failed, why="; ".join(failed))
     return res

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Soak (not a test): every role in turn (bridge, router, INT source,
-# transit and sink, AM-PM initiator and terminator, INT-label) at full rate
+# transit and sink (with and without analytics), GPINT transit, AM-PM
+# initiator and terminator, INT-label core and last hop) at full rate
 # on vdevs (net_pcap replaying a realistic trace into net_null) under
 # control-plane churn, with the checks of scripts/soak.py: no crash,
 # counters that add up, no mbuf leaked (none taken once the ports closed;

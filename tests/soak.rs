@@ -28,7 +28,7 @@ fn every_role_soaks_under_churn_without_leaks_and_with_counters_that_add_up() {
     let text = String::from_utf8_lossy(&out.stdout);
     eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
     let results: Vec<Value> = serde_json::from_slice(&std::fs::read(&json).expect("soak.json")).unwrap();
-    assert_eq!(results.len(), 10, "every role ran: {text}");
+    assert_eq!(results.len(), 11, "every role ran: {text}");
     for r in &results {
         assert_eq!(r["ok"], true, "{r}");
         assert!(r["packets"].as_u64().unwrap() >= 3_000_000, "{r}");
