@@ -452,6 +452,33 @@ fn router_rewrites_answers_and_drops_with_reasons() {
     );
 }
 
+/// A packet still held for its next hop's MAC when the switch stops (run
+/// shorter than the hold time, its next hop never answering) is a drop
+/// under `neighbour_unresolved` in the final counters, which add up: it
+/// is not lost uncounted with the queue that held it.
+#[test]
+fn a_packet_held_for_resolution_at_stop_is_counted_as_a_drop() {
+    let d = Scratch::new("rt-held");
+    let unresolved = ipv4_udp(P0_MAC, H1, [10, 0, 1, 2], [10, 0, 2, 3], 64, b"u");
+    write_pcap(&d.path("in0.pcap"), &[unresolved]);
+    write_pcap(&d.path("in1.pcap"), &[]);
+    let cfg = format!(
+        "{}{}{}{H2_NEIGHBOURS}",
+        header("rt-held", "router", &d),
+        port_cfg("p0", 0, &d, P0_ROUTER),
+        port_cfg("p1", 1, &d, P1_ROUTER)
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let out = run_for(&d.path("c.toml"), 0.3);
+    assert_eq!(out["events"]["held_for_resolution"], 1, "{out}");
+    assert_eq!(out["ports"][0]["rx_packets"], 1, "{out}");
+    assert_eq!(out["drops"]["neighbour_unresolved"], 1, "{out}");
+    assert_eq!(out["total_drops"], 1, "{out}");
+    // Only the ARP request for 10.0.2.3 left (injected, not forwarded).
+    let injected = out["events"]["injected"].as_u64().unwrap_or(0);
+    assert_eq!(out["ports"][1]["tx_packets"].as_u64(), Some(injected), "{out}");
+}
+
 /// Two workers, each with an RX queue of p0 (net_pcap: one queue per
 /// `rx_pcap`) and its own TX queue on every port (one per `tx_pcap`): each
 /// queue's frames leave, rewritten, through the TX queue of the worker that

@@ -31,6 +31,7 @@ use dataplane::worker::LabelSetup;
 use dataplane::worker::{
     self, FlowCommand, FlowSetup, IdleConfig, MacSetup, Shared, StageSetup, WorkerSetup, WorkerShared,
 };
+use dataplane::DropReason;
 
 use crate::api::views::{FinalCounters, Generation};
 use crate::api::ApiError;
@@ -569,6 +570,15 @@ impl Switch {
             int_analytics: self.analytics_view().ok().map(|a| a.export),
             ampm_export: self.ampm_exporter.as_ref().map(|e| e.view()),
         };
+        // Packets still waiting for their next hop's MAC (or on their way
+        // back to a worker for the second try) are dropped with the switch:
+        // counted as that second miss counts them.
+        let held = self.neighbours.held_len()
+            + self.shared.workers.iter().map(|w| w.held.len() + w.reinject.len()).sum::<usize>();
+        if held > 0 {
+            *out.drops.entry(DropReason::NeighbourUnresolved.name().to_string()).or_default() += held as u64;
+            out.total_drops += held as u64;
+        }
         // Mbufs still queued for the control core go back to the pool, and
         // ports stop and close, before the EAL is cleaned up.
         self.neighbours.clear();

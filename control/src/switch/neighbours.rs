@@ -47,6 +47,11 @@ impl Neighbours {
     pub(super) fn clear(&mut self) {
         self.held.clear();
     }
+
+    /// Packets held here.
+    pub(super) fn held_len(&self) -> usize {
+        self.held.len()
+    }
 }
 
 impl Switch {
