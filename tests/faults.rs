@@ -175,19 +175,30 @@ fn stall_thread(tid: u32, secs: f64) {
     ptrace::detach(pid, None).expect("PTRACE_DETACH");
 }
 
+/// An INT sink reporting every packet of `int_trace` (rings of 1024
+/// records) to a socket nobody reads: (that socket, the switch, its
+/// control socket).
+fn reporting_sink(d: &Scratch, name: &str) -> (std::net::UdpSocket, SwitchProcess, std::path::PathBuf) {
+    let pcap = int_trace(d);
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sink = sink_section(&rx.local_addr().unwrap().to_string(), "ring_size = 1024\n");
+    let cfg = xconnect_config(d, name, &pcap, &sink);
+    (rx, SwitchProcess::start(&cfg, None), d.path("sw.sock"))
+}
+
+/// `field` of every report ring in a `show reports` view, added up.
+fn rings_sum(v: &Value, field: &str) -> u64 {
+    v["rings"].as_array().unwrap().iter().map(|r| r[field].as_u64().unwrap()).sum()
+}
+
 #[test]
 fn a_stalled_control_core_leaves_the_workers_forwarding_and_their_full_rings_counted() {
     let d = Scratch::new("faults-stall");
-    let pcap = int_trace(&d);
-    let sock_rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     // Every packet reported: the workers fill their rings within
     // milliseconds once the control core stops draining them.
-    let sink = sink_section(&sock_rx.local_addr().unwrap().to_string(), "ring_size = 1024\n");
-    let cfg = xconnect_config(&d, "faults-stall", &pcap, &sink);
-    let sock = d.path("sw.sock");
-    let sw = SwitchProcess::start(&cfg, None);
+    let (_rx, sw, sock) = reporting_sink(&d, "faults-stall");
     wait_until("traffic", || p0_rx(&sock) > 100_000);
-    let full = |v: &Value| v["rings"].as_array().unwrap().iter().map(|r| r["ring_full"].as_u64().unwrap()).sum::<u64>();
+    let full = |v: &Value| rings_sum(v, "ring_full");
     // Read in this order, the refused reports' window lies within rx's.
     let rx_before = p0_rx(&sock);
     let before = intctl(&sock, &["show", "reports"]);
@@ -207,7 +218,7 @@ fn a_stalled_control_core_leaves_the_workers_forwarding_and_their_full_rings_cou
     assert_eq!(ports[0]["rx_packets"], ports[1]["tx_packets"], "nothing dropped: {fin}");
     let r = &fin["int_reports"];
     // Every packet raised a report: taken by the control core or refused.
-    let taken: u64 = r["rings"].as_array().unwrap().iter().map(|x| x["received"].as_u64().unwrap()).sum();
+    let taken = rings_sum(r, "received");
     assert_eq!(taken + full(r), ports[0]["rx_packets"].as_u64().unwrap(), "{r}");
 }
 
@@ -216,21 +227,15 @@ fn a_stalled_control_core_leaves_the_workers_forwarding_and_their_full_rings_cou
 #[test]
 fn a_switch_stopped_with_its_export_paused_sends_what_its_rings_hold() {
     let d = Scratch::new("faults-paused-stop");
-    let pcap = int_trace(&d);
-    let sock_rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let sink = sink_section(&sock_rx.local_addr().unwrap().to_string(), "ring_size = 1024\n");
-    let cfg = xconnect_config(&d, "faults-paused-stop", &pcap, &sink);
-    let sock = d.path("sw.sock");
-    let sw = SwitchProcess::start(&cfg, None);
+    let (_rx, sw, sock) = reporting_sink(&d, "faults-paused-stop");
     assert_eq!(intctl(&sock, &["int", "export", "pause"])["paused"], true);
-    let pending =
-        |v: &Value| v["rings"].as_array().unwrap().iter().map(|r| r["pending"].as_u64().unwrap()).sum::<u64>();
+    let pending = |v: &Value| rings_sum(v, "pending");
     wait_until("the paused ring full", || pending(&intctl(&sock, &["show", "reports"])) == 1024);
     let before = intctl(&sock, &["show", "reports"])["reports"].as_u64().unwrap();
     let fin = sw.stop();
     let r = &fin["int_reports"];
     assert_eq!(pending(r), 0, "nothing left in the rings: {r}");
-    let taken: u64 = r["rings"].as_array().unwrap().iter().map(|x| x["received"].as_u64().unwrap()).sum();
+    let taken = rings_sum(r, "received");
     assert_eq!(r["reports"].as_u64().unwrap(), taken, "every record taken was sent: {r}");
     assert!(taken >= before + 1024, "the 1024 held at stop went out: {before} before, {taken} taken: {r}");
     assert_eq!(r["collectors"][0]["send_errors"], 0, "{r}");
