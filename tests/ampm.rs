@@ -439,3 +439,91 @@ address = "{collector}"
     assert_eq!(out["total_drops"].as_u64(), Some(0), "{out}");
     assert_eq!(out["ports"][1]["tx_packets"].as_u64(), Some((A + B) as u64), "{out}");
 }
+
+/// A switch stopped before its AM-PM intervals' records were due (4 s
+/// intervals, stopped within a second of counting) sends them at stop,
+/// marked partial: the records hold every packet it counted.
+#[test]
+fn ampm_records_not_yet_due_at_stop_are_sent_partial() {
+    const N: usize = 100;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = Scratch::new("ampmstop");
+    let p = |f: &str| d.path(f).display().to_string();
+    let spec = control::traffic::TrafficSpec {
+        flows: 10,
+        frame_len: 100,
+        ..control::traffic::TrafficSpec::udp("10.70.0.1".parse().unwrap(), "10.71.0.1".parse().unwrap(), N)
+    };
+    let frames: Vec<Vec<u8>> = (0..N).map(|i| control::traffic::frame(&spec, i)).collect();
+    write_pcap(&d.path("a.pcap"), &frames);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let cfg = format!(
+        r#"name = "ampmstop"
+mode = "xconnect"
+[eal]
+file_prefix = "ampmstop-{pid}"
+[dataplane]
+idle = true
+mbufs = 4095
+{control}
+[[port]]
+name = "p0"
+device = "net_pcap0,rx_pcap={a},tx_pcap={o0}"
+peer = "p1"
+[[port]]
+name = "p1"
+device = "net_pcap1,tx_pcap={o1}"
+peer = "p0"
+[ampm]
+node_id = 6
+interval = "4s"
+[[ampm.flow]]
+name = "all"
+flow_mon_id = 78
+role = "initiator"
+method = "step"
+carrier = "dscp"
+src = "10.70.0.0/16"
+[[ampm.collector]]
+address = "{collector}"
+"#,
+        pid = std::process::id(),
+        control = control_section(&d),
+        a = p("a.pcap"),
+        o0 = p("o0.pcap"),
+        o1 = p("o1.pcap"),
+        collector = sock.local_addr().unwrap(),
+    );
+    std::fs::write(d.path("c.toml"), cfg).unwrap();
+    let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    let rx = || -> u64 {
+        let out = Command::new(intswitch_tests::intctl_bin())
+            .arg("--socket")
+            .arg(d.path("sw.sock"))
+            .args(["--json", "show", "ports"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v[0]["rx_packets"].as_u64().unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while rx() < N as u64 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = sw.stop();
+    assert_eq!(out["ports"][0]["rx_packets"].as_u64(), Some(N as u64), "{out}");
+    let (mut packets, mut records) = (0u64, Vec::new());
+    let mut buf = [0u8; 65536];
+    for _ in 0..10 {
+        let Ok(n) = sock.recv(&mut buf) else { break };
+        for line in String::from_utf8_lossy(&buf[..n]).lines() {
+            let r: Value = serde_json::from_str(line).unwrap();
+            packets += r["packets"].as_u64().unwrap();
+            records.push(r);
+        }
+    }
+    assert_eq!(packets, N as u64, "records: {records:?}");
+    assert!(records.iter().all(|r| r["partial"] == true), "{records:?}");
+    assert_eq!(out["ampm_export"]["records"].as_u64(), Some(records.len() as u64), "{out}");
+}

@@ -10,7 +10,10 @@
 //!   "interval_ns":T,"start_ns":J*T,"color":J%2,"packets":P,"bytes":B,
 //!   "delay_count":K,"delay_ts_ns":TS|null,"mean_ts_offset_ns":M|null,
 //!   "partial":false}`
-//! `partial` marks the interval the switch started in. `clock_step` marks
+//! `partial` marks the interval the switch started in, and those it stopped
+//! in: at stop the control core sends what no record holds yet (the
+//! interval before the current one when its export was not due, and the
+//! current one), before their color was stable. `clock_step` marks
 //! the two records of a flow (one per color) exported after CLOCK_REALTIME
 //! stepped (checked against CLOCK_MONOTONIC at every poll): their counters
 //! may hold packets the workers counted on either side of the step, so
@@ -146,6 +149,22 @@ impl AmpmExporter {
         self.export_due(now_ns, mono_ns, &|slot, color| sum(shared, slot, color), flows, out)
     }
 
+    /// At stop, once the workers stopped: the intervals no record holds yet
+    /// (the one before the current when its export was not due, and the
+    /// current one), so that every packet counted is in a record. Both are
+    /// `partial`: sent before their color was stable, they lack what was
+    /// still on its way. Returns records made.
+    pub fn finish(
+        &mut self,
+        now_ns: u64,
+        mono_ns: u64,
+        shared: &Shared,
+        flows: &[AmpmFlow],
+        out: &mut dyn PortOut,
+    ) -> usize {
+        self.export_rest(now_ns, mono_ns, &|slot, color| sum(shared, slot, color), flows, out)
+    }
+
     /// [`AmpmExporter::poll`] over `counts(slot, color)`, the workers' sum.
     fn export_due(
         &mut self,
@@ -155,6 +174,34 @@ impl AmpmExporter {
         flows: &[AmpmFlow],
         out: &mut dyn PortOut,
     ) -> usize {
+        self.check_clock(now_ns, mono_ns);
+        let (j, slot) = self.timing.position(now_ns);
+        let second_half = slot >> (self.timing.sub_bits - 1) == 1;
+        let Some(due) = (if second_half { j.checked_sub(1) } else { j.checked_sub(2) }) else { return 0 };
+        if self.last_interval >= due {
+            return 0;
+        }
+        self.export_interval(due, false, counts, flows, out)
+    }
+
+    /// [`AmpmExporter::finish`] over `counts(slot, color)`.
+    fn export_rest(
+        &mut self,
+        now_ns: u64,
+        mono_ns: u64,
+        counts: &dyn Fn(usize, usize) -> ColorSnap,
+        flows: &[AmpmFlow],
+        out: &mut dyn PortOut,
+    ) -> usize {
+        self.check_clock(now_ns, mono_ns);
+        let (j, _) = self.timing.position(now_ns);
+        let first = j.saturating_sub(1).max(self.last_interval + 1);
+        (first..=j).map(|due| self.export_interval(due, true, counts, flows, out)).sum()
+    }
+
+    /// Counts a step of CLOCK_REALTIME against CLOCK_MONOTONIC since the
+    /// last poll: the next two records (one per color) are marked.
+    fn check_clock(&mut self, now_ns: u64, mono_ns: u64) {
         if let Some((wall, mono)) = self.last_clock {
             let off = (now_ns as i128 - wall as i128) - (mono_ns as i128 - mono as i128);
             if off.unsigned_abs() > step_threshold_ns(self.timing.interval_ns()) as u128 {
@@ -163,12 +210,18 @@ impl AmpmExporter {
             }
         }
         self.last_clock = Some((now_ns, mono_ns));
-        let (j, slot) = self.timing.position(now_ns);
-        let second_half = slot >> (self.timing.sub_bits - 1) == 1;
-        let Some(due) = (if second_half { j.checked_sub(1) } else { j.checked_sub(2) }) else { return 0 };
-        if self.last_interval >= due {
-            return 0;
-        }
+    }
+
+    /// Sends every flow's record of interval `due` (after the last one
+    /// exported); `stopped`: sent at stop (partial). Returns records made.
+    fn export_interval(
+        &mut self,
+        due: u64,
+        stopped: bool,
+        counts: &dyn Fn(usize, usize) -> ColorSnap,
+        flows: &[AmpmFlow],
+        out: &mut dyn PortOut,
+    ) -> usize {
         self.intervals_missed += due - self.last_interval - 1;
         self.last_interval = due;
         let color = (due & 1) as usize;
@@ -203,7 +256,7 @@ impl AmpmExporter {
                 delay_count: delays,
                 delay_ts_ns: (delays > 0).then_some(now.delay_ts),
                 mean_ts_offset_ns: (packets > 0).then(|| (now.ts_sum.wrapping_sub(was.ts_sum) as i64) / packets as i64),
-                partial: due == self.first_interval,
+                partial: due == self.first_interval || stopped,
                 clock_step,
                 seq: None,
             };
@@ -320,16 +373,26 @@ mod tests {
             let counted = self.counted.borrow().to_owned();
             let counts = move |_: usize, c: usize| ColorSnap { packets: counted[c], ..Default::default() };
             let n = self.ex.export_due(wall, mono, &counts, &[flow()], &mut NoPorts);
+            self.received(n, "clock_step")
+        }
+
+        /// The switch stops at `wall`: the records sent, as (interval,
+        /// packets, partial).
+        fn finish(&mut self, wall: u64, mono: u64) -> Vec<(u64, u64, bool)> {
+            let counted = self.counted.borrow().to_owned();
+            let counts = move |_: usize, c: usize| ColorSnap { packets: counted[c], ..Default::default() };
+            let n = self.ex.export_rest(wall, mono, &counts, &[flow()], &mut NoPorts);
+            self.received(n, "partial")
+        }
+
+        /// `n` records off the collector's socket: (interval, packets, `flag`).
+        fn received(&self, n: usize, flag: &str) -> Vec<(u64, u64, bool)> {
             (0..n)
                 .map(|_| {
                     let mut b = [0u8; 2048];
                     let len = self.rx.recv(&mut b).unwrap();
                     let v: serde_json::Value = serde_json::from_slice(&b[..len]).unwrap();
-                    (
-                        v["interval"].as_u64().unwrap(),
-                        v["packets"].as_u64().unwrap(),
-                        v["clock_step"].as_bool().unwrap(),
-                    )
+                    (v["interval"].as_u64().unwrap(), v["packets"].as_u64().unwrap(), v[flag].as_bool().unwrap())
                 })
                 .collect()
         }
@@ -379,6 +442,30 @@ mod tests {
         // (the last interval is not due yet).
         let all: u64 = sent + fwd.iter().map(|r| r.1).sum::<u64>();
         assert_eq!(all, 10 * (6 + 8 + 4) - 10);
+    }
+
+    #[test]
+    fn stopping_sends_what_no_record_holds_yet_as_partial() {
+        let mut c = Clocked::new(1000 * T);
+        // Intervals 1000-1003 counted, 10 packets each; 1003's record is not
+        // due before 1004's second half.
+        let sent = run(&mut c, 1000 * T, 0, 4);
+        assert_eq!(sent.iter().map(|r| r.0).collect::<Vec<_>>(), [1000, 1001, 1002]);
+        // 7 more in 1004's first quarter, and the switch stops there.
+        c.count(1004 * T + T / 8, 7);
+        let stop = c.finish(1004 * T + T / 4, 4 * T + T / 4);
+        assert_eq!(stop, [(1003, 10, true), (1004, 7, true)]);
+        // Every packet counted is in a record.
+        let all: u64 = sent.iter().chain(&stop).map(|r| r.1).sum();
+        assert_eq!(all, 4 * 10 + 7);
+        assert_eq!(c.ex.intervals_missed, 0);
+        // Stopped in a second half, the interval before went out already.
+        let mut c = Clocked::new(1000 * T);
+        let sent = run(&mut c, 1000 * T, 0, 3);
+        c.count(1003 * T + T * 3 / 4, 5);
+        assert_eq!(c.poll(1003 * T + T * 3 / 4, 3 * T + T * 3 / 4), [(1002, 10, false)]);
+        assert_eq!(c.finish(1003 * T + T * 7 / 8, 3 * T + T * 7 / 8), [(1003, 5, true)]);
+        assert_eq!(sent.len(), 2);
     }
 
     #[test]

@@ -541,6 +541,12 @@ impl Switch {
             let mut out = PortSender::new(&self.spec, None);
             while ex.poll(1 << 16, &mut out) > 0 {}
         }
+        // The AM-PM intervals no record holds yet (sent partial).
+        let (now, mono) = (self.now_ns(), self.mono_ns());
+        if let (Some(ex), Some(setup)) = (&mut self.ampm_exporter, &self.spec.ampm) {
+            let mut out = PortSender::new(&self.spec, None);
+            ex.finish(now, mono, &self.shared, &setup.flows, &mut out);
+        }
         // The workers exported their flow entries (reason stop) as they
         // stopped; the last histogram snapshot holds every packet.
         if let Some(ex) = &mut self.flow_exporter {
