@@ -316,6 +316,77 @@ fn ampm_ns_time_format_no_loss() {
     let _ = std::fs::remove_file::<PathBuf>(file);
 }
 
+/// `n` frames of 10 UDP flows from 10.70.0.1, 100 bytes each: the traffic
+/// of the initiator flow `initiator_xconnect` monitors.
+fn initiator_frames(n: usize) -> Vec<Vec<u8>> {
+    let spec = control::traffic::TrafficSpec {
+        flows: 10,
+        frame_len: 100,
+        ..control::traffic::TrafficSpec::udp("10.70.0.1".parse().unwrap(), "10.71.0.1".parse().unwrap(), n)
+    };
+    (0..n).map(|i| control::traffic::frame(&spec, i)).collect()
+}
+
+/// The devices of `initiator_xconnect`'s ports, and what goes with them.
+struct Devices<'a> {
+    /// [eal] lines (lcores).
+    eal: &'a str,
+    p0: String,
+    p1: String,
+    /// After the ports ([[worker]] sections).
+    workers: &'a str,
+}
+
+/// A cross-connect switch `name` (its files in `d`) on `dev`, with one
+/// AM-PM initiator flow (FlowMonID `id`, step method, DSCP) over
+/// 10.70.0.0/16, its records to `collector` every `interval`.
+fn initiator_xconnect(
+    d: &Scratch,
+    name: &str,
+    dev: &Devices,
+    id: u32,
+    interval: &str,
+    collector: std::net::SocketAddr,
+) -> PathBuf {
+    let Devices { eal, p0: p0_dev, p1: p1_dev, workers } = dev;
+    let cfg = format!(
+        r#"name = "{name}"
+mode = "xconnect"
+[eal]
+{eal}file_prefix = "{name}-{pid}"
+[dataplane]
+idle = true
+mbufs = 4095
+{control}
+[[port]]
+name = "p0"
+device = "{p0_dev}"
+peer = "p1"
+[[port]]
+name = "p1"
+device = "{p1_dev}"
+peer = "p0"
+{workers}[ampm]
+node_id = 5
+interval = "{interval}"
+[[ampm.flow]]
+name = "all"
+flow_mon_id = {id}
+role = "initiator"
+method = "step"
+carrier = "dscp"
+src = "10.70.0.0/16"
+[[ampm.collector]]
+address = "{collector}"
+"#,
+        pid = std::process::id(),
+        control = control_section(d),
+    );
+    let path = d.path("c.toml");
+    std::fs::write(&path, cfg).unwrap();
+    path
+}
+
 /// One AM-PM flow (a /16 of sources) whose packets arrive on two workers
 /// (an RX queue of p0 each; net_pcap gives a queue per `rx_pcap`; lcore 2
 /// shares CPU 1 with lcore 1): the records the control core exports count
@@ -327,67 +398,33 @@ fn ampm_records_sum_the_workers() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = Scratch::new("ampm2w");
     let p = |f: &str| d.path(f).display().to_string();
-    let spec = control::traffic::TrafficSpec {
-        flows: 10,
-        frame_len: 100,
-        ..control::traffic::TrafficSpec::udp("10.70.0.1".parse().unwrap(), "10.71.0.1".parse().unwrap(), A + B)
-    };
-    let frames: Vec<Vec<u8>> = (0..A + B).map(|i| control::traffic::frame(&spec, i)).collect();
+    let frames = initiator_frames(A + B);
     write_pcap(&d.path("a.pcap"), &frames[..A]);
     write_pcap(&d.path("b.pcap"), &frames[A..]);
     // IPv4 length of each frame: what AM-PM counts as bytes.
     let l3_bytes: u64 = frames.iter().map(|f| u16::from_be_bytes([f[16], f[17]]) as u64).sum();
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-    let cfg = format!(
-        r#"name = "ampm2w"
-mode = "xconnect"
-[eal]
-lcores = "0@0,1@1,2@1"
-file_prefix = "ampm2w-{pid}"
-[dataplane]
-idle = true
-mbufs = 4095
-{control}
-[[port]]
-name = "p0"
-device = "net_pcap0,rx_pcap={a},rx_pcap={b},tx_pcap={o0a},tx_pcap={o0b}"
-peer = "p1"
-[[port]]
-name = "p1"
-device = "net_pcap1,tx_pcap={o1a},tx_pcap={o1b}"
-peer = "p0"
-[[worker]]
-lcore = 1
-rx = ["p0:0", "p1:0"]
-[[worker]]
-lcore = 2
-rx = ["p0:1"]
-[ampm]
-node_id = 5
-interval = "1s"
-[[ampm.flow]]
-name = "both"
-flow_mon_id = 77
-role = "initiator"
-method = "step"
-carrier = "dscp"
-src = "10.70.0.0/16"
-[[ampm.collector]]
-address = "{collector}"
-"#,
-        pid = std::process::id(),
-        control = control_section(&d),
-        a = p("a.pcap"),
-        b = p("b.pcap"),
-        o0a = p("o0a.pcap"),
-        o0b = p("o0b.pcap"),
-        o1a = p("o1a.pcap"),
-        o1b = p("o1b.pcap"),
-        collector = sock.local_addr().unwrap(),
+    let cfg = initiator_xconnect(
+        &d,
+        "ampm2w",
+        &Devices {
+            eal: "lcores = \"0@0,1@1,2@1\"\n",
+            p0: format!(
+                "net_pcap0,rx_pcap={},rx_pcap={},tx_pcap={},tx_pcap={}",
+                p("a.pcap"),
+                p("b.pcap"),
+                p("o0a.pcap"),
+                p("o0b.pcap")
+            ),
+            p1: format!("net_pcap1,tx_pcap={},tx_pcap={}", p("o1a.pcap"), p("o1b.pcap")),
+            workers: "[[worker]]\nlcore = 1\nrx = [\"p0:0\", \"p1:0\"]\n[[worker]]\nlcore = 2\nrx = [\"p0:1\"]\n",
+        },
+        77,
+        "1s",
+        sock.local_addr().unwrap(),
     );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    let sw = SwitchProcess::start(&cfg, None);
     // A second flow of FlowMonID 77, and a carrier the flow's family lacks,
     // are refused (the collector could not tell the first's records apart;
     // the second would mark nothing); so is a mark written by a reader's
@@ -396,7 +433,7 @@ address = "{collector}"
     for (args, want) in [
         (
             [&["ampm", "add", "b", "--flow-mon-id", "77", "--carrier", "dscp"][..], &flow].concat(),
-            "flow_mon_id: 77 is flow 'both''s too",
+            "flow_mon_id: 77 is flow 'all''s too",
         ),
         (
             [&["ampm", "add", "b", "--flow-mon-id", "78", "--carrier", "ipv6_hbh", "--src", "10.70.0.0/16"][..], &flow]
@@ -449,54 +486,23 @@ fn ampm_records_not_yet_due_at_stop_are_sent_partial() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = Scratch::new("ampmstop");
     let p = |f: &str| d.path(f).display().to_string();
-    let spec = control::traffic::TrafficSpec {
-        flows: 10,
-        frame_len: 100,
-        ..control::traffic::TrafficSpec::udp("10.70.0.1".parse().unwrap(), "10.71.0.1".parse().unwrap(), N)
-    };
-    let frames: Vec<Vec<u8>> = (0..N).map(|i| control::traffic::frame(&spec, i)).collect();
-    write_pcap(&d.path("a.pcap"), &frames);
+    write_pcap(&d.path("a.pcap"), &initiator_frames(N));
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-    let cfg = format!(
-        r#"name = "ampmstop"
-mode = "xconnect"
-[eal]
-file_prefix = "ampmstop-{pid}"
-[dataplane]
-idle = true
-mbufs = 4095
-{control}
-[[port]]
-name = "p0"
-device = "net_pcap0,rx_pcap={a},tx_pcap={o0}"
-peer = "p1"
-[[port]]
-name = "p1"
-device = "net_pcap1,tx_pcap={o1}"
-peer = "p0"
-[ampm]
-node_id = 6
-interval = "4s"
-[[ampm.flow]]
-name = "all"
-flow_mon_id = 78
-role = "initiator"
-method = "step"
-carrier = "dscp"
-src = "10.70.0.0/16"
-[[ampm.collector]]
-address = "{collector}"
-"#,
-        pid = std::process::id(),
-        control = control_section(&d),
-        a = p("a.pcap"),
-        o0 = p("o0.pcap"),
-        o1 = p("o1.pcap"),
-        collector = sock.local_addr().unwrap(),
+    let cfg = initiator_xconnect(
+        &d,
+        "ampmstop",
+        &Devices {
+            eal: "",
+            p0: format!("net_pcap0,rx_pcap={},tx_pcap={}", p("a.pcap"), p("o0.pcap")),
+            p1: format!("net_pcap1,tx_pcap={}", p("o1.pcap")),
+            workers: "",
+        },
+        78,
+        "4s",
+        sock.local_addr().unwrap(),
     );
-    std::fs::write(d.path("c.toml"), cfg).unwrap();
-    let sw = SwitchProcess::start(&d.path("c.toml"), None);
+    let sw = SwitchProcess::start(&cfg, None);
     let rx = || -> u64 {
         let out = Command::new(intswitch_tests::intctl_bin())
             .arg("--socket")

@@ -146,7 +146,7 @@ impl AmpmExporter {
         flows: &[AmpmFlow],
         out: &mut dyn PortOut,
     ) -> usize {
-        self.export_due(now_ns, mono_ns, &|slot, color| sum(shared, slot, color), flows, out)
+        self.export_at(now_ns, mono_ns, false, &|slot, color| sum(shared, slot, color), flows, out)
     }
 
     /// At stop, once the workers stopped: the intervals no record holds yet
@@ -162,41 +162,32 @@ impl AmpmExporter {
         flows: &[AmpmFlow],
         out: &mut dyn PortOut,
     ) -> usize {
-        self.export_rest(now_ns, mono_ns, &|slot, color| sum(shared, slot, color), flows, out)
+        self.export_at(now_ns, mono_ns, true, &|slot, color| sum(shared, slot, color), flows, out)
     }
 
-    /// [`AmpmExporter::poll`] over `counts(slot, color)`, the workers' sum.
-    fn export_due(
+    /// [`AmpmExporter::poll`] (or with `stopping`,
+    /// [`AmpmExporter::finish`]) over `counts(slot, color)`, the workers' sum.
+    fn export_at(
         &mut self,
         now_ns: u64,
         mono_ns: u64,
+        stopping: bool,
         counts: &dyn Fn(usize, usize) -> ColorSnap,
         flows: &[AmpmFlow],
         out: &mut dyn PortOut,
     ) -> usize {
         self.check_clock(now_ns, mono_ns);
         let (j, slot) = self.timing.position(now_ns);
+        if stopping {
+            let first = j.saturating_sub(1).max(self.last_interval + 1);
+            return (first..=j).map(|due| self.export_interval(due, true, counts, flows, out)).sum();
+        }
         let second_half = slot >> (self.timing.sub_bits - 1) == 1;
         let Some(due) = (if second_half { j.checked_sub(1) } else { j.checked_sub(2) }) else { return 0 };
         if self.last_interval >= due {
             return 0;
         }
         self.export_interval(due, false, counts, flows, out)
-    }
-
-    /// [`AmpmExporter::finish`] over `counts(slot, color)`.
-    fn export_rest(
-        &mut self,
-        now_ns: u64,
-        mono_ns: u64,
-        counts: &dyn Fn(usize, usize) -> ColorSnap,
-        flows: &[AmpmFlow],
-        out: &mut dyn PortOut,
-    ) -> usize {
-        self.check_clock(now_ns, mono_ns);
-        let (j, _) = self.timing.position(now_ns);
-        let first = j.saturating_sub(1).max(self.last_interval + 1);
-        (first..=j).map(|due| self.export_interval(due, true, counts, flows, out)).sum()
     }
 
     /// Counts a step of CLOCK_REALTIME against CLOCK_MONOTONIC since the
@@ -372,7 +363,7 @@ mod tests {
         fn poll(&mut self, wall: u64, mono: u64) -> Vec<(u64, u64, bool)> {
             let counted = self.counted.borrow().to_owned();
             let counts = move |_: usize, c: usize| ColorSnap { packets: counted[c], ..Default::default() };
-            let n = self.ex.export_due(wall, mono, &counts, &[flow()], &mut NoPorts);
+            let n = self.ex.export_at(wall, mono, false, &counts, &[flow()], &mut NoPorts);
             self.received(n, "clock_step")
         }
 
@@ -381,7 +372,7 @@ mod tests {
         fn finish(&mut self, wall: u64, mono: u64) -> Vec<(u64, u64, bool)> {
             let counted = self.counted.borrow().to_owned();
             let counts = move |_: usize, c: usize| ColorSnap { packets: counted[c], ..Default::default() };
-            let n = self.ex.export_rest(wall, mono, &counts, &[flow()], &mut NoPorts);
+            let n = self.ex.export_at(wall, mono, true, &counts, &[flow()], &mut NoPorts);
             self.received(n, "partial")
         }
 
