@@ -576,23 +576,17 @@ impl Switch {
             int_analytics: self.analytics_view().ok().map(|a| a.export),
             ampm_export: self.ampm_exporter.as_ref().map(|e| e.view()),
         };
-        // Packets still waiting for their next hop's MAC (or on their way
-        // back to a worker for the second try) are dropped with the switch:
-        // counted as that second miss counts them.
-        let held = self.neighbours.held_len()
-            + self.shared.workers.iter().map(|w| w.held.len() + w.reinject.len()).sum::<usize>();
-        if held > 0 {
-            *out.drops.entry(DropReason::NeighbourUnresolved.name().to_string()).or_default() += held as u64;
-            out.total_drops += held as u64;
-        }
         // Mbufs still queued for the control core go back to the pool, and
-        // ports stop and close, before the EAL is cleaned up.
-        self.neighbours.clear();
+        // ports stop and close, before the EAL is cleaned up. Packets held
+        // for resolution are dropped with the switch, counted.
+        let held = self.drop_held();
+        if held > 0 {
+            *out.drops.entry(DropReason::NeighbourUnresolved.name().to_string()).or_default() += held;
+            out.total_drops += held;
+        }
         for w in &self.shared.workers {
             while w.capture.pop().is_some() {}
             while w.inject.pop().is_some() {}
-            while w.held.pop().is_some() {}
-            while w.reinject.pop().is_some() {}
         }
         self.retired.clear();
         drop(self.ports);

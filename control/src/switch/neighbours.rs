@@ -42,19 +42,25 @@ pub(super) struct Neighbours {
     pub(super) counters: ResolutionCounters,
 }
 
-impl Neighbours {
-    /// Drops every held packet (their mbufs go back to the pool).
-    pub(super) fn clear(&mut self) {
-        self.held.clear();
-    }
-
-    /// Packets held here.
-    pub(super) fn held_len(&self) -> usize {
-        self.held.len()
-    }
-}
-
 impl Switch {
+    /// At stop, once the workers stopped: frees every packet still held for
+    /// its next hop's MAC (here, or in a worker's held or reinject queue;
+    /// their mbufs go back to the pool) and returns how many, for the final
+    /// counters to count as `neighbour_unresolved`, as a second miss would.
+    pub(super) fn drop_held(&mut self) -> u64 {
+        let mut n = self.neighbours.held.len() as u64;
+        self.neighbours.held.clear();
+        for w in &self.shared.workers {
+            while w.held.pop().is_some() {
+                n += 1;
+            }
+            while w.reinject.pop().is_some() {
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Handles events the workers queued: neighbour learning and resolution.
     pub(super) fn drain_events(&mut self) -> Result<(), String> {
         let mut learned = Vec::new();
