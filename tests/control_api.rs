@@ -562,6 +562,50 @@ fn capture_writes_a_pcap_tshark_reads() {
     assert_eq!(out["total_drops"], 0);
 }
 
+/// A capture that ends before its count (time up, or the switch stopping)
+/// answers with what it wrote and why it ended, and its file holds exactly
+/// those packets: none are lost with the stop.
+#[test]
+fn a_capture_cut_short_answers_with_what_its_file_holds() {
+    let d = Scratch::new("api-cap-short");
+    let sw = start_router(&d, "apicapshort", 32);
+    let sent = read_pcap(&d.path("in.pcap"));
+    // p1 receives nothing: the time runs out with nothing written.
+    let idle = d.path("idle.pcap").display().to_string();
+    let out = intctl_json(&d, &["capture", "p1", "--rx", "--count", "5", "--timeout", "0.5", "--out", &idle]);
+    assert_eq!((out["packets"].as_u64(), out["complete"].as_bool()), (Some(0), Some(false)), "{out}");
+    assert_eq!((out["ended"].as_str(), out["missed"].as_u64()), (Some("timeout"), Some(0)), "{out}");
+    assert!(read_pcap(&d.path("idle.pcap")).is_empty());
+    // More than the traffic gives before the switch stops.
+    let file = d.path("cut.pcap");
+    let (sock, path) = (d.path("sw.sock"), file.display().to_string());
+    let capture = std::thread::spawn(move || {
+        Command::new(intctl_bin())
+            .arg("--socket")
+            .arg(sock)
+            .args(["capture", "p0", "--rx", "--count", "10000000", "--timeout", "120", "--out", &path])
+            .output()
+            .unwrap()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&file).map_or(0, |m| m.len()) < 24 + 100 * 76 {
+        assert!(std::time::Instant::now() < deadline, "no 100 packets captured in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    sw.stop();
+    let out = capture.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    let written = read_pcap(&file);
+    assert!(written.len() >= 100, "{}", written.len());
+    assert!(written.iter().all(|f| sent.contains(f)));
+    assert!(
+        text.starts_with(&format!("captured {} of 10000000 rx packets on p0", written.len()))
+            && text.contains("(ended: stopped)"),
+        "{text}"
+    );
+}
+
 /// One valid request per command (capture aside: it waits for packets and
 /// writes files) for a router with INT and AM-PM.
 fn valid_requests() -> Vec<(&'static str, Value)> {

@@ -1,7 +1,9 @@
 //! `capture`: mirrors one port's received or transmitted packets into a pcap
 //! file without disturbing forwarding. Workers copy matching packets into
 //! their capture queues (only while a capture runs); the control loop writes
-//! them and answers the request when the count or the timeout is reached.
+//! them and answers the request when the count or the timeout is reached, or
+//! the switch stops. Each copy carries its worker's copy number, so the
+//! answer counts the copies a full queue (or an empty pool) cost the file.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -26,8 +28,27 @@ pub struct CaptureJob {
     path: String,
     writer: PcapWriter<BufWriter<File>>,
     deadline: Instant,
+    copies: CopyNumbers,
     id: serde_json::Value,
     reply: Reply,
+}
+
+/// Why a capture ended, as its answer says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Count,
+    Timeout,
+    Stopped,
+}
+
+impl Ended {
+    fn name(self) -> &'static str {
+        match self {
+            Ended::Count => "count",
+            Ended::Timeout => "timeout",
+            Ended::Stopped => "stopped",
+        }
+    }
 }
 
 /// A capture request checked against the switch: port index, direction
@@ -81,44 +102,124 @@ pub fn start(
     };
     let mask = if tx { &sw.shared().capture_tx } else { &sw.shared().capture_rx };
     mask.fetch_or(1 << port, Ordering::Release);
-    *slot =
-        Some(CaptureJob { port, tx, want: count, got: 0, path, writer, deadline: Instant::now() + timeout, id, reply });
+    // Read after the mask is set: copies made since are this capture's.
+    let copies = CopyNumbers::new(copies_made(sw));
+    *slot = Some(CaptureJob {
+        port,
+        tx,
+        want: count,
+        got: 0,
+        path,
+        writer,
+        deadline: Instant::now() + timeout,
+        copies,
+        id,
+        reply,
+    });
     Ok(())
 }
 
-/// Writes what the workers mirrored; finishes the job when it is complete.
+/// Writes what the workers mirrored; finishes the job when it is complete
+/// or its time is up.
 pub fn progress(sw: &Switch, slot: &mut Slot) {
     let Some(mut job) = slot.take() else { return };
-    let mut failed = None;
-    for w in &sw.shared().workers {
+    let ended = if Instant::now() >= job.deadline {
+        write_last(sw, &mut job, Ended::Timeout).map(Some)
+    } else {
+        write_queued(sw, &mut job).map(|()| (job.got >= job.want).then_some(Ended::Count))
+    };
+    match ended {
+        Ok(None) => *slot = Some(job),
+        Ok(Some(e)) => finish(sw, job, Ok(e)),
+        Err(e) => finish(sw, job, Err(e)),
+    }
+}
+
+/// Ends a running capture early (the switch is stopping): what the workers
+/// mirrored so far is written, and the answer says how far it got.
+pub fn stop(sw: &Switch, slot: &mut Slot) {
+    if let Some(mut job) = slot.take() {
+        let ended = write_last(sw, &mut job, Ended::Stopped);
+        finish(sw, job, ended);
+    }
+}
+
+/// The last pass of a capture that ends before its count: the copies made
+/// up to now are written, and those dropped after each worker's last one
+/// written are missed too (the file would have held them).
+fn write_last(sw: &Switch, job: &mut CaptureJob, why: Ended) -> Result<Ended, String> {
+    let made = copies_made(sw);
+    write_queued(sw, job)?;
+    if job.got >= job.want {
+        return Ok(Ended::Count);
+    }
+    job.copies.end_early(&made);
+    Ok(why)
+}
+
+/// Writes the copies the workers' queues hold, up to the count.
+fn write_queued(sw: &Switch, job: &mut CaptureJob) -> Result<(), String> {
+    for (i, w) in sw.shared().workers.iter().enumerate() {
         while job.got < job.want {
             let Some(c) = w.capture.pop() else { break };
-            if c.port != job.port || c.tx != job.tx {
+            if !job.copies.take(i, c.seq, c.port == job.port && c.tx == job.tx) {
                 continue;
             }
-            if let Err(e) = job.writer.write(sw.tsc_to_wall_ns(c.tsc), c.mbuf.data()) {
-                failed = Some(format!("writing {}: {e}", job.path));
-                break;
-            }
+            job.writer
+                .write(sw.tsc_to_wall_ns(c.tsc), c.mbuf.data())
+                .map_err(|e| format!("writing {}: {e}", job.path))?;
             job.got += 1;
         }
     }
-    let done = job.got >= job.want || Instant::now() >= job.deadline || failed.is_some();
-    if !done {
-        *slot = Some(job);
-        return;
-    }
-    finish(sw, job, failed);
+    Ok(())
 }
 
-/// Ends a running capture early (the switch is stopping).
-pub fn abort(sw: &Switch, slot: &mut Slot, why: &str) {
-    if let Some(job) = slot.take() {
-        finish(sw, job, Some(why.to_string()));
+/// Each worker's copies made so far (`capture_seq`).
+fn copies_made(sw: &Switch) -> Vec<u64> {
+    sw.shared().workers.iter().map(|w| w.capture_seq.load(Ordering::Acquire)).collect()
+}
+
+/// Which of the workers' copies a capture writes, and its file's gaps: each
+/// worker numbers its copies, queued or dropped, so a jump between two
+/// copies written is copies dropped between them.
+#[derive(Debug)]
+struct CopyNumbers {
+    /// Per worker, the number its next copy should have.
+    next: Vec<u64>,
+    /// Copies dropped that the file would have held.
+    missed: u64,
+}
+
+impl CopyNumbers {
+    /// From the copies each worker had made when the capture began.
+    fn new(made: Vec<u64>) -> CopyNumbers {
+        CopyNumbers { next: made, missed: 0 }
+    }
+
+    /// Whether worker `w`'s copy `seq` goes into the file; `ours`: of the
+    /// capture's port and direction.
+    fn take(&mut self, w: usize, seq: u64, ours: bool) -> bool {
+        let Some(next) = self.next.get_mut(w) else { return false };
+        // Made before this capture began.
+        if seq < *next {
+            return false;
+        }
+        // Not ours: an earlier capture's, made as it ended; no gap of ours.
+        if ours {
+            self.missed += seq - *next;
+        }
+        *next = seq + 1;
+        ours
+    }
+
+    /// A capture ending before its count: what each worker made up to
+    /// `made` and the file does not hold was dropped.
+    fn end_early(&mut self, made: &[u64]) {
+        self.missed += made.iter().zip(&self.next).map(|(m, n)| m.saturating_sub(*n)).sum::<u64>();
     }
 }
 
-fn finish(sw: &Switch, job: CaptureJob, failed: Option<String>) {
+fn finish(sw: &Switch, job: CaptureJob, ended: Result<Ended, String>) {
     let mask = if job.tx { &sw.shared().capture_tx } else { &sw.shared().capture_rx };
     mask.fetch_and(!(1 << job.port), Ordering::Release);
     // Leftover copies are freed as they are dropped.
@@ -127,15 +228,17 @@ fn finish(sw: &Switch, job: CaptureJob, failed: Option<String>) {
     }
     let mut out = job.writer.into_inner();
     let flushed = out.flush();
-    let result = match (failed, flushed) {
-        (Some(e), _) => Err(ApiError::internal(e)),
-        (None, Err(e)) => Err(ApiError::internal(format!("writing {}: {e}", job.path))),
-        (None, Ok(())) => serde_json::to_value(Captured {
+    let result = match (ended, flushed) {
+        (Err(e), _) => Err(ApiError::internal(e)),
+        (Ok(_), Err(e)) => Err(ApiError::internal(format!("writing {}: {e}", job.path))),
+        (Ok(ended), Ok(())) => serde_json::to_value(Captured {
             port: sw.port_names()[job.port as usize].clone(),
             direction: if job.tx { "tx" } else { "rx" }.into(),
             packets: job.got,
             requested: job.want,
             complete: job.got >= job.want,
+            ended: ended.name().into(),
+            missed: job.copies.missed,
             out: job.path,
         })
         .map_err(|e| ApiError::internal(e.to_string())),
@@ -144,3 +247,53 @@ fn finish(sw: &Switch, job: CaptureJob, failed: Option<String>) {
 }
 
 const _: () = assert!(dataplane::counters::MAX_PORTS <= 32, "capture masks are u32");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_in_sequence_leave_no_gap() {
+        let mut c = CopyNumbers::new(vec![10, 0]);
+        assert!((10..20).all(|s| c.take(0, s, true)));
+        assert!((0..5).all(|s| c.take(1, s, true)));
+        assert_eq!(c.missed, 0);
+        c.end_early(&[20, 5]);
+        assert_eq!(c.missed, 0, "nothing made after the last copy written");
+    }
+
+    #[test]
+    fn a_jump_counts_the_copies_dropped_between() {
+        let mut c = CopyNumbers::new(vec![100, 7]);
+        assert!(c.take(0, 100, true));
+        assert!(c.take(0, 104, true), "101-103 dropped");
+        assert!(c.take(1, 9, true), "7 and 8 dropped");
+        assert_eq!(c.missed, 5);
+    }
+
+    #[test]
+    fn older_copies_and_other_ports_are_not_written_nor_gaps() {
+        let mut c = CopyNumbers::new(vec![50]);
+        assert!(!c.take(0, 49, true), "made before the capture began");
+        assert!(!c.take(0, 50, false), "an earlier capture's port");
+        assert!(c.take(0, 51, true));
+        assert_eq!(c.missed, 0);
+        assert!(!c.take(3, 0, true), "no such worker");
+    }
+
+    #[test]
+    fn an_early_end_counts_the_tail_dropped() {
+        let mut c = CopyNumbers::new(vec![0, 0]);
+        assert!(c.take(0, 0, true));
+        assert!(c.take(1, 0, true));
+        // Worker 0 made 4 copies (1-3 dropped), worker 1 none after its
+        // last one written.
+        c.end_early(&[4, 1]);
+        assert_eq!(c.missed, 3);
+        // A copy made after the numbers were read is not a gap.
+        let mut c = CopyNumbers::new(vec![0]);
+        assert!(c.take(0, 0, true) && c.take(0, 1, true));
+        c.end_early(&[1]);
+        assert_eq!(c.missed, 0);
+    }
+}

@@ -85,7 +85,7 @@ pub fn run(sw: &mut Switch, opts: &RunOptions, stop: &AtomicBool, server: Option
             nap = (nap * 2).min(NAP_MAX);
         }
     }
-    capture::abort(sw, &mut capture, "the switch is stopping");
+    capture::stop(sw, &mut capture);
     Ok(())
 }
 

@@ -108,6 +108,9 @@ pub struct MacRecord {
 /// A mirrored packet on its way to the control core (capture).
 pub struct Captured {
     pub tsc: u64,
+    /// The worker's copy number (`WorkerShared::capture_seq`): a jump
+    /// between two copies is copies dropped between them.
+    pub seq: u64,
     pub port: u16,
     pub tx: bool,
     pub mbuf: Mbuf,
@@ -196,6 +199,8 @@ pub struct WorkerShared {
     pub gpint_view: std::sync::Mutex<Vec<SqrView>>,
     /// Mirrored packets for the control core's capture.
     pub capture: ArrayQueue<Captured>,
+    /// Copies this worker tried to make, queued or dropped (single writer).
+    pub capture_seq: AtomicU64,
     /// Packets waiting for their next hop's MAC, handed to the control core.
     pub held: ArrayQueue<HeldPacket>,
     /// Held packets coming back to be forwarded once more (a second miss drops).
@@ -246,6 +251,7 @@ impl WorkerShared {
             int_flushed: std::sync::Mutex::new(Vec::new()),
             gpint_view: std::sync::Mutex::new(Vec::new()),
             capture: ArrayQueue::new(4096),
+            capture_seq: AtomicU64::new(0),
             held: ArrayQueue::new(256),
             reinject: ArrayQueue::new(1024),
             flow_commands: ArrayQueue::new(4096),
@@ -745,14 +751,18 @@ impl Output<Mbuf> for Egress {
     }
 
     fn mirror(&self, m: &Mbuf, port: u16, tx: bool, c: &mut CounterValues) {
+        let seq = self.me.capture_seq.load(Ordering::Relaxed);
         match m.copy_into(&self.pool) {
             Some(mbuf) => {
-                if self.me.capture.push(Captured { tsc: dpdk::tsc(), port, tx, mbuf }).is_err() {
+                if self.me.capture.push(Captured { tsc: dpdk::tsc(), seq, port, tx, mbuf }).is_err() {
                     c.event(Event::CaptureDropped);
                 }
             }
             None => c.event(Event::CaptureDropped),
         }
+        // After the push: a reader that sees seq + 1 finds copy seq queued
+        // (or it was dropped).
+        self.me.capture_seq.store(seq + 1, Ordering::Release);
     }
 
     #[inline(always)]

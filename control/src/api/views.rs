@@ -404,6 +404,12 @@ pub struct Captured {
     pub packets: usize,
     pub requested: usize,
     pub complete: bool,
+    /// Why it ended: `count`, `timeout` or `stopped` (the switch stopped).
+    pub ended: String,
+    /// Copies of the port's packets dropped before they reached the file
+    /// (the capture queue full, or no mbuf for the copy), which the file
+    /// would have held: its gaps.
+    pub missed: u64,
     pub out: String,
 }
 

@@ -952,8 +952,14 @@ fn run(cli: Cli) -> Result<(), String> {
                 timeout_s: *timeout,
             };
             call(c, j, &cap, |r| {
+                let ended = if r.complete { String::new() } else { format!(" (ended: {})", r.ended) };
+                let missed = if r.missed > 0 {
+                    format!("; {} missed (capture queue full or no mbuf)", r.missed)
+                } else {
+                    String::new()
+                };
                 println!(
-                    "captured {} of {} {} packets on {} into {}",
+                    "captured {} of {} {} packets on {} into {}{ended}{missed}",
                     r.packets, r.requested, r.direction, r.port, r.out
                 )
             })
