@@ -86,6 +86,9 @@ pub fn run(sw: &mut Switch, opts: &RunOptions, stop: &AtomicBool, server: Option
         }
     }
     capture::stop(sw, &mut capture);
+    if let Some(srv) = server {
+        srv.close();
+    }
     Ok(())
 }
 

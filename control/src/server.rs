@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +32,14 @@ const HTTP_MAX_HEAD: usize = 8192;
 
 /// Where a response goes.
 pub struct Reply(SyncSender<String>);
+
+/// The front ends' way to the control loop: its queue, and whether the
+/// switch is stopping (then requests are answered at once, not queued).
+#[derive(Clone)]
+struct ToControl {
+    tx: SyncSender<Request>,
+    stopping: Arc<AtomicBool>,
+}
 
 impl Reply {
     pub fn send(self, line: String) {
@@ -64,6 +72,7 @@ pub struct HttpCounters {
 
 pub struct Server {
     rx: Receiver<Request>,
+    stopping: Arc<AtomicBool>,
     socket: PathBuf,
     pub metrics_addr: Option<SocketAddr>,
     http: Arc<HttpCounters>,
@@ -97,6 +106,8 @@ impl Server {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
             .map_err(|e| format!("control.socket: chmod {socket}: {e}"))?;
         let (tx, rx) = mpsc::sync_channel::<Request>(1024);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let tx = ToControl { tx, stopping: stopping.clone() };
         let http = Arc::new(HttpCounters::default());
         let metrics_addr = match metrics {
             Some(addr) => {
@@ -116,7 +127,7 @@ impl Server {
             .name("intswitch-api".into())
             .spawn(move || accept_loop(listener, tx))
             .map_err(|e| format!("control socket thread: {e}"))?;
-        Ok(Server { rx, socket: path, metrics_addr, http })
+        Ok(Server { rx, stopping, socket: path, metrics_addr, http })
     }
 
     pub fn socket_path(&self) -> &Path {
@@ -132,6 +143,15 @@ impl Server {
     pub fn try_next(&self) -> Option<Request> {
         self.rx.try_recv().ok()
     }
+
+    /// The control loop has ended: requests still queued, and any that
+    /// come while the switch stops (which can take seconds: the workers'
+    /// flow records are sent first), are answered `stopping` at once.
+    pub fn close(&self) {
+        self.stopping.store(true, Ordering::Release);
+        // Dropping a request drops its reply: the front end answers.
+        while self.rx.try_recv().is_ok() {}
+    }
 }
 
 impl Drop for Server {
@@ -140,7 +160,7 @@ impl Drop for Server {
     }
 }
 
-fn accept_loop(listener: UnixListener, tx: SyncSender<Request>) {
+fn accept_loop(listener: UnixListener, tx: ToControl) {
     let active = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
@@ -163,7 +183,7 @@ fn accept_loop(listener: UnixListener, tx: SyncSender<Request>) {
 
 /// Reads request lines from one client until it closes, idles out or
 /// misbehaves; each request is answered before the next is read.
-fn serve_client(stream: UnixStream, tx: SyncSender<Request>) {
+fn serve_client(stream: UnixStream, tx: ToControl) {
     let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
     let Ok(mut out) = stream.try_clone() else { return };
@@ -204,25 +224,33 @@ fn serve_client(stream: UnixStream, tx: SyncSender<Request>) {
 
 /// Passes a request to the control loop and waits for its answer; the
 /// error is why there is none.
-fn ask_for(
-    tx: &SyncSender<Request>,
-    make: impl FnOnce(Reply) -> Request,
-) -> Result<String, (&'static str, &'static str)> {
+fn ask_for(to: &ToControl, make: impl FnOnce(Reply) -> Request) -> Result<String, (&'static str, &'static str)> {
+    const STOPPING: (&str, &str) = ("stopping", "the switch is stopping");
+    if to.stopping.load(Ordering::Acquire) {
+        return Err(STOPPING);
+    }
     let (rtx, rrx) = mpsc::sync_channel(1);
-    match tx.try_send(make(Reply(rtx))) {
+    match to.tx.try_send(make(Reply(rtx))) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => return Err(("busy", "control loop queue is full; retry")),
-        Err(TrySendError::Disconnected(_)) => return Err(("internal", "the switch is stopping")),
+        Err(TrySendError::Disconnected(_)) => return Err(STOPPING),
     }
-    rrx.recv_timeout(REPLY_TIMEOUT).map_err(|_| ("internal", "no answer from the control loop"))
+    rrx.recv_timeout(REPLY_TIMEOUT).map_err(|_| {
+        // Its reply dropped unanswered as the loop ended.
+        if to.stopping.load(Ordering::Acquire) {
+            STOPPING
+        } else {
+            ("internal", "no answer from the control loop")
+        }
+    })
 }
 
 /// Passes a request line to the control loop and waits for its answer.
-fn ask(tx: &SyncSender<Request>, line: String) -> String {
-    ask_for(tx, |reply| Request::Api { line, reply }).unwrap_or_else(|(code, m)| error_line(code, m))
+fn ask(to: &ToControl, line: String) -> String {
+    ask_for(to, |reply| Request::Api { line, reply }).unwrap_or_else(|(code, m)| error_line(code, m))
 }
 
-fn serve_metrics(listener: TcpListener, tx: SyncSender<Request>, http: &HttpCounters) {
+fn serve_metrics(listener: TcpListener, tx: ToControl, http: &HttpCounters) {
     for stream in listener.incoming() {
         let Ok(stream) = stream else {
             http.failed.fetch_add(1, Ordering::Relaxed);
@@ -325,7 +353,7 @@ pub fn close_after_answer(stream: &mut TcpStream) {
 /// path 404, another method 405, a request that is not HTTP/1.x 400, a
 /// head too long 431 or too slow 408 (those two, and an unread head or
 /// no answer from the control loop (503), are Err: failed).
-fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Result<HttpOutcome> {
+fn serve_http(mut stream: TcpStream, tx: &ToControl) -> std::io::Result<HttpOutcome> {
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let head = match read_http_head(&mut stream, HTTP_HEAD_TIMEOUT, HTTP_MAX_HEAD) {
         Ok(h) => h,
@@ -370,5 +398,47 @@ fn serve_http(mut stream: TcpStream, tx: &SyncSender<Request>) -> std::io::Resul
             respond(&mut stream, "503 Service Unavailable", "", "text/plain", &format!("{m}\n"), false)?;
             Err(std::io::Error::other(m))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One request line over a fresh connection; the answer line.
+    fn request(socket: &Path) -> String {
+        let mut s = UnixStream::connect(socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        writeln!(s, r#"{{"version": 1, "id": 1, "cmd": "show_version", "args": {{}}}}"#).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        line
+    }
+
+    #[test]
+    fn requests_at_and_after_the_loops_end_are_answered_stopping() {
+        let socket = std::env::temp_dir().join(format!("intswitch-server-close-{}.sock", std::process::id()));
+        let srv = Server::bind(socket.to_str().unwrap(), None).unwrap();
+        // One the loop took and never answered: its reply is dropped.
+        let client = {
+            let socket = socket.clone();
+            std::thread::spawn(move || request(&socket))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let taken = loop {
+            if let Some(r) = srv.try_next() {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "the request did not reach the loop");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        srv.close();
+        drop(taken);
+        let answer = client.join().unwrap();
+        assert!(answer.contains(r#""code":"stopping""#), "{answer}");
+        // One that comes after: answered at once, never queued.
+        let answer = request(&socket);
+        assert!(answer.contains(r#""code":"stopping""#) && answer.contains("the switch is stopping"), "{answer}");
+        assert!(srv.try_next().is_none());
     }
 }
