@@ -122,6 +122,18 @@ fn every_command_round_trips() {
     assert!(rx_beyond(&d, 0));
     let flows = intctl_json(&d, &["show", "flows", "--max", "10"]);
     assert_eq!(flows.as_array().unwrap().len(), 10);
+    // A text dump cut at --max says so; one that holds everything does not.
+    let cut = "the table may hold more: --max raises it";
+    for (args, cut_short) in [
+        (&["show", "flows", "--max", "10"][..], true),
+        (&["show", "flows", "--max", "100000"], false),
+        (&["show", "routes", "--max", "1"], true),
+        (&["show", "routes"], false),
+    ] {
+        let (ok, out, err) = intctl(&d, args);
+        assert!(ok, "{err}");
+        assert_eq!(out.contains(cut), cut_short, "{args:?}: {out}");
+    }
 
     // Mutations, each visible in the matching view.
     let flow_key = [

@@ -736,11 +736,18 @@ fn run(cli: Cli) -> Result<(), String> {
             Show::Workers => call(c, j, &v::ShowWorkers {}, |r| print_workers(r)),
             Show::Counters => call(c, j, &v::ShowCounters {}, print_counters),
             Show::Drops => call(c, j, &v::ShowDrops {}, print_drops),
-            Show::Flows { max } => call(c, j, &v::ShowFlows { max: Some(*max) }, |r| print_flows(r)),
-            Show::Macs { max } => call(c, j, &v::ShowMacs { max: Some(*max) }, |r| print_macs(r)),
+            Show::Flows { max } => call(c, j, &v::ShowFlows { max: Some(*max) }, |r| {
+                print_flows(r);
+                cut_note("flows a worker", per_worker_max(r.iter().map(|f| Some(f.worker))) >= *max, *max);
+            }),
+            Show::Macs { max } => call(c, j, &v::ShowMacs { max: Some(*max) }, |r| {
+                print_macs(r);
+                cut_note("learned MACs a worker", per_worker_max(r.iter().map(|m| m.worker)) >= *max, *max);
+            }),
             Show::Routes { max } => call(c, j, &v::ShowRoutes { max: Some(*max) }, |r| {
                 let rows = r.iter().map(|x| vec![x.prefix.clone(), x.port.clone(), opt(&x.via), x.kind.clone()]);
-                table(&["PREFIX", "PORT", "VIA", "KIND"], rows.collect())
+                table(&["PREFIX", "PORT", "VIA", "KIND"], rows.collect());
+                cut_note("routes", r.len() as u64 >= *max, *max);
             }),
             Show::Neighbours => call(c, j, &v::ShowNeighbours {}, |r| {
                 let kind = |p: bool| if p { "static" } else { "learned" }.to_string();
@@ -1102,6 +1109,22 @@ fn print_flows(r: &[v::FlowView]) {
             })
             .collect(),
     )
+}
+
+/// The most rows one worker returned (rows of no worker left out).
+fn per_worker_max(workers: impl Iterator<Item = Option<usize>>) -> u64 {
+    let mut n = std::collections::BTreeMap::new();
+    for w in workers.flatten() {
+        *n.entry(w).or_insert(0u64) += 1;
+    }
+    n.into_values().max().unwrap_or(0)
+}
+
+/// A dump that reached its `--max` says the table may hold more.
+fn cut_note(what: &str, cut: bool, max: u64) {
+    if cut {
+        println!("(at most {max} {what} shown; the table may hold more: --max raises it)");
+    }
 }
 
 fn print_macs(r: &[v::MacView]) {
