@@ -1470,8 +1470,14 @@ fn the_accuracy_run_finds_exact_histograms_and_accounts_every_record() {
 /// intcollector on an ephemeral port, its stdout read by a thread; the
 /// port from its start-up line on stderr.
 fn collector_on_any_port() -> (std::process::Child, std::thread::JoinHandle<String>, String) {
-    let (mut child, reader) =
-        spawn_collector(&["--listen", "127.0.0.1:0", "--json", "--quiet", "--duration", "60"], true);
+    collector_on_any_port_with(&[])
+}
+
+/// `collector_on_any_port` with more arguments.
+fn collector_on_any_port_with(more: &[&str]) -> (std::process::Child, std::thread::JoinHandle<String>, String) {
+    let mut args = vec!["--listen", "127.0.0.1:0", "--json", "--quiet", "--duration", "60"];
+    args.extend_from_slice(more);
+    let (mut child, reader) = spawn_collector(&args, true);
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut addr = None;
     for _ in 0..8 {
@@ -1528,6 +1534,26 @@ fn a_stopping_collector_counts_what_its_socket_already_holds() {
     assert_eq!(s["datagrams"].as_u64(), Some(BURST), "{text}");
     // At most one receive call's batch (32) may have been under way at the stop.
     assert!(s["drained"].as_u64().unwrap() >= BURST - 32, "{text}");
+    assert_eq!(s["socket_drops"].as_u64(), Some(0), "{text}");
+
+    // The same burst onto a receive buffer of 4 KiB: the kernel drops most
+    // of it, and what it dropped is counted, so every record sent is a
+    // number in the summary (sequence gaps cannot see a burst's tail).
+    let (c, reader, addr) = collector_on_any_port_with(&["--rcvbuf", "4096"]);
+    signal(&c, "-STOP");
+    for seq in 0..BURST {
+        tx.send_to(format!("{{\"type\":\"int_flow\",\"node\":7,\"seq\":{seq}}}").as_bytes(), &addr).unwrap();
+    }
+    signal(&c, "-TERM");
+    signal(&c, "-CONT");
+    let mut c = c;
+    assert!(c.wait().unwrap().success());
+    let text = reader.join().unwrap();
+    let s = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find_map(|v| v.get("summary").cloned());
+    let s = s.expect(&text);
+    let (got, dropped) = (s["datagrams"].as_u64().unwrap(), s["socket_drops"].as_u64().unwrap());
+    assert!(dropped > 0, "{text}");
+    assert_eq!(got + dropped, BURST, "{text}");
 
     let (c, reader, addr) = collector_on_any_port();
     signal(&c, "-STOP");

@@ -31,9 +31,10 @@ mod label_cli;
 at exit (SIGINT/SIGTERM, --count or --duration) a summary: packets, reports, sequence gaps per\n\
 (node_id, hw_id), per-hop latency min/mean/max and maximum queue occupancy, datagrams, the\n\
 receive calls that took them (recvmmsg, up to 32 buffers a call) and the buffers that held a\n\
-sender's whole UDP GSO batch (gro_buffers: the socket has UDP GRO on), and drained: datagrams\n\
+sender's whole UDP GSO batch (gro_buffers: the socket has UDP GRO on), drained: datagrams\n\
 taken after a signal or --duration asked it to stop (what the socket held then; up to 2 s of\n\
-them; a second signal exits at once, status 1, without a summary).\n\
+them; a second signal exits at once, status 1, without a summary), and socket_drops: datagrams\n\
+the kernel dropped on the socket, its receive buffer (--rcvbuf) full.\n\
 AM-PM: one line per flow and interval once the records of --ampm-mps MPs arrived (--json:\n\
 {flow, flow_mon_id, interval, start_ns, packets, bytes, loss_packets, loss_bytes, delay_ns,\n\
 mean_delay_ns, partial, clock_step, mps[...], segments[...]}; partial: an MP started during the\n\
@@ -731,20 +732,25 @@ fn run(cli: &Cli) -> Result<(), String> {
     s["summary"]["recv_batches"] = rx.batches.into();
     s["summary"]["gro_buffers"] = rx.gro_buffers.into();
     s["summary"]["drained"] = draining.map_or(0, |(_, from)| rx.datagrams - from).into();
+    // What never reached a datagram count: the kernel dropped it on the
+    // socket, its receive buffer full (null where /proc does not say).
+    s["summary"]["socket_drops"] = intcollector::recv::socket_drops(&sock).into();
     if cli.json {
         let _ = writeln!(out, "{s}");
     } else {
         let sm = &s["summary"];
         let _ = writeln!(
             out,
-            "packets {} reports {} bad {}; datagrams {} in {} receive calls ({} GRO buffers), {} taken after the stop",
+            "packets {} reports {} bad {}; datagrams {} in {} receive calls ({} GRO buffers), {} taken after the stop, \
+             {} dropped by the kernel (receive buffer full)",
             sm["packets"],
             sm["reports"],
             sm["bad_packets"],
             sm["datagrams"],
             sm["recv_batches"],
             sm["gro_buffers"],
-            sm["drained"]
+            sm["drained"],
+            sm["socket_drops"]
         );
         for g in sm["sequence"].as_array().into_iter().flatten() {
             let _ = writeln!(out, "node {} hw_id {}: {} sequence gaps", g["node_id"], g["hw_id"], g["gaps"]);

@@ -34,6 +34,22 @@ pub fn enable_gro(sock: &UdpSocket) -> bool {
     setsockopt(sock, sockopt::UdpGroSegment, &true).is_ok()
 }
 
+/// Datagrams the kernel dropped on `sock` since it was made (its receive
+/// buffer full), from the `drops` column of `/proc/self/net/udp` or `udp6`
+/// (this network namespace's); None where the socket is not listed there.
+pub fn socket_drops(sock: &UdpSocket) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", sock.as_raw_fd())).ok()?;
+    let inode = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_string();
+    ["/proc/self/net/udp", "/proc/self/net/udp6"].iter().find_map(|table| {
+        let text = std::fs::read_to_string(table).ok()?;
+        // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
+        text.lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find_map(|f| (f.get(9) == Some(&inode.as_str())).then(|| f.get(12).and_then(|d| d.parse().ok())).flatten())
+    })
+}
+
 impl BatchReceiver {
     /// Room for `batch` buffers a call (at least 1).
     pub fn new(batch: usize) -> BatchReceiver {
@@ -161,5 +177,22 @@ mod tests {
         assert_eq!(b.recv(&rx).unwrap(), 5, "cut at the segment size again");
         assert_eq!(b.get(4).len(), 120);
         assert_eq!((b.datagrams, b.gro_buffers), (11, 2));
+    }
+
+    /// A burst beyond a small receive buffer: every datagram sent is
+    /// either received or in the socket's kernel drop count.
+    #[test]
+    fn datagrams_the_kernel_dropped_on_the_socket_are_counted() {
+        let (rx, tx) = pair();
+        setsockopt(&rx, sockopt::RcvBuf, &4096).unwrap();
+        assert_eq!(socket_drops(&rx), Some(0));
+        for i in 0..200u8 {
+            tx.send(&[i; 1000]).unwrap();
+        }
+        let mut b = BatchReceiver::new(32);
+        while b.recv(&rx).is_ok() {}
+        let dropped = socket_drops(&rx).unwrap();
+        assert!(dropped > 0 && b.datagrams < 200, "{dropped} dropped, {} received", b.datagrams);
+        assert_eq!(b.datagrams + dropped, 200);
     }
 }
