@@ -319,6 +319,8 @@ fn monitor_of(
     let mut lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let summary = lines.pop().expect("summary line");
     assert_eq!(summary["summary"], true);
+    // The sockets' kernel drops are read in the monitor's namespace.
+    assert!(summary["socket_drops"].is_u64(), "{summary}");
     (lines, summary)
 }
 

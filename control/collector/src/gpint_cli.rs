@@ -362,6 +362,10 @@ fn run_cmd(a: &RunArgs) -> Result<(), String> {
     }
     let mut s = m.summary();
     s["send_errors"] = send_errors.into();
+    // Feedbacks and reports the kernel dropped on the two sockets (their
+    // receive buffers full): a session they fail is explained here.
+    let drops = [&probes, &reports].map(intcollector::recv::socket_drops);
+    s["socket_drops"] = drops.into_iter().sum::<Option<u64>>().into();
     s["elapsed_s"] = t0.elapsed().as_secs_f64().into();
     println!("{s}");
     if a.sessions > 0 && sessions < a.sessions {
