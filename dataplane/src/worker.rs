@@ -236,9 +236,24 @@ pub struct HeldPacket {
     pub mbuf: Mbuf,
 }
 
+/// Copies a worker's capture queue holds at most.
+pub const CAPTURE_QUEUE_MAX: usize = 4096;
+
+/// Each worker's capture queue for a pool of `mbufs` shared by `workers`:
+/// the copies waiting for the control core hold at most a quarter of the
+/// pool, so that a capture never leaves the ports without mbufs.
+pub fn capture_queue_len(mbufs: usize, workers: usize) -> usize {
+    (mbufs / (4 * workers.max(1))).clamp(1, CAPTURE_QUEUE_MAX)
+}
+
 impl WorkerShared {
     /// `ampm_slots`: AM-PM flow counter slots (0 without AM-PM).
     pub fn new(ampm_slots: usize) -> WorkerShared {
+        WorkerShared::with_capture_queue(ampm_slots, CAPTURE_QUEUE_MAX)
+    }
+
+    /// `new` with a capture queue of `capture` copies.
+    pub fn with_capture_queue(ampm_slots: usize, capture: usize) -> WorkerShared {
         WorkerShared {
             counters: SharedCounters::default(),
             acked_tables: AtomicU64::new(0),
@@ -250,7 +265,7 @@ impl WorkerShared {
             int_flow: std::sync::Mutex::new(Vec::new()),
             int_flushed: std::sync::Mutex::new(Vec::new()),
             gpint_view: std::sync::Mutex::new(Vec::new()),
-            capture: ArrayQueue::new(4096),
+            capture: ArrayQueue::new(capture.max(1)),
             capture_seq: AtomicU64::new(0),
             held: ArrayQueue::new(256),
             reinject: ArrayQueue::new(1024),
@@ -291,14 +306,16 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(tables: Tables, workers: usize) -> Shared {
+    /// `mbufs`: the pool the workers share (it sizes their capture queues).
+    pub fn new(tables: Tables, workers: usize, mbufs: usize) -> Shared {
         let g = tables.generation;
         let slots = tables.ampm.as_ref().map_or(0, |a| a.capacity);
+        let capture = capture_queue_len(mbufs, workers);
         Shared {
             running: AtomicBool::new(true),
             tables: ArcSwap::from_pointee(tables),
             table_generation: AtomicU64::new(g),
-            workers: (0..workers).map(|_| Arc::new(WorkerShared::new(slots))).collect(),
+            workers: (0..workers).map(|_| Arc::new(WorkerShared::with_capture_queue(slots, capture))).collect(),
             capture_rx: AtomicU32::new(0),
             capture_tx: AtomicU32::new(0),
             load: PortLoad::default(),
@@ -931,5 +948,22 @@ fn account_refused(c: &mut CounterValues, port: usize, n: usize, bytes: u64) {
         c.tx_packets[port] -= n as u64;
         c.tx_bytes[port] -= bytes;
         c.drop_n(DropReason::TxFull, n as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_queues_hold_at_most_a_quarter_of_the_pool() {
+        assert_eq!(capture_queue_len(16383, 1), 4095);
+        assert_eq!(capture_queue_len(65535, 1), CAPTURE_QUEUE_MAX);
+        assert_eq!(capture_queue_len(16383, 8), 511);
+        assert_eq!(capture_queue_len(1024, 16), 16);
+        for (mbufs, workers) in [(1024, 1), (8191, 3), (16383, 16), (1 << 20, 64)] {
+            assert!(capture_queue_len(mbufs, workers) * workers <= mbufs / 4, "{mbufs} {workers}");
+        }
+        assert_eq!(capture_queue_len(1024, 0), 256, "no worker: as one");
     }
 }

@@ -180,7 +180,7 @@ impl Switch {
             s.nic_checks_ipv4 = dev.rx_checksum_active();
         }
         let tables = Tables::build(&spec, 1)?;
-        let shared = Arc::new(Shared::new(tables, workers.len()));
+        let shared = Arc::new(Shared::new(tables, workers.len(), d.mbufs as usize));
         // Startup flows reach every worker before traffic: RSS may put a flow on any.
         for w in &shared.workers {
             for (key, action) in &plan.flows {
