@@ -62,9 +62,9 @@ pub struct Switch {
     /// Per-worker counters at the last `clear counters`.
     baseline: Vec<CounterValues>,
     started: Instant,
-    /// TSC and wall clock at start, to timestamp captured packets.
-    tsc0: u64,
-    wall0_ns: u64,
+    /// The workers' TSC -> wall clock (INT timestamps), which also
+    /// timestamps captured packets: one time line for both.
+    clock: WallClock,
     pub(crate) hz: u64,
     /// Telemetry report export (when `[int]` is configured).
     pub(crate) exporter: Option<Exporter>,
@@ -362,8 +362,7 @@ impl Switch {
             neighbours: Neighbours::default(),
             baseline: vec![CounterValues::default(); nworkers],
             started: Instant::now(),
-            tsc0,
-            wall0_ns,
+            clock,
             hz,
             exporter,
             flow_exporter,
@@ -400,8 +399,7 @@ impl Switch {
 
     /// Wall-clock nanoseconds of a worker TSC reading.
     pub(crate) fn tsc_to_wall_ns(&self, tsc: u64) -> u64 {
-        let d = tsc.wrapping_sub(self.tsc0) as u128;
-        self.wall0_ns + (d * 1_000_000_000 / self.hz as u128) as u64
+        self.clock.ns(tsc)
     }
 
     /// CLOCK_REALTIME, the time line the workers' AM-PM intervals follow.
