@@ -243,7 +243,7 @@ pub const CAPTURE_QUEUE_MAX: usize = 4096;
 /// the copies waiting for the control core hold at most a quarter of the
 /// pool, so that a capture never leaves the ports without mbufs.
 pub fn capture_queue_len(mbufs: usize, workers: usize) -> usize {
-    (mbufs / (4 * workers.max(1))).clamp(1, CAPTURE_QUEUE_MAX)
+    (mbufs / (4 * workers.max(1))).min(CAPTURE_QUEUE_MAX)
 }
 
 impl WorkerShared {
@@ -252,7 +252,7 @@ impl WorkerShared {
         WorkerShared::with_capture_queue(ampm_slots, CAPTURE_QUEUE_MAX)
     }
 
-    /// `new` with a capture queue of `capture` copies.
+    /// `new` with a capture queue of `capture` copies (at least one).
     pub fn with_capture_queue(ampm_slots: usize, capture: usize) -> WorkerShared {
         WorkerShared {
             counters: SharedCounters::default(),

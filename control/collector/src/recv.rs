@@ -43,10 +43,12 @@ pub fn socket_drops(sock: &UdpSocket) -> Option<u64> {
     ["/proc/self/net/udp", "/proc/self/net/udp6"].iter().find_map(|table| {
         let text = std::fs::read_to_string(table).ok()?;
         // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
-        text.lines()
+        let f = text
+            .lines()
             .skip(1)
             .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find_map(|f| (f.get(9) == Some(&inode.as_str())).then(|| f.get(12).and_then(|d| d.parse().ok())).flatten())
+            .find(|f| f.get(9) == Some(&inode.as_str()))?;
+        f.get(12)?.parse().ok()
     })
 }
 
